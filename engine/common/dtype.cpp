@@ -1,0 +1,90 @@
+#include "engine/common/dtype.h"
+
+#include <cmath>
+
+namespace cypris {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::I32:
+      return 4;
+    case DType::F16:
+    case DType::BF16:
+      return 2;
+    case DType::I64:
+      return 8;
+    case DType::U8:
+    case DType::I8:
+    case DType::F8E4M3:
+    case DType::F8E5M2:
+      return 1;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "float32";
+    case DType::F16: return "float16";
+    case DType::BF16: return "bfloat16";
+    case DType::I32: return "int32";
+    case DType::I64: return "int64";
+    case DType::U8: return "uint8";
+    case DType::I8: return "int8";
+    case DType::F8E4M3: return "fp8_e4m3";
+    case DType::F8E5M2: return "fp8_e5m2";
+  }
+  return "?";
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (mant & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | (exp + 112) << 23 | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00;  // overflow (after rounding) -> inf
+  if (abs < 0x38800000u) {                       // subnormal or zero in f16
+    if (abs < 0x33000000u) return sign;          // below half the smallest subnormal
+    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    int shift = 126 - static_cast<int>(abs >> 23);  // 14 + (113 - exp)
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  uint32_t h = ((abs >> 13) - (112u << 10));
+  uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) ++h;
+  return sign | static_cast<uint16_t>(h);
+}
+
+}  // namespace cypris
