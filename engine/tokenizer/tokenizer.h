@@ -1,0 +1,59 @@
+// The Tokenizer interface every front end and the engine use. Implementations: SentencePiece
+// (tokenizer.model), Hugging Face tokenizer.json (BPE, byte-level and SentencePiece-style), and
+// GPT-2 vocab.json + merges.txt. load_tokenizer() picks one from a model folder.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cypris {
+
+struct NamedChatTemplate {
+  std::string name;  // "default", "tool_use", ...
+  std::string source;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // add_special_tokens: BOS/EOS and the post-processor template as the model's config says
+  // (Hugging Face `encode(text, add_special_tokens=...)`). Special tokens written in the text are
+  // always recognised.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
+  virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true,
+                             bool spaces_between_special_tokens = true) const = 0;
+
+  virtual int32_t vocab_size() const = 0;  // including added tokens
+  // The vocabulary entry as stored (e.g. "▁Hello" or "Ġworld"); empty for an unknown id.
+  virtual std::string id_to_piece(int32_t id) const = 0;
+  virtual std::optional<int32_t> piece_to_id(std::string_view piece) const = 0;
+  virtual bool is_special(int32_t id) const = 0;
+
+  virtual std::optional<int32_t> bos_id() const = 0;
+  virtual std::optional<int32_t> eos_id() const = 0;
+  virtual std::optional<int32_t> pad_id() const = 0;
+  virtual std::optional<int32_t> unk_id() const = 0;
+  virtual std::string bos_token() const = 0;  // text form, for chat templates ("" when none)
+  virtual std::string eos_token() const = 0;
+
+  // From tokenizer_config.json; empty when the model has none.
+  virtual const std::vector<NamedChatTemplate>& chat_templates() const = 0;
+  virtual std::optional<int64_t> model_max_length() const = 0;
+};
+
+struct TokenizerOptions {
+  std::string mode = "auto";  // auto: tokenizer.json when present, else tokenizer.model; slow: prefer tokenizer.model
+};
+
+// Loads the tokenizer of a local model folder. Throws cypris::Error naming the file and the
+// component when a file is malformed or uses something unsupported.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir, const TokenizerOptions& opts = {});
+
+}  // namespace cypris
