@@ -47,7 +47,14 @@ void remove_log_sink(const std::shared_ptr<spdlog::sinks::sink>& sink) { holder(
 
 std::string clip_for_log(const std::string& text, long max_len) {
   if (max_len <= 0 || text.size() <= static_cast<size_t>(max_len)) return text;
-  return text.substr(0, static_cast<size_t>(max_len)) + "...";
+  // Cut at max_len characters (UTF-8 code points), never inside one.
+  size_t i = 0;
+  for (long chars = 0; i < text.size() && chars < max_len; ++chars) {
+    ++i;
+    while (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80) ++i;
+  }
+  if (i >= text.size()) return text;
+  return text.substr(0, i) + "...";
 }
 
 }  // namespace cypris

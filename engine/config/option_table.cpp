@@ -1,0 +1,427 @@
+// The table of every option. Flags, defaults and choices follow Aphrodite's option reference
+// (../shared/reference/aphrodite-engine-options.txt), plus the vLLM options Aphrodite users pass
+// and Cypris's own. Adding an option is one entry here and one field in engine_config.h.
+#include "engine/config/options.h"
+
+namespace cypris {
+namespace {
+
+using detail::bind_field;
+#define FIELD(path) [](EngineConfig& c) { return &c.path; }
+
+// A small builder so each entry reads as one line of facts.
+struct Opt {
+  OptionSpec s;
+  Opt(std::string name, OptionBinding b, std::string metavar, std::string help) {
+    s.name = std::move(name);
+    s.binding = std::move(b);
+    s.metavar = std::move(metavar);
+    s.help = std::move(help);
+  }
+  Opt& alias(std::string a) {
+    s.aliases.push_back(std::move(a));
+    return *this;
+  }
+  Opt& choices(std::vector<std::string> c) {
+    s.choices = std::move(c);
+    return *this;
+  }
+  Opt& range(std::optional<double> lo, std::optional<double> hi, bool lo_exclusive = false) {
+    s.min = lo;
+    s.max = hi;
+    s.min_exclusive = lo_exclusive;
+    return *this;
+  }
+  Opt& json() {
+    s.json_object = true;
+    return *this;
+  }
+  Opt& env(std::string e) {
+    s.env = std::move(e);
+    return *this;
+  }
+  Opt& no_effect(std::string why) {
+    s.support = OptionSupport::NoEffect;
+    s.note = std::move(why);
+    return *this;
+  }
+  Opt& not_yet(std::string what) {
+    s.support = OptionSupport::NotYet;
+    s.note = std::move(what);
+    return *this;
+  }
+};
+
+std::vector<OptionSpec> build_table() {
+  std::vector<OptionSpec> t;
+  std::string group;
+  auto add = [&](Opt o) {
+    o.s.group = group;
+    t.push_back(std::move(o.s));
+  };
+  const std::string kRay = "Cypris runs one worker thread per GPU inside one process; there is no Ray";
+
+  group = "Model Options";
+  add(Opt("model", bind_field(FIELD(model.model)), "MODEL",
+          "Name or path of the Hugging Face model to use: a local folder or a repo id (org/name)."));
+  add(Opt("tokenizer", bind_field(FIELD(model.tokenizer)), "TOKENIZER",
+          "Name or path of the Hugging Face tokenizer to use. Defaults to model."));
+  add(Opt("revision", bind_field(FIELD(model.revision)), "REVISION",
+          "The specific model version to use. Can be a branch, tag, or commit ID. Defaults to main."));
+  add(Opt("code-revision", bind_field(FIELD(model.code_revision)), "REVISION",
+          "The code revision to use for models with remote code.")
+          .no_effect("Cypris runs no remote model code; architectures are implemented natively"));
+  add(Opt("tokenizer-revision", bind_field(FIELD(model.tokenizer_revision)), "REVISION",
+          "The tokenizer revision to use."));
+  add(Opt("tokenizer-mode", bind_field(FIELD(model.tokenizer_mode)), "{auto,slow}",
+          "Tokenizer mode. \"auto\" uses tokenizer.json when the model has one; \"slow\" prefers the "
+          "SentencePiece tokenizer.model when present.")
+          .choices({"auto", "slow"}));
+  add(Opt("trust-remote-code", bind_field(FIELD(model.trust_remote_code)), "",
+          "Trust the model's remote code from Hugging Face.")
+          .no_effect("Cypris runs no remote model code; architectures are implemented natively"));
+  add(Opt("download-dir", bind_field(FIELD(model.download_dir)), "DIRECTORY",
+          "The directory to download the model to. Defaults to the Hugging Face cache."));
+  add(Opt("load-format", bind_field(FIELD(model.load_format)), "{auto,pt,safetensors,npcache,dummy}",
+          "The format of the model weights. Defaults to auto. \"dummy\" uses seeded random weights of the "
+          "config's shapes (for benchmarks).")
+          .choices({"auto", "pt", "safetensors", "npcache", "dummy", "tensorizer", "bitsandbytes"}));
+  add(Opt("dtype", bind_field(FIELD(model.dtype)), "{auto,float16,bfloat16,float32}",
+          "The data type to use. \"auto\" will use FP16 for FP32/FP16 models and BF16 for BF16 models.")
+          .choices({"auto", "half", "float16", "bfloat16", "float", "float32"}));
+  add(Opt("max-model-len", bind_field(FIELD(model.max_model_len)), "LENGTH",
+          "The model context size. Defaults to the model's original. A larger value needs RoPE scaling.")
+          .range(1, std::nullopt));
+  add(Opt("guided-decoding-backend", bind_field(FIELD(model.guided_decoding_backend)),
+          "{outlines,lm-format-enforcer}", "The engine to use for guided decoding (JSON Schema / regex etc).")
+          .choices({"outlines", "lm-format-enforcer"})
+          .not_yet("guided decoding"));
+  add(Opt("enforce-eager", bind_field(FIELD(model.enforce_eager)), "{true,false}",
+          "If True, disable CUDA graphs. Defaults to True (pass --enforce-eager false to use CUDA graphs)."));
+  add(Opt("max-context-len-to-capture", bind_field(FIELD(model.max_context_len_to_capture)), "LENGTH",
+          "Maximum context length covered by CUDA graphs (deprecated: use --max-seq-len-to-capture).")
+          .range(1, std::nullopt));
+  add(Opt("max-seq-len-to-capture", bind_field(FIELD(model.max_seq_len_to_capture)), "LENGTH",
+          "Maximum sequence length covered by CUDA graphs; longer sequences run eagerly.")
+          .range(1, std::nullopt));
+  add(Opt("max-log-probs", bind_field(FIELD(model.max_log_probs)), "NUM",
+          "The maximum number of logprobs to output for requests. Defaults to 10.")
+          .alias("--max-logprobs")
+          .range(0, std::nullopt));
+  add(Opt("skip-tokenizer-init", bind_field(FIELD(model.skip_tokenizer_init)), "",
+          "Skip initialization of the tokenizer; requests must then give token ids."));
+  add(Opt("seed", bind_field(FIELD(model.seed)), "SEED", "Random seed for operations (dummy weights, "
+          "requests without their own seed)."));
+  add(Opt("disable-sliding-window", bind_field(FIELD(model.disable_sliding_window)), "",
+          "Disables sliding window, capping the context to the sliding window size."));
+  add(Opt("rope-scaling", bind_field(FIELD(model.rope_scaling)), "JSON",
+          "RoPE scaling configuration in JSON format. For example, {\"type\":\"dynamic\",\"factor\":2.0}")
+          .json());
+  add(Opt("rope-theta", bind_field(FIELD(model.rope_theta)), "THETA",
+          "RoPE theta. Use with --rope-scaling.")
+          .range(0, std::nullopt, true));
+  add(Opt("ignore-patterns", bind_field(FIELD(model.ignore_patterns)), "PATTERN [PATTERN ...]",
+          "File patterns (globs) to ignore when downloading and loading the model."));
+  add(Opt("max-parallel-loading-workers", bind_field(FIELD(model.max_parallel_loading_workers)), "NUM",
+          "Load the model in several batches to avoid running out of RAM with tensor parallelism.")
+          .range(1, std::nullopt)
+          .no_effect("Cypris maps safetensors files and each rank reads only its own slices"));
+  add(Opt("model-loader-extra-config", bind_field(FIELD(model.model_loader_extra_config)), "JSON",
+          "Extra config for the model loader (JSON).")
+          .json()
+          .no_effect("Cypris's loaders take no extra configuration"));
+
+  group = "Parallel Options";
+  add(Opt("worker-use-ray", bind_field(FIELD(parallel.worker_use_ray)), "",
+          "Use Ray for distributed serving.")
+          .no_effect(kRay));
+  add(Opt("engine-use-ray", bind_field(FIELD(parallel.engine_use_ray)), "",
+          "Use Ray to start the engine in a separate process.")
+          .no_effect(kRay));
+  add(Opt("distributed-executor-backend", bind_field(FIELD(parallel.distributed_executor_backend)), "{ray,mp}",
+          "Backend to use for distributed serving.")
+          .choices({"ray", "mp"})
+          .no_effect(kRay));
+  add(Opt("tensor-parallel-size", bind_field(FIELD(parallel.tensor_parallel_size)), "SIZE",
+          "The number of GPUs to use for loading the model.")
+          .alias("-tp")
+          .range(1, std::nullopt)
+          .not_yet("tensor parallelism (-tp > 1)"));
+  add(Opt("pipeline-parallel-size", bind_field(FIELD(parallel.pipeline_parallel_size)), "SIZE",
+          "The number of pipeline stages to use for loading the model.")
+          .alias("-pp")
+          .range(1, std::nullopt)
+          .not_yet("pipeline parallelism (-pp > 1)"));
+  add(Opt("ray-workers-use-nsight", bind_field(FIELD(parallel.ray_workers_use_nsight)), "",
+          "Use nsight for profiling Ray workers.")
+          .no_effect(kRay + "; run nsys on the cypris process"));
+  add(Opt("disable-custom-all-reduce", bind_field(FIELD(parallel.disable_custom_all_reduce)), "",
+          "Disables the custom all-reduce kernels. Cypris always uses NCCL's all-reduce."));
+
+  group = "Quantization Options";
+  add(Opt("kv-cache-dtype", bind_field(FIELD(quant.kv_cache_dtype)), "{auto,fp8,fp8_e5m2,fp8_e4m3}",
+          "The data type for KV cache. \"auto\" uses the model's data type; \"fp8\" (= fp8_e4m3) stores it in "
+          "8 bits.")
+          .choices({"auto", "fp8", "fp8_e5m2", "fp8_e4m3"})
+          .not_yet("the fp8 KV cache"));
+  add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
+          "The method used to quantize the weights. Inferred from the model when possible.")
+          .alias("-q")
+          .choices({"aqlm", "awq", "bnb", "eetq", "exl2", "gguf", "gptq", "quip", "squeezellm", "marlin", "fp8",
+                    "deepspeedfp", "gptq_marlin", "gptq_marlin_24", "compressed-tensors", "bitsandbytes"})
+          .not_yet("quantized weights"));
+  add(Opt("load-in-4bit", bind_field(FIELD(quant.load_in_4bit)), "",
+          "Load the 32/16bit or AWQ model in 4bit, using SmoothQuant+.")
+          .not_yet("quantized weights"));
+  add(Opt("load-in-smooth", bind_field(FIELD(quant.load_in_smooth)), "",
+          "Load the 32/16bit model in 8bit, using SmoothQuant+.")
+          .not_yet("quantized weights"));
+  add(Opt("load-in-8bit", bind_field(FIELD(quant.load_in_8bit)), "",
+          "Load the 32/16bit model in 8bit, using BitsAndBytes.")
+          .not_yet("quantized weights"));
+  add(Opt("quantization-param-path", bind_field(FIELD(quant.quantization_param_path)), "PATH",
+          "Path to the JSON file containing the KV cache scaling factors for FP8.")
+          .not_yet("the fp8 KV cache"));
+
+  group = "KV Cache Options";
+  add(Opt("block-size", bind_field(FIELD(cache.block_size)), "{8,16,32}",
+          "The token block size. Defaults to 16.")
+          .choices({"8", "16", "32"}));
+  add(Opt("context-shift", bind_field(FIELD(cache.context_shift)), "",
+          "Enable context shifting. Caches the previously processed prompts to be reused later.")
+          .not_yet("context shifting (use --enable-prefix-caching)"));
+  add(Opt("num-gpu-blocks-override", bind_field(FIELD(cache.num_gpu_blocks_override)), "NUM",
+          "If specified, ignore the profiling result and use this number of GPU (or CPU-device) blocks.")
+          .range(1, std::nullopt));
+  add(Opt("swap-space", bind_field(FIELD(cache.swap_space)), "SIZE",
+          "The amount of CPU swap space to use, in GiBs.")
+          .range(0, std::nullopt));
+  add(Opt("gpu-memory-utilization", bind_field(FIELD(cache.gpu_memory_utilization)), "FRACTION",
+          "The fraction of VRAM to use per GPU. Set to 0.9 (90%) by default.")
+          .alias("-gmu")
+          .range(0, 1, true));
+  add(Opt("enable-prefix-caching", bind_field(FIELD(cache.enable_prefix_caching)), "",
+          "Enables automatic prefix caching: requests sharing a prefix reuse its KV cache blocks."));
+  add(Opt("cpu-offload-gb", bind_field(FIELD(cache.cpu_offload_gb)), "GIB",
+          "Space in GiB per GPU to offload weights to the CPU.")
+          .range(0, std::nullopt)
+          .not_yet("weight offloading to the CPU"));
+  add(Opt("cpu-kvcache-space", bind_field(FIELD(cache.cpu_kvcache_space)), "GIB",
+          "KV cache size in GiB when the engine runs on the CPU device.")
+          .range(0, std::nullopt, true));
+
+  group = "Tokenizer Options";
+  add(Opt("tokenizer-pool-size", bind_field(FIELD(tokenizer_pool.tokenizer_pool_size)), "SIZE",
+          "Size of tokenizer pool to use for async tokenization. If 0, will use synchronous tokenization.")
+          .range(0, std::nullopt)
+          .no_effect("Cypris tokenizes on the HTTP threads, which already run in parallel"));
+  add(Opt("tokenizer-pool-type", bind_field(FIELD(tokenizer_pool.tokenizer_pool_type)), "{ray}",
+          "The type of tokenizer pool to use for async tokenization.")
+          .choices({"ray"})
+          .no_effect(kRay));
+  add(Opt("tokenizer-pool-extra-config", bind_field(FIELD(tokenizer_pool.tokenizer_pool_extra_config)), "CONFIG",
+          "Extra config for the tokenizer pool (JSON).")
+          .json()
+          .no_effect(kRay));
+
+  group = "Scheduler Options";
+  add(Opt("max-num-batched-tokens", bind_field(FIELD(scheduler.max_num_batched_tokens)), "NUM",
+          "The maximum number of tokens to be processed in a single iteration.")
+          .range(1, std::nullopt));
+  add(Opt("max-num-seqs", bind_field(FIELD(scheduler.max_num_seqs)), "NUM",
+          "The maximum number of sequences to be processed in a single iteration. Defaults to 256.")
+          .range(1, std::nullopt));
+  add(Opt("scheduler-delay-factor", bind_field(FIELD(scheduler.scheduler_delay_factor)), "FACTOR",
+          "Apply a delay (of delay factor multiplied by previous prompt latency) before scheduling the next "
+          "prompt.")
+          .alias("--delay-factor")
+          .range(0, std::nullopt));
+  add(Opt("scheduling-policy", bind_field(FIELD(scheduler.scheduling_policy)), "{fcfs,priority}",
+          "The scheduling policy: first come first served, or by each request's priority (lower first).")
+          .alias("--policy")
+          .choices({"fcfs", "priority"}));
+  add(Opt("enable-chunked-prefill", bind_field(FIELD(scheduler.enable_chunked_prefill)), "",
+          "If True, prefill requests can be chunked based on the remaining max_num_batched_tokens."));
+  add(Opt("use-v2-block-manager", bind_field(FIELD(cache.use_v2_block_manager)), "",
+          "Whether to use the BlockSpaceManagerV2 or not.")
+          .no_effect("Cypris has one block manager"));
+  add(Opt("preemption-mode", bind_field(FIELD(scheduler.preemption_mode)), "{recompute,swap}",
+          "How to preempt when KV blocks run out: recompute the request later, or swap its blocks to the "
+          "CPU. Default: recompute.")
+          .alias("--preemption_mode")
+          .choices({"recompute", "swap"}));
+  add(Opt("num-scheduler-steps", bind_field(FIELD(scheduler.num_scheduler_steps)), "NUM",
+          "Maximum number of forward steps per scheduler call.")
+          .range(1, std::nullopt)
+          .not_yet("multi-step scheduling"));
+
+  group = "Device Options";
+  add(Opt("device", bind_field(FIELD(device.device)), "{auto,cuda,neuron,cpu}",
+          "The device to use for the engine. \"auto\" picks CUDA when a GPU exists, else the CPU.")
+          .choices({"auto", "cuda", "neuron", "cpu", "tpu"}));
+  add(Opt("threads", bind_field(FIELD(device.threads)), "NUM",
+          "Worker threads of the CPU backend. Defaults to the number of cores.")
+          .range(1, 1024));
+
+  group = "Speculative Decoding Options";
+  add(Opt("speculative-model", bind_field(FIELD(spec.speculative_model)), "{MODEL,\"[ngram]\"}",
+          "The name or path of the draft model, or \"[ngram]\" for ngram prompt lookup decoding.")
+          .not_yet("speculative decoding"));
+  add(Opt("num-speculative-tokens", bind_field(FIELD(spec.num_speculative_tokens)), "NUM",
+          "The number of speculative tokens to sample from the draft model.")
+          .range(1, std::nullopt)
+          .not_yet("speculative decoding"));
+  add(Opt("num-lookahead-slots", bind_field(FIELD(scheduler.num_lookahead_slots)), "NUM",
+          "The number of slots to allocate per sequence per step, beyond the known token IDs "
+          "(speculative decoding).")
+          .range(0, std::nullopt)
+          .not_yet("speculative decoding"));
+  add(Opt("speculative-max-model-len", bind_field(FIELD(spec.speculative_max_model_len)), "LEN",
+          "The maximum sequence length supported by the draft model.")
+          .range(1, std::nullopt)
+          .not_yet("speculative decoding"));
+  add(Opt("speculative-disable-by-batch-size", bind_field(FIELD(spec.speculative_disable_by_batch_size)), "NUM",
+          "Disable speculative decoding for new requests when more than this many are queued.")
+          .range(1, std::nullopt)
+          .not_yet("speculative decoding"));
+  add(Opt("ngram-prompt-lookup-max", bind_field(FIELD(spec.ngram_prompt_lookup_max)), "NUM",
+          "Max size of window for ngram prompt lookup.")
+          .range(1, std::nullopt)
+          .not_yet("speculative decoding"));
+  add(Opt("ngram-prompt-lookup-min", bind_field(FIELD(spec.ngram_prompt_lookup_min)), "NUM",
+          "Min size of window for ngram prompt lookup.")
+          .range(1, std::nullopt)
+          .not_yet("speculative decoding"));
+
+  group = "LoRA Options";
+  add(Opt("enable-lora", bind_field(FIELD(lora.enable_lora)), "", "Enable loading LoRA adapter weights.")
+          .not_yet("LoRA adapters"));
+  add(Opt("max-loras", bind_field(FIELD(lora.max_loras)), "NUM", "The maximum number of LoRAs in a single batch.")
+          .range(1, std::nullopt)
+          .not_yet("LoRA adapters"));
+  add(Opt("max-lora-rank", bind_field(FIELD(lora.max_lora_rank)), "{8,16,32,64}",
+          "The maximum LoRA rank. Defaults to 16.")
+          .choices({"8", "16", "32", "64"})
+          .not_yet("LoRA adapters"));
+  add(Opt("lora-extra-vocab-size", bind_field(FIELD(lora.lora_extra_vocab_size)), "NUM",
+          "Maximum size of extra vocabulary that can be present in a LoRA adapter.")
+          .range(0, std::nullopt)
+          .not_yet("LoRA adapters"));
+  add(Opt("lora-dtype", bind_field(FIELD(lora.lora_dtype)), "{auto,float16,bfloat16,float32}",
+          "Data type for LoRA. If auto, defaults to base model dtype.")
+          .choices({"auto", "float16", "bfloat16", "float32"})
+          .not_yet("LoRA adapters"));
+  add(Opt("max-cpu-loras", bind_field(FIELD(lora.max_cpu_loras)), "NUM",
+          "Maximum number of LoRAs to store in CPU memory.")
+          .range(1, std::nullopt)
+          .not_yet("LoRA adapters"));
+  add(Opt("fully-sharded-loras", bind_field(FIELD(lora.fully_sharded_loras)), "",
+          "Use fully sharded LoRA layers with tensor parallelism.")
+          .not_yet("LoRA adapters"));
+  add(Opt("long-lora-scaling-factors", bind_field(FIELD(lora.long_lora_scaling_factors)), "FACTOR [FACTOR ...]",
+          "Scaling factors for Long LoRA adapters.")
+          .not_yet("LoRA adapters"));
+  add(Opt("qlora-adapter-name-or-path", bind_field(FIELD(lora.qlora_adapter_name_or_path)), "PATH",
+          "Name or path of the QLoRA adapter.")
+          .not_yet("LoRA adapters"));
+
+  group = "API Options";
+  add(Opt("host", bind_field(FIELD(server.host)), "HOST", "The host name. Defaults to localhost."));
+  add(Opt("port", bind_field(FIELD(server.port)), "PORT", "The port number. Defaults to 2242.").range(0, 65535));
+  add(Opt("allowed-credentials", bind_field(FIELD(server.allow_credentials)), "{true,false}",
+          "Allow credentials in CORS requests.")
+          .alias("--allow-credentials"));
+  add(Opt("allowed-origins", bind_field(FIELD(server.allowed_origins)), "ALLOWED_ORIGINS",
+          "The allowed CORS origins (a JSON list or several values)."));
+  add(Opt("allowed-methods", bind_field(FIELD(server.allowed_methods)), "ALLOWED_METHODS",
+          "The allowed CORS methods (a JSON list or several values)."));
+  add(Opt("allowed-headers", bind_field(FIELD(server.allowed_headers)), "ALLOWED_HEADERS",
+          "The allowed CORS headers (a JSON list or several values)."));
+  add(Opt("api-keys", bind_field(FIELD(server.api_keys)), "API_KEY [API_KEY ...]",
+          "API key(s) that clients must send (Authorization: Bearer KEY or x-api-key).")
+          .env("APHRODITE_API_KEY"));
+  add(Opt("admin-key", bind_field(FIELD(server.admin_key)), "ADMIN_KEY",
+          "The admin API key, for admin operations (model load/unload).")
+          .env("APHRODITE_ADMIN_KEY"));
+  add(Opt("launch-kobold-api", bind_field(FIELD(server.launch_kobold_api)), "",
+          "Launch the Kobold API server in addition to the OpenAI one."));
+  add(Opt("kobold-no-auth", bind_field(FIELD(server.kobold_no_auth)), "",
+          "Leave the Kobold routes open when --api-keys is set (Kobold clients such as SillyTavern's "
+          "KoboldAI mode send no key)."));
+  add(Opt("max-length", bind_field(FIELD(server.max_length)), "LENGTH",
+          "The maximum output length. Used for Horde, has no effect.")
+          .range(1, std::nullopt));
+  add(Opt("served-model-name", bind_field(FIELD(model.served_model_name)), "NAME [NAME ...]",
+          "The model name(s) used in the API. The first is used in responses; requests may name any. "
+          "Defaults to --model."));
+  add(Opt("lora-modules", bind_field(FIELD(server.lora_modules)), "LORA_MODULES [LORA_MODULES ...]",
+          "LoRA modules to load for the API server, as name=path.")
+          .not_yet("LoRA adapters"));
+  add(Opt("chat-template", bind_field(FIELD(server.chat_template)), "PATH",
+          "The file path to the chat template. By default, the model's own template is used."));
+  add(Opt("response-role", bind_field(FIELD(server.response_role)), "ROLE",
+          "The role name to return if add_generation_prompt=True."));
+  add(Opt("ssl-keyfile", bind_field(FIELD(server.ssl_keyfile)), "PATH", "The file path to the SSL key file."));
+  add(Opt("ssl-certfile", bind_field(FIELD(server.ssl_certfile)), "PATH", "The file path to the SSL cert file."));
+  add(Opt("root-path", bind_field(FIELD(server.root_path)), "PATH",
+          "URL prefix when the server runs behind a path-based routing proxy."));
+  add(Opt("middleware", bind_field(FIELD(server.middleware)), "MIDDLEWARE",
+          "Additional ASGI middleware to apply to the app.")
+          .no_effect("Cypris's server is native C++ and loads no Python middleware"));
+  add(Opt("max-request-body-mb", bind_field(FIELD(server.max_request_body_mb)), "MIB",
+          "Request bodies larger than this many MiB are refused with 413.")
+          .range(1, 4096));
+
+  group = "Vision Language Options";
+  add(Opt("image-input-type", bind_field(FIELD(vision.image_input_type)), "{pixel_values,image_features}",
+          "The image input type passed to the engine.")
+          .choices({"pixel_values", "image_features"})
+          .not_yet("vision-language models"));
+  add(Opt("image-token-id", bind_field(FIELD(vision.image_token_id)), "ID", "Input ID for the image token.")
+          .not_yet("vision-language models"));
+  add(Opt("image-input-shape", bind_field(FIELD(vision.image_input_shape)), "SHAPE",
+          "The biggest image input shape given an input type.")
+          .not_yet("vision-language models"));
+  add(Opt("image-feature-size", bind_field(FIELD(vision.image_feature_size)), "SIZE",
+          "The image feature size along the context dimension.")
+          .not_yet("vision-language models"));
+
+  group = "Logging Options";
+  add(Opt("log-level", bind_field(FIELD(logging.log_level)), "LEVEL", "Log level.")
+          .choices({"trace", "debug", "info", "warning", "error", "critical", "off"}));
+  add(Opt("disable-log-stats", bind_field(FIELD(logging.disable_log_stats)), "", "Disable logging statistics."));
+  add(Opt("disable-log-requests", bind_field(FIELD(logging.disable_log_requests)), "", "Disable logging requests."));
+  add(Opt("max-log-len", bind_field(FIELD(logging.max_log_len)), "MAX_LOG_LEN",
+          "Max number of prompt characters or prompt ID numbers printed in the log. Default: unlimited.")
+          .range(0, std::nullopt));
+  add(Opt("log-stats-interval", bind_field(FIELD(logging.log_stats_interval)), "SECONDS",
+          "Seconds between two statistics lines in the log.")
+          .range(0.1, std::nullopt));
+
+  group = "Cypris Options";
+  add(Opt("no-ui", bind_field(FIELD(app.no_ui)), "",
+          "Run headless: load the model and serve the APIs on --host/--port, without the desktop window."));
+  add(Opt("config", bind_field(FIELD(app.config)), "FILE",
+          "Read options from a YAML or JSON file (keys are option names; command-line flags win)."));
+  return t;
+}
+
+}  // namespace
+
+const std::vector<OptionSpec>& option_table() {
+  static const std::vector<OptionSpec> table = build_table();
+  return table;
+}
+
+const std::vector<std::string>& option_groups() {
+  static const std::vector<std::string> groups = [] {
+    std::vector<std::string> g;
+    for (const auto& s : option_table()) {
+      if (g.empty() || g.back() != s.group) g.push_back(s.group);
+    }
+    return g;
+  }();
+  return groups;
+}
+
+}  // namespace cypris
