@@ -19,14 +19,22 @@ bool is_finished(RequestStatus status) {
 
 std::string_view to_string(RequestStatus status) {
   switch (status) {
-    case RequestStatus::Waiting: return "waiting";
-    case RequestStatus::Running: return "running";
-    case RequestStatus::Preempted: return "preempted";
-    case RequestStatus::Swapped: return "swapped";
-    case RequestStatus::FinishedStopped: return "finished_stopped";
-    case RequestStatus::FinishedLength: return "finished_length";
-    case RequestStatus::FinishedAborted: return "finished_aborted";
-    case RequestStatus::FinishedError: return "finished_error";
+    case RequestStatus::Waiting:
+      return "waiting";
+    case RequestStatus::Running:
+      return "running";
+    case RequestStatus::Preempted:
+      return "preempted";
+    case RequestStatus::Swapped:
+      return "swapped";
+    case RequestStatus::FinishedStopped:
+      return "finished_stopped";
+    case RequestStatus::FinishedLength:
+      return "finished_length";
+    case RequestStatus::FinishedAborted:
+      return "finished_aborted";
+    case RequestStatus::FinishedError:
+      return "finished_error";
   }
   return "unknown";
 }

@@ -122,8 +122,8 @@ std::optional<int32_t> BlockPool::lookup(uint64_t hash, uint64_t parent_hash, st
   return it->second;
 }
 
-bool BlockPool::cache_block(int32_t block_id, uint64_t hash, uint64_t parent_hash,
-                            std::span<const int32_t> token_ids, uint64_t extra_key) {
+bool BlockPool::cache_block(int32_t block_id, uint64_t hash, uint64_t parent_hash, std::span<const int32_t> token_ids,
+                            uint64_t extra_key) {
   if (!enable_caching_) return false;
   Block& b = blocks_[size_t(block_id)];
   if (b.has_hash || int32_t(token_ids.size()) != block_size_) return false;

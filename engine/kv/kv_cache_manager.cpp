@@ -65,8 +65,8 @@ ComputedBlocks KvCacheManager::get_computed_blocks(Request& request) {
   return out;
 }
 
-int32_t KvCacheManager::num_blocks_needed(const Request& request, int32_t num_new_tokens, const ComputedBlocks* computed,
-                                          int32_t num_lookahead_tokens) const {
+int32_t KvCacheManager::num_blocks_needed(const Request& request, int32_t num_new_tokens,
+                                          const ComputedBlocks* computed, int32_t num_lookahead_tokens) const {
   auto it = tables_.find(request.request_id());
   const std::vector<int32_t> kNone;
   const std::vector<int32_t>& existing = it == tables_.end() ? kNone : it->second.blocks;
@@ -127,7 +127,7 @@ std::optional<SlotAllocation> KvCacheManager::allocate_slots(Request& request, i
   for (int32_t i = start / block_size_; i < std::min(int32_t(table.blocks.size()), total); ++i) {
     int32_t old_id = table.blocks[size_t(i)];
     if (gpu_.ref_count(old_id) <= 1) continue;
-    int32_t new_id = gpu_.allocate(1)->front();  // counted in num_blocks_needed
+    int32_t new_id = gpu_.allocate(1)->front();                           // counted in num_blocks_needed
     if (i * block_size_ < start) out.copies.push_back({old_id, new_id});  // holds computed KV: copy it
     gpu_.free(std::span<const int32_t>(&old_id, 1));
     table.blocks[size_t(i)] = new_id;
@@ -183,8 +183,8 @@ void KvCacheManager::fork(const Request& parent, const Request& child) {
 bool KvCacheManager::can_swap_out(const Request& request) const {
   auto it = tables_.find(request.request_id());
   if (it == tables_.end() || it->second.on_cpu) return false;
-  int32_t keep = std::min(blocks_for_tokens(request.num_computed_tokens(), block_size_),
-                          int32_t(it->second.blocks.size()));
+  int32_t keep =
+      std::min(blocks_for_tokens(request.num_computed_tokens(), block_size_), int32_t(it->second.blocks.size()));
   return keep <= cpu_.num_free_blocks();
 }
 

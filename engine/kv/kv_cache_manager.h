@@ -24,9 +24,9 @@ namespace cypris {
 inline constexpr int32_t kAllowedBlockSizes[] = {8, 16, 32};
 
 struct KvCacheConfig {
-  int32_t block_size = 16;            // --block-size
-  int32_t num_gpu_blocks = 0;         // from memory profiling or --num-gpu-blocks-override
-  int32_t num_cpu_blocks = 0;         // from --swap-space; 0 = no swapping
+  int32_t block_size = 16;             // --block-size
+  int32_t num_gpu_blocks = 0;          // from memory profiling or --num-gpu-blocks-override
+  int32_t num_cpu_blocks = 0;          // from --swap-space; 0 = no swapping
   bool enable_prefix_caching = false;  // --enable-prefix-caching
   // Throws cypris::Error naming the flag and what is allowed.
   void validate() const;

@@ -14,7 +14,8 @@ BatchLayout build_batch_layout(const SchedulerOutput& output) {
   b.positions.reserve(size_t(output.total_num_scheduled_tokens));
   b.slot_mapping.reserve(size_t(output.total_num_scheduled_tokens));
   b.query_start_loc.push_back(0);
-  for (const auto& s : output.scheduled) b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, int32_t(s.block_ids.size()));
+  for (const auto& s : output.scheduled)
+    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, int32_t(s.block_ids.size()));
   b.block_tables.assign(output.scheduled.size() * size_t(b.max_blocks_per_seq), -1);
   for (size_t r = 0; r < output.scheduled.size(); ++r) {
     const auto& s = output.scheduled[r];

@@ -19,9 +19,9 @@ struct BatchLayout {
   std::vector<int32_t> context_lens;     // [num_reqs] tokens already in the cache before the step
   std::vector<int32_t> seq_lens;         // [num_reqs] context + scheduled tokens (attention span)
   int32_t max_blocks_per_seq = 0;
-  std::vector<int32_t> block_tables;     // [num_reqs, max_blocks_per_seq], padded with -1
-  std::vector<int32_t> logits_indices;   // [num_sampled] token rows whose logits are sampled
-  std::vector<int32_t> sampled_requests; // [num_sampled] index into SchedulerOutput::scheduled
+  std::vector<int32_t> block_tables;      // [num_reqs, max_blocks_per_seq], padded with -1
+  std::vector<int32_t> logits_indices;    // [num_sampled] token rows whose logits are sampled
+  std::vector<int32_t> sampled_requests;  // [num_sampled] index into SchedulerOutput::scheduled
   int32_t max_query_len = 0;
   int32_t max_seq_len = 0;
   int32_t num_tokens() const { return int32_t(token_ids.size()); }

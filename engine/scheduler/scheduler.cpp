@@ -85,9 +85,15 @@ std::shared_ptr<Request> Scheduler::find(const std::string& request_id) const {
 
 void Scheduler::finish(const std::shared_ptr<Request>& request, RequestStatus status) {
   switch (request->status()) {
-    case RequestStatus::Running: erase_from(running_, request.get()); break;
-    case RequestStatus::Swapped: erase_from(swapped_, request.get()); break;
-    default: erase_from(waiting_, request.get()); break;
+    case RequestStatus::Running:
+      erase_from(running_, request.get());
+      break;
+    case RequestStatus::Swapped:
+      erase_from(swapped_, request.get());
+      break;
+    default:
+      erase_from(waiting_, request.get());
+      break;
   }
   kv_.free(*request);
   request->set_status(status);
@@ -285,8 +291,8 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
     const StepResult* result = it == by_id.end() ? nullptr : it->second;
     if (request->num_computed_tokens() >= request->num_tokens() && result != nullptr) {
       // Never past max_tokens or the context length, even with several speculative tokens.
-      int32_t room = std::min(request->max_tokens() - request->num_output_tokens(),
-                              config_.max_model_len - request->num_tokens());
+      int32_t room =
+          std::min(request->max_tokens() - request->num_output_tokens(), config_.max_model_len - request->num_tokens());
       int32_t take = std::clamp(int32_t(result->sampled_token_ids.size()), 0, std::max(room, 0));
       update.new_token_ids.assign(result->sampled_token_ids.begin(), result->sampled_token_ids.begin() + take);
       request->append_output_tokens(update.new_token_ids);

@@ -38,7 +38,9 @@ class Scheduler {
   void add_request(std::shared_ptr<Request> request);
   // End a request now (client gone, stop string found, engine fault). False if unknown.
   bool finish_request(const std::string& request_id, RequestStatus status);
-  bool abort_request(const std::string& request_id) { return finish_request(request_id, RequestStatus::FinishedAborted); }
+  bool abort_request(const std::string& request_id) {
+    return finish_request(request_id, RequestStatus::FinishedAborted);
+  }
   // n > 1 / best_of / beam search: a running request is copied under a new id and shares its
   // blocks (copy-on-write). Call after update_from_output(), then give the child its own last
   // token with Request::replace_last_output_token(). nullptr when max_num_seqs is reached or

@@ -27,8 +27,12 @@ void SchedulerConfig::validate() const {
                "--preemption-mode swap needs CPU swap space (--swap-space > 0)");
 }
 
-std::string_view to_string(SchedulingPolicy policy) { return policy == SchedulingPolicy::Fcfs ? "fcfs" : "priority"; }
-std::string_view to_string(PreemptionMode mode) { return mode == PreemptionMode::Recompute ? "recompute" : "swap"; }
+std::string_view to_string(SchedulingPolicy policy) {
+  return policy == SchedulingPolicy::Fcfs ? "fcfs" : "priority";
+}
+std::string_view to_string(PreemptionMode mode) {
+  return mode == PreemptionMode::Recompute ? "recompute" : "swap";
+}
 
 SchedulingPolicy parse_scheduling_policy(std::string_view text) {
   if (text == "fcfs") return SchedulingPolicy::Fcfs;

@@ -9,8 +9,8 @@
 
 namespace cypris {
 
-enum class SchedulingPolicy { Fcfs, Priority };      // --scheduling-policy fcfs|priority
-enum class PreemptionMode { Recompute, Swap };       // --preemption-mode recompute|swap
+enum class SchedulingPolicy { Fcfs, Priority };  // --scheduling-policy fcfs|priority
+enum class PreemptionMode { Recompute, Swap };   // --preemption-mode recompute|swap
 
 struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;  // --max-num-batched-tokens: token budget of one step
@@ -19,17 +19,15 @@ struct SchedulerConfig {
   bool enable_chunked_prefill = false;    // --enable-chunked-prefill
   SchedulingPolicy policy = SchedulingPolicy::Fcfs;
   PreemptionMode preemption_mode = PreemptionMode::Recompute;
-  double delay_factor = 0.0;              // --scheduler-delay-factor
-  int32_t block_size = 16;                // --block-size
-  int32_t num_gpu_blocks = 0;             // profiling or --num-gpu-blocks-override
-  int32_t num_cpu_blocks = 0;             // --swap-space converted to blocks
-  bool enable_prefix_caching = false;     // --enable-prefix-caching
+  double delay_factor = 0.0;           // --scheduler-delay-factor
+  int32_t block_size = 16;             // --block-size
+  int32_t num_gpu_blocks = 0;          // profiling or --num-gpu-blocks-override
+  int32_t num_cpu_blocks = 0;          // --swap-space converted to blocks
+  bool enable_prefix_caching = false;  // --enable-prefix-caching
 
   // Throws cypris::Error naming the flag, the value and what is allowed.
   void validate() const;
-  KvCacheConfig kv_cache_config() const {
-    return {block_size, num_gpu_blocks, num_cpu_blocks, enable_prefix_caching};
-  }
+  KvCacheConfig kv_cache_config() const { return {block_size, num_gpu_blocks, num_cpu_blocks, enable_prefix_caching}; }
 };
 
 std::string_view to_string(SchedulingPolicy policy);

@@ -147,9 +147,9 @@ TEST(SchedulerRandom, InvariantsHoldAndEveryRequestFinishes) {
             c.block_size = bs;
             c.num_gpu_blocks = 384 / bs;  // three full-length requests
             c.num_cpu_blocks = 192 / bs;
-            SCOPED_TRACE(::testing::Message() << "chunked=" << chunked << " policy=" << to_string(policy)
-                                              << " mode=" << to_string(mode) << " caching=" << caching
-                                              << " block_size=" << bs << " seed=" << seed);
+            SCOPED_TRACE(::testing::Message()
+                         << "chunked=" << chunked << " policy=" << to_string(policy) << " mode=" << to_string(mode)
+                         << " caching=" << caching << " block_size=" << bs << " seed=" << seed);
             run_simulation(c, seed++, totals);
             if (::testing::Test::HasFailure()) return;
           }

@@ -124,13 +124,11 @@ std::vector<Case> cases() {
     SchedulerConfig c = base_config();
     c.max_num_batched_tokens = 8;
     c.enable_chunked_prefill = true;
-    out.push_back({"token_budget",
-                   c,
-                   {{1, "A", 3, 3}, {1, "B", 3, 3}, {1, "C", 3, 3}},
-                   {{{"A", 3}, {"B", 3}, {"C", 2}},
-                    {{"A", 1}, {"B", 1}, {"C", 1}},
-                    {{"A", 1}, {"B", 1}, {"C", 1}},
-                    {{"C", 1}}}});
+    out.push_back(
+        {"token_budget",
+         c,
+         {{1, "A", 3, 3}, {1, "B", 3, 3}, {1, "C", 3, 3}},
+         {{{"A", 3}, {"B", 3}, {"C", 2}}, {{"A", 1}, {"B", 1}, {"C", 1}}, {{"A", 1}, {"B", 1}, {"C", 1}}, {{"C", 1}}}});
   }
   for (auto policy : {SchedulingPolicy::Fcfs, SchedulingPolicy::Priority}) {
     // One sequence at a time, so the admission order is visible. Priorities: A 2, B 0, C 1.

@@ -87,7 +87,8 @@ class FakeRunner {
   static int64_t encode(int32_t token, int32_t pos) { return (int64_t(token) << 32) | uint32_t(pos); }
   void copy_blocks(const std::vector<BlockCopy>& copies, const std::vector<int64_t>& from, std::vector<int64_t>& to) {
     for (const auto& c : copies)
-      for (int32_t o = 0; o < bs_; ++o) to[size_t(c.dst) * size_t(bs_) + size_t(o)] = from[size_t(c.src) * size_t(bs_) + size_t(o)];
+      for (int32_t o = 0; o < bs_; ++o)
+        to[size_t(c.dst) * size_t(bs_) + size_t(o)] = from[size_t(c.src) * size_t(bs_) + size_t(o)];
   }
   int32_t bs_;
   std::vector<int64_t> gpu_;
