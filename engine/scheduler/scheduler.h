@@ -6,7 +6,15 @@
 // (fcfs: arrival; priority: (priority, arrival)). When blocks run out the worst running request
 // (lowest priority / latest arrival) is preempted: by recompute (blocks freed, back to waiting
 // with num_computed_tokens = 0) or by swap (blocks copied to the CPU pool). Pure logic: the
-// clock is injected, nothing here does I/O or touches a device.
+// clock is injected, nothing here does I/O or touches a device. Not thread-safe: the engine
+// thread owns it.
+//
+// One engine step (CONVENTIONS.md point 2):
+//   SchedulerOutput out = scheduler.schedule();
+//   BatchLayout batch = build_batch_layout(out);  // runner: swap out, swap in, copy, then forward
+//   std::vector<StepResult> results = ...;        // one per batch.sampled_requests entry
+//   auto updates = scheduler.update_from_output(out, results);  // new tokens, finished requests
+// Stop strings found after detokenizing: finish_request(id, RequestStatus::FinishedStopped).
 #pragma once
 
 #include <cstdint>
