@@ -145,22 +145,39 @@ std::vector<Case> cases() {
   }
   {
     // 4 blocks of 8. A and B (12 + 12 tokens each) fill the cache; when A needs a third block
-    // (step 6) the later arrival B is preempted, recomputed (12 prompt + 5 output tokens) once
-    // A has finished.
+    // (step 6) the later arrival B is preempted, and recomputed (12 prompt + 5 output tokens)
+    // once A has finished. C (1 block) arrives at step 8 and would fit in the free block, but B
+    // is ahead of it: C waits until B is back.
     SchedulerConfig c = base_config();
     c.num_gpu_blocks = 4;
+    std::vector<Arrival> arrivals = {{1, "A", 12, 12}, {1, "B", 12, 12}, {8, "C", 4, 2}};
     std::vector<StepPlan> plan;
     plan.push_back({{"A", 12}, {"B", 12}});
     for (int i = 2; i <= 5; ++i) plan.push_back({{"A", 1}, {"B", 1}});
     for (int i = 6; i <= 12; ++i) plan.push_back({{"A", 1}});
-    plan.push_back({{"B", 17}});
-    for (int i = 14; i <= 19; ++i) plan.push_back({{"B", 1}});
-    out.push_back({"recompute_preemption", c, {{1, "A", 12, 12}, {1, "B", 12, 12}}, plan, {{6, {"B"}}}});
-    // Same with swapping: B's 2 computed blocks go to the CPU and come back; it resumes with 1 token.
+    plan.push_back({{"B", 17}, {"C", 4}});
+    plan.push_back({{"B", 1}, {"C", 1}});
+    for (int i = 15; i <= 19; ++i) plan.push_back({{"B", 1}});
+    out.push_back({"recompute_preemption", c, arrivals, plan, {{6, {"B"}}}});
+    // Same with swapping: B's 2 computed blocks go to the CPU and come back; it resumes with 1
+    // token. Swapped requests come back before new ones (C) are admitted.
     c.preemption_mode = PreemptionMode::Swap;
     c.num_cpu_blocks = 4;
-    plan[12] = {{"B", 1}};
-    out.push_back({"swap_preemption", c, {{1, "A", 12, 12}, {1, "B", 12, 12}}, plan, {}, {{6, {"B"}}}, {{13, {"B"}}}});
+    plan[12] = {{"B", 1}, {"C", 4}};
+    out.push_back({"swap_preemption", c, arrivals, plan, {}, {{6, {"B"}}}, {{13, {"B"}}}});
+  }
+  {
+    // Priority, short of blocks: A (priority 3) holds all 4 blocks after its first decode; B
+    // (priority 0) needs 2, so A is preempted for it and recomputes (24 prompt + 2 output
+    // tokens) after B.
+    SchedulerConfig c = base_config();
+    c.num_gpu_blocks = 4;
+    c.policy = SchedulingPolicy::Priority;
+    out.push_back({"priority_preempts_for_blocks",
+                   c,
+                   {{1, "A", 24, 4, 3}, {3, "B", 16, 2, 0}},
+                   {{{"A", 24}}, {{"A", 1}}, {{"B", 16}}, {{"B", 1}}, {{"A", 26}}, {{"A", 1}}},
+                   {{3, {"A"}}}});
   }
   {
     // Priority: B (priority 0) arrives while A (5) holds the only sequence slot: A is preempted,
