@@ -96,6 +96,7 @@ void Scheduler::finish(const std::shared_ptr<Request>& request, RequestStatus st
       break;
   }
   kv_.free(*request);
+  forked_unscheduled_.erase(request->request_id());
   request->set_status(status);
   finished_since_last_.push_back(request->request_id());
   requests_.erase(request->request_id());
@@ -119,12 +120,14 @@ std::shared_ptr<Request> Scheduler::fork_request(const std::string& parent_id, s
   kv_.fork(*parent, *child);
   requests_.emplace(child->request_id(), child);
   running_.push_back(child);
+  forked_unscheduled_.insert(child->request_id());
   return child;
 }
 
 void Scheduler::preempt_last_running(SchedulerOutput& out, bool allow_swap) {
   std::shared_ptr<Request> victim = running_.back();
   running_.pop_back();
+  forked_unscheduled_.erase(victim->request_id());  // it will be new to the runner when it resumes
   victim->count_preemption();
   ++num_preemptions_;
   if (allow_swap && config_.preemption_mode == PreemptionMode::Swap && kv_.can_swap_out(*victim)) {
@@ -217,7 +220,7 @@ SchedulerOutput Scheduler::schedule() {
       if (self_preempted) break;
     }
     if (self_preempted) break;  // it was the last one, nothing after it
-    add_scheduled(out, request, num_new, *allocation, false);
+    add_scheduled(out, request, num_new, *allocation, forked_unscheduled_.erase(request->request_id()) > 0);
     budget -= num_new;
     ++i;
   }

@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/core/request.h"
@@ -91,6 +92,7 @@ class Scheduler {
   std::deque<std::shared_ptr<Request>> waiting_;
   std::deque<std::shared_ptr<Request>> swapped_;
   std::vector<std::string> finished_since_last_;
+  std::unordered_set<std::string> forked_unscheduled_;  // children the runner has not seen yet
   uint64_t next_arrival_seq_ = 0;
   int64_t num_preemptions_ = 0;
   // --scheduler-delay-factor state (vLLM v0 _passed_delay).

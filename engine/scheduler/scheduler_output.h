@@ -18,7 +18,7 @@ struct ScheduledRequest {
   int32_t num_computed_tokens = 0;   // before this step: position of the first scheduled token
   int32_t num_scheduled_tokens = 0;  // tokens [num_computed_tokens, +num_scheduled_tokens) run now
   std::vector<int32_t> block_ids;    // the whole block table after this step's allocation
-  // First step since admission, recompute-resumption or swap-in: the runner (re)creates any
+  // First step since admission, recompute-resumption, swap-in or fork: the runner (re)creates any
   // per-request state it keeps.
   bool is_new = false;
   // The step reaches the request's last known token, so its logits are sampled. False for all

@@ -351,6 +351,8 @@ TEST(Scheduler, ForkSharesBlocksAndCopiesOnWrite) {
   EXPECT_EQ(sim.sched.kv_cache().gpu_pool().ref_count(shared_block), 2);
   auto out = sim.step();
   EXPECT_EQ(testing::to_text(testing::plan_of(out)), "{A:1 A.1:1 }");
+  EXPECT_FALSE(out.scheduled[0].is_new);
+  EXPECT_TRUE(out.scheduled[1].is_new) << "the runner sees the child for the first time";
   ASSERT_EQ(out.blocks_to_copy.size(), 1u) << "one of the two gets a private copy of the partly filled block";
   EXPECT_EQ(out.blocks_to_copy[0].src, shared_block);
   EXPECT_NE(out.scheduled[0].block_ids[1], out.scheduled[1].block_ids[1]);
