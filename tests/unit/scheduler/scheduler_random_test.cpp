@@ -128,9 +128,17 @@ void run_simulation(const SchedulerConfig& config, uint32_t seed, Totals& totals
   }
 }
 
-TEST(SchedulerRandom, InvariantsHoldAndEveryRequestFinishes) {
-  Totals totals;
-  uint32_t seed = 1234;
+// Sizes of one family of simulations.
+struct Shape {
+  const char* name;
+  int32_t max_num_seqs;
+  int32_t chunked_budget;  // --max-num-batched-tokens with chunked prefill (without: max_model_len)
+  int32_t gpu_tokens;      // KV cache size in tokens
+  int32_t cpu_tokens;      // swap space in tokens
+  double delay_factor;
+};
+
+void run_family(const Shape& shape, uint32_t seed, Totals& totals) {
   for (bool chunked : {false, true})
     for (auto policy : {SchedulingPolicy::Fcfs, SchedulingPolicy::Priority})
       for (auto mode : {PreemptionMode::Recompute, PreemptionMode::Swap})
@@ -139,20 +147,24 @@ TEST(SchedulerRandom, InvariantsHoldAndEveryRequestFinishes) {
             SchedulerConfig c;
             c.max_model_len = 128;
             c.enable_chunked_prefill = chunked;
-            c.max_num_batched_tokens = chunked ? 32 : 128;
-            c.max_num_seqs = 8;
+            c.max_num_batched_tokens = chunked ? shape.chunked_budget : 128;
+            c.max_num_seqs = shape.max_num_seqs;
             c.policy = policy;
             c.preemption_mode = mode;
             c.enable_prefix_caching = caching;
             c.block_size = bs;
-            c.num_gpu_blocks = 384 / bs;  // three full-length requests
-            c.num_cpu_blocks = 192 / bs;
-            SCOPED_TRACE(::testing::Message()
-                         << "chunked=" << chunked << " policy=" << to_string(policy) << " mode=" << to_string(mode)
-                         << " caching=" << caching << " block_size=" << bs << " seed=" << seed);
+            c.num_gpu_blocks = shape.gpu_tokens / bs;
+            c.num_cpu_blocks = shape.cpu_tokens / bs;
+            c.delay_factor = shape.delay_factor;
+            SCOPED_TRACE(::testing::Message() << shape.name << ": chunked=" << chunked
+                                              << " policy=" << to_string(policy) << " mode=" << to_string(mode)
+                                              << " caching=" << caching << " block_size=" << bs << " seed=" << seed);
             run_simulation(c, seed++, totals);
             if (::testing::Test::HasFailure()) return;
           }
+}
+
+void expect_paths_exercised(const Totals& totals) {
   // The simulation must actually exercise the interesting paths.
   EXPECT_GT(totals.preempted, 0);
   EXPECT_GT(totals.swapped_out, 0);
@@ -163,6 +175,21 @@ TEST(SchedulerRandom, InvariantsHoldAndEveryRequestFinishes) {
   std::printf("preempted %lld, swapped out %lld / in %lld, copy-on-write %lld, prefix-hit tokens %lld, refused %lld\n",
               (long long)totals.preempted, (long long)totals.swapped_out, (long long)totals.swapped_in,
               (long long)totals.cow_copies, (long long)totals.prefix_hits, (long long)totals.refused);
+}
+
+TEST(SchedulerRandom, InvariantsHoldAndEveryRequestFinishes) {
+  Totals totals;
+  // Room for three full-length requests, eight sequences.
+  run_family({"roomy", 8, 32, 384, 192, 0.0}, 1234, totals);
+  expect_paths_exercised(totals);
+}
+
+TEST(SchedulerRandom, TightCacheAndFewSequences) {
+  Totals totals;
+  // The cache holds exactly one full-length request; three sequences, a 16-token budget when
+  // chunked, and a delay factor holding prompts back: everything must still finish.
+  run_family({"tight", 3, 16, 128, 64, 0.5}, 777, totals);
+  expect_paths_exercised(totals);
 }
 
 }  // namespace
