@@ -103,7 +103,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Gemm,
                                            GemmCase{33, 300, 129, DType::BF16, true},
                                            GemmCase{1, 1000, 700, DType::BF16, false},
                                            GemmCase{5, 2048, 70, DType::F16, false},
-                                           GemmCase{16, 96, 513, DType::F32, true}));
+                                           GemmCase{16, 96, 513, DType::F32, true},
+                                           // m <= 4 takes the fused convert-and-dot path; odd k tests its tail
+                                           GemmCase{1, 17, 9, DType::F16, true}, GemmCase{3, 100, 40, DType::F32, true},
+                                           GemmCase{4, 37, 33, DType::BF16, false},
+                                           GemmCase{2, 2048, 70, DType::F16, false}));
 
 TEST(Convert, F16AndBf16RoundTrip) {
   std::vector<float> v = {0.0f, -1.5f, 65504.0f, 1e-7f, 3.14159f};
