@@ -55,6 +55,7 @@ int bench(const Args& args) {
   CYPRIS_CHECK(batch_size == 1, "--batch-size {}: only batch size 1 is supported yet", batch_size);
 
   ModelRunnerOptions opt = engine.runner_options();
+  opt.num_blocks = (input_len + output_len + opt.block_size - 1) / opt.block_size;
   const double t_load = now_s();
   ModelRunner runner(opt);
   const double load_s = now_s() - t_load;

@@ -87,10 +87,13 @@ int generate(const Args& args) {
     LOG_WARN("no tokenizer ({}): printing token ids", e.what());
   }
 
-  ModelRunner runner(engine.runner_options());
-  const ModelConfig& cfg = runner.config();
   std::vector<int32_t> ids = prompt ? tokenizer->encode(*prompt, true) : parse_ids(*prompt_ids);
   CYPRIS_CHECK(!ids.empty(), "generate: the prompt encodes to no tokens");
+  ModelRunnerOptions opt = engine.runner_options();
+  // One sequence: the cache needs only prompt + max_tokens slots, not the whole --max-model-len.
+  opt.num_blocks = (static_cast<int64_t>(ids.size()) + max_tokens + opt.block_size - 1) / opt.block_size;
+  ModelRunner runner(opt);
+  const ModelConfig& cfg = runner.config();
   CYPRIS_CHECK(static_cast<int64_t>(ids.size()) < cfg.max_model_len,
                "generate: the prompt has {} tokens; the context (--max-model-len) is {}", ids.size(),
                cfg.max_model_len);

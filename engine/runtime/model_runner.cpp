@@ -26,8 +26,9 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   const std::vector<int64_t> shape = {num_blocks_, block_size_, model_->num_kv_heads(), model_->head_dim()};
   kv_cache_.resize(cfg.num_hidden_layers);
   for (auto& layer : kv_cache_) {
-    layer.k = backend_->zeros(DType::F32, shape);
-    layer.v = backend_->zeros(DType::F32, shape);
+    // Uninitialised: attention reads only slots written earlier, and untouched pages cost no RAM.
+    layer.k = backend_->empty(DType::F32, shape);
+    layer.v = backend_->empty(DType::F32, shape);
   }
   LOG_INFO("loaded {} ({}, {} layers, weights {}) from {}; KV cache {} blocks x {} tokens", resolve_architecture(cfg),
            weights->describe(), cfg.num_hidden_layers, dtype_name(weight_dtype_), options.model_dir.string(),
