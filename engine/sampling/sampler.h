@@ -18,14 +18,10 @@
 #include <span>
 #include <vector>
 
+#include "engine/core/outputs.h"  // TokenLogprob
 #include "engine/core/sampling_params.h"
 
 namespace cypris {
-
-struct TokenLogprob {
-  int32_t token;
-  float logprob;
-};
 
 struct SampleOutput {
   int32_t token = -1;

@@ -1,0 +1,465 @@
+#include "engine/core/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/common/error.h"
+#include "engine/common/log.h"
+#include "engine/core/request.h"
+#include "engine/core/sampling_params.h"
+#include "engine/loader/model_config.h"
+#include "engine/runtime/model_runner.h"
+#include "engine/sampling/sampler.h"
+#include "engine/scheduler/batch_layout.h"
+#include "engine/scheduler/scheduler.h"
+#include "engine/tokenizer/incremental_detokenizer.h"
+#include "engine/tokenizer/stop_strings.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace cypris {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+int64_t default_max_num_batched_tokens(const EngineConfig& cfg, int64_t max_model_len) {
+  if (cfg.scheduler.max_num_batched_tokens) return *cfg.scheduler.max_num_batched_tokens;
+  // vLLM's defaults: a small budget with chunked prefill (decodes stay fast), else room for the
+  // longest prompt in one step.
+  if (cfg.scheduler.enable_chunked_prefill) return std::max<int64_t>(512, cfg.scheduler.max_num_seqs);
+  return std::max<int64_t>({max_model_len, 2048, cfg.scheduler.max_num_seqs});
+}
+
+}  // namespace
+
+// One of a request's n (or best_of) sequences.
+struct Engine::Seq {
+  Group* group = nullptr;
+  int index = 0;
+  std::shared_ptr<Request> req;
+  SamplingState sampling;
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  std::unique_ptr<StopStringMatcher> stops;
+  double cumulative_logprob = 0.0;
+  bool finished = false;
+  // Accumulated for best_of > n, where only the best n are returned at the end.
+  CompletionDelta all;
+};
+
+// One client request.
+struct Engine::Group {
+  GenerateRequest req;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<std::unique_ptr<Seq>> seqs;
+  int n = 1;
+  bool hold_until_done = false;  // best_of > n
+  int num_finished = 0;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_prompt_tokens = 0;
+  int64_t num_generated = 0;
+  bool first_output_sent = false;
+};
+
+std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
+                                              const std::optional<std::string>& download_dir) {
+  CYPRIS_CHECK(!model.empty(), "--model is required: a local model folder or a Hugging Face repo id");
+  std::filesystem::path p(model);
+  if (std::filesystem::is_directory(p)) return p;
+  CYPRIS_FAIL("--model '{}': no such folder{}", model, revision ? fmt::format(" (revision {})", *revision) : "");
+}
+
+Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
+  const auto& mo = cfg.model;
+  CYPRIS_CHECK(cfg.device.device != "cuda", "--device cuda: the CUDA backend is not supported yet in this build; "
+                                            "use --device cpu (or auto)");
+  const std::filesystem::path dir = resolve_local_model_dir(mo.model, mo.revision, mo.download_dir);
+
+  ModelRunnerOptions ro;
+  ro.model_dir = dir;
+  ro.load.dtype = mo.dtype;
+  ro.load.load_format = mo.load_format;
+  ro.load.seed = static_cast<uint64_t>(mo.seed);
+  if (!mo.rope_scaling.empty()) ro.load.overrides.rope_scaling_json = mo.rope_scaling;
+  ro.load.overrides.rope_theta = mo.rope_theta;
+  ro.load.overrides.max_model_len = mo.max_model_len;
+  ro.threads = static_cast<int>(cfg.device.threads.value_or(0));
+  ro.block_size = static_cast<int>(cfg.cache.block_size);
+
+  // Size the cache from the architecture before loading any weight.
+  const ModelConfig mc = load_model_config(dir, ro.load.overrides);
+  const int64_t max_model_len = mc.max_model_len;
+  const double block_bytes = 2.0 * mc.num_hidden_layers * ro.block_size * mc.num_key_value_heads * mc.head_dim * 4;
+  int64_t num_blocks = cfg.cache.num_gpu_blocks_override.value_or(
+      static_cast<int64_t>(cfg.cache.cpu_kvcache_space * kGiB / block_bytes));
+  CYPRIS_CHECK(num_blocks >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",
+               cfg.cache.cpu_kvcache_space, block_bytes / 1024.0);
+  ro.num_blocks = num_blocks;
+
+  if (!mo.skip_tokenizer_init) {
+    const std::string tok_dir = mo.tokenizer.value_or(dir.string());
+    TokenizerOptions to;
+    to.mode = mo.tokenizer_mode;
+    tokenizer_ = load_tokenizer(resolve_local_model_dir(tok_dir, mo.tokenizer_revision, mo.download_dir), to);
+  }
+  runner_ = std::make_unique<ModelRunner>(ro);
+
+  SchedulerConfig sc;
+  sc.max_model_len = static_cast<int32_t>(max_model_len);
+  sc.max_num_batched_tokens = static_cast<int32_t>(default_max_num_batched_tokens(cfg, max_model_len));
+  sc.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
+  sc.enable_chunked_prefill = cfg.scheduler.enable_chunked_prefill;
+  sc.policy = parse_scheduling_policy(cfg.scheduler.scheduling_policy);
+  sc.preemption_mode = parse_preemption_mode(cfg.scheduler.preemption_mode.value_or("recompute"));
+  sc.delay_factor = cfg.scheduler.scheduler_delay_factor;
+  sc.block_size = static_cast<int32_t>(cfg.cache.block_size);
+  sc.num_gpu_blocks = static_cast<int32_t>(num_blocks);
+  sc.enable_prefix_caching = cfg.cache.enable_prefix_caching;
+  if (sc.preemption_mode == PreemptionMode::Swap) {
+    sc.num_cpu_blocks = static_cast<int32_t>(cfg.cache.swap_space * kGiB / block_bytes);
+    runner_->allocate_swap_space(sc.num_cpu_blocks);
+  }
+  scheduler_ = std::make_unique<Scheduler>(sc);
+
+  SamplerConfig samp;
+  samp.vocab_size = static_cast<int32_t>(runner_->config().vocab_size);
+  samp.max_log_probs = static_cast<int>(cfg.model.max_log_probs);
+  eos_ids_ = runner_->config().eos_token_ids;
+  if (tokenizer_ && tokenizer_->eos_id() &&
+      std::find(eos_ids_.begin(), eos_ids_.end(), *tokenizer_->eos_id()) == eos_ids_.end()) {
+    eos_ids_.push_back(*tokenizer_->eos_id());
+  }
+  if (!eos_ids_.empty()) samp.eos_token_id = eos_ids_.front();
+  sampler_ = std::make_unique<Sampler>(samp);
+
+  info_.model = mo.model;
+  info_.served_names = mo.served_model_name.empty() ? std::vector<std::string>{mo.model} : mo.served_model_name;
+  info_.max_model_len = max_model_len;
+  info_.vocab_size = runner_->config().vocab_size;
+  info_.dtype = std::string(dtype_name(runner_->weight_dtype()));
+  info_.device = "cpu";
+
+  const double max_concurrency = static_cast<double>(num_blocks) * ro.block_size / static_cast<double>(max_model_len);
+  LOG_INFO("KV cache: {} blocks of {} tokens ({:.2f} GiB); maximum concurrency for {} tokens per request: {:.2f}x",
+           num_blocks, ro.block_size, num_blocks * block_bytes / kGiB, max_model_len, max_concurrency);
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::num_kv_blocks() const { return runner_->num_blocks(); }
+
+void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> stream) {
+  CYPRIS_CHECK(req.params != nullptr, "request {} has no sampling parameters", req.request_id);
+  CYPRIS_CHECK(!groups_.count(req.request_id), "request id '{}' is already in use", req.request_id);
+  auto params = std::make_shared<SamplingParams>(*req.params);
+  params->validate(static_cast<int>(cfg_.model.max_log_probs), static_cast<int32_t>(info_.vocab_size));
+  CYPRIS_CHECK(!params->use_beam_search, "use_beam_search: beam search is not supported yet in Cypris");
+  CYPRIS_CHECK(!params->prompt_logprobs, "prompt_logprobs is not supported yet in Cypris");
+  CYPRIS_CHECK(params->banned_strings.empty(), "banned_strings is not supported yet in Cypris");
+  CYPRIS_CHECK(!req.prompt_token_ids.empty(), "the prompt is empty: give at least one token");
+  for (int32_t id : req.prompt_token_ids) {
+    CYPRIS_CHECK(id >= 0 && id < info_.vocab_size, "prompt token id {} is out of range; this model's vocabulary has {} "
+                                                   "tokens", id, info_.vocab_size);
+  }
+  if (params->truncate_prompt_tokens && *params->truncate_prompt_tokens > 0 &&
+      static_cast<int64_t>(req.prompt_token_ids.size()) > *params->truncate_prompt_tokens) {
+    req.prompt_token_ids.erase(req.prompt_token_ids.begin(),
+                               req.prompt_token_ids.end() - *params->truncate_prompt_tokens);
+  }
+  if (tokenizer_ && params->dry_multiplier > 0.0f && params->dry_sequence_breaker_ids.empty()) {
+    params->resolve_dry_sequence_breakers(
+        [this](const std::string& s) { return tokenizer_->encode(s, /*add_special_tokens=*/false); });
+  }
+  const int64_t prompt_len = static_cast<int64_t>(req.prompt_token_ids.size());
+  const int64_t max_tokens = params->max_tokens.value_or(info_.max_model_len - prompt_len);
+  CYPRIS_CHECK(prompt_len + max_tokens <= info_.max_model_len,
+               "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
+               "prompt, {} for the completion). Please reduce the prompt or the completion length.",
+               info_.max_model_len, prompt_len + max_tokens, prompt_len, max_tokens);
+  CYPRIS_CHECK(max_tokens >= 1, "This model's maximum context length is {} tokens and the prompt has {}: no room is "
+               "left for a completion.", info_.max_model_len, prompt_len);
+
+  auto g = std::make_unique<Group>();
+  g->n = params->n;
+  const int num_seqs = params->effective_best_of();
+  g->hold_until_done = num_seqs > params->n;
+  g->num_prompt_tokens = prompt_len;
+  g->stream = std::move(stream);
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  std::vector<std::shared_ptr<Request>> created;
+  try {
+    for (int i = 0; i < num_seqs; ++i) {
+      auto seq = std::make_unique<Seq>();
+      seq->group = g.get();
+      seq->index = i;
+      const std::string id = num_seqs == 1 ? req.request_id : fmt::format("{}#{}", req.request_id, i);
+      seq->req = std::make_shared<Request>(id, req.prompt_token_ids, static_cast<int32_t>(max_tokens), params,
+                                           req.priority, now);
+      seq->sampling = SamplingState(*params, req.prompt_token_ids, static_cast<uint32_t>(i));
+      if (tokenizer_) {
+        DetokenizeOptions dopts{params->skip_special_tokens, params->spaces_between_special_tokens};
+        const size_t ctx = std::min(req.prompt_token_ids.size(), IncrementalDetokenizer::kDefaultContextTokens);
+        seq->detok = std::make_unique<IncrementalDetokenizer>(
+            *tokenizer_, dopts, std::span<const int32_t>(req.prompt_token_ids).last(ctx));
+        seq->stops = std::make_unique<StopStringMatcher>(params->stop, params->include_stop_str_in_output);
+      }
+      scheduler_->add_request(seq->req);
+      created.push_back(seq->req);
+      seqs_[id] = seq.get();
+      g->seqs.push_back(std::move(seq));
+    }
+  } catch (...) {
+    for (auto& r : created) {
+      scheduler_->abort_request(r->request_id());
+      seqs_.erase(r->request_id());
+    }
+    throw;
+  }
+  req.params = params;
+  g->req = std::move(req);
+  log_request(cfg_.logging, g->req.request_id, g->req.prompt,
+              fmt::format("prompt tokens: {}, max_tokens: {}, n: {}, temperature: {}", prompt_len, max_tokens,
+                          params->n, params->temperature));
+  prompt_tokens_total_ += prompt_len;
+  groups_[g->req.request_id] = std::move(g);
+}
+
+void Engine::abort_request(const std::string& request_id) {
+  auto it = groups_.find(request_id);
+  if (it == groups_.end()) return;
+  Group& g = *it->second;
+  RequestOutput out;
+  for (auto& s : g.seqs) {
+    if (s->finished) continue;
+    scheduler_->abort_request(s->req->request_id());
+    finish_seq(*s, "abort", out);
+  }
+  emit(g, out);
+}
+
+bool Engine::has_unfinished_requests() const { return !groups_.empty(); }
+
+void Engine::finish_seq(Seq& s, const std::string& reason, RequestOutput& out) {
+  if (s.finished) return;
+  s.finished = true;
+  s.group->num_finished++;
+  CompletionDelta* d = nullptr;
+  for (auto& o : out.outputs) {
+    if (o.index == s.index) d = &o;
+  }
+  if (!d) {
+    out.outputs.push_back(CompletionDelta{});
+    d = &out.outputs.back();
+    d->index = s.index;
+  }
+  if (s.detok && !(s.stops && s.stops->stopped())) {
+    std::string tail = s.detok->finish();
+    StopCheck c = s.stops->push(tail);
+    d->text += c.text + (c.stopped() ? "" : s.stops->flush());
+  }
+  d->finish_reason = reason;
+  d->cumulative_logprob = s.cumulative_logprob;
+  seqs_.erase(s.req->request_id());
+}
+
+void Engine::emit(Group& g, RequestOutput& out) {
+  for (auto& d : out.outputs) {
+    Seq& s = *g.seqs[static_cast<size_t>(d.index)];
+    if (g.hold_until_done) {
+      s.all.text += d.text;
+      s.all.token_ids.insert(s.all.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+      s.all.logprobs.insert(s.all.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+      if (d.finish_reason) s.all.finish_reason = d.finish_reason;
+      if (d.stop_reason) s.all.stop_reason = d.stop_reason;
+    }
+  }
+  const bool done = g.num_finished == static_cast<int>(g.seqs.size());
+  if (g.hold_until_done) {
+    if (!done) return;
+    // best_of > n: return the n sequences with the highest cumulative logprob.
+    std::vector<Seq*> order;
+    for (auto& s : g.seqs) order.push_back(s.get());
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Seq* a, const Seq* b) { return a->cumulative_logprob > b->cumulative_logprob; });
+    out.outputs.clear();
+    for (int i = 0; i < g.n; ++i) {
+      CompletionDelta d = order[static_cast<size_t>(i)]->all;
+      d.index = i;
+      d.cumulative_logprob = order[static_cast<size_t>(i)]->cumulative_logprob;
+      out.outputs.push_back(std::move(d));
+    }
+  }
+  if (out.outputs.empty() && !done) return;
+  std::sort(out.outputs.begin(), out.outputs.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  out.request_id = g.req.request_id;
+  out.finished = done;
+  out.num_prompt_tokens = g.num_prompt_tokens;
+  out.num_cached_prompt_tokens = g.num_cached_prompt_tokens;
+  out.num_generated_tokens = g.num_generated;
+  if (g.stream) g.stream->push(std::move(out));
+  g.first_output_sent = true;
+  if (done) groups_.erase(g.req.request_id);  // g is gone after this line
+}
+
+void Engine::step() {
+  SchedulerOutput so = scheduler_->schedule();
+  if (so.empty()) return;
+  runner_->swap_out(so.blocks_to_swap_out);
+  runner_->swap_in(so.blocks_to_swap_in);
+  runner_->copy_blocks(so.blocks_to_copy);
+
+  const BatchLayout lay = build_batch_layout(so);
+  BatchContext bc;
+  bc.token_ids = lay.token_ids;
+  bc.positions = lay.positions;
+  bc.slot_mapping = lay.slot_mapping;
+  bc.query_start_loc = lay.query_start_loc;
+  bc.seq_lens = lay.seq_lens;
+  bc.block_tables = lay.block_tables;
+  bc.max_blocks_per_seq = lay.max_blocks_per_seq;
+  bc.logits_indices = lay.logits_indices;
+
+  std::vector<StepResult> results;
+  std::vector<SampleOutput> samples;
+  std::vector<Seq*> sampled_seqs;
+  try {
+    const Logits logits = runner_->execute(bc);
+    std::vector<SamplerRow> rows;
+    for (int32_t k : lay.sampled_requests) {
+      Seq* s = seqs_.at(so.scheduled[static_cast<size_t>(k)].request->request_id());
+      const auto& params = *s->group->req.params;
+      rows.push_back(SamplerRow{&params, &s->sampling});
+      sampled_seqs.push_back(s);
+    }
+    if (!rows.empty()) samples = sampler_->sample(logits.data.data(), rows);
+  } catch (const std::exception& e) {
+    // An engine fault fails the requests of this step; the engine keeps serving others.
+    LOG_ERROR("model step failed: {}", e.what());
+    for (const auto& sr : so.scheduled) {
+      auto it = seqs_.find(sr.request->request_id());
+      if (it == seqs_.end()) continue;
+      Seq& s = *it->second;
+      scheduler_->finish_request(sr.request->request_id(), RequestStatus::FinishedError);
+      RequestOutput out;
+      out.error = fmt::format("the model step failed: {}", e.what());
+      Group& g = *s.group;
+      for (auto& other : g.seqs) {
+        if (!other->finished) {
+          if (other.get() != &s) scheduler_->abort_request(other->req->request_id());
+          finish_seq(*other, "abort", out);
+        }
+      }
+      emit(g, out);
+    }
+    return;
+  }
+
+  for (size_t i = 0; i < sampled_seqs.size(); ++i) {
+    Seq& s = *sampled_seqs[i];
+    const SamplingParams& p = *s.group->req.params;
+    StepResult r;
+    r.request_id = s.req->request_id();
+    const int32_t tok = samples[i].token;
+    r.sampled_token_ids = {tok};
+    const int64_t num_out = s.req->num_output_tokens() + 1;
+    if (num_out >= p.min_tokens) {
+      const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
+      const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+      if ((is_eos && !p.ignore_eos) || is_stop_id) r.finish = RequestStatus::FinishedStopped;
+    }
+    results.push_back(std::move(r));
+  }
+  const auto updates = scheduler_->update_from_output(so, results);
+
+  // Group the deltas per client request.
+  std::unordered_map<Group*, RequestOutput> outs;
+  std::vector<Group*> order;
+  for (size_t i = 0; i < sampled_seqs.size(); ++i) {
+    Seq& s = *sampled_seqs[i];
+    if (s.finished) continue;  // aborted meanwhile
+    const auto& upd_req = s.req;
+    auto uit = std::find_if(updates.begin(), updates.end(), [&](const RequestUpdate& u) { return u.request == upd_req; });
+    if (uit == updates.end() || uit->new_token_ids.empty()) continue;
+    Group& g = *s.group;
+    if (!outs.count(&g)) order.push_back(&g);
+    RequestOutput& out = outs[&g];
+    CompletionDelta* d = nullptr;
+    for (auto& o : out.outputs) {
+      if (o.index == s.index) d = &o;
+    }
+    if (!d) {
+      out.outputs.push_back(CompletionDelta{});
+      d = &out.outputs.back();
+      d->index = s.index;
+    }
+    if (g.num_cached_prompt_tokens == 0 && s.req->num_cached_tokens() > 0) {
+      g.num_cached_prompt_tokens = s.req->num_cached_tokens();
+    }
+    const SamplingParams& p = *g.req.params;
+    const SampleOutput& so_i = samples[i];
+    s.cumulative_logprob += so_i.logprob;
+    for (int32_t tok : uit->new_token_ids) {
+      d->token_ids.push_back(tok);
+      g.num_generated++;
+      generation_tokens_total_++;
+      if (p.logprobs) {
+        PositionLogprobs lp;
+        lp.token_id = tok;
+        lp.logprob = so_i.logprob;
+        lp.rank = so_i.rank;
+        for (const auto& t : so_i.top_logprobs) lp.top.push_back(TokenLogprob{t.token_id, t.logprob});
+        d->logprobs.push_back(std::move(lp));
+      }
+      if (s.detok && !s.stops->stopped()) {
+        StopCheck c = s.stops->push(s.detok->push(tok));
+        d->text += c.text;
+        if (c.stopped()) {
+          d->stop_reason = p.stop[*c.stop_index];
+          if (!uit->finished()) scheduler_->finish_request(s.req->request_id(), RequestStatus::FinishedStopped);
+          finish_seq(s, "stop", out);
+          break;
+        }
+      }
+    }
+    if (!s.finished && uit->finished()) {
+      const bool stopped = uit->status == RequestStatus::FinishedStopped;
+      if (stopped && !d->token_ids.empty()) {
+        const int32_t last = d->token_ids.back();
+        if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end()) {
+          d->stop_reason = std::to_string(last);
+        }
+      }
+      finish_seq(s, stopped ? "stop" : uit->status == RequestStatus::FinishedLength ? "length" : "abort", out);
+    }
+  }
+  for (Group* g : order) emit(*g, outs[g]);
+}
+
+EngineStats Engine::stats() const {
+  const SchedulerStats ss = scheduler_->stats();
+  EngineStats s;
+  s.num_running = ss.num_running;
+  s.num_waiting = ss.num_waiting;
+  s.num_swapped = ss.num_swapped;
+  s.kv_cache_usage = ss.kv_cache_usage;
+  s.cpu_swap_usage = ss.cpu_kv_cache_usage;
+  s.prefix_cache_hit_rate = ss.prefix_cache_hit_rate;
+  s.prompt_tokens_total = prompt_tokens_total_;
+  s.generation_tokens_total = generation_tokens_total_;
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - last_stats_time_).count();
+  if (dt > 0) {
+    s.prompt_tokens_per_s = static_cast<double>(prompt_tokens_total_ - last_prompt_tokens_) / dt;
+    s.generation_tokens_per_s = static_cast<double>(generation_tokens_total_ - last_generation_tokens_) / dt;
+  }
+  last_stats_time_ = now;
+  last_prompt_tokens_ = prompt_tokens_total_;
+  last_generation_tokens_ = generation_tokens_total_;
+  return s;
+}
+
+ModelInfo Engine::model_info() const { return info_; }
+
+}  // namespace cypris

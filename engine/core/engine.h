@@ -1,0 +1,83 @@
+// Engine: one step of continuous batching, as the design reads:
+//   schedule -> runner.execute -> sampler -> scheduler.update_from_output -> outputs.
+// It owns the model runner, scheduler, sampler and tokenizer; front ends use AsyncEngine
+// (async_engine.h), which runs an Engine on its own thread. Not thread-safe by itself.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/config/engine_config.h"
+#include "engine/core/engine_client.h"
+#include "engine/core/outputs.h"
+#include "engine/core/stats.h"
+
+namespace cypris {
+
+class ModelRunner;
+class Scheduler;
+class Sampler;
+class Tokenizer;
+struct SchedulerOutput;
+
+class Engine {
+ public:
+  // Loads the tokenizer and the model named by cfg.model.model (a local folder; a Hugging Face
+  // repo id is looked up in the local cache) and sizes the KV cache. Throws Error on bad input.
+  explicit Engine(const EngineConfig& cfg);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Validates and queues a request; its outputs go to stream. Throws Error (for the client)
+  // when the request can never run.
+  void add_request(GenerateRequest req, std::shared_ptr<RequestStream> stream);
+  // Ends a request; its stream gets a last output with finish_reason "abort". Unknown ids are
+  // ignored (the request may have just finished).
+  void abort_request(const std::string& request_id);
+
+  bool has_unfinished_requests() const;
+  // One scheduler step. Pushes output deltas to the streams of the requests that ran.
+  void step();
+
+  EngineStats stats() const;
+  ModelInfo model_info() const;
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  int64_t num_kv_blocks() const;
+
+ private:
+  struct Seq;
+  struct Group;
+
+  void finish_seq(Seq& seq, const std::string& reason, RequestOutput& out);
+  void emit(Group& g, RequestOutput& out);
+  void fail_all(const std::string& message);
+
+  EngineConfig cfg_;
+  ModelInfo info_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<int32_t> eos_ids_;
+  std::unordered_map<std::string, std::unique_ptr<Group>> groups_;  // by client request id
+  std::unordered_map<std::string, Seq*> seqs_;                      // by scheduler request id
+
+  // Throughput over the last stats() interval.
+  int64_t prompt_tokens_total_ = 0;
+  int64_t generation_tokens_total_ = 0;
+  mutable int64_t last_prompt_tokens_ = 0;
+  mutable int64_t last_generation_tokens_ = 0;
+  mutable std::chrono::steady_clock::time_point last_stats_time_ = std::chrono::steady_clock::now();
+};
+
+// The local folder of a model: a folder is used as it is; a Hugging Face repo id is looked up in
+// the local cache (downloading is the hub's job). Throws Error saying what was tried.
+std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
+                                              const std::optional<std::string>& download_dir);
+
+}  // namespace cypris
