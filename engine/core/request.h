@@ -78,7 +78,7 @@ class Request {
   void count_preemption() { ++num_preemptions_; }
 
   // Mixed into the first prefix-cache block hash so that KV computed under a different adapter
-  // (a LoRA id) or salt is never shared. 0 = none.
+  // (a LoRA id) or salt is never shared. 0 = none. Set it before the request is first scheduled.
   uint64_t cache_salt() const { return cache_salt_; }
   void set_cache_salt(uint64_t salt) { cache_salt_ = salt; }
 
