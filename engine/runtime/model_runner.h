@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <vector>
 
+#include "engine/kv/kv_cache_manager.h"  // BlockCopy
 #include "engine/loader/weights.h"
 #include "engine/runtime/batch_context.h"
 #include "models/model.h"
@@ -47,6 +49,15 @@ class ModelRunner {
   Model& model() { return *model_; }
   void set_debug_hook(DebugHook hook) { model_->set_debug_hook(std::move(hook)); }
 
+  // KV block moves the scheduler asks for before a step (kv_block_ops.cpp). Pairs are
+  // (src, dst) block ids: swap_out copies cache -> swap pool, swap_in pool -> cache, copy_blocks
+  // cache -> cache (copy-on-write after a fork).
+  void allocate_swap_space(int64_t num_cpu_blocks);
+  void swap_out(std::span<const BlockCopy> pairs);
+  void swap_in(std::span<const BlockCopy> pairs);
+  void copy_blocks(std::span<const BlockCopy> pairs);
+  int64_t num_swap_blocks() const { return num_swap_blocks_; }
+
  private:
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
@@ -54,6 +65,8 @@ class ModelRunner {
   DType weight_dtype_ = DType::F32;
   int block_size_ = 16;
   int64_t num_blocks_ = 0;
+  std::vector<HostTensor> swap_k_, swap_v_;  // per layer [num_swap_blocks, block elems]
+  int64_t num_swap_blocks_ = 0;
 };
 
 }  // namespace cypris
