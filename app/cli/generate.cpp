@@ -124,8 +124,8 @@ int generate(const Args& args) {
     if (eos && !ignore_eos) break;
     if (step + 1 < budget) {
       const int32_t tok[] = {next};
-      logits = runner.execute(make_single_sequence_batch(tok, static_cast<int32_t>(ids.size()) - 1,
-                                                         runner.block_size()));
+      logits =
+          runner.execute(make_single_sequence_batch(tok, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
     }
   }
   std::printf("\n");

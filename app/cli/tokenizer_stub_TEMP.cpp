@@ -6,7 +6,7 @@
 namespace cypris {
 
 __attribute__((weak)) std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir,
-                                                                 const TokenizerOptions&) {
+                                                                const TokenizerOptions&) {
   CYPRIS_FAIL("{}: no tokenizer implementation in this build", dir.string());
 }
 

@@ -6,9 +6,8 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/common/error.h"
 #include "engine/runtime/model_runner.h"
@@ -129,7 +128,8 @@ BatchContext make_batch(const std::vector<Part>& parts, int block_size) {
     }
     b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.seq_lens.push_back(p.start + p.len);
-    for (int32_t k = 0; k < max_blocks; ++k) b.block_tables.push_back(k < static_cast<int32_t>(p.blocks.size()) ? p.blocks[k] : 0);
+    for (int32_t k = 0; k < max_blocks; ++k)
+      b.block_tables.push_back(k < static_cast<int32_t>(p.blocks.size()) ? p.blocks[k] : 0);
   }
   return b;
 }
