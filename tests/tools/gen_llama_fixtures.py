@@ -65,11 +65,8 @@ def compute_rope(cfg, seq_len=None):
         attention_factor = rs.get("attention_factor")
         mscale = rs.get("mscale")
         mscale_all_dim = rs.get("mscale_all_dim")
-        if "original_max_position_embeddings" in rs:
-            original_max = rs["original_max_position_embeddings"]
-            factor = cfg["max_position_embeddings"] / original_max
-        else:
-            original_max = cfg["max_position_embeddings"]
+        # Current transformers: the given factor; original length for the correction range.
+        original_max = rs.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
 
         def get_mscale(scale, m=1):
             return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
@@ -267,7 +264,8 @@ CASES = {
     "llama_dynamic": (llama(tie_word_embeddings=True, max_position_embeddings=12,
                             rope_scaling={"type": "dynamic", "factor": 2.0}), 20, torch.float32),
     "llama_yarn": (llama(tie_word_embeddings=False, max_position_embeddings=64, rope_theta=500.0,
-                         rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+                         rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16,
+                                       "mscale": 1.0, "mscale_all_dim": 0.5}),
                    20, torch.float32),
     "mistral_sliding_window": (dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral",
                                     num_key_value_heads=1, sliding_window=5, tie_word_embeddings=False), 20,
