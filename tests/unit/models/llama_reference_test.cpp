@@ -3,13 +3,17 @@
 // RoPE variant, 16-bit weights; and the paged path (chunked prefill, decode, mixed batches with
 // scattered blocks) against one full prefill.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/common/error.h"
+#include "engine/runtime/debug_dump.h"
 #include "engine/runtime/model_runner.h"
 #include "models/registry/registry.h"
 
@@ -199,6 +203,28 @@ TEST(DebugHook, NamesIntermediatesLayerByLayer) {
   EXPECT_EQ(names.back(), "logits");
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.1.q_rot"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.0.mlp_out"), names.end());
+}
+
+TEST(DebugHook, NpyDumpHoldsTheReturnedLogits) {
+  const auto dir = std::filesystem::temp_directory_path() / ("cypris_dump_" + std::to_string(::getpid()));
+  ModelRunner runner(options("llama_gqa_tied", "float32"));
+  runner.set_debug_hook(make_npy_dump_hook(dir));
+  const int32_t ids[] = {4, 8, 15, 16};
+  const Logits first = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
+  const int32_t next[] = {23};
+  const Logits second = runner.execute(make_single_sequence_batch(next, 4, runner.block_size()));
+  for (const auto& [file, logits] : {std::pair{"f0.logits.npy", &first}, std::pair{"f1.logits.npy", &second}}) {
+    std::ifstream in(dir / file, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 10u) << file;
+    ASSERT_EQ(bytes.compare(0, 6, "\x93NUMPY"), 0);
+    const size_t header = 10 + static_cast<uint8_t>(bytes[8]) + 256 * static_cast<uint8_t>(bytes[9]);
+    EXPECT_NE(bytes.find("'shape': (1, 64)"), std::string::npos);
+    ASSERT_EQ(bytes.size(), header + 64 * 4);
+    EXPECT_EQ(std::memcmp(bytes.data() + header, logits->data.data(), 64 * 4), 0) << file;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir / "f1.layers.1.q_rot.npy"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
