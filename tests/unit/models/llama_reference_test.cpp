@@ -195,6 +195,7 @@ TEST(Registry, UnknownArchitectureListsSupportedOnes) {
 
 TEST(DebugHook, NamesIntermediatesLayerByLayer) {
   ModelRunner runner(options("llama_gqa_tied", "float32"));
+  EXPECT_EQ(runner.kv_cache_bytes_per_block(), 2 * 2 * 16 * 2 * 8 * 4);  // K+V, 2 layers, 16 tokens, 2 heads, dim 8
   std::vector<std::string> names;
   runner.set_debug_hook([&](const std::string& n, const Tensor&) { names.push_back(n); });
   const int32_t ids[] = {1, 2, 3};
