@@ -120,8 +120,7 @@ int bench(const Args& args) {
   std::printf("| prefill tokens/s | %.1f | %.1f |\n", mean(prefill_tps), median(prefill_tps));
   std::printf("| decode tokens/s (batch 1) | %.2f | %.2f |\n", mean(decode_tps), median(decode_tps));
   std::printf("| decode latency ms/token | %.2f | %.2f |\n", mean(decode_ms), median(decode_ms));
-  std::printf("| decode CPU time ms/token (all threads) | %.2f | %.2f |\n", mean(decode_cpu_ms),
-              median(decode_cpu_ms));
+  std::printf("| decode CPU time ms/token (all threads) | %.2f | %.2f |\n", mean(decode_cpu_ms), median(decode_cpu_ms));
   return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "engine/common/error.h"
+#include "engine/runtime/cpu/cpu_backend.h"
 #include "engine/runtime/debug_dump.h"
 #include "engine/runtime/model_runner.h"
 #include "models/registry/registry.h"
@@ -204,6 +205,32 @@ TEST(DebugHook, NamesIntermediatesLayerByLayer) {
   EXPECT_EQ(names.back(), "logits");
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.1.q_rot"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.0.mlp_out"), names.end());
+}
+
+// Tensor parallelism is shaped in from the start: a rank loads only its slice of the heads and of
+// the MLP (the forward itself runs at world size 1 only, for now).
+TEST(TensorParallel, RankLoadsItsSliceAndForwardSaysNotYet) {
+  const std::string dir = kFixtures + "llama_gqa_tied";
+  const ModelConfig cfg = load_model_config(dir);
+  auto weights = open_weight_source(dir, cfg, LoadOptions{});
+  CpuBackend backend(1);
+  ModelBuildOptions opt;
+  opt.weight_dtype = DType::F32;
+  opt.parallel = {1, 2};
+  auto model = build_model(cfg, *weights, backend, opt);
+  EXPECT_EQ(model->num_kv_heads(), 1);
+  std::vector<KvCacheLayer> kv(2);
+  try {
+    model->forward(ForwardInputs{}, kv);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not supported yet"), std::string::npos) << e.what();
+  }
+  opt.parallel = {0, 4};  // 2 KV heads cannot split over 4 ranks
+  EXPECT_THROW(build_model(cfg, *weights, backend, opt), Error);
+  ModelRunnerOptions ro = options("llama_gqa_tied", "float32");
+  ro.parallel = {0, 2};
+  EXPECT_THROW(ModelRunner r(ro), Error);
 }
 
 TEST(DebugHook, NpyDumpHoldsTheReturnedLogits) {
