@@ -16,9 +16,9 @@ struct LlamaLayer {
   DeviceTensor o;           // [hidden, Hq * D / tp]
   DeviceTensor o_bias;
   DeviceTensor post_norm;
-  DeviceTensor gate_up;     // [2 * I / tp, hidden]: gate then up
+  DeviceTensor gate_up;  // [2 * I / tp, hidden]: gate then up
   DeviceTensor gate_up_bias;
-  DeviceTensor down;        // [hidden, I / tp]
+  DeviceTensor down;  // [hidden, I / tp]
   DeviceTensor down_bias;
   int sliding_window = 0;
 };
@@ -31,8 +31,8 @@ class LlamaModel : public Model {
     CYPRIS_CHECK(cfg.num_attention_heads % tp == 0 && cfg.num_key_value_heads % tp == 0,
                  "{}: {} attention heads and {} KV heads must divide over tensor parallel size {}", cfg.source,
                  cfg.num_attention_heads, cfg.num_key_value_heads, tp);
-    CYPRIS_CHECK(cfg.intermediate_size % tp == 0, "{}: intermediate_size {} does not divide over {} ranks",
-                 cfg.source, cfg.intermediate_size, tp);
+    CYPRIS_CHECK(cfg.intermediate_size % tp == 0, "{}: intermediate_size {} does not divide over {} ranks", cfg.source,
+                 cfg.intermediate_size, tp);
     hq_ = cfg.num_attention_heads / tp;
     hkv_ = cfg.num_key_value_heads / tp;
     d_ = cfg.head_dim;
@@ -170,11 +170,11 @@ class LlamaModel : public Model {
       L.input_norm = load_one(w, p + "input_layernorm.weight", {h}, DType::F32, rep);
       L.post_norm = load_one(w, p + "post_attention_layernorm.weight", {h}, DType::F32, rep);
       const std::string a = p + "self_attn.";
-      L.qkv = load_stacked(w, {{a + "q_proj.weight", qd}, {a + "k_proj.weight", kvd}, {a + "v_proj.weight", kvd}}, h,
-                           wd);
+      L.qkv =
+          load_stacked(w, {{a + "q_proj.weight", qd}, {a + "k_proj.weight", kvd}, {a + "v_proj.weight", kvd}}, h, wd);
       if (cfg_.qkv_bias) {
-        L.qkv_bias =
-            load_stacked(w, {{a + "q_proj.bias", qd}, {a + "k_proj.bias", kvd}, {a + "v_proj.bias", kvd}}, 0, DType::F32);
+        L.qkv_bias = load_stacked(w, {{a + "q_proj.bias", qd}, {a + "k_proj.bias", kvd}, {a + "v_proj.bias", kvd}}, 0,
+                                  DType::F32);
       }
       L.o = load_one(w, a + "o_proj.weight", {h, qd}, wd, cols);
       if (cfg_.o_bias) L.o_bias = load_one(w, a + "o_proj.bias", {h}, DType::F32, rep);

@@ -68,14 +68,13 @@ RopeParameters compute_rope_parameters(const ModelConfig& cfg, std::optional<int
     }
   } else if (rs.type == "yarn") {
     const double base = cfg.rope_theta;
-    double factor = rs.factor;
-    double original_max = static_cast<double>(cfg.max_position_embeddings);
-    // transformers: with original_max_position_embeddings given, the factor is the ratio of the
-    // two lengths (DeepSeek-V3 style configs), not the rope_scaling factor.
-    if (rs.original_max_position_embeddings) {
-      original_max = *rs.original_max_position_embeddings;
-      factor = static_cast<double>(cfg.max_position_embeddings) / original_max;
-    }
+    // As current transformers (and vLLM) do: the configured factor, and the correction range from
+    // original_max_position_embeddings (default max_position_embeddings). transformers 4.4x-4.5x
+    // replaced the factor by max_position_embeddings / original_max_position_embeddings whenever
+    // the latter was given, which turns Qwen2.5's yarn (factor 4, both lengths 32768) into no scaling.
+    const double factor = rs.factor;
+    const double original_max =
+        rs.original_max_position_embeddings.value_or(static_cast<double>(cfg.max_position_embeddings));
     double attention_factor;
     if (rs.attention_factor) {
       attention_factor = *rs.attention_factor;

@@ -13,7 +13,7 @@
 namespace cypris {
 
 struct RopeParameters {
-  std::vector<float> inv_freq;  // [rotary_dim / 2]
+  std::vector<float> inv_freq;    // [rotary_dim / 2]
   float attention_factor = 1.0f;  // multiplies cos and sin (yarn's mscale)
 };
 

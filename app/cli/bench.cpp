@@ -1,8 +1,8 @@
 // `cypris bench latency|throughput|serving`: dispatch only.
+#include "app/cli/bench.h"
+
 #include <cstdio>
 #include <string>
-
-#include "app/cli/bench.h"
 
 namespace cypris::cli {
 

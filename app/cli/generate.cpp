@@ -12,6 +12,7 @@
 #include "app/cli/engine_args.h"
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/runtime/debug_dump.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace cypris::cli {
@@ -19,7 +20,8 @@ namespace {
 
 const char* kUsage =
     "usage: cypris generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
-    "                       [--temperature T] [--seed S] [--ignore-eos] [engine flags]\n";
+    "                       [--temperature T] [--seed S] [--ignore-eos] [--debug-dump DIR] [engine flags]\n"
+    "  --debug-dump DIR: write every named intermediate of each forward pass as DIR/f<step>.<name>.npy\n";
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -55,6 +57,7 @@ int generate(const Args& args) {
   int64_t max_tokens = 64;
   double temperature = 1.0;
   bool ignore_eos = false;
+  std::string dump_dir;
   for (size_t i = 0; i < rest.size(); ++i) {
     std::string v;
     if (rest[i] == "-h" || rest[i] == "--help") {
@@ -70,6 +73,8 @@ int generate(const Args& args) {
     } else if (take_flag(rest, i, "--temperature", v)) {
       temperature = parse_double_flag("--temperature", v);
       CYPRIS_CHECK(temperature >= 0, "--temperature must be >= 0, got {}", temperature);
+    } else if (take_flag(rest, i, "--debug-dump", v)) {
+      dump_dir = v;
     } else if (rest[i] == "--ignore-eos") {
       ignore_eos = true;
     } else {
@@ -93,6 +98,7 @@ int generate(const Args& args) {
   // One sequence: the cache needs only prompt + max_tokens slots, not the whole --max-model-len.
   opt.num_blocks = (static_cast<int64_t>(ids.size()) + max_tokens + opt.block_size - 1) / opt.block_size;
   ModelRunner runner(opt);
+  if (!dump_dir.empty()) runner.set_debug_hook(make_npy_dump_hook(dump_dir));
   const ModelConfig& cfg = runner.config();
   CYPRIS_CHECK(static_cast<int64_t>(ids.size()) < cfg.max_model_len,
                "generate: the prompt has {} tokens; the context (--max-model-len) is {}", ids.size(),
@@ -124,8 +130,8 @@ int generate(const Args& args) {
     if (eos && !ignore_eos) break;
     if (step + 1 < budget) {
       const int32_t tok[] = {next};
-      logits = runner.execute(make_single_sequence_batch(tok, static_cast<int32_t>(ids.size()) - 1,
-                                                         runner.block_size()));
+      logits =
+          runner.execute(make_single_sequence_batch(tok, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
     }
   }
   std::printf("\n");

@@ -1,9 +1,8 @@
 #include "engine/loader/model_config.h"
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/common/error.h"
 
@@ -31,7 +30,9 @@ json parse_json(const std::string& text, const std::string& source) {
 }
 
 // Fields may be absent or null (HF writes null for unset values).
-bool has(const json& j, const char* key) { return j.contains(key) && !j.at(key).is_null(); }
+bool has(const json& j, const char* key) {
+  return j.contains(key) && !j.at(key).is_null();
+}
 
 int64_t get_int(const json& j, const char* key, const std::string& source, std::optional<int64_t> def = {}) {
   if (!has(j, key)) {
@@ -39,8 +40,9 @@ int64_t get_int(const json& j, const char* key, const std::string& source, std::
     return *def;
   }
   const json& v = j.at(key);
-  CYPRIS_CHECK(v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<int64_t>(v.get<double>())),
-               "{}: field '{}' must be an integer, got {}", source, key, v.dump());
+  CYPRIS_CHECK(
+      v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<int64_t>(v.get<double>())),
+      "{}: field '{}' must be an integer, got {}", source, key, v.dump());
   return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
 }
 
@@ -93,8 +95,8 @@ RopeScaling rope_scaling_from_json(const json& r, const std::string& source) {
   RopeScaling rs;
   rs.type = get_string(r, "rope_type", src, get_string(r, "type", src, "default"));
   if (rs.type == "mrope") rs.type = "default";  // same frequencies; the sections only matter for vision models
-  const bool known = rs.type == "default" || rs.type == "linear" || rs.type == "dynamic" || rs.type == "yarn" ||
-                     rs.type == "llama3";
+  const bool known =
+      rs.type == "default" || rs.type == "linear" || rs.type == "dynamic" || rs.type == "yarn" || rs.type == "llama3";
   CYPRIS_CHECK(known, "{}: rope_type '{}' is not supported; supported: default, linear, dynamic, yarn, llama3", src,
                rs.type);
   if (rs.type != "default") {
@@ -105,8 +107,8 @@ RopeScaling rope_scaling_from_json(const json& r, const std::string& source) {
   if (rs.type == "llama3") {
     rs.low_freq_factor = get_double(r, "low_freq_factor", src);
     rs.high_freq_factor = get_double(r, "high_freq_factor", src);
-    CYPRIS_CHECK(rs.original_max_position_embeddings.has_value(),
-                 "{}: llama3 needs 'original_max_position_embeddings'", src);
+    CYPRIS_CHECK(rs.original_max_position_embeddings.has_value(), "{}: llama3 needs 'original_max_position_embeddings'",
+                 src);
     CYPRIS_CHECK(rs.low_freq_factor < rs.high_freq_factor,
                  "{}: llama3 needs low_freq_factor < high_freq_factor, got {} and {}", src, rs.low_freq_factor,
                  rs.high_freq_factor);
@@ -172,8 +174,8 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
                source, c.intermediate_size);
   CYPRIS_CHECK(c.num_hidden_layers > 0 && c.num_hidden_layers <= 4096, "{}: num_hidden_layers {} is out of range",
                source, c.num_hidden_layers);
-  CYPRIS_CHECK(c.num_attention_heads > 0 && c.num_attention_heads <= 4096,
-               "{}: num_attention_heads {} is out of range", source, c.num_attention_heads);
+  CYPRIS_CHECK(c.num_attention_heads > 0 && c.num_attention_heads <= 4096, "{}: num_attention_heads {} is out of range",
+               source, c.num_attention_heads);
   CYPRIS_CHECK(c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads == 0,
                "{}: num_key_value_heads {} must be positive and divide num_attention_heads {}", source,
                c.num_key_value_heads, c.num_attention_heads);

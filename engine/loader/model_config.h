@@ -15,8 +15,8 @@ struct RopeScaling {
   std::string type = "default";
   double factor = 1.0;
   std::optional<double> original_max_position_embeddings;
-  double low_freq_factor = 1.0;   // llama3
-  double high_freq_factor = 4.0;  // llama3
+  double low_freq_factor = 1.0;            // llama3
+  double high_freq_factor = 4.0;           // llama3
   std::optional<double> attention_factor;  // yarn
   std::optional<double> beta_fast;         // yarn (HF: `or 32`)
   std::optional<double> beta_slow;         // yarn (HF: `or 1`)
@@ -42,10 +42,10 @@ struct ModelConfig {
   double partial_rotary_factor = 1.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;   // Qwen2 always; Llama when attention_bias
-  bool o_bias = false;     // Llama attention_bias
-  bool mlp_bias = false;   // Llama mlp_bias
-  std::string torch_dtype;  // "float32", "float16", "bfloat16" or "" when absent
+  bool qkv_bias = false;                  // Qwen2 always; Llama when attention_bias
+  bool o_bias = false;                    // Llama attention_bias
+  bool mlp_bias = false;                  // Llama mlp_bias
+  std::string torch_dtype;                // "float32", "float16", "bfloat16" or "" when absent
   std::vector<int> layer_sliding_window;  // [num_hidden_layers], 0 = full attention
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // generation_config.json first, else config.json

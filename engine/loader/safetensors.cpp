@@ -8,9 +8,8 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/common/error.h"
 
@@ -30,10 +29,10 @@ struct DTypeInfo {
 
 const DTypeInfo* find_dtype(const std::string& name) {
   static const DTypeInfo kTypes[] = {
-      {"F32", 4, DType::F32},  {"F16", 2, DType::F16},      {"BF16", 2, DType::BF16},   {"F64", 8, {}},
-      {"I64", 8, {}},          {"I32", 4, {}},              {"I16", 2, {}},             {"I8", 1, {}},
-      {"U64", 8, {}},          {"U32", 4, {}},              {"U16", 2, {}},             {"U8", 1, {}},
-      {"BOOL", 1, {}},         {"F8_E4M3", 1, {}},          {"F8_E5M2", 1, {}},
+      {"F32", 4, DType::F32}, {"F16", 2, DType::F16}, {"BF16", 2, DType::BF16}, {"F64", 8, {}},
+      {"I64", 8, {}},         {"I32", 4, {}},         {"I16", 2, {}},           {"I8", 1, {}},
+      {"U64", 8, {}},         {"U32", 4, {}},         {"U16", 2, {}},           {"U8", 1, {}},
+      {"BOOL", 1, {}},        {"F8_E4M3", 1, {}},     {"F8_E5M2", 1, {}},
   };
   for (const auto& t : kTypes) {
     if (name == t.name) return &t;
@@ -79,7 +78,8 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
                  p, header_len, size_);
     json header;
     try {
-      header = json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
+      header =
+          json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
     } catch (const json::exception& e) {
       CYPRIS_FAIL("{}: malformed safetensors header JSON: {}", p, e.what());
     }
@@ -91,9 +91,9 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
       CYPRIS_CHECK(entry.is_object(), "{}: tensor '{}': header entry must be an object", p, name);
       CYPRIS_CHECK(entry.contains("dtype") && entry["dtype"].is_string(), "{}: tensor '{}': missing dtype", p, name);
       CYPRIS_CHECK(entry.contains("shape") && entry["shape"].is_array(), "{}: tensor '{}': missing shape", p, name);
-      CYPRIS_CHECK(entry.contains("data_offsets") && entry["data_offsets"].is_array() &&
-                       entry["data_offsets"].size() == 2,
-                   "{}: tensor '{}': data_offsets must be [begin, end]", p, name);
+      CYPRIS_CHECK(
+          entry.contains("data_offsets") && entry["data_offsets"].is_array() && entry["data_offsets"].size() == 2,
+          "{}: tensor '{}': data_offsets must be [begin, end]", p, name);
       SafetensorsTensor t;
       t.name = name;
       t.dtype_name = entry["dtype"].get<std::string>();
@@ -118,8 +118,8 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
                    "corrupt file",
                    p, name, begin, end, data_size);
       CYPRIS_CHECK(end - begin == numel * info->size,
-                   "{}: tensor '{}': shape and dtype {} need {} bytes but data_offsets give {}", p, name,
-                   t.dtype_name, numel * info->size, end - begin);
+                   "{}: tensor '{}': shape and dtype {} need {} bytes but data_offsets give {}", p, name, t.dtype_name,
+                   numel * info->size, end - begin);
       t.data = data + begin;
       t.nbytes = static_cast<size_t>(end - begin);
       tensors_.emplace(name, std::move(t));

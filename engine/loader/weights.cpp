@@ -1,11 +1,11 @@
 #include "engine/loader/weights.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <cstring>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "engine/common/error.h"
 #include "engine/loader/safetensors.h"
@@ -14,7 +14,9 @@
 namespace cypris {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 // Copies count elements from src (src_dtype) to dst (dst_dtype), converting through fp32.
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {
@@ -71,14 +73,13 @@ class CheckpointWeightSource : public WeightSource {
     CYPRIS_CHECK(t != nullptr, "{}: tensor '{}' not found in the checkpoint", dir_.string(), name);
     CYPRIS_CHECK(t->dtype.has_value(), "{}: tensor '{}' has dtype {}; weights must be F32, F16 or BF16",
                  file->path().string(), name, t->dtype_name);
-    CYPRIS_CHECK(t->shape == full_shape, "{}: tensor '{}' has shape {} but the config needs {}",
-                 file->path().string(), name, shape_str(t->shape), shape_str(full_shape));
+    CYPRIS_CHECK(t->shape == full_shape, "{}: tensor '{}' has shape {} but the config needs {}", file->path().string(),
+                 name, shape_str(t->shape), shape_str(full_shape));
     shard_shape(name, full_shape, shard);  // validates the split
     const size_t src_es = dtype_size(*t->dtype);
     const size_t dst_es = dtype_size(dtype);
     for_each_slice_run(full_shape, shard, [&](int64_t src_off, int64_t dst_off, int64_t count) {
-      convert_elements(t->data + src_off * src_es, *t->dtype, static_cast<char*>(dst) + dst_off * dst_es, dtype,
-                       count);
+      convert_elements(t->data + src_off * src_es, *t->dtype, static_cast<char*>(dst) + dst_off * dst_es, dtype, count);
     });
   }
 

@@ -23,7 +23,9 @@ struct DeviceTensor {
 };
 
 // Row stride in elements of a 2-D tensor (its width when contiguous).
-inline int64_t row_stride(const Tensor& t) { return t.strides.empty() ? t.shape.back() : t.strides[0]; }
+inline int64_t row_stride(const Tensor& t) {
+  return t.strides.empty() ? t.shape.back() : t.strides[0];
+}
 
 // Columns [col0, col0 + ncols) of a 2-D tensor, as a strided view.
 Tensor column_slice(const Tensor& t, int64_t col0, int64_t ncols);

@@ -17,7 +17,7 @@ struct BatchContext {
   std::vector<int32_t> seq_lens;         // [num_seqs]: context length including the new tokens
   std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq] row-major physical block ids
   int32_t max_blocks_per_seq = 0;
-  std::vector<int32_t> logits_indices;   // token rows to compute logits for (usually each sequence's last)
+  std::vector<int32_t> logits_indices;  // token rows to compute logits for (usually each sequence's last)
 
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }

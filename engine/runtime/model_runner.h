@@ -45,6 +45,10 @@ class ModelRunner {
   DType weight_dtype() const { return weight_dtype_; }
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
+  // K and V of every layer for one block (fp32 on the CPU): for sizing the cache from a memory budget.
+  int64_t kv_cache_bytes_per_block() const {
+    return int64_t{2} * model_->num_layers() * block_size_ * model_->num_kv_heads() * model_->head_dim() * 4;
+  }
   Backend& backend() { return *backend_; }
   Model& model() { return *model_; }
   void set_debug_hook(DebugHook hook) { model_->set_debug_hook(std::move(hook)); }

@@ -58,9 +58,12 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
 
 float load1(const void* base, DType dt, int64_t i) {
   switch (dt) {
-    case DType::F32: return static_cast<const float*>(base)[i];
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    default: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::F32:
+      return static_cast<const float*>(base)[i];
+    case DType::F16:
+      return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
   }
 }
 
@@ -70,8 +73,8 @@ constexpr int64_t kMaxGemvRows = 4;
 
 template <DType DT>
 __attribute__((target("avx2,fma,f16c"))) void gemv_rows(const float* x, int64_t m, int64_t k, int64_t ldx,
-                                                         const void* w, int64_t n0, int64_t n1, const float* bias,
-                                                         float* y, int64_t ldy) {
+                                                        const void* w, int64_t n0, int64_t n1, const float* bias,
+                                                        float* y, int64_t ldy) {
   const size_t es = DT == DType::F32 ? 4 : 2;
   const int64_t k16 = k / 16 * 16;
   for (int64_t j = n0; j < n1; ++j) {
@@ -175,9 +178,15 @@ void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, 
   if (m <= kMaxGemvRows && cpu_has_avx2_fma()) {
     auto rows_fn = [&](int64_t j0, int64_t j1) {
       switch (w_dtype) {
-        case DType::F32: gemv_rows<DType::F32>(x, m, k, ldx, w, j0, j1, bias, y, ldy); break;
-        case DType::F16: gemv_rows<DType::F16>(x, m, k, ldx, w, j0, j1, bias, y, ldy); break;
-        default: gemv_rows<DType::BF16>(x, m, k, ldx, w, j0, j1, bias, y, ldy); break;
+        case DType::F32:
+          gemv_rows<DType::F32>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+          break;
+        case DType::F16:
+          gemv_rows<DType::F16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+          break;
+        default:
+          gemv_rows<DType::BF16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+          break;
       }
     };
     if (pool) {

@@ -31,8 +31,7 @@ void rms_row(const float* x, const float* w, float eps, int64_t hidden, float* o
 void embedding_cpu(const int32_t* ids, int64_t num_tokens, const void* table, DType table_dtype, int64_t vocab,
                    int64_t hidden, float* out, ThreadPool* pool) {
   for (int64_t t = 0; t < num_tokens; ++t) {
-    CYPRIS_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} at position {} is out of range [0, {})", ids[t], t,
-                 vocab);
+    CYPRIS_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} at position {} is out of range [0, {})", ids[t], t, vocab);
   }
   const size_t esize = dtype_size(table_dtype);
   parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {

@@ -9,8 +9,7 @@
 namespace cypris {
 namespace {
 
-using Builder = std::unique_ptr<Model> (*)(const ModelConfig&, const WeightSource&, Backend&,
-                                           const ModelBuildOptions&);
+using Builder = std::unique_ptr<Model> (*)(const ModelConfig&, const WeightSource&, Backend&, const ModelBuildOptions&);
 
 // An explicit table rather than self-registration: static initialisers in a static library are
 // dropped by the linker when nothing references their object file.

@@ -65,11 +65,8 @@ def compute_rope(cfg, seq_len=None):
         attention_factor = rs.get("attention_factor")
         mscale = rs.get("mscale")
         mscale_all_dim = rs.get("mscale_all_dim")
-        if "original_max_position_embeddings" in rs:
-            original_max = rs["original_max_position_embeddings"]
-            factor = cfg["max_position_embeddings"] / original_max
-        else:
-            original_max = cfg["max_position_embeddings"]
+        # Current transformers: the given factor; original length for the correction range.
+        original_max = rs.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
 
         def get_mscale(scale, m=1):
             return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
@@ -138,8 +135,10 @@ def layer_windows(cfg):
     return [None] * n
 
 
-def forward(cfg, W, ids):
-    """Full causal prefill of ids; returns logits [T, vocab] (float64)."""
+def forward(cfg, W, ids, rec=None):
+    """Full causal prefill of ids; returns logits [T, vocab] (float64). rec, a dict, receives the
+    intermediates under the names models/llama.cpp gives them ([T, width] each)."""
+    rec = {} if rec is None else rec
     T = len(ids)
     H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     D = cfg.get("head_dim") or H // nh
@@ -148,15 +147,20 @@ def forward(cfg, W, ids):
     g = lambda name: W[name].double()
     gb = lambda name: W[name].double() if name in W else 0.0
     x = g("model.embed_tokens.weight")[torch.tensor(ids)]
+    rec["embed"] = x
+    flat = lambda t: t.transpose(0, 1).reshape(T, -1)  # [heads, T, D] -> [T, heads * D]
     cos, sin = cos_sin(cfg, list(range(T)))
     i_idx = torch.arange(T)[:, None]
     j_idx = torch.arange(T)[None, :]
     for li, window in enumerate(layer_windows(cfg)):
         p = f"model.layers.{li}."
+        p2 = f"layers.{li}."
         h = rms_norm(x, g(p + "input_layernorm.weight"), eps)
+        rec[p2 + "input_norm"] = h
         q = h @ g(p + "self_attn.q_proj.weight").T + gb(p + "self_attn.q_proj.bias")
         k = h @ g(p + "self_attn.k_proj.weight").T + gb(p + "self_attn.k_proj.bias")
         v = h @ g(p + "self_attn.v_proj.weight").T + gb(p + "self_attn.v_proj.bias")
+        rec[p2 + "q"], rec[p2 + "k"], rec[p2 + "v"] = q, k, v
         q = q.view(T, nh, D).transpose(0, 1)
         k = k.view(T, nkv, D).transpose(0, 1)
         v = v.view(T, nkv, D).transpose(0, 1)
@@ -165,6 +169,7 @@ def forward(cfg, W, ids):
         qr = qr * cos + rotate_half(qr) * sin
         kr = kr * cos + rotate_half(kr) * sin
         q, k = torch.cat((qr, qp), -1), torch.cat((kr, kp), -1)
+        rec[p2 + "q_rot"], rec[p2 + "k_rot"] = flat(q), flat(k)
         k = k.repeat_interleave(nh // nkv, dim=0)  # repeat_kv
         v = v.repeat_interleave(nh // nkv, dim=0)
         scores = (q @ k.transpose(1, 2)) * D ** -0.5
@@ -174,14 +179,25 @@ def forward(cfg, W, ids):
         scores = scores.masked_fill(~allowed, float("-inf"))
         attn = torch.softmax(scores, dim=-1) @ v
         attn = attn.transpose(0, 1).reshape(T, nh * D)
-        x = x + attn @ g(p + "self_attn.o_proj.weight").T + gb(p + "self_attn.o_proj.bias")
+        rec[p2 + "attn"] = attn
+        o = attn @ g(p + "self_attn.o_proj.weight").T + gb(p + "self_attn.o_proj.bias")
+        rec[p2 + "o_proj"] = o
+        x = x + o
+        rec[p2 + "residual_mid"] = x
         h = rms_norm(x, g(p + "post_attention_layernorm.weight"), eps)
+        rec[p2 + "post_norm"] = h
         gate = h @ g(p + "mlp.gate_proj.weight").T + gb(p + "mlp.gate_proj.bias")
         up = h @ g(p + "mlp.up_proj.weight").T + gb(p + "mlp.up_proj.bias")
-        x = x + (torch.nn.functional.silu(gate) * up) @ g(p + "mlp.down_proj.weight").T + gb(p + "mlp.down_proj.bias")
+        act = torch.nn.functional.silu(gate) * up
+        rec[p2 + "mlp_act"] = act
+        down = act @ g(p + "mlp.down_proj.weight").T + gb(p + "mlp.down_proj.bias")
+        rec[p2 + "mlp_out"] = down
+        x = x + down
     x = rms_norm(x, g("model.norm.weight"), eps)
+    rec["final_norm"] = x
     head = g("model.embed_tokens.weight") if cfg.get("tie_word_embeddings") else g("lm_head.weight")
-    return x @ head.T
+    rec["logits"] = x @ head.T
+    return rec["logits"]
 
 
 # ---------------------------------------------------------------- weights and files
@@ -267,7 +283,8 @@ CASES = {
     "llama_dynamic": (llama(tie_word_embeddings=True, max_position_embeddings=12,
                             rope_scaling={"type": "dynamic", "factor": 2.0}), 20, torch.float32),
     "llama_yarn": (llama(tie_word_embeddings=False, max_position_embeddings=64, rope_theta=500.0,
-                         rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+                         rope_scaling={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16,
+                                       "mscale": 1.0, "mscale_all_dim": 0.5}),
                    20, torch.float32),
     "mistral_sliding_window": (dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral",
                                     num_key_value_heads=1, sliding_window=5, tie_word_embeddings=False), 20,

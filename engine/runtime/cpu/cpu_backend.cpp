@@ -23,10 +23,14 @@ void require_contiguous(const Tensor& t, const char* what) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : pool_(std::make_unique<ThreadPool>(threads)) { init_blas_single_threaded(); }
+CpuBackend::CpuBackend(int threads) : pool_(std::make_unique<ThreadPool>(threads)) {
+  init_blas_single_threaded();
+}
 CpuBackend::~CpuBackend() = default;
 
-int CpuBackend::threads() const { return pool_->size(); }
+int CpuBackend::threads() const {
+  return pool_->size();
+}
 
 DeviceTensor CpuBackend::empty(DType dtype, const std::vector<int64_t>& shape) {
   Tensor view(nullptr, dtype, shape);
@@ -75,8 +79,7 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
                "cpu backend: linear shapes x {} w {} out {}", x.shape_str(), w.shape_str(), out.shape_str());
   if (bias) {
     require(*bias, DType::F32, 1, "linear bias");
-    CYPRIS_CHECK(bias->shape[0] == w.shape[0], "cpu backend: bias {} for weight {}", bias->shape_str(),
-                 w.shape_str());
+    CYPRIS_CHECK(bias->shape[0] == w.shape[0], "cpu backend: bias {} for weight {}", bias->shape_str(), w.shape_str());
   }
   gemm_xwt(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), w.data, w.dtype, w.shape[0],
            bias ? bias->as<float>() : nullptr, out.as<float>(), row_stride(out), pool_.get());
@@ -98,8 +101,7 @@ void CpuBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w
   require_contiguous(x, "rms_norm input");
   require_contiguous(residual, "rms_norm residual");
   CYPRIS_CHECK(w.shape[0] == x.shape[1] && residual.shape == x.shape, "cpu backend: fused_add_rms_norm shapes");
-  fused_add_rms_norm_cpu(x.as<float>(), residual.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1],
-                         pool_.get());
+  fused_add_rms_norm_cpu(x.as<float>(), residual.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], pool_.get());
 }
 
 void CpuBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) {

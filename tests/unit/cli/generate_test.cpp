@@ -2,9 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "app/cli/bench.h"
 #include "app/cli/commands.h"
@@ -50,8 +49,8 @@ TEST(Generate, GreedyIdsFromBosSpellThePublishedStory) {
 }
 
 TEST(Generate, SeededSamplingIsReproducibleAndBadInputIsAnError) {
-  const Args args = {"--model", kStories, "--prompt-ids", "1,403", "--max-tokens", "12", "--temperature", "1.0",
-                     "--seed", "5"};
+  const Args args = {"--model", kStories,        "--prompt-ids", "1,403",  "--max-tokens",
+                     "12",      "--temperature", "1.0",          "--seed", "5"};
   testing::internal::CaptureStdout();
   ASSERT_EQ(run_generate(args), 0);
   const std::string a = testing::internal::GetCapturedStdout();

@@ -47,12 +47,14 @@ TEST(ThreadPool, CoversEveryIndexOnceAndPropagatesErrors) {
     pool.parallel_for(2, [](int64_t, int64_t) {});
   });
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
-  EXPECT_THROW(pool.parallel_for(100, [](int64_t b, int64_t) {
-    if (b > 50) throw Error("boom");
-  }),
+  EXPECT_THROW(pool.parallel_for(100,
+                                 [](int64_t b, int64_t) {
+                                   if (b > 50) throw Error("boom");
+                                 }),
                Error);
   int sum = 0;
-  pool.parallel_for(10, [&](int64_t b, int64_t e) { (void)b, (void)e; }, 1);
+  pool.parallel_for(
+      10, [&](int64_t b, int64_t e) { (void)b, (void)e; }, 1);
   pool.parallel_for(1, [&](int64_t b, int64_t e) { sum += static_cast<int>(e - b); });
   EXPECT_EQ(sum, 1);
 }
@@ -98,16 +100,14 @@ TEST_P(Gemm, MatchesNaiveProductOfTheStoredWeights) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Gemm,
-                         ::testing::Values(GemmCase{1, 64, 5, DType::F32, false}, GemmCase{7, 17, 300, DType::F16, true},
-                                           GemmCase{33, 300, 129, DType::BF16, true},
-                                           GemmCase{1, 1000, 700, DType::BF16, false},
-                                           GemmCase{5, 2048, 70, DType::F16, false},
-                                           GemmCase{16, 96, 513, DType::F32, true},
-                                           // m <= 4 takes the fused convert-and-dot path; odd k tests its tail
-                                           GemmCase{1, 17, 9, DType::F16, true}, GemmCase{3, 100, 40, DType::F32, true},
-                                           GemmCase{4, 37, 33, DType::BF16, false},
-                                           GemmCase{2, 2048, 70, DType::F16, false}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Gemm,
+    ::testing::Values(GemmCase{1, 64, 5, DType::F32, false}, GemmCase{7, 17, 300, DType::F16, true},
+                      GemmCase{33, 300, 129, DType::BF16, true}, GemmCase{1, 1000, 700, DType::BF16, false},
+                      GemmCase{5, 2048, 70, DType::F16, false}, GemmCase{16, 96, 513, DType::F32, true},
+                      // m <= 4 takes the fused convert-and-dot path; odd k tests its tail
+                      GemmCase{1, 17, 9, DType::F16, true}, GemmCase{3, 100, 40, DType::F32, true},
+                      GemmCase{4, 37, 33, DType::BF16, false}, GemmCase{2, 2048, 70, DType::F16, false}));
 
 TEST(Convert, F16AndBf16RoundTrip) {
   std::vector<float> v = {0.0f, -1.5f, 65504.0f, 1e-7f, 3.14159f};

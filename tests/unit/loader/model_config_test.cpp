@@ -1,9 +1,10 @@
 // config.json parsing: defaults, per-architecture sliding-window rules, generation_config,
 // --dtype / --max-model-len / --rope-scaling / --rope-theta rules and their error messages.
+#include "engine/loader/model_config.h"
+
 #include <gtest/gtest.h>
 
 #include "engine/common/error.h"
-#include "engine/loader/model_config.h"
 #include "engine/loader/weights.h"
 #include "models/rope.h"
 
@@ -40,12 +41,14 @@ TEST(ModelConfig, GenerationConfigOverridesEos) {
 }
 
 TEST(ModelConfig, MissingOrBadFieldsNameTheField) {
-  EXPECT_NE(error_of([] { parse_model_config(R"({"architectures":["LlamaForCausalLM"]})", "x/config.json"); })
-                .find("'hidden_size'"),
+  EXPECT_NE(error_of([] {
+              parse_model_config(R"({"architectures":["LlamaForCausalLM"]})", "x/config.json");
+            }).find("'hidden_size'"),
             std::string::npos);
   std::string e = error_of([] {
     parse_model_config(R"({"architectures":["LlamaForCausalLM"],"hidden_size":"64","intermediate_size":1,
-      "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":1})", "x/config.json");
+      "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":1})",
+                       "x/config.json");
   });
   EXPECT_NE(e.find("x/config.json"), std::string::npos) << e;
   EXPECT_NE(e.find("hidden_size"), std::string::npos) << e;

@@ -1,18 +1,18 @@
 // Safetensors reading: malformed files are Errors naming the file and tensor; sharded
 // checkpoints (model.safetensors.index.json) load the same model as one file; shard specs give
 // each tensor-parallel rank its slice.
+#include "engine/loader/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/common/error.h"
-#include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
 #include "engine/runtime/model_runner.h"
 
@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("cypris_loader_test_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
+    path_ = fs::temp_directory_path() /
+            ("cypris_loader_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -80,8 +80,10 @@ TEST(Safetensors, ReadsAValidFile) {
 TEST(Safetensors, TruncatedDataNamesFileAndTensor) {
   TempDir d;
   const auto p = d.path() / "trunc.safetensors";
-  write_st(p, R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
-           floats({1, 2, 3}));  // b is cut short
+  write_st(
+      p,
+      R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+      floats({1, 2, 3}));  // b is cut short
   expect_error([&] { SafetensorsFile f(p); }, {p.string(), "'b'", "truncated"});
 }
 
@@ -136,9 +138,10 @@ TEST(Safetensors, MalformedHeaderJson) {
 TEST(Safetensors, NonWeightDtypeIsAnErrorOnlyWhenLoaded) {
   TempDir d;
   const std::string data = std::string(8, '\0') + floats({1, 2});
-  write_st(d.path() / "model.safetensors",
-           R"({"steps":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
-           data);
+  write_st(
+      d.path() / "model.safetensors",
+      R"({"steps":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+      data);
   ModelConfig cfg;
   auto src = open_weight_source(d.path(), cfg, LoadOptions{});
   EXPECT_EQ(src->load("w", {2}, DType::F32).view().as<float>()[1], 2.0f);
@@ -199,7 +202,8 @@ TEST(Checkpoint, ShardedIndexLoadsTheSameModel) {
   int i = 0;
   for (const auto& [name, t] : whole.tensors()) {
     const int s = i++ % 2;
-    h[s][name] = {{"dtype", t.dtype_name}, {"shape", t.shape}, {"data_offsets", {data[s].size(), data[s].size() + t.nbytes}}};
+    h[s][name] = {
+        {"dtype", t.dtype_name}, {"shape", t.shape}, {"data_offsets", {data[s].size(), data[s].size() + t.nbytes}}};
     data[s].append(reinterpret_cast<const char*>(t.data), t.nbytes);
     weight_map[name] = s == 0 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
   }

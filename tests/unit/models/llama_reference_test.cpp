@@ -3,14 +3,18 @@
 // RoPE variant, 16-bit weights; and the paged path (chunked prefill, decode, mixed batches with
 // scattered blocks) against one full prefill.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/common/error.h"
+#include "engine/runtime/cpu/cpu_backend.h"
+#include "engine/runtime/debug_dump.h"
 #include "engine/runtime/model_runner.h"
 #include "models/registry/registry.h"
 
@@ -129,7 +133,8 @@ BatchContext make_batch(const std::vector<Part>& parts, int block_size) {
     }
     b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.seq_lens.push_back(p.start + p.len);
-    for (int32_t k = 0; k < max_blocks; ++k) b.block_tables.push_back(k < static_cast<int32_t>(p.blocks.size()) ? p.blocks[k] : 0);
+    for (int32_t k = 0; k < max_blocks; ++k)
+      b.block_tables.push_back(k < static_cast<int32_t>(p.blocks.size()) ? p.blocks[k] : 0);
   }
   return b;
 }
@@ -191,6 +196,7 @@ TEST(Registry, UnknownArchitectureListsSupportedOnes) {
 
 TEST(DebugHook, NamesIntermediatesLayerByLayer) {
   ModelRunner runner(options("llama_gqa_tied", "float32"));
+  EXPECT_EQ(runner.kv_cache_bytes_per_block(), 2 * 2 * 16 * 2 * 8 * 4);  // K+V, 2 layers, 16 tokens, 2 heads, dim 8
   std::vector<std::string> names;
   runner.set_debug_hook([&](const std::string& n, const Tensor&) { names.push_back(n); });
   const int32_t ids[] = {1, 2, 3};
@@ -199,6 +205,54 @@ TEST(DebugHook, NamesIntermediatesLayerByLayer) {
   EXPECT_EQ(names.back(), "logits");
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.1.q_rot"), names.end());
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.0.mlp_out"), names.end());
+}
+
+// Tensor parallelism is shaped in from the start: a rank loads only its slice of the heads and of
+// the MLP (the forward itself runs at world size 1 only, for now).
+TEST(TensorParallel, RankLoadsItsSliceAndForwardSaysNotYet) {
+  const std::string dir = kFixtures + "llama_gqa_tied";
+  const ModelConfig cfg = load_model_config(dir);
+  auto weights = open_weight_source(dir, cfg, LoadOptions{});
+  CpuBackend backend(1);
+  ModelBuildOptions opt;
+  opt.weight_dtype = DType::F32;
+  opt.parallel = {1, 2};
+  auto model = build_model(cfg, *weights, backend, opt);
+  EXPECT_EQ(model->num_kv_heads(), 1);
+  std::vector<KvCacheLayer> kv(2);
+  try {
+    model->forward(ForwardInputs{}, kv);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not supported yet"), std::string::npos) << e.what();
+  }
+  opt.parallel = {0, 4};  // 2 KV heads cannot split over 4 ranks
+  EXPECT_THROW(build_model(cfg, *weights, backend, opt), Error);
+  ModelRunnerOptions ro = options("llama_gqa_tied", "float32");
+  ro.parallel = {0, 2};
+  EXPECT_THROW(ModelRunner r(ro), Error);
+}
+
+TEST(DebugHook, NpyDumpHoldsTheReturnedLogits) {
+  const auto dir = std::filesystem::temp_directory_path() / ("cypris_dump_" + std::to_string(::getpid()));
+  ModelRunner runner(options("llama_gqa_tied", "float32"));
+  runner.set_debug_hook(make_npy_dump_hook(dir));
+  const int32_t ids[] = {4, 8, 15, 16};
+  const Logits first = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
+  const int32_t next[] = {23};
+  const Logits second = runner.execute(make_single_sequence_batch(next, 4, runner.block_size()));
+  for (const auto& [file, logits] : {std::pair{"f0.logits.npy", &first}, std::pair{"f1.logits.npy", &second}}) {
+    std::ifstream in(dir / file, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 10u) << file;
+    ASSERT_EQ(bytes.compare(0, 6, "\x93NUMPY"), 0);
+    const size_t header = 10 + static_cast<uint8_t>(bytes[8]) + 256 * static_cast<uint8_t>(bytes[9]);
+    EXPECT_NE(bytes.find("'shape': (1, 64)"), std::string::npos);
+    ASSERT_EQ(bytes.size(), header + 64 * 4);
+    EXPECT_EQ(std::memcmp(bytes.data() + header, logits->data.data(), 64 * 4), 0) << file;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir / "f1.layers.1.q_rot.npy"));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -4,9 +4,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/runtime/model_runner.h"
 
@@ -44,7 +43,9 @@ std::string decode(const std::vector<int32_t>& ids) {
   return out;
 }
 
-int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
+int32_t argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
 
 std::vector<int32_t> greedy(ModelRunner& runner, int steps) {
   std::vector<int32_t> ids = {1};  // BOS
