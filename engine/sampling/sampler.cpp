@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/common/error.h"
+#include "engine/sampling/fast_math.h"
 #include "engine/sampling/sampler_chain.h"
 
 namespace cypris {
@@ -69,19 +70,8 @@ struct RawStats {
 };
 
 RawStats raw_stats(const float* x, int32_t V) {
-  float m = kNegInf;
-  for (int32_t i = 0; i < V; ++i) m = std::max(m, x[i]);
-  double z = 0.0;
-  float acc = 0.0f;
-  for (int32_t i = 0; i < V; ++i) {
-    acc += std::exp(x[i] - m);
-    if ((i & 1023) == 1023) {
-      z += acc;
-      acc = 0.0f;
-    }
-  }
-  z += acc;
-  return {m, std::log(z)};
+  const float m = sampling_detail::max_of(x, V);
+  return {m, std::log(sampling_detail::sum_exp(x, V, m))};
 }
 
 float logprob_of(const float* x, const RawStats& st, int32_t token) {
@@ -185,13 +175,7 @@ bool is_plain(const SamplingParams& p, const SamplingState& s) {
   return true;
 }
 
-int32_t raw_argmax(const float* x, int32_t V) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < V; ++i) {
-    if (x[i] > x[best]) best = i;
-  }
-  return best;
-}
+int32_t raw_argmax(const float* x, int32_t V) { return sampling_detail::argmax_of(x, V); }
 
 // Draws from the live tokens of `row` after softmax and skew. Walks the live list (sparse) or the
 // vocabulary (dense) in a fixed order, so the result depends only on the row and the uniform u.
@@ -206,7 +190,7 @@ int32_t draw(RowLogits& row, float skew, double u, std::vector<float>* probs_out
   pr.clear();
   row.for_each_live([&](int32_t id, float v) {
     ids.push_back(id);
-    pr.push_back(std::exp(static_cast<double>(v) - m) / z);
+    pr.push_back(sampling_detail::fast_exp(v - m) / z);
   });
   if (skew != 0.0f) {
     // Aphrodite's skew: cumulative probabilities in vocabulary order raised to exp(skew).

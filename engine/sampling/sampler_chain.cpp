@@ -7,6 +7,7 @@
 #include <functional>
 #include <numeric>
 
+#include "engine/sampling/fast_math.h"
 #include "engine/sampling/sampler.h"
 
 namespace cypris::sampling_detail {
@@ -74,24 +75,16 @@ void RowLogits::sort_desc() {
 }
 
 void RowLogits::stats(float& max_v, double& sum_exp) const {
+  if (!sparse_) {
+    max_v = max_of(x_, vocab_);
+    sum_exp = max_v == kNegInf ? 0.0 : sampling_detail::sum_exp(x_, vocab_, max_v);
+    return;
+  }
   max_v = kNegInf;
-  for_each_live([&](int32_t, float v) { max_v = std::max(max_v, v); });
+  for (int32_t id : buf_.live) max_v = std::max(max_v, x_[id]);
   sum_exp = 0.0;
   if (max_v == kNegInf) return;
-  const float m = max_v;
-  if (sparse_) {
-    for (int32_t id : buf_.live) sum_exp += std::exp(x_[id] - m);
-  } else {
-    float acc = 0.0f;  // float partial sums in blocks keep this pass fast and accurate enough
-    for (int32_t i = 0; i < vocab_; ++i) {
-      acc += std::exp(x_[i] - m);
-      if ((i & 1023) == 1023) {
-        sum_exp += acc;
-        acc = 0.0f;
-      }
-    }
-    sum_exp += acc;
-  }
+  for (int32_t id : buf_.live) sum_exp += std::exp(x_[id] - max_v);
 }
 
 int32_t RowLogits::argmax() const {
@@ -396,25 +389,57 @@ void apply_top_k_top_p(RowLogits& row, int top_k, float top_p) {
   if (!(top_p < 1.0f)) return;
   float m;
   double z;
-  row.stats(m, z);
-  if (z == 0.0) return;
-  if (!row.sparse()) {
-    // Only tokens within `d` of the max can be in the nucleus once their mass reaches top_p: collect
-    // those and sort them instead of the whole vocabulary; widen d until the mass suffices.
-    std::vector<int32_t> ids;
-    for (float d : {8.0f, 16.0f, 32.0f, INFINITY}) {
-      ids.clear();
-      double mass = 0.0;
-      const float lo = m - d;
-      row.for_each_live([&](int32_t id, float v) {
-        if (v >= lo) {
-          ids.push_back(id);
-          mass += std::exp(v - m);
-        }
-      });
-      if (mass / z >= top_p || std::isinf(d)) break;
+  if (row.sparse()) {
+    row.stats(m, z);
+    if (z == 0.0) return;
+  } else {
+    // Bucket the live tokens by their distance below the max. Every token in a bucket before the
+    // one where the cumulative mass crosses top_p is kept, every token after it is dropped, and only
+    // that one bucket is sorted: O(vocab) instead of sorting the vocabulary.
+    constexpr int kBuckets = 1024;
+    constexpr float kRange = 64.0f;  // tokens further below the max share the last bucket
+    constexpr float kScale = kBuckets / kRange;
+    const int32_t V = row.vocab();
+    auto& e = row.buffers().tmp_vals;
+    e.resize(V);
+    m = max_of(x, V);
+    if (m == kNegInf) return;
+    z = exp_shifted(x, V, m, e.data());
+    std::vector<double> mass(kBuckets + 1, 0.0);
+    for (int32_t i = 0; i < V; ++i) {
+      const float d = (m - x[i]) * kScale;  // +inf for masked tokens
+      mass[d < kBuckets ? static_cast<int>(d) : kBuckets] += e[i];
     }
-    row.keep_only(std::move(ids), false);
+    const double target = static_cast<double>(top_p) * z;
+    double before = 0.0;
+    int crossing = kBuckets;
+    for (int b = 0; b <= kBuckets; ++b) {
+      if (before + mass[b] >= target) {
+        crossing = b;
+        break;
+      }
+      before += mass[b];
+    }
+    std::vector<int32_t> keep, edge;
+    for (int32_t i = 0; i < V; ++i) {
+      const float v = x[i];
+      if (v == kNegInf) continue;
+      const float d = (m - v) * kScale;
+      const int b = d < kBuckets ? static_cast<int>(d) : kBuckets;
+      if (b < crossing) {
+        keep.push_back(i);
+      } else if (b == crossing) {
+        edge.push_back(i);
+      }
+    }
+    std::sort(edge.begin(), edge.end(), [x](int32_t a, int32_t b) { return desc_by_value(x, a, b); });
+    double ahead = before;
+    for (size_t k = 0; k < edge.size() && (ahead < target || keep.empty()); ++k) {
+      keep.push_back(edge[k]);
+      ahead += e[edge[k]];
+    }
+    row.keep_only(std::move(keep), false);
+    return;
   }
   row.sort_desc();
   auto& l = row.live();
@@ -441,7 +466,11 @@ void apply_top_a(RowLogits& row, float top_a) {
 void apply_min_p(RowLogits& row, float min_p) {
   if (min_p <= 0.0f) return;
   float m = kNegInf;
-  row.for_each_live([&](int32_t, float v) { m = std::max(m, v); });
+  if (row.sparse()) {
+    row.for_each_live([&](int32_t, float v) { m = std::max(m, v); });
+  } else {
+    m = max_of(row.data(), row.vocab());
+  }
   // p < min_p * p_max  <=>  exp(v - m) < min_p
   const float thr = m + std::log(min_p);
   row.mask_if([thr](int32_t, float v) { return v < thr; });
