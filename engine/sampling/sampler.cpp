@@ -241,6 +241,7 @@ int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, 
       RowLogits sel(const_cast<float*>(raw), V, buf);  // read-only use: selection only
       float* x = buf.logits.data();
       sampling_detail::apply_top_k_top_p(sel, p.top_k, 1.0f);
+      if (!sel.sparse()) goto general;  // fewer than top_k finite logits: nothing was selected
       RowLogits row(x, V, buf);
       std::vector<int32_t> ids(buf.live.begin(), buf.live.end());
       for (int32_t id : ids) x[id] = raw[id];
@@ -250,6 +251,7 @@ int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, 
       return draw(row, 0.0f, s.next_uniform(), nullptr);
     }
   }
+general:
   float* x = buf.logits.data();
   std::memcpy(x, raw, sizeof(float) * static_cast<size_t>(V));
   RowLogits row(x, V, buf);

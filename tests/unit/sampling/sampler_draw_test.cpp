@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -86,6 +87,16 @@ TEST(SamplerDraw, TypicalSupport) {
   SamplingParams p;
   p.typical_p = 0.3f;  // {3, 4} (see the chain test), mass 0.35
   expect_distribution(draw_many(kFive, p, 20000), {{3, 0.2 / 0.35}, {4, 0.15 / 0.35}});
+}
+
+TEST(SamplerDraw, TopKLargerThanTheFiniteLogits) {
+  // only ids 3 and 7 are finite (the model masked the rest): top_k 5 keeps both
+  std::vector<float> x(10, -std::numeric_limits<float>::infinity());
+  x[3] = std::log(0.25f);
+  x[7] = std::log(0.75f);
+  SamplingParams p;
+  p.top_k = 5;
+  expect_distribution(draw_many(x, p, 4000), {{3, 0.25}, {7, 0.75}}, 0.025);
 }
 
 TEST(SamplerDraw, GreedyIsArgmax) {
