@@ -93,6 +93,21 @@ __attribute__((target_clones("avx2", "default"))) double exp_shifted(const float
   return total;
 }
 
+__attribute__((target_clones("avx2", "default"))) double sum_where_ge(const float* x, const float* e, int32_t n,
+                                                                      float t) {
+  double total = 0.0;
+  const int32_t n8 = n & ~7;
+  const V8f tv = splat(t), zero = splat(0.0f);
+  for (int32_t start = 0; start < n8; start += 4096) {
+    const int32_t end = std::min(n8, start + 4096);
+    V8f acc = zero;
+    for (int32_t i = start; i < end; i += 8) acc += load(x + i) >= tv ? load(e + i) : zero;
+    for (int j = 0; j < 8; ++j) total += acc[j];
+  }
+  for (int32_t i = n8; i < n; ++i) total += x[i] >= t ? e[i] : 0.0f;
+  return total;
+}
+
 int32_t argmax_of(const float* x, int32_t n) {
   if (n <= 0) return 0;
   const float m = max_of(x, n);

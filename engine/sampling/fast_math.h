@@ -34,6 +34,8 @@ float max_of(const float* x, int32_t n);
 double sum_exp(const float* x, int32_t n, float m);
 // out[i] = exp(x[i] - m); returns their sum.
 double exp_shifted(const float* x, int32_t n, float m, float* out);
+// Sum of e[i] over the i with x[i] >= t.
+double sum_where_ge(const float* x, const float* e, int32_t n, float t);
 // Index of the first maximum (0 when n == 0).
 int32_t argmax_of(const float* x, int32_t n);
 

@@ -405,12 +405,30 @@ void apply_top_k_top_p(RowLogits& row, int top_k, float top_p) {
     m = max_of(x, V);
     if (m == kNegInf) return;
     z = exp_shifted(x, V, m, e.data());
+    const double target = static_cast<double>(top_p) * z;
+    // Usually a few tokens near the max already hold top_p of the mass: find such a head with cheap
+    // vectorised sums, then sort just the head.
+    for (float d : {2.0f, 4.0f, 8.0f}) {
+      const float t = m - d;
+      if (sum_where_ge(x, e.data(), V, t) < target) continue;
+      std::vector<int32_t> head;
+      for (int32_t i = 0; i < V; ++i) {
+        if (x[i] >= t) head.push_back(i);
+      }
+      if (head.size() > 4096) break;  // a flat head: the buckets below are cheaper than sorting it
+      std::sort(head.begin(), head.end(), [x](int32_t a, int32_t b) { return desc_by_value(x, a, b); });
+      double ahead = 0.0;
+      size_t keep = 0;
+      while (keep < head.size() && (keep == 0 || ahead < target)) ahead += e[head[keep++]];
+      head.resize(keep);
+      row.keep_only(std::move(head), true);
+      return;
+    }
     std::vector<double> mass(kBuckets + 1, 0.0);
     for (int32_t i = 0; i < V; ++i) {
       const float d = (m - x[i]) * kScale;  // +inf for masked tokens
       mass[d < kBuckets ? static_cast<int>(d) : kBuckets] += e[i];
     }
-    const double target = static_cast<double>(top_p) * z;
     double before = 0.0;
     int crossing = kBuckets;
     for (int b = 0; b <= kBuckets; ++b) {

@@ -135,6 +135,28 @@ TEST(SamplerChain, TopP) {
   EXPECT_EQ(live(r.process(kFive, p)), (std::set<int32_t>{1}));
 }
 
+TEST(SamplerChain, TopPOverAFlatVocabulary) {
+  // Flat rows take the bucketed path (the head near the max is too big to sort).
+  Harness r(20000);
+  SamplingParams p;
+  p.top_p = 0.5f;
+  // id 0 at 1, the rest at 0: Z = e + 19999 = 20001.718, target 10000.859. Ties keep lower ids first;
+  // id j >= 1 stays while the mass ahead, e + (j - 1), is below the target: j <= 9999.
+  std::vector<float> x(20000, 0.0f);
+  x[0] = 1.0f;
+  auto live_ids = live(r.process(x, p));
+  EXPECT_EQ(live_ids.size(), 10000u);
+  EXPECT_EQ(*live_ids.rbegin(), 9999);
+  // ids 0..99 at 0, the rest at -3: Z = 100 + 19900 e^-3 = 100 + 990.7627 = 1090.7627, target 545.3814.
+  // The head holds 100; tail token k (id 100 + k) stays while 100 + k * 0.0497871 < 545.3814, i.e.
+  // k < 8945.7: ids 100..9045.
+  std::vector<float> y(20000, -3.0f);
+  for (int i = 0; i < 100; ++i) y[i] = 0.0f;
+  live_ids = live(r.process(y, p));
+  EXPECT_EQ(live_ids.size(), 9046u);
+  EXPECT_EQ(*live_ids.rbegin(), 9045);
+}
+
 TEST(SamplerChain, MinP) {
   SamplingParams p;
   Harness r(5);
