@@ -13,7 +13,9 @@ namespace {
 typedef float V8f __attribute__((vector_size(32)));
 typedef int32_t V8i __attribute__((vector_size(32)));
 
-inline V8f splat(float v) { return V8f{v, v, v, v, v, v, v, v}; }
+inline V8f splat(float v) {
+  return V8f{v, v, v, v, v, v, v, v};
+}
 
 inline V8f load(const float* p) {
   V8f v;
@@ -74,8 +76,7 @@ __attribute__((target_clones("avx2", "default"))) double sum_exp(const float* x,
   return total;
 }
 
-__attribute__((target_clones("avx2", "default"))) double exp_shifted(const float* x, int32_t n, float m,
-                                                                     float* out) {
+__attribute__((target_clones("avx2", "default"))) double exp_shifted(const float* x, int32_t n, float m, float* out) {
   double total = 0.0;
   const int32_t n8 = n & ~7;
   const V8f mv = splat(m);

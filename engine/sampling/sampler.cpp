@@ -34,7 +34,8 @@ uint64_t splitmix64(uint64_t x) {
 
 SamplingState::SamplingState(const SamplingParams& params, std::vector<int32_t> prompt_ids, uint32_t seq_index)
     : prompt_ids_(std::move(prompt_ids)) {
-  uint64_t seed = params.seed ? *params.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
+  uint64_t seed =
+      params.seed ? *params.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   // Mix the sequence index in so a request's sequences differ, and seed 0/1/2 are far apart.
   rng_.seed(splitmix64(seed ^ splitmix64(0xC1A55ull + seq_index)));
   mirostat_mu_ = 2.0f * params.mirostat_tau;
@@ -57,7 +58,9 @@ std::span<const int32_t> SamplingState::next_position_bans() const {
   return it->second;
 }
 
-double SamplingState::next_uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+double SamplingState::next_uniform() {
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
 
 // ------------------------------------------------------------------------------------------------
 // Logprobs of the raw logits
@@ -88,7 +91,9 @@ void fill_top_and_rank(const float* x, int32_t V, const RawStats& st, int num_to
   // Bounded min-heap of (value, -id) so equal values prefer the lower id.
   std::vector<std::pair<float, int32_t>> heap;
   heap.reserve(num_top + 1);
-  auto cmp = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto cmp = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   for (int32_t i = 0; i < V; ++i) {
     if (heap.size() < static_cast<size_t>(num_top)) {
       heap.emplace_back(x[i], i);
@@ -117,8 +122,8 @@ SampleOutput token_logprobs(std::span<const float> logits, int32_t token, int nu
   return out;
 }
 
-std::vector<SampleOutput> prompt_logprobs(const float* logits, int32_t vocab_size,
-                                          std::span<const int32_t> next_tokens, int num_top) {
+std::vector<SampleOutput> prompt_logprobs(const float* logits, int32_t vocab_size, std::span<const int32_t> next_tokens,
+                                          int num_top) {
   std::vector<SampleOutput> out;
   out.reserve(next_tokens.size());
   for (size_t i = 0; i < next_tokens.size(); ++i) {
@@ -175,7 +180,9 @@ bool is_plain(const SamplingParams& p, const SamplingState& s) {
   return true;
 }
 
-int32_t raw_argmax(const float* x, int32_t V) { return sampling_detail::argmax_of(x, V); }
+int32_t raw_argmax(const float* x, int32_t V) {
+  return sampling_detail::argmax_of(x, V);
+}
 
 // Draws from the live tokens of `row` after softmax and skew. Walks the live list (sparse) or the
 // vocabulary (dense) in a fixed order, so the result depends only on the row and the uniform u.
@@ -344,8 +351,7 @@ std::vector<SampleOutput> Sampler::sample(const float* logits, std::span<const S
   return out;
 }
 
-std::vector<float> Sampler::process(std::span<const float> logits, const SamplingParams& params,
-                                    SamplingState& state) {
+std::vector<float> Sampler::process(std::span<const float> logits, const SamplingParams& params, SamplingState& state) {
   CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size,
                "sampler: a row has {} logits, the vocabulary has {}", logits.size(), config_.vocab_size);
   std::vector<float> dense;

@@ -29,8 +29,8 @@ struct TokenLogprob {
 
 struct SampleOutput {
   int32_t token = -1;
-  float logprob = 0.0f;  // of `token` under log_softmax(raw logits)
-  int32_t rank = 0;      // 1 = the most likely token under the raw logits
+  float logprob = 0.0f;                    // of `token` under log_softmax(raw logits)
+  int32_t rank = 0;                        // 1 = the most likely token under the raw logits
   std::vector<TokenLogprob> top_logprobs;  // most likely first; min(params.logprobs, max_log_probs) entries
 };
 
@@ -74,9 +74,9 @@ class SamplingState {
 
 struct SamplerConfig {
   int32_t vocab_size = 0;
-  int max_log_probs = 10;                 // --max-log-probs: cap on top-N logprobs
-  std::optional<int32_t> eos_token_id;    // banned during min_tokens unless ignore_eos
-  int num_threads = 1;                    // rows are spread over this many threads
+  int max_log_probs = 10;               // --max-log-probs: cap on top-N logprobs
+  std::optional<int32_t> eos_token_id;  // banned during min_tokens unless ignore_eos
+  int num_threads = 1;                  // rows are spread over this many threads
 };
 
 struct SamplerRow {
@@ -103,8 +103,7 @@ class Sampler {
   std::vector<float> process(std::span<const float> logits, const SamplingParams& params, SamplingState& state);
 
   // Final sampling probabilities of one row (after skew), as sample() draws from them. For tests.
-  std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params,
-                                   SamplingState& state);
+  std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params, SamplingState& state);
 
  private:
   struct Scratch;
@@ -117,7 +116,7 @@ SampleOutput token_logprobs(std::span<const float> logits, int32_t token, int nu
 
 // Prompt logprobs: logits [num_positions, vocab] where row i predicts prompt token next_tokens[i]
 // (i.e. next_tokens = prompt[1..]). num_top is capped by the caller (min(prompt_logprobs, max_log_probs)).
-std::vector<SampleOutput> prompt_logprobs(const float* logits, int32_t vocab_size,
-                                          std::span<const int32_t> next_tokens, int num_top);
+std::vector<SampleOutput> prompt_logprobs(const float* logits, int32_t vocab_size, std::span<const int32_t> next_tokens,
+                                          int num_top);
 
 }  // namespace cypris

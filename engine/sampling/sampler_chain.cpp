@@ -16,7 +16,9 @@ namespace {
 // Rows with at most this share of the vocabulary live switch to the sparse representation.
 constexpr size_t kSparseDivisor = 16;
 
-bool desc_by_value(const float* x, int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); }
+bool desc_by_value(const float* x, int32_t a, int32_t b) {
+  return x[a] > x[b] || (x[a] == x[b] && a < b);
+}
 
 void build_history(const SamplingState& s, std::vector<int32_t>& hist) {
   hist.clear();
@@ -242,9 +244,7 @@ void apply_dry(RowLogits& row, const SamplingParams& p, const SamplingState& s) 
     lens[next] = std::max(lens[next], len);
   }
   const int allowed = p.dry_allowed_length;
-  auto penalty = [&](int len) {
-    return p.dry_multiplier * std::pow(p.dry_base, static_cast<float>(len - allowed));
-  };
+  auto penalty = [&](int len) { return p.dry_multiplier * std::pow(p.dry_base, static_cast<float>(len - allowed)); };
   float* x = row.data();
   if (row.sparse()) {
     for (int32_t id : row.live()) {
@@ -656,9 +656,15 @@ void run_chain(RowLogits& row, const SamplingParams& p, SamplingState& s) {
   const std::vector<SamplerId> order = p.sampler_order();
   for (SamplerId id : order) {
     switch (id) {
-      case SamplerId::Dry: apply_dry(row, p, s); break;
-      case SamplerId::Penalties: apply_penalties(row, p, s); break;
-      case SamplerId::NoRepeatNgram: apply_no_repeat_ngram(row, p, s); break;
+      case SamplerId::Dry:
+        apply_dry(row, p, s);
+        break;
+      case SamplerId::Penalties:
+        apply_penalties(row, p, s);
+        break;
+      case SamplerId::NoRepeatNgram:
+        apply_no_repeat_ngram(row, p, s);
+        break;
       case SamplerId::Temperature:
         if (!greedy) apply_temperature(row, p);
         break;
@@ -683,8 +689,12 @@ void run_chain(RowLogits& row, const SamplingParams& p, SamplingState& s) {
       case SamplerId::EpsilonCutoff:
         if (!greedy) apply_epsilon_cutoff(row, p.epsilon_cutoff);
         break;
-      case SamplerId::TypicalP: apply_typical(row, p.typical_p); break;
-      case SamplerId::Quadratic: apply_quadratic(row, p.smoothing_factor, p.smoothing_curve); break;
+      case SamplerId::TypicalP:
+        apply_typical(row, p.typical_p);
+        break;
+      case SamplerId::Quadratic:
+        apply_quadratic(row, p.smoothing_factor, p.smoothing_curve);
+        break;
       case SamplerId::Xtc:
         if (p.xtc_probability > 0.0f) apply_xtc(row, p.xtc_threshold, p.xtc_probability, s.next_uniform());
         break;

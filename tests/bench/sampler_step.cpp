@@ -56,8 +56,7 @@ static double run(int rows, int vocab, int steps, int threads, const SamplingPar
     total += ms;
   }
   std::printf("%-6s %-40s rows=%d vocab=%d threads=%d: %.2f ms/step (mean of %d), best %.2f ms\n",
-              flat ? "flat" : "peaked", label, rows, vocab,
-              threads, total / steps, steps, best);
+              flat ? "flat" : "peaked", label, rows, vocab, threads, total / steps, steps, best);
   return total / steps;
 }
 

@@ -64,7 +64,8 @@ std::vector<Scored> exhaustive(const Model& model, int32_t vocab, int max_tokens
   return all;
 }
 
-std::vector<BeamHypothesis> run_beam(const Model& model, int32_t vocab, BeamSearchConfig cfg, int n, int* steps = nullptr) {
+std::vector<BeamHypothesis> run_beam(const Model& model, int32_t vocab, BeamSearchConfig cfg, int n,
+                                     int* steps = nullptr) {
   BeamSearch bs(cfg);
   int count = 0;
   while (!bs.done()) {

@@ -390,9 +390,9 @@ TEST(SamplerChain, TemperatureLastAndSamplerPriority) {
   EXPECT_EQ(live(x), (std::set<int32_t>{0, 1}));
   EXPECT_FLOAT_EQ(x[1], -0.5f);
   // sampler_priority overrides temperature_last
-  const std::vector<std::string> names = {"min_p",  "TEMPERATURE", "top_p_top_k", "top_a",          "tfs",
-                                          "typical_p", "penalties", "dry",         "no_repeat_ngram", "top_nsigma",
-                                          "eta_cutoff", "epsilon_cutoff", "quadratic", "xtc"};
+  const std::vector<std::string> names = {
+      "min_p",           "TEMPERATURE", "top_p_top_k", "top_a",          "tfs",       "typical_p", "penalties", "dry",
+      "no_repeat_ngram", "top_nsigma",  "eta_cutoff",  "epsilon_cutoff", "quadratic", "xtc"};
   p.sampler_priority = parse_sampler_priority(names);
   p.temperature_last = false;
   EXPECT_EQ(live(r.process(in, p)), (std::set<int32_t>{0, 1}));
@@ -463,7 +463,7 @@ TEST(SamplerChain, BannedStringPositionBans) {
   std::vector<SamplerRow> rows = {{&p, &s}};
   EXPECT_EQ(r.sampler.sample(in.data(), rows)[0].token, 1);  // appended at position 1
   EXPECT_EQ(live(r.sampler.process(in, p, s)).size(), 3u);   // position 2: no ban
-  s.rewind(1);                                                // back to position 1: the ban holds
+  s.rewind(1);                                               // back to position 1: the ban holds
   EXPECT_EQ(live(r.sampler.process(in, p, s)), (std::set<int32_t>{1, 2}));
   s.rewind(1);  // position 0: bans past it are forgotten
   s.append(2);
