@@ -34,6 +34,13 @@ std::string fmt_num(double v) {
   return fmt::format("{}", v);
 }
 
+// Integer parameters take integral values only (40 and 40.0, not 2.5), as Aphrodite's request
+// models do; out-of-int range values are clamped so validate() reports them by range.
+int to_int(double v, const char* name) {
+  CYPRIS_CHECK(std::isfinite(v) && v == std::floor(v), "{} must be an integer, got {}", name, fmt_num(v));
+  return static_cast<int>(std::clamp(v, -2e9, 2e9));
+}
+
 // Accessor helpers for the table. Each lambda is captureless so it converts to a function pointer.
 #define CYPRIS_FLOAT(field)                                                                      \
   [](const SamplingParams& p) -> std::optional<double> { return static_cast<double>(p.field); }, \
@@ -42,16 +49,14 @@ std::string fmt_num(double v) {
       }
 #define CYPRIS_INT(field)                                                                        \
   [](const SamplingParams& p) -> std::optional<double> { return static_cast<double>(p.field); }, \
-      [](SamplingParams& p, std::optional<double> v) {                                           \
-        p.field = v ? static_cast<int>(std::clamp(*v, -2e9, 2e9)) : SamplingParams{}.field;      \
-      }
+      [](SamplingParams& p, std::optional<double> v) { p.field = v ? to_int(*v, #field) : SamplingParams{}.field; }
 #define CYPRIS_OPT_INT(field)                                        \
   [](const SamplingParams& p) -> std::optional<double> {             \
     return p.field ? std::optional<double>(*p.field) : std::nullopt; \
   },                                                                 \
       [](SamplingParams& p, std::optional<double> v) {               \
         if (v)                                                       \
-          p.field = static_cast<int>(std::clamp(*v, -2e9, 2e9));     \
+          p.field = to_int(*v, #field);                              \
         else                                                         \
           p.field.reset();                                           \
       }

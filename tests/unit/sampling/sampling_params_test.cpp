@@ -219,6 +219,15 @@ TEST(SamplingParams, AliasesFindTheirParameter) {
   SamplingParams p;
   find_sampling_param("dry_penalty_last_n")->set(p, 256.0);
   EXPECT_EQ(p.dry_range, 256);
+  find_sampling_param("top_k")->set(p, 40.0);
+  EXPECT_EQ(p.top_k, 40);
+  try {
+    find_sampling_param("top_k")->set(p, 2.5);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "top_k must be an integer, got 2.5");
+  }
+  EXPECT_THROW(find_sampling_param("max_tokens")->set(p, NAN), Error);
   find_sampling_param("temperature_last")->set(p, 1.0);
   EXPECT_TRUE(p.temperature_last);
   EXPECT_EQ(find_sampling_param("top_p")->range_text(), "in (0, 1]");
