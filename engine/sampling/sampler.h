@@ -30,7 +30,7 @@ struct TokenLogprob {
 struct SampleOutput {
   int32_t token = -1;
   float logprob = 0.0f;                    // of `token` under log_softmax(raw logits)
-  int32_t rank = 0;                        // 1 = the most likely token under the raw logits
+  int32_t rank = 0;                        // 1 = most likely under the raw logits; 0 when params.logprobs is unset
   std::vector<TokenLogprob> top_logprobs;  // most likely first; min(params.logprobs, max_log_probs) entries
 };
 
