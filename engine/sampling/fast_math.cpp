@@ -109,6 +109,20 @@ __attribute__((target_clones("avx2", "default"))) double sum_where_ge(const floa
   return total;
 }
 
+__attribute__((target_clones("avx2", "default"))) void block_max64(const float* x, int32_t num_blocks, float* out) {
+  for (int32_t b = 0; b < num_blocks; ++b) {
+    const float* p = x + static_cast<size_t>(b) * 64;
+    V8f acc = load(p);
+    for (int j = 8; j < 64; j += 8) {
+      const V8f v = load(p + j);
+      acc = v > acc ? v : acc;
+    }
+    float m = acc[0];
+    for (int j = 1; j < 8; ++j) m = std::max(m, acc[j]);
+    out[b] = m;
+  }
+}
+
 int32_t argmax_of(const float* x, int32_t n) {
   if (n <= 0) return 0;
   const float m = max_of(x, n);

@@ -36,6 +36,8 @@ double sum_exp(const float* x, int32_t n, float m);
 double exp_shifted(const float* x, int32_t n, float m, float* out);
 // Sum of e[i] over the i with x[i] >= t.
 double sum_where_ge(const float* x, const float* e, int32_t n, float t);
+// out[b] = max of x[64b .. 64b + 63] for b < num_blocks.
+void block_max64(const float* x, int32_t num_blocks, float* out);
 // Index of the first maximum (0 when n == 0).
 int32_t argmax_of(const float* x, int32_t n);
 

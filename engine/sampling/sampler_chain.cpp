@@ -331,29 +331,48 @@ void apply_top_nsigma(RowLogits& row, float nsigma) {
 
 namespace {
 
-// The k-th largest live value; NaN when fewer than k tokens are live.
-float kth_largest(RowLogits& row, int k) {
-  RowBuffers& b = row.buffers();
-  auto& heap = b.tmp_vals;  // min-heap of the k largest seen so far
-  heap.clear();
-  const auto gt = std::greater<float>();
-  if (k <= 4096) {
-    row.for_each_live([&](int32_t, float v) {
-      if (heap.size() < static_cast<size_t>(k)) {
-        heap.push_back(v);
-        std::push_heap(heap.begin(), heap.end(), gt);
-      } else if (v > heap.front()) {
-        std::pop_heap(heap.begin(), heap.end(), gt);
-        heap.back() = v;
-        std::push_heap(heap.begin(), heap.end(), gt);
-      }
-    });
-    return heap.size() < static_cast<size_t>(k) ? NAN : heap.front();
+// Ids of the dense row's k largest values plus ties with the k-th (sorted descending); empty when
+// fewer than k values are finite. Block maxima (vectorised) give a lower bound for the k-th value —
+// k blocks have a maximum at least the k-th largest block maximum — so only the blocks that reach it
+// are scanned.
+std::vector<int32_t> top_k_dense(const float* x, int32_t V, int k, RowBuffers& b) {
+  constexpr int32_t kBlock = 64;
+  const int32_t nb = V / kBlock;
+  std::vector<int32_t> ids;
+  auto& bmax = b.tmp_vals;
+  bmax.resize(nb);
+  block_max64(x, nb, bmax.data());
+  float lower = kNegInf;
+  if (nb >= k) {
+    auto& sel = b.tmp_d;
+    sel.assign(bmax.begin(), bmax.end());
+    std::nth_element(sel.begin(), sel.begin() + (k - 1), sel.end(), std::greater<double>());
+    lower = static_cast<float>(sel[k - 1]);
   }
-  row.for_each_live([&](int32_t, float v) { heap.push_back(v); });
-  if (heap.size() < static_cast<size_t>(k)) return NAN;
-  std::nth_element(heap.begin(), heap.begin() + (k - 1), heap.end(), gt);
-  return heap[k - 1];
+  std::vector<float> cand;
+  auto scan = [&](int32_t from, int32_t to) {
+    for (int32_t i = from; i < to; ++i) {
+      if (x[i] >= lower && x[i] != kNegInf) cand.push_back(x[i]);
+    }
+  };
+  for (int32_t blk = 0; blk < nb; ++blk) {
+    if (bmax[blk] >= lower) scan(blk * kBlock, (blk + 1) * kBlock);
+  }
+  scan(nb * kBlock, V);
+  if (cand.size() < static_cast<size_t>(k)) return ids;
+  std::nth_element(cand.begin(), cand.begin() + (k - 1), cand.end(), std::greater<float>());
+  const float kth = cand[k - 1];
+  auto collect = [&](int32_t from, int32_t to) {
+    for (int32_t i = from; i < to; ++i) {
+      if (x[i] >= kth) ids.push_back(i);
+    }
+  };
+  for (int32_t blk = 0; blk < nb; ++blk) {
+    if (bmax[blk] >= kth) collect(blk * kBlock, (blk + 1) * kBlock);
+  }
+  collect(nb * kBlock, V);
+  std::sort(ids.begin(), ids.end(), [x](int32_t a, int32_t c) { return desc_by_value(x, a, c); });
+  return ids;
 }
 
 }  // namespace
@@ -374,16 +393,8 @@ void apply_top_k_top_p(RowLogits& row, int top_k, float top_p) {
         l.resize(cut);
       }
     } else {
-      const float kth = kth_largest(row, top_k);
-      if (!std::isnan(kth)) {
-        std::vector<int32_t> ids;
-        ids.reserve(top_k + 8);
-        row.for_each_live([&](int32_t id, float v) {
-          if (v >= kth) ids.push_back(id);
-        });
-        std::sort(ids.begin(), ids.end(), [x](int32_t a, int32_t b) { return desc_by_value(x, a, b); });
-        row.keep_only(std::move(ids), true);
-      }
+      std::vector<int32_t> ids = top_k_dense(x, row.vocab(), top_k, row.buffers());
+      if (!ids.empty()) row.keep_only(std::move(ids), true);
     }
   }
   if (!(top_p < 1.0f)) return;

@@ -2,6 +2,7 @@
 // worked out by hand in the comments, not taken from running the code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -118,6 +119,25 @@ TEST(SamplerChain, TopK) {
   EXPECT_FLOAT_EQ(x[1], 5.0f);
   p.top_k = 0;  // off
   EXPECT_EQ(live(r.process({1.0f, 5.0f, 3.0f, 4.0f, 2.0f}, p)).size(), 5u);
+}
+
+TEST(SamplerChain, TopKOverALargeVocabularyKeepsBoundaryTies) {
+  // value(i) = ((i * 7919) mod 1000) / 10: a permutation of 0.0 .. 99.9 over 1000 ids. The 10 largest
+  // are the values 99.0 .. 99.9; a copy of 99.0 put on another id ties with the 10th and survives.
+  Harness r(1000);
+  std::vector<float> x(1000);
+  for (int i = 0; i < 1000; ++i) x[i] = static_cast<float>((i * 7919) % 1000) / 10.0f;
+  SamplingParams p;
+  p.top_k = 10;
+  auto kept = live(r.process(x, p));
+  ASSERT_EQ(kept.size(), 10u);
+  for (int32_t id : kept) EXPECT_GE((id * 7919) % 1000, 990) << id;
+  const int32_t tie = *std::find_if(kept.begin(), kept.end(), [](int32_t id) { return (id * 7919) % 1000 == 990; });
+  const int32_t other = tie == 0 ? 1 : 0;
+  x[other] = x[tie];
+  kept = live(r.process(x, p));
+  EXPECT_EQ(kept.size(), 11u);
+  EXPECT_TRUE(kept.count(other));
 }
 
 TEST(SamplerChain, TopP) {
