@@ -235,12 +235,13 @@ int32_t draw(RowLogits& row, float skew, double u, std::vector<float>* probs_out
 }
 
 // Processes one row and returns the token. `x` is the per-thread working buffer.
-int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, const SamplerConfig& cfg,
-                   RowBuffers& buf, std::vector<float>* dense_out, std::vector<float>* probs_out) {
+int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, const uint32_t* allowed_mask,
+                   const SamplerConfig& cfg, RowBuffers& buf, std::vector<float>* dense_out,
+                   std::vector<float>* probs_out) {
   const int32_t V = cfg.vocab_size;
   const bool greedy = p.temperature == 0.0f;
   const bool want_debug = dense_out || probs_out;
-  if (!want_debug && is_plain(p, s)) {
+  if (!want_debug && !allowed_mask && is_plain(p, s)) {
     if (greedy) return raw_argmax(raw, V);
     // Fast path: top-k by partial selection on the raw logits (temperature does not change the
     // order), then temperature and top-p on the few survivors only.
@@ -262,7 +263,7 @@ general:
   float* x = buf.logits.data();
   std::memcpy(x, raw, sizeof(float) * static_cast<size_t>(V));
   RowLogits row(x, V, buf);
-  sampling_detail::apply_pre_chain(row, p, s, cfg.eos_token_id);
+  sampling_detail::apply_pre_chain(row, p, s, cfg.eos_token_id, allowed_mask);
   int32_t token = -1;
   if (p.mirostat_mode == 2 && !greedy) {
     float max_v;
@@ -312,7 +313,7 @@ std::vector<SampleOutput> Sampler::sample(const float* logits, std::span<const S
       const SamplingParams& p = *rows[r].params;
       SamplingState& s = *rows[r].state;
       SampleOutput& o = out[r];
-      o.token = sample_row(raw, p, s, config_, sc.buf, nullptr, nullptr);
+      o.token = sample_row(raw, p, s, rows[r].allowed_mask, config_, sc.buf, nullptr, nullptr);
       const RawStats st = raw_stats(raw, V);
       o.logprob = logprob_of(raw, st, o.token);
       if (p.logprobs) {
@@ -351,11 +352,12 @@ std::vector<SampleOutput> Sampler::sample(const float* logits, std::span<const S
   return out;
 }
 
-std::vector<float> Sampler::process(std::span<const float> logits, const SamplingParams& params, SamplingState& state) {
+std::vector<float> Sampler::process(std::span<const float> logits, const SamplingParams& params, SamplingState& state,
+                                    const uint32_t* allowed_mask) {
   CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size,
                "sampler: a row has {} logits, the vocabulary has {}", logits.size(), config_.vocab_size);
   std::vector<float> dense;
-  sample_row(logits.data(), params, state, config_, scratch_[0]->buf, &dense, nullptr);
+  sample_row(logits.data(), params, state, allowed_mask, config_, scratch_[0]->buf, &dense, nullptr);
   return dense;
 }
 
@@ -364,7 +366,7 @@ std::vector<float> Sampler::probabilities(std::span<const float> logits, const S
   CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size,
                "sampler: a row has {} logits, the vocabulary has {}", logits.size(), config_.vocab_size);
   std::vector<float> probs;
-  sample_row(logits.data(), params, state, config_, scratch_[0]->buf, nullptr, &probs);
+  sample_row(logits.data(), params, state, nullptr, config_, scratch_[0]->buf, nullptr, &probs);
   return probs;
 }
 

@@ -82,6 +82,9 @@ struct SamplerConfig {
 struct SamplerRow {
   const SamplingParams* params;
   SamplingState* state;
+  // Optional [ceil(vocab / 32)] bitmask from guided decoding: a token whose bit (word id / 32, bit
+  // id % 32) is 0 is masked before the chain, like allowed_token_ids.
+  const uint32_t* allowed_mask = nullptr;
 };
 
 class Sampler {
@@ -100,7 +103,8 @@ class Sampler {
   // The logits of one row after the pre-chain masks and the sampler chain (masked tokens are -inf),
   // before softmax, skew and the draw. Advances the RNG exactly as sample() would (XTC's coin).
   // For tests and debugging. With Mirostat 2 this is the Mirostat mask (the chain is skipped).
-  std::vector<float> process(std::span<const float> logits, const SamplingParams& params, SamplingState& state);
+  std::vector<float> process(std::span<const float> logits, const SamplingParams& params, SamplingState& state,
+                             const uint32_t* allowed_mask = nullptr);
 
   // Final sampling probabilities of one row (after skew), as sample() draws from them. For tests.
   std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params, SamplingState& state);

@@ -126,7 +126,10 @@ void RowLogits::maybe_go_sparse(size_t survivors) {
 // Before the chain
 
 void apply_pre_chain(RowLogits& row, const SamplingParams& p, const SamplingState& s,
-                     std::optional<int32_t> eos_token_id) {
+                     std::optional<int32_t> eos_token_id, const uint32_t* allowed_mask) {
+  if (allowed_mask) {
+    row.mask_if([allowed_mask](int32_t id, float) { return ((allowed_mask[id >> 5] >> (id & 31)) & 1u) == 0; });
+  }
   // min_tokens: no stop token and no EOS until enough tokens exist (vLLM's all_stop_token_ids:
   // EOS counts unless ignore_eos).
   if (static_cast<int>(s.output_ids().size()) < p.min_tokens) {

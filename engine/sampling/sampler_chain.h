@@ -105,7 +105,7 @@ void RowLogits::mask_if(P&& pred) {
 
 // --- the processors; each is a no-op when its parameter is off ---
 void apply_pre_chain(RowLogits& row, const SamplingParams& p, const SamplingState& s,
-                     std::optional<int32_t> eos_token_id);
+                     std::optional<int32_t> eos_token_id, const uint32_t* allowed_mask);
 void apply_penalties(RowLogits& row, const SamplingParams& p, const SamplingState& s);
 void apply_dry(RowLogits& row, const SamplingParams& p, const SamplingState& s);
 void apply_no_repeat_ngram(RowLogits& row, const SamplingParams& p, const SamplingState& s);

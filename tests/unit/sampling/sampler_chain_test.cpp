@@ -393,6 +393,21 @@ TEST(SamplerChain, PreChainMasks) {
   EXPECT_FLOAT_EQ(x[2], 0.0f);
 }
 
+TEST(SamplerChain, GuidedDecodingBitmask) {
+  // 40 tokens: bits set for ids 3, 31, 32 and 39 only (words 0 and 1)
+  Harness r(40);
+  const uint32_t mask[2] = {(1u << 3) | (1u << 31), (1u << 0) | (1u << 7)};
+  SamplingParams p;
+  SamplingState s(p, {});
+  EXPECT_EQ(live(r.sampler.process(std::vector<float>(40, 0.0f), p, s, mask)), (std::set<int32_t>{3, 31, 32, 39}));
+  p.temperature = 0.0f;
+  std::vector<float> x(40, 0.0f);
+  x[0] = 5.0f;  // the model's favourite is not allowed
+  x[32] = 1.0f;
+  std::vector<SamplerRow> rows = {{&p, &s, mask}};
+  EXPECT_EQ(r.sampler.sample(x.data(), rows)[0].token, 32);
+}
+
 TEST(SamplerChain, TemperatureLastAndSamplerPriority) {
   // [0, -1, -2] with temperature 2 and min_p 0.3
   // temperature first: [0, -0.5, -1], ratios 1, 0.607, 0.368 >= 0.3 -> all stay
