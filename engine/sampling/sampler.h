@@ -97,7 +97,8 @@ class Sampler {
   const SamplerConfig& config() const { return config_; }
 
   // logits: [rows.size(), vocab_size], row-major, not modified. Each row's sampled token is appended to
-  // its state (and its RNG and Mirostat mu advance).
+  // its state (and its RNG and Mirostat mu advance). Rows are spread over config.num_threads threads;
+  // one caller at a time (the engine thread): the per-thread buffers belong to this Sampler.
   std::vector<SampleOutput> sample(const float* logits, std::span<const SamplerRow> rows);
 
   // The logits of one row after the pre-chain masks and the sampler chain (masked tokens are -inf),
