@@ -306,6 +306,7 @@ void Engine::emit(Group& g, RequestOutput& out) {
 void Engine::step() {
   SchedulerOutput so = scheduler_->schedule();
   if (so.empty()) return;
+  swap_outs_total_ += static_cast<int64_t>(so.swapped_out_ids.size());
   runner_->swap_out(so.blocks_to_swap_out);
   runner_->swap_in(so.blocks_to_swap_in);
   runner_->copy_blocks(so.blocks_to_copy);
@@ -446,6 +447,8 @@ EngineStats Engine::stats() const {
   s.kv_cache_usage = ss.kv_cache_usage;
   s.cpu_swap_usage = ss.cpu_kv_cache_usage;
   s.prefix_cache_hit_rate = ss.prefix_cache_hit_rate;
+  s.num_preemptions_total = ss.num_preemptions;
+  s.num_swap_outs_total = swap_outs_total_;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;
   const auto now = std::chrono::steady_clock::now();

@@ -70,6 +70,7 @@ class Engine {
   // Throughput over the last stats() interval.
   int64_t prompt_tokens_total_ = 0;
   int64_t generation_tokens_total_ = 0;
+  int64_t swap_outs_total_ = 0;
   mutable int64_t last_prompt_tokens_ = 0;
   mutable int64_t last_generation_tokens_ = 0;
   mutable std::chrono::steady_clock::time_point last_stats_time_ = std::chrono::steady_clock::now();

@@ -22,7 +22,9 @@ struct EngineStats {
   int64_t num_swapped = 0;
   double kv_cache_usage = 0.0;        // fraction of GPU (or CPU-device) KV blocks in use
   double cpu_swap_usage = 0.0;        // fraction of the swap pool in use
-  double prefix_cache_hit_rate = 0.0;  // hits / queried blocks, since start
+  double prefix_cache_hit_rate = 0.0;  // hits / queried tokens, since start
+  int64_t num_preemptions_total = 0;
+  int64_t num_swap_outs_total = 0;  // preemptions by swap
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   double prompt_tokens_per_s = 0.0;      // over the last interval

@@ -22,8 +22,15 @@ void BatchContext::validate(int64_t num_blocks, int block_size) const {
     CYPRIS_CHECK(slot < num_blocks * block_size, "batch: slot {} is outside the KV cache ({} slots)", slot,
                  num_blocks * block_size);
   }
-  for (int32_t id : block_tables) {
-    CYPRIS_CHECK(id >= 0 && id < num_blocks, "batch: block table names block {}, the cache has {}", id, num_blocks);
+  // Entries past a sequence's last block are padding (-1 from the scheduler) and never read.
+  for (int s_i = 0; s_i < s; ++s_i) {
+    const int64_t used = (static_cast<int64_t>(seq_lens[s_i]) + block_size - 1) / block_size;
+    CYPRIS_CHECK(used <= max_blocks_per_seq, "batch: sequence {} has {} tokens but its block table holds {} blocks",
+                 s_i, seq_lens[s_i], max_blocks_per_seq);
+    for (int64_t k = 0; k < used; ++k) {
+      const int32_t id = block_tables[static_cast<size_t>(s_i) * max_blocks_per_seq + k];
+      CYPRIS_CHECK(id >= 0 && id < num_blocks, "batch: block table names block {}, the cache has {}", id, num_blocks);
+    }
   }
   for (int32_t i : logits_indices) {
     CYPRIS_CHECK(i >= 0 && i < n, "batch: logits index {} is outside [0, {})", i, n);
