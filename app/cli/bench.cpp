@@ -14,7 +14,8 @@ int run_bench(const Args& args) {
   const std::string& sub = args[0];
   const Args rest(args.begin() + 1, args.end());
   if (sub == "latency") return run_bench_latency(rest);
-  if (sub == "throughput" || sub == "serving") {
+  if (sub == "throughput") return run_bench_throughput(rest);
+  if (sub == "serving") {
     std::fprintf(stderr, "cypris bench %s: not supported yet\n", sub.c_str());
     return 2;
   }

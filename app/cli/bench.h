@@ -6,5 +6,6 @@
 namespace cypris::cli {
 
 int run_bench_latency(const Args& args);  // cypris bench latency [engine flags] [--input-len N] ...
+int run_bench_throughput(const Args& args);  // cypris bench throughput [engine flags] [--num-prompts N] ...
 
 }  // namespace cypris::cli

@@ -8,7 +8,8 @@
 #include <random>
 
 #include "app/cli/bench.h"
-#include "app/cli/engine_args.h"
+#include "app/cli/options_cli.h"
+#include "engine/core/engine_setup.h"
 #include "engine/common/error.h"
 
 namespace cypris::cli {
@@ -16,7 +17,7 @@ namespace {
 
 const char* kUsage =
     "usage: cypris bench latency --model DIR [--input-len N] [--output-len N] [--batch-size 1]\n"
-    "                            [--num-iters N] [--num-iters-warmup N] [engine flags]\n";
+    "                            [--num-iters N] [--num-iters-warmup N] [engine flags]";
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -35,34 +36,47 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+struct LatencyFlags {
+  int64_t input_len = 32;
+  int64_t output_len = 128;
+  int64_t batch_size = 1;
+  int64_t num_iters = 3;
+  int64_t num_iters_warmup = 1;
+};
+
+std::vector<OptionSpec> latency_specs(LatencyFlags& f) {
+  auto spec = [](std::string name, OptionBinding b, std::string help) {
+    OptionSpec s;
+    s.name = std::move(name);
+    s.binding = std::move(b);
+    s.metavar = "N";
+    s.help = std::move(help);
+    s.group = "Benchmark Options";
+    s.min = 0;
+    return s;
+  };
+  return {spec("input-len", bind_external(&f.input_len), "Prompt tokens (random ids)."),
+          spec("output-len", bind_external(&f.output_len), "Greedy decode steps."),
+          spec("batch-size", bind_external(&f.batch_size), "Sequences per step (only 1 for now)."),
+          spec("num-iters", bind_external(&f.num_iters), "Timed runs."),
+          spec("num-iters-warmup", bind_external(&f.num_iters_warmup), "Untimed runs first.")};
+}
+
 int bench(const Args& args) {
-  EngineArgs engine;
-  const Args rest = engine.parse(args);
-  int64_t input_len = 32, output_len = 128, batch_size = 1, iters = 3, warmup = 1;
-  for (size_t i = 0; i < rest.size(); ++i) {
-    std::string v;
-    if (rest[i] == "-h" || rest[i] == "--help") {
-      std::printf("%s%s", kUsage, EngineArgs::help());
-      return 0;
-    } else if (take_flag(rest, i, "--input-len", v)) {
-      input_len = parse_int_flag("--input-len", v);
-    } else if (take_flag(rest, i, "--output-len", v)) {
-      output_len = parse_int_flag("--output-len", v);
-    } else if (take_flag(rest, i, "--batch-size", v)) {
-      batch_size = parse_int_flag("--batch-size", v);
-    } else if (take_flag(rest, i, "--num-iters", v)) {
-      iters = parse_int_flag("--num-iters", v);
-    } else if (take_flag(rest, i, "--num-iters-warmup", v)) {
-      warmup = parse_int_flag("--num-iters-warmup", v);
-    } else {
-      CYPRIS_FAIL("bench latency: unknown argument '{}'\n{}", rest[i], kUsage);
-    }
-  }
+  LatencyFlags f;
+  const auto specs = latency_specs(f);
+  int code = 0;
+  auto ctx = parse_cli(args, kUsage, code, specs);
+  if (!ctx) return code;
+  const int64_t input_len = f.input_len, output_len = f.output_len, batch_size = f.batch_size;
+  const int64_t iters = f.num_iters, warmup = f.num_iters_warmup;
+  const EngineConfig& ecfg = ctx->cfg;
   CYPRIS_CHECK(input_len >= 1 && output_len >= 1, "--input-len and --output-len must be >= 1");
   CYPRIS_CHECK(iters >= 1 && warmup >= 0, "--num-iters must be >= 1 and --num-iters-warmup >= 0");
   CYPRIS_CHECK(batch_size == 1, "--batch-size {}: only batch size 1 is supported yet", batch_size);
 
-  ModelRunnerOptions opt = engine.runner_options();
+  ModelRunnerOptions opt =
+      runner_options(ecfg, resolve_local_model_dir(ecfg.model.model, ecfg.model.revision, ecfg.model.download_dir));
   opt.num_blocks = (input_len + output_len + opt.block_size - 1) / opt.block_size;
   const double t_load = now_s();
   ModelRunner runner(opt);
@@ -72,7 +86,7 @@ int bench(const Args& args) {
                "--input-len + --output-len = {} exceeds the context length {} (--max-model-len)",
                input_len + output_len, cfg.max_model_len);
 
-  std::mt19937_64 rng(engine.seed);
+  std::mt19937_64 rng(static_cast<uint64_t>(ecfg.model.seed));
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
   std::vector<double> prefill_tps, decode_tps, decode_ms, decode_cpu_ms;
   for (int64_t it = 0; it < warmup + iters; ++it) {
@@ -112,7 +126,7 @@ int bench(const Args& args) {
               params / 1e6);
   std::printf("| weights | %s, %s |\n", std::string(dtype_name(runner.weight_dtype())).c_str(),
               opt.load.load_format.c_str());
-  std::printf("| threads | %d |\n| batch size | 1 |\n| input / output len | %lld / %lld |\n", engine.threads,
+  std::printf("| threads | %d |\n| batch size | 1 |\n| input / output len | %lld / %lld |\n", opt.threads,
               static_cast<long long>(input_len), static_cast<long long>(output_len));
   std::printf("| iterations (warmup) | %lld (%lld) |\n| load time | %.2f s |\n\n", static_cast<long long>(iters),
               static_cast<long long>(warmup), load_s);
@@ -126,13 +140,6 @@ int bench(const Args& args) {
 
 }  // namespace
 
-int run_bench_latency(const Args& args) {
-  try {
-    return bench(args);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cypris bench latency: %s\n", e.what());
-    return 1;
-  }
-}
+int run_bench_latency(const Args& args) { return run_guarded("bench latency", bench, args); }
 
 }  // namespace cypris::cli

@@ -1,27 +1,61 @@
-// `cypris generate`: load a local model, run a prompt, print the continuation. Plain greedy or
-// temperature sampling with a seed (the full sampler lives in engine/sampling). Without a
-// tokenizer, --prompt-ids takes token ids and the output is ids.
-#include <algorithm>
+// `cypris generate`: load a model, run one prompt through the engine, stream the continuation to
+// stdout. Every engine flag and the common sampler flags apply. Without a tokenizer
+// (--skip-tokenizer-init or none in the folder), --prompt-ids takes token ids and ids are printed.
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <random>
 #include <sstream>
 
 #include "app/cli/commands.h"
-#include "app/cli/engine_args.h"
+#include "app/cli/options_cli.h"
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/core/engine.h"
+#include "engine/core/sampling_params.h"
 #include "engine/runtime/debug_dump.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace cypris::cli {
 namespace {
 
-const char* kUsage =
-    "usage: cypris generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N]\n"
-    "                       [--temperature T] [--seed S] [--ignore-eos] [--debug-dump DIR] [engine flags]\n"
-    "  --debug-dump DIR: write every named intermediate of each forward pass as DIR/f<step>.<name>.npy\n";
+struct GenerateFlags {
+  std::optional<std::string> prompt;
+  std::optional<std::string> prompt_ids;
+  int64_t max_tokens = 64;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = -1;
+  double min_p = 0.0;
+  double repetition_penalty = 1.0;
+  bool ignore_eos = false;
+  std::optional<std::string> debug_dump;
+};
+
+std::vector<OptionSpec> generate_specs(GenerateFlags& f) {
+  auto spec = [](std::string name, OptionBinding b, std::string metavar, std::string help) {
+    OptionSpec s;
+    s.name = std::move(name);
+    s.binding = std::move(b);
+    s.metavar = std::move(metavar);
+    s.help = std::move(help);
+    s.group = "Generate Options";
+    return s;
+  };
+  std::vector<OptionSpec> v;
+  v.push_back(spec("prompt", bind_external(&f.prompt), "TEXT", "The prompt text (encoded with the model's tokenizer)."));
+  v.push_back(spec("prompt-ids", bind_external(&f.prompt_ids), "IDS", "The prompt as token ids: 1,2,3."));
+  v.push_back(spec("max-tokens", bind_external(&f.max_tokens), "N", "Tokens to generate at most."));
+  v.back().min = 1;
+  v.push_back(spec("temperature", bind_external(&f.temperature), "T", "Sampling temperature; 0 is greedy."));
+  v.back().min = 0;
+  v.push_back(spec("top-p", bind_external(&f.top_p), "P", "Nucleus sampling."));
+  v.push_back(spec("top-k", bind_external(&f.top_k), "K", "Keep the K most likely tokens (-1: all)."));
+  v.push_back(spec("min-p", bind_external(&f.min_p), "P", "Minimum probability relative to the top token."));
+  v.push_back(spec("repetition-penalty", bind_external(&f.repetition_penalty), "R", "Repetition penalty (1: off)."));
+  v.push_back(spec("ignore-eos", bind_external(&f.ignore_eos), "", "Keep generating after the end-of-text token."));
+  v.push_back(spec("debug-dump", bind_external(&f.debug_dump), "DIR",
+                   "Write every named intermediate of each forward pass as DIR/f<step>.<name>.npy."));
+  return v;
+}
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -29,129 +63,99 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   std::string part;
   while (std::getline(ss, part, ',')) {
     if (part.empty()) continue;
-    const int64_t v = parse_int_flag("--prompt-ids", part);
-    CYPRIS_CHECK(v >= 0 && v <= INT32_MAX, "--prompt-ids: {} is not a token id", v);
+    char* end = nullptr;
+    const long long v = std::strtoll(part.c_str(), &end, 10);
+    CYPRIS_CHECK(*end == '\0' && v >= 0 && v <= INT32_MAX, "--prompt-ids: '{}' is not a token id", part);
     ids.push_back(static_cast<int32_t>(v));
   }
   CYPRIS_CHECK(!ids.empty(), "--prompt-ids: give at least one id, e.g. --prompt-ids 1,2,3");
   return ids;
 }
 
-int32_t sample(const float* logits, int64_t vocab, double temperature, std::mt19937_64& rng) {
-  if (temperature < 1e-5) return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
-  const float mx = *std::max_element(logits, logits + vocab);
-  std::vector<double> p(vocab);
-  for (int64_t i = 0; i < vocab; ++i) p[i] = std::exp((logits[i] - mx) / temperature);
-  std::discrete_distribution<int32_t> dist(p.begin(), p.end());
-  return dist(rng);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 int generate(const Args& args) {
-  EngineArgs engine;
-  const Args rest = engine.parse(args);
-  std::optional<std::string> prompt, prompt_ids;
-  int64_t max_tokens = 64;
-  double temperature = 1.0;
-  bool ignore_eos = false;
-  std::string dump_dir;
-  for (size_t i = 0; i < rest.size(); ++i) {
-    std::string v;
-    if (rest[i] == "-h" || rest[i] == "--help") {
-      std::printf("%s%s", kUsage, EngineArgs::help());
-      return 0;
-    } else if (take_flag(rest, i, "--prompt", v)) {
-      prompt = v;
-    } else if (take_flag(rest, i, "--prompt-ids", v)) {
-      prompt_ids = v;
-    } else if (take_flag(rest, i, "--max-tokens", v)) {
-      max_tokens = parse_int_flag("--max-tokens", v);
-      CYPRIS_CHECK(max_tokens >= 0, "--max-tokens must be >= 0, got {}", max_tokens);
-    } else if (take_flag(rest, i, "--temperature", v)) {
-      temperature = parse_double_flag("--temperature", v);
-      CYPRIS_CHECK(temperature >= 0, "--temperature must be >= 0, got {}", temperature);
-    } else if (take_flag(rest, i, "--debug-dump", v)) {
-      dump_dir = v;
-    } else if (rest[i] == "--ignore-eos") {
-      ignore_eos = true;
-    } else {
-      CYPRIS_FAIL("generate: unknown argument '{}'\n{}", rest[i], kUsage);
-    }
+  GenerateFlags f;
+  const auto specs = generate_specs(f);
+  int code = 0;
+  auto ctx = parse_cli(args,
+                       "usage: cypris generate --model MODEL (--prompt TEXT | --prompt-ids 1,2,3) [--max-tokens N] "
+                       "[--temperature T] [options]",
+                       code, specs);
+  if (!ctx) return code;
+  CYPRIS_CHECK(f.prompt || f.prompt_ids, "generate: give --prompt TEXT or --prompt-ids 1,2,3");
+  CYPRIS_CHECK(!(f.prompt && f.prompt_ids), "generate: give either --prompt or --prompt-ids, not both");
+  EngineConfig& cfg = ctx->cfg;
+  if (!cfg.cache.num_gpu_blocks_override && !ctx->parsed.explicit_keys.count("cpu_kvcache_space")) {
+    cfg.cache.cpu_kvcache_space = 0.25;  // one sequence needs little; keep start-up light
   }
-  CYPRIS_CHECK(prompt || prompt_ids, "generate: give --prompt TEXT or --prompt-ids 1,2,3\n{}", kUsage);
-  CYPRIS_CHECK(!(prompt && prompt_ids), "generate: give either --prompt or --prompt-ids, not both");
-
-  std::unique_ptr<Tokenizer> tokenizer;
+  if (f.prompt_ids && !ctx->parsed.explicit_keys.count("skip_tokenizer_init")) {
+    // Ids in, ids out, unless the folder has a tokenizer to print text with.
+    cfg.model.skip_tokenizer_init = false;
+  }
+  std::unique_ptr<Engine> engine;
   try {
-    tokenizer = load_tokenizer(engine.model);
-  } catch (const std::exception& e) {
-    if (prompt) CYPRIS_FAIL("generate: no tokenizer available ({}); use --prompt-ids", e.what());
-    LOG_WARN("no tokenizer ({}): printing token ids", e.what());
-  }
-
-  std::vector<int32_t> ids = prompt ? tokenizer->encode(*prompt, true) : parse_ids(*prompt_ids);
-  CYPRIS_CHECK(!ids.empty(), "generate: the prompt encodes to no tokens");
-  ModelRunnerOptions opt = engine.runner_options();
-  // One sequence: the cache needs only prompt + max_tokens slots, not the whole --max-model-len.
-  opt.num_blocks = (static_cast<int64_t>(ids.size()) + max_tokens + opt.block_size - 1) / opt.block_size;
-  ModelRunner runner(opt);
-  if (!dump_dir.empty()) runner.set_debug_hook(make_npy_dump_hook(dump_dir));
-  const ModelConfig& cfg = runner.config();
-  CYPRIS_CHECK(static_cast<int64_t>(ids.size()) < cfg.max_model_len,
-               "generate: the prompt has {} tokens; the context (--max-model-len) is {}", ids.size(),
-               cfg.max_model_len);
-  const size_t prompt_len = ids.size();
-  const int64_t budget = std::min<int64_t>(max_tokens, cfg.max_model_len - static_cast<int64_t>(prompt_len));
-  std::mt19937_64 rng(engine.seed);
-
-  auto t0 = std::chrono::steady_clock::now();
-  Logits logits = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
-  const double prefill_s = seconds_since(t0);
-  auto t1 = std::chrono::steady_clock::now();
-  std::string printed;
-  for (int64_t step = 0; step < budget; ++step) {
-    const int32_t next = sample(logits.row(0), logits.vocab, temperature, rng);
-    ids.push_back(next);
-    const bool eos = std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), next) != cfg.eos_token_ids.end();
-    if (tokenizer) {
-      // Decode everything generated so far and print what is new (handles multi-token characters).
-      const std::string text = tokenizer->decode(std::span<const int32_t>(ids).subspan(prompt_len), true);
-      if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
-        std::fputs(text.c_str() + printed.size(), stdout);
-        printed = text;
-      }
-    } else {
-      std::printf("%s%d", step == 0 ? "" : ",", next);
+    engine = std::make_unique<Engine>(cfg);
+  } catch (const Error& e) {
+    // A model folder without tokenizer files still runs on ids.
+    if (f.prompt || cfg.model.skip_tokenizer_init || std::string(e.what()).find("tokenizer") == std::string::npos) {
+      throw;
     }
-    std::fflush(stdout);
-    if (eos && !ignore_eos) break;
-    if (step + 1 < budget) {
-      const int32_t tok[] = {next};
-      logits =
-          runner.execute(make_single_sequence_batch(tok, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
+    LOG_WARN("no tokenizer ({}); printing token ids", e.what());
+    cfg.model.skip_tokenizer_init = true;
+    engine = std::make_unique<Engine>(cfg);
+  }
+  if (f.debug_dump) engine->set_debug_hook(make_npy_dump_hook(*f.debug_dump));
+  const Tokenizer* tok = engine->tokenizer();
+  CYPRIS_CHECK(tok || !f.prompt, "generate: --prompt needs a tokenizer; use --prompt-ids");
+  std::vector<int32_t> ids = f.prompt ? tok->encode(*f.prompt, true) : parse_ids(*f.prompt_ids);
+  CYPRIS_CHECK(!ids.empty(), "generate: the prompt encodes to no tokens");
+
+  auto params = std::make_shared<SamplingParams>();
+  params->max_tokens = static_cast<int>(std::min<int64_t>(
+      f.max_tokens, engine->model_info().max_model_len - static_cast<int64_t>(ids.size())));
+  params->temperature = static_cast<float>(f.temperature);
+  params->top_p = static_cast<float>(f.top_p);
+  params->top_k = static_cast<int>(f.top_k);
+  params->min_p = static_cast<float>(f.min_p);
+  params->repetition_penalty = static_cast<float>(f.repetition_penalty);
+  params->ignore_eos = f.ignore_eos;
+  params->seed = static_cast<uint64_t>(cfg.model.seed);
+  auto stream = std::make_shared<RequestStream>("generate");
+  const auto t0 = std::chrono::steady_clock::now();
+  engine->add_request(GenerateRequest{"generate", ids, f.prompt.value_or(""), params, 0}, stream);
+  std::optional<std::chrono::steady_clock::time_point> t_first;
+  int64_t generated = 0;
+  bool first_id = true;
+  while (engine->has_unfinished_requests() || !stream->done()) {
+    if (engine->has_unfinished_requests()) engine->step();
+    while (auto o = stream->next(std::chrono::milliseconds(0))) {
+      CYPRIS_CHECK(!o->error, "generate: {}", o->error.value_or(""));
+      for (const auto& d : o->outputs) {
+        if (!t_first && !d.token_ids.empty()) t_first = std::chrono::steady_clock::now();
+        generated += static_cast<int64_t>(d.token_ids.size());
+        if (tok) {
+          std::fputs(d.text.c_str(), stdout);
+        } else {
+          for (int32_t id : d.token_ids) {
+            std::printf("%s%d", first_id ? "" : ",", id);
+            first_id = false;
+          }
+        }
+      }
+      std::fflush(stdout);
     }
   }
   std::printf("\n");
-  const double decode_s = seconds_since(t1);
-  const size_t generated = ids.size() - prompt_len;
-  LOG_INFO("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens in {:.3f} s ({:.1f} tok/s)", prompt_len,
-           prefill_s, prompt_len / std::max(prefill_s, 1e-9), generated, decode_s,
-           generated / std::max(decode_s, 1e-9));
+  const auto t1 = std::chrono::steady_clock::now();
+  const double prefill_s = std::chrono::duration<double>(t_first.value_or(t1) - t0).count();
+  const double decode_s = std::chrono::duration<double>(t1 - t_first.value_or(t1)).count();
+  LOG_INFO("prompt {} tokens in {:.3f} s ({:.1f} tok/s); generated {} tokens, {:.1f} tok/s after the first",
+           ids.size(), prefill_s, ids.size() / std::max(prefill_s, 1e-9), generated,
+           (generated > 1 ? generated - 1 : 0) / std::max(decode_s, 1e-9));
   return 0;
 }
 
 }  // namespace
 
-int run_generate(const Args& args) {
-  try {
-    return generate(args);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "cypris generate: %s\n", e.what());
-    return 1;
-  }
-}
+int run_generate(const Args& args) { return run_guarded("generate", generate, args); }
 
 }  // namespace cypris::cli

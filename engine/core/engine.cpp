@@ -8,6 +8,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/core/engine_setup.h"
 #include "engine/core/request.h"
 #include "engine/core/sampling_params.h"
 #include "engine/loader/model_config.h"
@@ -63,30 +64,13 @@ struct Engine::Group {
   bool first_output_sent = false;
 };
 
-std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
-                                              const std::optional<std::string>& download_dir) {
-  CYPRIS_CHECK(!model.empty(), "--model is required: a local model folder or a Hugging Face repo id");
-  std::filesystem::path p(model);
-  if (std::filesystem::is_directory(p)) return p;
-  CYPRIS_FAIL("--model '{}': no such folder{}", model, revision ? fmt::format(" (revision {})", *revision) : "");
-}
-
 Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const auto& mo = cfg.model;
   CYPRIS_CHECK(cfg.device.device != "cuda", "--device cuda: the CUDA backend is not supported yet in this build; "
                                             "use --device cpu (or auto)");
   const std::filesystem::path dir = resolve_local_model_dir(mo.model, mo.revision, mo.download_dir);
 
-  ModelRunnerOptions ro;
-  ro.model_dir = dir;
-  ro.load.dtype = mo.dtype;
-  ro.load.load_format = mo.load_format;
-  ro.load.seed = static_cast<uint64_t>(mo.seed);
-  if (!mo.rope_scaling.empty()) ro.load.overrides.rope_scaling_json = mo.rope_scaling;
-  ro.load.overrides.rope_theta = mo.rope_theta;
-  ro.load.overrides.max_model_len = mo.max_model_len;
-  ro.threads = static_cast<int>(cfg.device.threads.value_or(0));
-  ro.block_size = static_cast<int>(cfg.cache.block_size);
+  ModelRunnerOptions ro = runner_options(cfg, dir);
 
   // Size the cache from the architecture before loading any weight.
   const ModelConfig mc = load_model_config(dir, ro.load.overrides);
@@ -149,6 +133,10 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
 Engine::~Engine() = default;
 
 int64_t Engine::num_kv_blocks() const { return runner_->num_blocks(); }
+
+void Engine::set_debug_hook(std::function<void(const std::string&, const Tensor&)> hook) {
+  runner_->set_debug_hook(std::move(hook));
+}
 
 void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> stream) {
   CYPRIS_CHECK(req.params != nullptr, "request {} has no sampling parameters", req.request_id);

@@ -6,11 +6,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "engine/common/tensor.h"
 #include "engine/config/engine_config.h"
 #include "engine/core/engine_client.h"
 #include "engine/core/outputs.h"
@@ -48,6 +50,8 @@ class Engine {
   ModelInfo model_info() const;
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   int64_t num_kv_blocks() const;
+  // Every named intermediate of each forward pass goes to hook (debug dumps).
+  void set_debug_hook(std::function<void(const std::string&, const Tensor&)> hook);
 
  private:
   struct Seq;
@@ -75,10 +79,5 @@ class Engine {
   mutable int64_t last_generation_tokens_ = 0;
   mutable std::chrono::steady_clock::time_point last_stats_time_ = std::chrono::steady_clock::now();
 };
-
-// The local folder of a model: a folder is used as it is; a Hugging Face repo id is looked up in
-// the local cache (downloading is the hub's job). Throws Error saying what was tried.
-std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
-                                              const std::optional<std::string>& download_dir);
 
 }  // namespace cypris

@@ -36,16 +36,37 @@ std::string pieces_text(const std::string& csv) {
   return out.substr(out[0] == ' ' ? 1 : 0);
 }
 
-TEST(Generate, GreedyIdsFromBosSpellThePublishedStory) {
+TEST(Generate, GreedyTextFromBosIsThePublishedStory) {
+  testing::internal::CaptureStdout();
+  const int rc = run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "200", "--temperature", "0",
+                               "--ignore-eos", "--dtype=float32", "--threads", "2"});
+  const std::string out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0);
+  std::string expected = read_file(kStories + "/expected_greedy_200_from_bos.txt");
+  while (!expected.empty() && expected.back() == '\n') expected.pop_back();
+  EXPECT_EQ(out, expected + "\n");
+}
+
+TEST(Generate, IdsWithoutTokenizerSpellTheStory) {
   testing::internal::CaptureStdout();
   const int rc = run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "20", "--temperature", "0",
-                               "--dtype=float32", "--threads", "2"});
+                               "--skip-tokenizer-init", "--dtype=float32", "--threads", "2"});
   const std::string out = testing::internal::GetCapturedStdout();
   ASSERT_EQ(rc, 0);
   const std::string text = pieces_text(out.substr(0, out.find('\n')));
   const std::string expected = read_file(kStories + "/expected_greedy_200_from_bos.txt");
   EXPECT_EQ(expected.compare(0, text.size(), text), 0) << text;
   EXPECT_GT(text.size(), 40u);
+}
+
+TEST(Generate, TextPromptThroughTheTokenizer) {
+  testing::internal::CaptureStdout();
+  const int rc = run_generate({"--model", kStories, "--prompt", "Once upon a time", "--max-tokens", "8",
+                               "--temperature", "0", "--threads", "2"});
+  const std::string out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0);
+  // The story's greedy continuation after its own first words.
+  EXPECT_EQ(out.rfind(", there was a little girl", 0), 0u) << out;
 }
 
 TEST(Generate, SeededSamplingIsReproducibleAndBadInputIsAnError) {
@@ -62,7 +83,7 @@ TEST(Generate, SeededSamplingIsReproducibleAndBadInputIsAnError) {
   EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1,512"}), 1);
   EXPECT_NE(testing::internal::GetCapturedStderr().find("out of range"), std::string::npos);
   testing::internal::CaptureStderr();
-  EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "x"}), 1);
+  EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "x"}), 2);
   EXPECT_NE(testing::internal::GetCapturedStderr().find("--max-tokens"), std::string::npos);
   testing::internal::CaptureStderr();
   EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1", "--max-model-len", "4096"}), 1);
@@ -82,11 +103,20 @@ TEST(BenchLatency, RunsOnDummyWeightsFromAConfigOnlyFolder) {
   EXPECT_NE(out.find("109.5M"), std::string::npos) << out;
 }
 
-TEST(Bench, DispatchAndUnsupportedModes) {
+TEST(BenchThroughput, ReportsTokensPerSecondForAllRequests) {
+  testing::internal::CaptureStdout();
+  const int rc = run_bench({"throughput", "--model", kStories, "--num-prompts", "8", "--input-len", "16",
+                            "--output-len", "8", "--threads", "2", "--disable-log-stats"});
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("| requests | 8 (random prompts) |"), std::string::npos) << out;
+  EXPECT_NE(out.find("output tokens/s"), std::string::npos) << out;
+}
+
+TEST(Bench, DispatchAndBadInput) {
   testing::internal::CaptureStderr();
-  EXPECT_EQ(run_bench({"throughput"}), 2);
-  EXPECT_EQ(run_bench({"serving"}), 2);
-  EXPECT_NE(testing::internal::GetCapturedStderr().find("not supported yet"), std::string::npos);
+  EXPECT_EQ(run_bench({"nonsense"}), 2);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("latency, throughput or serving"), std::string::npos);
   testing::internal::CaptureStderr();
   EXPECT_EQ(run_bench({"latency", "--model", kStories, "--batch-size", "2"}), 1);
   EXPECT_NE(testing::internal::GetCapturedStderr().find("--batch-size 2"), std::string::npos);

@@ -1,0 +1,32 @@
+#include "engine/core/engine_setup.h"
+
+#include <fmt/format.h>
+
+#include "engine/common/error.h"
+
+namespace cypris {
+
+std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
+                                              const std::optional<std::string>& download_dir) {
+  CYPRIS_CHECK(!model.empty(), "--model is required: a local model folder or a Hugging Face repo id");
+  std::filesystem::path p(model);
+  if (std::filesystem::is_directory(p)) return p;
+  CYPRIS_FAIL("--model '{}': no such folder{}", model, revision ? fmt::format(" (revision {})", *revision) : "");
+}
+
+ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir) {
+  const auto& mo = cfg.model;
+  ModelRunnerOptions ro;
+  ro.model_dir = model_dir;
+  ro.load.dtype = mo.dtype;
+  ro.load.load_format = mo.load_format;
+  ro.load.seed = static_cast<uint64_t>(mo.seed);
+  if (!mo.rope_scaling.empty()) ro.load.overrides.rope_scaling_json = mo.rope_scaling;
+  ro.load.overrides.rope_theta = mo.rope_theta;
+  ro.load.overrides.max_model_len = mo.max_model_len;
+  ro.threads = static_cast<int>(cfg.device.threads.value_or(0));
+  ro.block_size = static_cast<int>(cfg.cache.block_size);
+  return ro;
+}
+
+}  // namespace cypris

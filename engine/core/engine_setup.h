@@ -1,0 +1,22 @@
+// From EngineConfig to what the runtime takes: the local model folder and ModelRunnerOptions.
+// Shared by the Engine and the benchmarks that drive a ModelRunner directly.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "engine/config/engine_config.h"
+#include "engine/runtime/model_runner.h"
+
+namespace cypris {
+
+// The local folder of a model: a folder is used as it is; a Hugging Face repo id is looked up in
+// the local cache (downloading is the hub's job). Throws Error saying what was tried.
+std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
+                                              const std::optional<std::string>& download_dir);
+
+// Runner options for cfg's model (num_blocks left 0: the caller sizes the cache).
+ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir);
+
+}  // namespace cypris
