@@ -45,6 +45,8 @@ struct Engine::Seq {
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopStringMatcher> stops;
   double cumulative_logprob = 0.0;
+  size_t prompt_logprobs_done = 0;  // prompt positions whose logprobs were sent (recompute repeats them)
+  std::vector<PositionLogprobs> pending_prompt_logprobs;
   bool finished = false;
   // Accumulated for best_of > n, where only the best n are returned at the end.
   CompletionDelta all;
@@ -144,7 +146,6 @@ void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> str
   auto params = std::make_shared<SamplingParams>(*req.params);
   params->validate(static_cast<int>(cfg_.model.max_log_probs), static_cast<int32_t>(info_.vocab_size));
   CYPRIS_CHECK(!params->use_beam_search, "use_beam_search: beam search is not supported yet in Cypris");
-  CYPRIS_CHECK(!params->prompt_logprobs, "prompt_logprobs is not supported yet in Cypris");
   CYPRIS_CHECK(params->banned_strings.empty(), "banned_strings is not supported yet in Cypris");
   CYPRIS_CHECK(!req.prompt_token_ids.empty(), "the prompt is empty: give at least one token");
   for (int32_t id : req.prompt_token_ids) {
@@ -281,6 +282,9 @@ void Engine::emit(Group& g, RequestOutput& out) {
   }
   if (out.outputs.empty() && !done) return;
   std::sort(out.outputs.begin(), out.outputs.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  if (!g.first_output_sent && g.req.params->prompt_logprobs) {
+    out.prompt_logprobs = std::move(g.seqs.front()->pending_prompt_logprobs);
+  }
   out.request_id = g.req.request_id;
   out.finished = done;
   out.num_prompt_tokens = g.num_prompt_tokens;
@@ -309,6 +313,26 @@ void Engine::step() {
   bc.block_tables = lay.block_tables;
   bc.max_blocks_per_seq = lay.max_blocks_per_seq;
   bc.logits_indices = lay.logits_indices;
+  // Prompt logprobs: the rows of scheduled prompt positions whose next token is also in the
+  // prompt (row p predicts prompt token p + 1). They follow the sampled rows.
+  struct PromptRows {
+    Seq* seq;
+    int32_t first_pos;  // prompt position of the first row
+    int32_t count;
+  };
+  std::vector<PromptRows> prompt_rows;
+  for (size_t k = 0; k < so.scheduled.size(); ++k) {
+    const auto& sr = so.scheduled[k];
+    auto it = seqs_.find(sr.request->request_id());
+    if (it == seqs_.end() || !it->second->group->req.params->prompt_logprobs || it->second->index != 0) continue;
+    Seq* s = it->second;
+    const int32_t last_prompt_pos = sr.request->num_prompt_tokens() - 2;  // the last row with a prompt target
+    const int32_t first = std::max<int32_t>(sr.num_computed_tokens, static_cast<int32_t>(s->prompt_logprobs_done));
+    const int32_t last = std::min<int32_t>(sr.num_computed_tokens + sr.num_scheduled_tokens - 1, last_prompt_pos);
+    if (first > last) continue;
+    for (int32_t p = first; p <= last; ++p) bc.logits_indices.push_back(lay.query_start_loc[k] + p - sr.num_computed_tokens);
+    prompt_rows.push_back(PromptRows{s, first, last - first + 1});
+  }
 
   std::vector<StepResult> results;
   std::vector<SampleOutput> samples;
@@ -323,6 +347,23 @@ void Engine::step() {
       sampled_seqs.push_back(s);
     }
     if (!rows.empty()) samples = sampler_->sample(logits.data.data(), rows);
+    int64_t row = static_cast<int64_t>(rows.size());
+    for (const auto& pr : prompt_rows) {
+      const auto prompt = pr.seq->req->prompt_token_ids();
+      const auto next = prompt.subspan(static_cast<size_t>(pr.first_pos) + 1, static_cast<size_t>(pr.count));
+      const int num_top = std::min(*pr.seq->group->req.params->prompt_logprobs, static_cast<int>(cfg_.model.max_log_probs));
+      const auto lps = prompt_logprobs(logits.row(row), static_cast<int32_t>(logits.vocab), next, num_top);
+      for (size_t i = 0; i < lps.size(); ++i) {
+        PositionLogprobs lp;
+        lp.token_id = next[i];
+        lp.logprob = lps[i].logprob;
+        lp.rank = lps[i].rank;
+        lp.top = lps[i].top_logprobs;
+        pr.seq->pending_prompt_logprobs.push_back(std::move(lp));
+      }
+      pr.seq->prompt_logprobs_done = static_cast<size_t>(pr.first_pos + pr.count);
+      row += pr.count;
+    }
   } catch (const std::exception& e) {
     // An engine fault fails the requests of this step; the engine keeps serving others.
     LOG_ERROR("model step failed: {}", e.what());

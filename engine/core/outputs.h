@@ -45,7 +45,8 @@ struct RequestOutput {
   int64_t num_prompt_tokens = 0;
   int64_t num_generated_tokens = 0;      // over all n outputs, so far
   int64_t num_cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
-  std::vector<PositionLogprobs> prompt_logprobs;  // with the first output, when asked for
+  // With the first output, when asked for: prompt tokens 1..P-1 (the first token has none).
+  std::vector<PositionLogprobs> prompt_logprobs;
   std::optional<std::string> error;      // the request failed; finished is true
 };
 

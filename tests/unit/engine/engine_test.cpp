@@ -271,3 +271,101 @@ TEST(AsyncEngineTest, StreamsAbortsAndShutsDown) {
 
 }  // namespace
 }  // namespace cypris
+
+namespace cypris {
+namespace {
+
+struct Collected {
+  std::vector<int32_t> ids;
+  std::vector<PositionLogprobs> logprobs;
+  std::vector<PositionLogprobs> prompt_logprobs;
+};
+
+Collected run_one(Engine& engine, const std::vector<int32_t>& prompt, std::shared_ptr<SamplingParams> p) {
+  auto stream = std::make_shared<RequestStream>("one");
+  engine.add_request(GenerateRequest{"one", prompt, "", p, 0}, stream);
+  while (engine.has_unfinished_requests()) engine.step();
+  Collected c;
+  while (auto o = stream->next(std::chrono::milliseconds(0))) {
+    c.prompt_logprobs.insert(c.prompt_logprobs.end(), o->prompt_logprobs.begin(), o->prompt_logprobs.end());
+    for (const auto& d : o->outputs) {
+      c.ids.insert(c.ids.end(), d.token_ids.begin(), d.token_ids.end());
+      c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    }
+  }
+  return c;
+}
+
+TEST(EngineLogprobs, PromptLogprobsMatchTheLogprobsOfTheSameTokensWhenGenerated) {
+  // Generate greedily with logprobs, then feed BOS + those tokens back as a prompt: the prefill
+  // rows must give each token the logprob the decode steps gave it, and rank 1 (it was the argmax),
+  // whether the prompt runs in one step or in chunks.
+  for (bool chunked : {false, true}) {
+    EngineConfig cfg = base_config();
+    cfg.scheduler.enable_chunked_prefill = chunked;
+    if (chunked) {
+      cfg.scheduler.max_num_batched_tokens = 16;
+      cfg.scheduler.max_num_seqs = 4;
+    }
+    Engine engine(cfg);
+    auto gen = std::make_shared<SamplingParams>();
+    gen->temperature = 0.0f;
+    gen->max_tokens = 40;
+    gen->ignore_eos = true;
+    gen->logprobs = 3;
+    Collected g = run_one(engine, {1}, gen);
+    ASSERT_EQ(g.ids.size(), 40u);
+    ASSERT_EQ(g.logprobs.size(), 40u);
+
+    std::vector<int32_t> prompt = {1};
+    prompt.insert(prompt.end(), g.ids.begin(), g.ids.end());
+    auto pp = std::make_shared<SamplingParams>();
+    pp->temperature = 0.0f;
+    pp->max_tokens = 1;
+    pp->prompt_logprobs = 2;
+    Collected c = run_one(engine, prompt, pp);
+    ASSERT_EQ(c.prompt_logprobs.size(), 40u) << (chunked ? "chunked" : "one step");
+    for (size_t i = 0; i < 40; ++i) {
+      EXPECT_EQ(c.prompt_logprobs[i].token_id, g.ids[i]);
+      EXPECT_NEAR(c.prompt_logprobs[i].logprob, g.logprobs[i].logprob, 1e-4) << i;
+      EXPECT_EQ(c.prompt_logprobs[i].rank, 1) << i;
+      ASSERT_EQ(c.prompt_logprobs[i].top.size(), 2u);
+      EXPECT_EQ(c.prompt_logprobs[i].top[0].token_id, g.ids[i]);
+    }
+    // The generated logprobs carry the sampled token first among the top ones.
+    EXPECT_EQ(g.logprobs[0].top.size(), 3u);
+    EXPECT_EQ(g.logprobs[0].top[0].token_id, g.ids[0]);
+    EXPECT_LE(g.logprobs[0].logprob, 0.0f);
+  }
+}
+
+TEST(EngineSampling, SeededRequestsRepeatAndBestOfReturnsTheMostLikely) {
+  Engine engine(base_config());
+  auto p = std::make_shared<SamplingParams>();
+  p->temperature = 1.0f;
+  p->max_tokens = 20;
+  p->seed = 42;
+  Collected a = run_one(engine, {1}, p);
+  Collected b = run_one(engine, {1}, p);
+  EXPECT_EQ(a.ids, b.ids);
+
+  auto best = std::make_shared<SamplingParams>(*p);
+  best->n = 1;
+  best->best_of = 4;
+  best->seed.reset();
+  best->logprobs = 0;
+  auto stream = std::make_shared<RequestStream>("best");
+  engine.add_request(GenerateRequest{"best", {1}, "", best, 0}, stream);
+  while (engine.has_unfinished_requests()) engine.step();
+  int outputs = 0;
+  while (auto o = stream->next(std::chrono::milliseconds(0))) {
+    for (const auto& d : o->outputs) {
+      EXPECT_EQ(d.index, 0);
+      ++outputs;
+    }
+  }
+  EXPECT_EQ(outputs, 1);  // best_of > n: only the best n come back, once, at the end
+}
+
+}  // namespace
+}  // namespace cypris
