@@ -1,0 +1,148 @@
+// KvCacheManager: each request's block table over the GPU BlockPool, prefix-cache lookups,
+// fork with copy-on-write, and swap to/from a CPU block pool. Pure logic: it hands out block ids
+// and reports the block copies the model runner must perform; it never touches device memory.
+//
+// Accounting follows vLLM v1 (kv_cache_manager.py): a step computes tokens
+// [num_computed_tokens, num_computed_tokens + num_new_tokens) of a request, and allocate_slots()
+// makes sure blocks exist for them. The manager asks before it changes anything: "does not fit"
+// is a nullopt / false, never an exception.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/core/request.h"
+#include "engine/kv/block_pool.h"
+
+namespace cypris {
+
+// The block sizes the paged-attention kernels are built for (Aphrodite's --block-size choices).
+inline constexpr int32_t kAllowedBlockSizes[] = {8, 16, 32};
+
+struct KvCacheConfig {
+  int32_t block_size = 16;             // --block-size
+  int32_t num_gpu_blocks = 0;          // from memory profiling or --num-gpu-blocks-override
+  int32_t num_cpu_blocks = 0;          // from --swap-space; 0 = no swapping
+  bool enable_prefix_caching = false;  // --enable-prefix-caching
+  // Throws cypris::Error naming the flag and what is allowed.
+  void validate() const;
+};
+
+// Result of a prefix-cache lookup: leading full blocks whose KV is already in the cache.
+struct ComputedBlocks {
+  std::vector<int32_t> block_ids;
+  int32_t num_tokens = 0;  // block_ids.size() * block_size
+};
+
+// One block copy the runner performs before the step's forward pass: src -> dst. For swaps, src
+// and dst are in different pools (GPU -> CPU for swap-out, CPU -> GPU for swap-in).
+struct BlockCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+  bool operator==(const BlockCopy&) const = default;
+};
+
+struct SlotAllocation {
+  std::vector<int32_t> new_block_ids;  // appended to the request's block table
+  std::vector<BlockCopy> copies;       // copy-on-write of shared, partially filled blocks
+};
+
+struct PrefixCacheStats {
+  int64_t requests = 0;  // admissions that looked up the cache
+  int64_t queries = 0;   // prompt tokens looked up
+  int64_t hits = 0;      // of those, tokens served from the cache
+  double hit_rate() const { return queries == 0 ? 0.0 : double(hits) / double(queries); }
+};
+
+class KvCacheManager {
+ public:
+  explicit KvCacheManager(const KvCacheConfig& config);  // validates config
+
+  int32_t block_size() const { return block_size_; }
+  bool prefix_caching() const { return gpu_.caching_enabled(); }
+  int32_t num_gpu_blocks() const { return gpu_.num_blocks(); }
+  int32_t num_cpu_blocks() const { return cpu_.num_blocks(); }
+  int32_t num_free_blocks() const { return gpu_.num_free_blocks(); }
+  int32_t num_free_cpu_blocks() const { return cpu_.num_free_blocks(); }
+  double usage() const { return gpu_.usage(); }
+  double cpu_usage() const { return cpu_.usage(); }
+  const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  const BlockPool& gpu_pool() const { return gpu_; }
+  const BlockPool& cpu_pool() const { return cpu_; }
+  static int32_t blocks_for_tokens(int32_t num_tokens, int32_t block_size) {
+    return (num_tokens + block_size - 1) / block_size;
+  }
+
+  // Prefix-cache hit for a request that holds no blocks: the longest chain of cached full blocks
+  // matching its tokens, never covering the last token (at least one token must be computed to
+  // get logits). Empty when prefix caching is off. Call allocate_slots() right after it, before
+  // anything else allocates, or the blocks may have been evicted.
+  ComputedBlocks get_computed_blocks(Request& request);
+
+  // Free GPU blocks allocate_slots() would consume (new blocks, copy-on-write blocks, and cached
+  // free blocks that a prefix hit takes back).
+  int32_t num_blocks_needed(const Request& request, int32_t num_new_tokens, const ComputedBlocks* computed = nullptr,
+                            int32_t num_lookahead_tokens = 0) const;
+  bool can_allocate(const Request& request, int32_t num_new_tokens, const ComputedBlocks* computed = nullptr,
+                    int32_t num_lookahead_tokens = 0) const {
+    return num_blocks_needed(request, num_new_tokens, computed, num_lookahead_tokens) <= gpu_.num_free_blocks();
+  }
+  // Make room for num_new_tokens (+ lookahead slots for speculative tokens) after the request's
+  // computed tokens. With `computed` (only for a request without blocks), its blocks become the
+  // head of the table and the new tokens start after them; the caller then sets the request's
+  // num_computed_tokens to computed->num_tokens. nullopt and no change when it does not fit.
+  std::optional<SlotAllocation> allocate_slots(Request& request, int32_t num_new_tokens,
+                                               const ComputedBlocks* computed = nullptr,
+                                               int32_t num_lookahead_tokens = 0);
+
+  // Offer the request's full, computed blocks to the prefix cache. Call after a step advanced
+  // num_computed_tokens (the KV is written then); free() and swap_out() call it too.
+  void cache_computed_blocks(Request& request);
+
+  // Release the request's blocks (GPU or CPU). Full hashed GPU blocks stay cached for reuse.
+  void free(Request& request);
+
+  // The child shares all of the parent's blocks (ref counts +1). The first of them to write into
+  // a shared partially filled block gets a private copy (SlotAllocation::copies).
+  void fork(const Request& parent, const Request& child);
+
+  // Swap the request's computed blocks to the CPU pool; returns the (gpu -> cpu) copies, nullopt
+  // when the CPU pool lacks room (nothing changes then).
+  bool can_swap_out(const Request& request) const;
+  std::optional<std::vector<BlockCopy>> swap_out(Request& request);
+  // Bring a swapped request back, with room for num_new_tokens more; returns (cpu -> gpu) copies.
+  bool can_swap_in(const Request& request, int32_t num_new_tokens) const;
+  std::optional<std::vector<BlockCopy>> swap_in(Request& request, int32_t num_new_tokens);
+
+  bool has_blocks(const std::string& request_id) const { return tables_.count(request_id) != 0; }
+  bool is_swapped(const std::string& request_id) const;
+  // The request's block table (GPU ids, or CPU ids while swapped); empty when it has none.
+  std::span<const int32_t> block_ids(const std::string& request_id) const;
+  // Every (request id, table) pair: for invariant checks in tests.
+  const auto& tables() const { return tables_; }
+
+  // Drop all cached prefixes (after a weight or adapter change). False while blocks are in use.
+  bool reset_prefix_cache() { return gpu_.reset_prefix_cache(); }
+
+ private:
+  struct Table {
+    std::vector<int32_t> blocks;
+    int32_t num_hashed = 0;  // leading blocks already offered to the prefix cache
+    bool on_cpu = false;
+  };
+  // Make sure request.block_hashes() covers its first n full blocks.
+  void ensure_hashes(Request& request, int32_t n) const;
+  uint64_t parent_hash(const Request& request, int32_t block_index) const;
+
+  int32_t block_size_;
+  BlockPool gpu_;
+  BlockPool cpu_;
+  std::unordered_map<std::string, Table> tables_;
+  PrefixCacheStats stats_;
+};
+
+}  // namespace cypris
