@@ -1,0 +1,138 @@
+// `cypris bench latency`: batch-1 prefill and decode speed of one sequence (random prompt of
+// --input-len tokens, then --output-len greedy decode steps), averaged over --num-iters runs.
+// Works with --load-format dummy and a folder holding only config.json.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+#include "app/cli/bench.h"
+#include "app/cli/engine_args.h"
+#include "engine/common/error.h"
+
+namespace cypris::cli {
+namespace {
+
+const char* kUsage =
+    "usage: cypris bench latency --model DIR [--input-len N] [--output-len N] [--batch-size 1]\n"
+    "                            [--num-iters N] [--num-iters-warmup N] [engine flags]\n";
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// CPU seconds of all the process's threads: less sensitive than wall time to a busy machine.
+double cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int bench(const Args& args) {
+  EngineArgs engine;
+  const Args rest = engine.parse(args);
+  int64_t input_len = 32, output_len = 128, batch_size = 1, iters = 3, warmup = 1;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    std::string v;
+    if (rest[i] == "-h" || rest[i] == "--help") {
+      std::printf("%s%s", kUsage, EngineArgs::help());
+      return 0;
+    } else if (take_flag(rest, i, "--input-len", v)) {
+      input_len = parse_int_flag("--input-len", v);
+    } else if (take_flag(rest, i, "--output-len", v)) {
+      output_len = parse_int_flag("--output-len", v);
+    } else if (take_flag(rest, i, "--batch-size", v)) {
+      batch_size = parse_int_flag("--batch-size", v);
+    } else if (take_flag(rest, i, "--num-iters", v)) {
+      iters = parse_int_flag("--num-iters", v);
+    } else if (take_flag(rest, i, "--num-iters-warmup", v)) {
+      warmup = parse_int_flag("--num-iters-warmup", v);
+    } else {
+      CYPRIS_FAIL("bench latency: unknown argument '{}'\n{}", rest[i], kUsage);
+    }
+  }
+  CYPRIS_CHECK(input_len >= 1 && output_len >= 1, "--input-len and --output-len must be >= 1");
+  CYPRIS_CHECK(iters >= 1 && warmup >= 0, "--num-iters must be >= 1 and --num-iters-warmup >= 0");
+  CYPRIS_CHECK(batch_size == 1, "--batch-size {}: only batch size 1 is supported yet", batch_size);
+
+  ModelRunnerOptions opt = engine.runner_options();
+  opt.num_blocks = (input_len + output_len + opt.block_size - 1) / opt.block_size;
+  const double t_load = now_s();
+  ModelRunner runner(opt);
+  const double load_s = now_s() - t_load;
+  const ModelConfig& cfg = runner.config();
+  CYPRIS_CHECK(input_len + output_len <= cfg.max_model_len,
+               "--input-len + --output-len = {} exceeds the context length {} (--max-model-len)",
+               input_len + output_len, cfg.max_model_len);
+
+  std::mt19937_64 rng(engine.seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
+  std::vector<double> prefill_tps, decode_tps, decode_ms, decode_cpu_ms;
+  for (int64_t it = 0; it < warmup + iters; ++it) {
+    std::vector<int32_t> prompt(input_len);
+    for (auto& t : prompt) t = tok(rng);
+    const double t0 = now_s();
+    Logits l = runner.execute(make_single_sequence_batch(prompt, 0, runner.block_size()));
+    const double t1 = now_s();
+    const double c1 = cpu_s();
+    int32_t pos = static_cast<int32_t>(input_len);
+    for (int64_t s = 0; s < output_len; ++s, ++pos) {
+      const int32_t next[] = {static_cast<int32_t>(std::max_element(l.row(0), l.row(0) + l.vocab) - l.row(0))};
+      l = runner.execute(make_single_sequence_batch(next, pos, runner.block_size()));
+    }
+    const double t2 = now_s();
+    const double c2 = cpu_s();
+    if (it < warmup) continue;
+    prefill_tps.push_back(input_len / (t1 - t0));
+    decode_tps.push_back(output_len / (t2 - t1));
+    decode_ms.push_back(1000.0 * (t2 - t1) / output_len);
+    decode_cpu_ms.push_back(1000.0 * (c2 - c1) / output_len);
+  }
+  double params = 0;
+  {
+    const double h = cfg.hidden_size, inter = cfg.intermediate_size, d = cfg.head_dim;
+    const double layer = h * d * (cfg.num_attention_heads + 2.0 * cfg.num_key_value_heads) +
+                         d * cfg.num_attention_heads * h + 3 * h * inter + 2 * h;
+    params = cfg.num_hidden_layers * layer + cfg.vocab_size * h * (cfg.tie_word_embeddings ? 1 : 2) + h;
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s / v.size();
+  };
+  std::printf("| setting | value |\n|---|---|\n");
+  std::printf("| model | %s (%s, %.1fM parameters) |\n", opt.model_dir.string().c_str(), cfg.architectures[0].c_str(),
+              params / 1e6);
+  std::printf("| weights | %s, %s |\n", std::string(dtype_name(runner.weight_dtype())).c_str(),
+              opt.load.load_format.c_str());
+  std::printf("| threads | %d |\n| batch size | 1 |\n| input / output len | %lld / %lld |\n", engine.threads,
+              static_cast<long long>(input_len), static_cast<long long>(output_len));
+  std::printf("| iterations (warmup) | %lld (%lld) |\n| load time | %.2f s |\n\n", static_cast<long long>(iters),
+              static_cast<long long>(warmup), load_s);
+  std::printf("| metric | mean | median |\n|---|---|---|\n");
+  std::printf("| prefill tokens/s | %.1f | %.1f |\n", mean(prefill_tps), median(prefill_tps));
+  std::printf("| decode tokens/s (batch 1) | %.2f | %.2f |\n", mean(decode_tps), median(decode_tps));
+  std::printf("| decode latency ms/token | %.2f | %.2f |\n", mean(decode_ms), median(decode_ms));
+  std::printf("| decode CPU time ms/token (all threads) | %.2f | %.2f |\n", mean(decode_cpu_ms), median(decode_cpu_ms));
+  return 0;
+}
+
+}  // namespace
+
+int run_bench_latency(const Args& args) {
+  try {
+    return bench(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cypris bench latency: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace cypris::cli

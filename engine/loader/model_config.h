@@ -1,0 +1,77 @@
+// The model's architecture as read from a Hugging Face config.json (+ generation_config.json),
+// with the user's overrides (--rope-scaling, --rope-theta, --max-model-len) applied and checked.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cypris {
+
+// HF `rope_scaling` ("rope_type" or legacy "type"): default, linear, dynamic, yarn, llama3.
+struct RopeScaling {
+  std::string type = "default";
+  double factor = 1.0;
+  std::optional<double> original_max_position_embeddings;
+  double low_freq_factor = 1.0;            // llama3
+  double high_freq_factor = 4.0;           // llama3
+  std::optional<double> attention_factor;  // yarn
+  std::optional<double> beta_fast;         // yarn (HF: `or 32`)
+  std::optional<double> beta_slow;         // yarn (HF: `or 1`)
+  std::optional<double> mscale;            // yarn
+  std::optional<double> mscale_all_dim;    // yarn
+  bool truncate = true;                    // yarn
+};
+
+struct ModelConfig {
+  std::string source;  // the config.json path, for messages
+  std::vector<std::string> architectures;
+  std::string model_type;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double partial_rotary_factor = 1.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;                  // Qwen2 always; Llama when attention_bias
+  bool o_bias = false;                    // Llama attention_bias
+  bool mlp_bias = false;                  // Llama mlp_bias
+  std::string torch_dtype;                // "float32", "float16", "bfloat16" or "" when absent
+  std::vector<int> layer_sliding_window;  // [num_hidden_layers], 0 = full attention
+  std::optional<int32_t> bos_token_id;
+  std::vector<int32_t> eos_token_ids;  // generation_config.json first, else config.json
+  int64_t max_model_len = 0;           // resolved: --max-model-len or max_position_embeddings
+
+  int rotary_dim() const { return static_cast<int>(head_dim * partial_rotary_factor); }
+};
+
+struct ConfigOverrides {
+  std::optional<std::string> rope_scaling_json;  // --rope-scaling (JSON object)
+  std::optional<double> rope_theta;              // --rope-theta
+  std::optional<int64_t> max_model_len;          // --max-model-len
+};
+
+// Reads DIR/config.json and, when present, DIR/generation_config.json. Throws Error naming the file
+// and field for anything missing, malformed or unsupported.
+ModelConfig load_model_config(const std::filesystem::path& dir, const ConfigOverrides& overrides = {});
+
+// The same from JSON text (source names it in messages); generation_json may be empty.
+ModelConfig parse_model_config(const std::string& config_json, const std::string& source,
+                               const ConfigOverrides& overrides = {}, const std::string& generation_json = "");
+
+// Parses a rope_scaling JSON object (as in config.json or --rope-scaling). Throws Error naming source.
+RopeScaling parse_rope_scaling(const std::string& json_text, const std::string& source);
+
+// The longest context the config allows: max_position_embeddings, or more with rope scaling.
+int64_t max_allowed_model_len(const ModelConfig& cfg);
+
+}  // namespace cypris

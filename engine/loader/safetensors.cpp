@@ -1,0 +1,223 @@
+#include "engine/loader/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/common/error.h"
+
+namespace cypris {
+namespace {
+
+using json = nlohmann::json;
+
+// The safetensors reference implementation refuses headers above 100 MB as well.
+constexpr uint64_t kMaxHeaderBytes = 100ull * 1024 * 1024;
+
+struct DTypeInfo {
+  const char* name;
+  size_t size;
+  std::optional<DType> dtype;
+};
+
+const DTypeInfo* find_dtype(const std::string& name) {
+  static const DTypeInfo kTypes[] = {
+      {"F32", 4, DType::F32}, {"F16", 2, DType::F16}, {"BF16", 2, DType::BF16}, {"F64", 8, {}},
+      {"I64", 8, {}},         {"I32", 4, {}},         {"I16", 2, {}},           {"I8", 1, {}},
+      {"U64", 8, {}},         {"U32", 4, {}},         {"U16", 2, {}},           {"U8", 1, {}},
+      {"BOOL", 1, {}},        {"F8_E4M3", 1, {}},     {"F8_E5M2", 1, {}},
+  };
+  for (const auto& t : kTypes) {
+    if (name == t.name) return &t;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+int64_t SafetensorsTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
+  const std::string p = path.string();
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  CYPRIS_CHECK(fd >= 0, "{}: cannot open: {}", p, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    CYPRIS_FAIL("{}: cannot stat: {}", p, std::strerror(errno));
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    CYPRIS_FAIL("{}: truncated safetensors file ({} bytes; the 8-byte header length is missing)", p, size_);
+  }
+  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    CYPRIS_FAIL("{}: mmap failed: {}", p, std::strerror(errno));
+  }
+  try {
+    const uint8_t* base = static_cast<const uint8_t*>(map_);
+    uint64_t header_len = 0;
+    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];  // little-endian
+    CYPRIS_CHECK(header_len <= kMaxHeaderBytes, "{}: header length {} is too big (limit {} bytes)", p, header_len,
+                 kMaxHeaderBytes);
+    CYPRIS_CHECK(8 + header_len <= size_, "{}: header length {} runs past the end of the file ({} bytes): truncated?",
+                 p, header_len, size_);
+    json header;
+    try {
+      header =
+          json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
+    } catch (const json::exception& e) {
+      CYPRIS_FAIL("{}: malformed safetensors header JSON: {}", p, e.what());
+    }
+    CYPRIS_CHECK(header.is_object(), "{}: safetensors header must be a JSON object", p);
+    const uint8_t* data = base + 8 + header_len;
+    const uint64_t data_size = size_ - 8 - header_len;
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") continue;
+      CYPRIS_CHECK(entry.is_object(), "{}: tensor '{}': header entry must be an object", p, name);
+      CYPRIS_CHECK(entry.contains("dtype") && entry["dtype"].is_string(), "{}: tensor '{}': missing dtype", p, name);
+      CYPRIS_CHECK(entry.contains("shape") && entry["shape"].is_array(), "{}: tensor '{}': missing shape", p, name);
+      CYPRIS_CHECK(
+          entry.contains("data_offsets") && entry["data_offsets"].is_array() && entry["data_offsets"].size() == 2,
+          "{}: tensor '{}': data_offsets must be [begin, end]", p, name);
+      SafetensorsTensor t;
+      t.name = name;
+      t.dtype_name = entry["dtype"].get<std::string>();
+      const DTypeInfo* info = find_dtype(t.dtype_name);
+      CYPRIS_CHECK(info != nullptr, "{}: tensor '{}': unknown dtype '{}'", p, name, t.dtype_name);
+      t.dtype = info->dtype;
+      uint64_t numel = 1;
+      for (const auto& d : entry["shape"]) {
+        CYPRIS_CHECK(d.is_number_unsigned(), "{}: tensor '{}': shape entries must be non-negative integers", p, name);
+        const uint64_t v = d.get<uint64_t>();
+        CYPRIS_CHECK(v == 0 || numel <= (uint64_t{1} << 62) / v, "{}: tensor '{}': shape is too large", p, name);
+        numel *= v;
+        t.shape.push_back(static_cast<int64_t>(v));
+      }
+      const auto& off = entry["data_offsets"];
+      CYPRIS_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                   "{}: tensor '{}': data_offsets must be non-negative integers", p, name);
+      const uint64_t begin = off[0].get<uint64_t>();
+      const uint64_t end = off[1].get<uint64_t>();
+      CYPRIS_CHECK(begin <= end && end <= data_size,
+                   "{}: tensor '{}': data_offsets [{}, {}] are outside the data section ({} bytes): truncated or "
+                   "corrupt file",
+                   p, name, begin, end, data_size);
+      CYPRIS_CHECK(end - begin == numel * info->size,
+                   "{}: tensor '{}': shape and dtype {} need {} bytes but data_offsets give {}", p, name, t.dtype_name,
+                   numel * info->size, end - begin);
+      t.data = data + begin;
+      t.nbytes = static_cast<size_t>(end - begin);
+      tensors_.emplace(name, std::move(t));
+    }
+  } catch (...) {
+    ::munmap(map_, size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, size_);
+}
+
+const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+bool SafetensorsCheckpoint::present(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (e.path().extension() == ".safetensors") return true;
+  }
+  return std::filesystem::exists(dir / "model.safetensors.index.json");
+}
+
+SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> paths;
+  const auto index_path = dir / "model.safetensors.index.json";
+  std::map<std::string, std::string> weight_map;
+  if (std::filesystem::exists(index_path)) {
+    std::ifstream in(index_path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    json j;
+    try {
+      j = json::parse(ss.str());
+    } catch (const json::exception& e) {
+      CYPRIS_FAIL("{}: malformed JSON: {}", index_path.string(), e.what());
+    }
+    CYPRIS_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+                 "{}: missing 'weight_map' object", index_path.string());
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      CYPRIS_CHECK(file.is_string(), "{}: weight_map['{}'] must be a file name", index_path.string(), name);
+      const std::string f = file.get<std::string>();
+      const std::filesystem::path fp(f);
+      // A shard name is a plain file in the folder: no absolute paths or parent references.
+      CYPRIS_CHECK(!f.empty() && !fp.is_absolute() && f.find("..") == std::string::npos && !fp.has_parent_path(),
+                   "{}: weight_map['{}'] names '{}', which is not a file in the model folder", index_path.string(),
+                   name, f);
+      weight_map[name] = f;
+      if (std::find(paths.begin(), paths.end(), dir / f) == paths.end()) paths.push_back(dir / f);
+    }
+  } else if (std::filesystem::exists(dir / "model.safetensors")) {
+    paths.push_back(dir / "model.safetensors");
+  } else {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      if (e.path().extension() == ".safetensors") paths.push_back(e.path());
+    }
+    std::sort(paths.begin(), paths.end());
+  }
+  CYPRIS_CHECK(!paths.empty(), "{}: no *.safetensors files found (use --load-format dummy for random weights)",
+               dir.string());
+  for (const auto& path : paths) {
+    CYPRIS_CHECK(std::filesystem::is_regular_file(path), "{}: shard listed in model.safetensors.index.json is missing",
+                 path.string());
+    files_.push_back(std::make_unique<SafetensorsFile>(path));
+    const SafetensorsFile* f = files_.back().get();
+    for (const auto& [name, t] : f->tensors()) {
+      if (!weight_map.empty()) {
+        auto it = weight_map.find(name);
+        if (it == weight_map.end() || dir / it->second != path) continue;  // the index decides
+      }
+      auto [pos, inserted] = index_.emplace(name, std::make_pair(&t, f));
+      CYPRIS_CHECK(inserted, "tensor '{}' appears in both {} and {}", name, pos->second.second->path().string(),
+                   path.string());
+    }
+  }
+  for (const auto& [name, file] : weight_map) {
+    CYPRIS_CHECK(index_.count(name), "{}: tensor '{}' is listed in model.safetensors.index.json but missing",
+                 (dir / file).string(), name);
+  }
+}
+
+const SafetensorsTensor* SafetensorsCheckpoint::find(const std::string& name, const SafetensorsFile** file) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) return nullptr;
+  if (file) *file = it->second.second;
+  return it->second.first;
+}
+
+std::vector<std::string> SafetensorsCheckpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : index_) out.push_back(name);
+  return out;
+}
+
+}  // namespace cypris

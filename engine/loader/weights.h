@@ -1,0 +1,74 @@
+// Where a model's weights come from: a safetensors checkpoint or seeded random ("dummy") values,
+// requested tensor by tensor with a shard spec so that a tensor-parallel rank reads only its
+// slice. Also the load options (--dtype, --load-format, --seed) and the dtype rules.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/common/dtype.h"
+#include "engine/common/tensor.h"
+#include "engine/loader/model_config.h"
+
+namespace cypris {
+
+// Which slice of a tensor a rank loads: dim < 0 replicates; else dim is split into world_size
+// equal parts and the rank gets part `rank`.
+struct ShardSpec {
+  int rank = 0;
+  int world_size = 1;
+  int dim = -1;
+
+  static ShardSpec replicated() { return {}; }
+  static ShardSpec split(int dim, int rank, int world_size) { return {rank, world_size, dim}; }
+};
+
+// The shape of a rank's slice. Throws Error when the split dimension does not divide evenly.
+std::vector<int64_t> shard_shape(const std::string& name, const std::vector<int64_t>& full_shape,
+                                 const ShardSpec& shard);
+
+// A loaded tensor in host memory.
+struct HostTensor {
+  Buffer buffer;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  Tensor view() const { return Tensor(buffer.data(), dtype, shape); }
+};
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual std::string describe() const = 0;
+  virtual bool contains(const std::string& name) const = 0;
+  // Writes this rank's slice of `name` (whose full shape must equal full_shape) converted to dtype
+  // into dst. Throws Error naming the file and tensor when it is missing or does not match.
+  virtual void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype,
+                         const ShardSpec& shard, void* dst) const = 0;
+
+  HostTensor load(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype,
+                  const ShardSpec& shard = {}) const;
+};
+
+struct LoadOptions {
+  std::string dtype = "auto";        // auto, half/float16, bfloat16, float/float32
+  std::string load_format = "auto";  // auto, safetensors, dummy ('pt', 'npcache': not supported yet)
+  uint64_t seed = 0;                 // for dummy weights
+  ConfigOverrides overrides;         // --rope-scaling, --rope-theta, --max-model-len
+};
+
+// --dtype: "auto" gives FP16 for FP32/FP16 models and BF16 for BF16 models (Aphrodite's rule).
+// Throws Error for an unknown name.
+DType resolve_dtype(const std::string& requested, const std::string& torch_dtype);
+
+// Opens the weights of a model folder according to options.load_format.
+std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& dir, const ModelConfig& cfg,
+                                                 const LoadOptions& options);
+
+// Seeded random weights of any requested shape (norm weights are 1). Same seed, same values,
+// whatever the sharding.
+std::unique_ptr<WeightSource> make_dummy_weight_source(uint64_t seed);
+
+}  // namespace cypris

@@ -1,0 +1,81 @@
+// The Backend: the small set of ops the models are written against (embedding, linear, norms,
+// rotary, paged KV cache write + attention, activation, row gather), and the memory they run on.
+// CpuBackend implements it now; a CudaBackend will implement the same interface. Activations are
+// fp32 on the CPU; weights may be F32/F16/BF16. 2-D activations may be column slices of a wider
+// buffer: their strides are {row_stride, 1}.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/common/tensor.h"
+#include "engine/loader/weights.h"
+
+namespace cypris {
+
+// A tensor together with ownership of its memory (host or device).
+struct DeviceTensor {
+  Tensor view;
+  std::shared_ptr<void> storage;
+  bool defined() const { return view.data != nullptr || view.numel() == 0; }
+};
+
+// Row stride in elements of a 2-D tensor (its width when contiguous).
+inline int64_t row_stride(const Tensor& t) {
+  return t.strides.empty() ? t.shape.back() : t.strides[0];
+}
+
+// Columns [col0, col0 + ncols) of a 2-D tensor, as a strided view.
+Tensor column_slice(const Tensor& t, int64_t col0, int64_t ncols);
+
+// Paged-attention metadata on the backend's device (copied from a BatchContext).
+struct AttentionMetadata {
+  Tensor query_start_loc;  // I32 [num_seqs + 1]
+  Tensor seq_lens;         // I32 [num_seqs]
+  Tensor block_tables;     // I32 [num_seqs, max_blocks_per_seq]
+  Tensor slot_mapping;     // I64 [num_tokens]
+  int num_seqs = 0;
+  int64_t max_blocks_per_seq = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+
+  // Uninitialised memory on the device.
+  virtual DeviceTensor empty(DType dtype, const std::vector<int64_t>& shape) = 0;
+  virtual DeviceTensor zeros(DType dtype, const std::vector<int64_t>& shape) = 0;
+  // Copies host data to the device.
+  virtual DeviceTensor upload(const void* data, DType dtype, const std::vector<int64_t>& shape) = 0;
+  // Takes a loaded weight; the CPU backend keeps the host buffer as it is (no copy).
+  virtual DeviceTensor upload_weight(HostTensor&& host) = 0;
+  // Copies a contiguous device tensor to host memory (t.nbytes() bytes).
+  virtual void download(const Tensor& t, void* dst) = 0;
+
+  // out[t] = table[ids[t]]; ids I32 [T], table [vocab, hidden], out F32 [T, hidden].
+  virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  // out = x · wᵀ + bias; x [M, K], w [N, K], bias F32 [N] or null, out [M, N].
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  // out = rms_norm(x) * w; w F32 [hidden].
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // residual += x; x = rms_norm(residual) * w.
+  virtual void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
+  // Neox rotary in place on q [T, Hq*D] and k [T, Hkv*D]; cos_sin F32 [max_pos, rot_dim].
+  virtual void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) = 0;
+  // Stores k, v [T, Hkv*D] at meta.slot_mapping in the caches [num_blocks, block_size, Hkv, D].
+  virtual void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
+                              Tensor& v_cache) = 0;
+  // Causal attention of q [T, Hq*D] over the cached context; out [T, Hq*D]. window 0 = full.
+  virtual void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                               const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out) = 0;
+  // out = silu(x[:, :I]) * x[:, I:]; x [T, 2I], out [T, I].
+  virtual void silu_and_mul(const Tensor& x, Tensor& out) = 0;
+  // out[r] = x[indices[r]]; x F32 [T, H], indices I32 [R], out F32 [R, H].
+  virtual void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) = 0;
+};
+
+}  // namespace cypris

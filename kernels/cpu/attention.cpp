@@ -1,0 +1,124 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/common/error.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace cypris {
+
+void write_kv_cache_cpu(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t num_tokens,
+                        const int64_t* slot_mapping, int64_t kv_width, float* k_cache, float* v_cache,
+                        int64_t num_slots) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;
+    CYPRIS_CHECK(slot < num_slots, "slot_mapping[{}] = {} is outside the KV cache ({} slots)", t, slot, num_slots);
+    std::memcpy(k_cache + slot * kv_width, k + t * ldk, sizeof(float) * kv_width);
+    std::memcpy(v_cache + slot * kv_width, v + t * ldv, sizeof(float) * kv_width);
+  }
+}
+
+namespace {
+
+float dot(const float* a, const float* b, int n) {
+  // Four partial sums let the compiler vectorise without -ffast-math.
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+}  // namespace
+
+void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
+  CYPRIS_CHECK(p.num_heads > 0 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0,
+               "attention: {} query heads are not a multiple of {} KV heads", p.num_heads, p.num_kv_heads);
+  CYPRIS_CHECK(p.block_size > 0, "attention: block_size must be positive");
+  CYPRIS_CHECK(p.query_start_loc[0] == 0, "attention: query_start_loc[0] must be 0");
+  const int64_t num_tokens = p.query_start_loc[p.num_seqs];
+  std::vector<int32_t> token_seq(static_cast<size_t>(std::max<int64_t>(num_tokens, 0)));
+  for (int s = 0; s < p.num_seqs; ++s) {
+    const int32_t q0 = p.query_start_loc[s];
+    const int32_t q1 = p.query_start_loc[s + 1];
+    CYPRIS_CHECK(q1 >= q0, "attention: query_start_loc is not increasing at sequence {}", s);
+    CYPRIS_CHECK(p.seq_lens[s] >= q1 - q0, "attention: sequence {} has {} new tokens but seq_len {}", s, q1 - q0,
+                 p.seq_lens[s]);
+    const int64_t blocks = (p.seq_lens[s] + p.block_size - 1) / p.block_size;
+    CYPRIS_CHECK(blocks <= p.max_blocks_per_seq, "attention: sequence {} needs {} blocks, block table has {}", s,
+                 blocks, p.max_blocks_per_seq);
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int32_t id = p.block_tables[s * p.max_blocks_per_seq + b];
+      CYPRIS_CHECK(id >= 0 && id < p.num_blocks, "attention: block table of sequence {} names block {} (cache has {})",
+                   s, id, p.num_blocks);
+    }
+    for (int32_t t = q0; t < q1; ++t) token_seq[t] = s;
+  }
+  const int group = p.num_heads / p.num_kv_heads;
+  const int d = p.head_dim;
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * d;  // floats per cached token
+  const int64_t block_stride = kv_row * p.block_size;
+
+  auto work = [&](int64_t i0, int64_t i1) {
+    thread_local std::vector<float> scores;
+    thread_local std::vector<const float*> k_rows;
+    thread_local std::vector<const float*> v_rows;
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t t = item / p.num_kv_heads;
+      const int g = static_cast<int>(item % p.num_kv_heads);
+      const int s = token_seq[t];
+      const int32_t q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
+      const int64_t pos = p.seq_lens[s] - q_len + (t - p.query_start_loc[s]);
+      const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+      const int64_t n = pos - lo + 1;
+      const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
+      k_rows.resize(n);
+      v_rows.resize(n);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t kp = lo + j;
+        const int64_t off = table[kp / p.block_size] * block_stride + (kp % p.block_size) * kv_row + g * d;
+        k_rows[j] = p.k_cache + off;
+        v_rows[j] = p.v_cache + off;
+      }
+      scores.resize(n);
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        const float* q = p.q + t * p.ldq + static_cast<int64_t>(h) * d;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          scores[j] = dot(q, k_rows[j], d) * p.scale;
+          mx = std::max(mx, scores[j]);
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+          scores[j] = std::exp(scores[j] - mx);
+          sum += scores[j];
+        }
+        const float inv = 1.0f / sum;
+        float* o = p.out + t * p.ldo + static_cast<int64_t>(h) * d;
+        std::fill(o, o + d, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+          const float w = scores[j] * inv;
+          const float* v = v_rows[j];
+          for (int x = 0; x < d; ++x) o[x] += w * v[x];
+        }
+      }
+    }
+  };
+  const int64_t items = num_tokens * p.num_kv_heads;
+  if (pool) {
+    pool->parallel_for(items, work);
+  } else {
+    work(0, items);
+  }
+}
+
+}  // namespace cypris

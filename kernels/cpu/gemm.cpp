@@ -1,0 +1,235 @@
+#include "kernels/cpu/gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "engine/common/error.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace cypris {
+namespace {
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const uint16_t* src, float* dst, int64_t count) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < count; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+bool cpu_has_f16c() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+  return has;
+}
+
+bool cpu_has_avx2_fma() {
+  static const bool has =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return has;
+}
+
+template <DType DT>
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const void* base, int64_t i) {
+  if constexpr (DT == DType::F32) {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + i);
+  } else if constexpr (DT == DType::F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i)));
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+float load1(const void* base, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::F32:
+      return static_cast<const float*>(base)[i];
+    case DType::F16:
+      return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    default:
+      return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+  }
+}
+
+// Decode-sized products (m <= kMaxGemvRows): each weight row is converted in registers and dotted
+// with every x row while it is in L1, so the weights stream from memory once, with no fp32 copy.
+constexpr int64_t kMaxGemvRows = 4;
+
+template <DType DT>
+__attribute__((target("avx2,fma,f16c"))) void gemv_rows(const float* x, int64_t m, int64_t k, int64_t ldx,
+                                                        const void* w, int64_t n0, int64_t n1, const float* bias,
+                                                        float* y, int64_t ldy) {
+  const size_t es = DT == DType::F32 ? 4 : 2;
+  const int64_t k16 = k / 16 * 16;
+  for (int64_t j = n0; j < n1; ++j) {
+    const void* row = static_cast<const char*>(w) + j * k * es;
+    __m256 a0[kMaxGemvRows], a1[kMaxGemvRows];
+    for (int64_t i = 0; i < m; ++i) a0[i] = a1[i] = _mm256_setzero_ps();
+    for (int64_t kk = 0; kk < k16; kk += 16) {
+      const __m256 w0 = load8<DT>(row, kk);
+      const __m256 w1 = load8<DT>(row, kk + 8);
+      for (int64_t i = 0; i < m; ++i) {
+        a0[i] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + i * ldx + kk), a0[i]);
+        a1[i] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + i * ldx + kk + 8), a1[i]);
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      float s = hsum(_mm256_add_ps(a0[i], a1[i]));
+      for (int64_t kk = k16; kk < k; ++kk) s += load1(row, DT, kk) * x[i * ldx + kk];
+      y[i * ldy + j] = bias ? s + bias[j] : s;
+    }
+  }
+}
+#endif
+
+// Scalar fallback: a table of all 65536 halves beats the bit-twiddling conversion.
+const float* f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < 65536; ++i) t[i] = f16_to_f32(static_cast<uint16_t>(i));
+    return t;
+  }();
+  return table.data();
+}
+
+// Rows of W converted per tile: 32 rows of a 4096-wide matrix is 512 KiB of fp32, near L2 size.
+int64_t tile_rows(int64_t k) {
+  int64_t rows = (64 * 1024) / std::max<int64_t>(1, k);  // ~256 KiB of fp32 per tile
+  return std::clamp<int64_t>(rows, 8, 256);
+}
+
+}  // namespace
+
+void init_blas_single_threaded() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void convert_to_f32(const void* src, DType dtype, float* dst, int64_t count) {
+  switch (dtype) {
+    case DType::F32:
+      std::copy_n(static_cast<const float*>(src), count, dst);
+      return;
+    case DType::BF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) d[i] = static_cast<uint32_t>(s[i]) << 16;
+      return;
+    }
+    case DType::F16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+#if defined(__x86_64__)
+      if (cpu_has_f16c()) {
+        f16_to_f32_f16c(s, dst, count);
+        return;
+      }
+#endif
+      const float* t = f16_table();
+      for (int64_t i = 0; i < count; ++i) dst[i] = t[s[i]];
+      return;
+    }
+    default:
+      CYPRIS_FAIL("convert_to_f32: unsupported dtype {}", dtype_name(dtype));
+  }
+}
+
+void convert_from_f32(const float* src, DType dtype, void* dst, int64_t count) {
+  switch (dtype) {
+    case DType::F32:
+      std::copy_n(src, count, static_cast<float*>(dst));
+      return;
+    case DType::BF16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) d[i] = f32_to_bf16(src[i]);
+      return;
+    }
+    case DType::F16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) d[i] = f32_to_f16(src[i]);
+      return;
+    }
+    default:
+      CYPRIS_FAIL("convert_from_f32: unsupported dtype {}", dtype_name(dtype));
+  }
+}
+
+void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
+              const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
+  CYPRIS_CHECK(w_dtype == DType::F32 || w_dtype == DType::F16 || w_dtype == DType::BF16,
+               "gemm: weight dtype {} is not supported (F32, F16, BF16)", dtype_name(w_dtype));
+  if (m == 0 || n == 0) return;
+#if defined(__x86_64__)
+  if (m <= kMaxGemvRows && cpu_has_avx2_fma()) {
+    auto rows_fn = [&](int64_t j0, int64_t j1) {
+      switch (w_dtype) {
+        case DType::F32:
+          gemv_rows<DType::F32>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+          break;
+        case DType::F16:
+          gemv_rows<DType::F16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+          break;
+        default:
+          gemv_rows<DType::BF16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+          break;
+      }
+    };
+    if (pool) {
+      pool->parallel_for(n, rows_fn, 16);
+    } else {
+      rows_fn(0, n);
+    }
+    return;
+  }
+#endif
+  init_blas_single_threaded();
+  const int64_t rows = tile_rows(k);
+  const int64_t num_tiles = (n + rows - 1) / rows;
+  const size_t esize = dtype_size(w_dtype);
+  auto run = [&](int64_t t0, int64_t t1) {
+    thread_local std::vector<float> scratch;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * rows;
+      const int64_t nb = std::min(rows, n - n0);
+      const float* wt;
+      if (w_dtype == DType::F32) {
+        wt = static_cast<const float*>(w) + n0 * k;
+      } else {
+        scratch.resize(static_cast<size_t>(rows * k));
+        convert_to_f32(static_cast<const char*>(w) + n0 * k * esize, w_dtype, scratch.data(), nb * k);
+        wt = scratch.data();
+      }
+      float* yt = y + n0;
+      float beta = 0.0f;
+      if (bias) {
+        for (int64_t i = 0; i < m; ++i) std::copy_n(bias + n0, nb, yt + i * ldy);
+        beta = 1.0f;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(nb),
+                  static_cast<int>(k), 1.0f, x, static_cast<int>(ldx), wt, static_cast<int>(k), beta, yt,
+                  static_cast<int>(ldy));
+    }
+  };
+  if (pool) {
+    pool->parallel_for(num_tiles, run);
+  } else {
+    run(0, num_tiles);
+  }
+}
+
+}  // namespace cypris

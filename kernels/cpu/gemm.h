@@ -1,0 +1,28 @@
+// CPU GEMM for linear layers: y = x · Wᵀ (+ bias) with fp32 activations and weights stored as
+// F32, F16 or BF16. 16-bit weights stay 16-bit in memory; tiles of rows are converted to fp32
+// on the fly and multiplied with OpenBLAS cblas_sgemm, one tile per pool task.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/common/dtype.h"
+
+namespace cypris {
+
+class ThreadPool;
+
+// x: [m, k] fp32 with row stride ldx; w: [n, k] row-major in w_dtype; bias: [n] fp32 or null;
+// y: [m, n] fp32 with row stride ldy.
+void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
+              const float* bias, float* y, int64_t ldy, ThreadPool* pool);
+
+// Converts count elements of F32/F16/BF16 to fp32 (vectorised where the CPU allows).
+void convert_to_f32(const void* src, DType dtype, float* dst, int64_t count);
+
+// Converts count fp32 values to F32/F16/BF16 (round to nearest even).
+void convert_from_f32(const float* src, DType dtype, void* dst, int64_t count);
+
+// The BLAS threads are pinned to one: parallelism comes from the pool, not from OpenBLAS.
+void init_blas_single_threaded();
+
+}  // namespace cypris

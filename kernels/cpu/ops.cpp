@@ -1,0 +1,112 @@
+#include "kernels/cpu/ops.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/common/error.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace cypris {
+namespace {
+
+void parallel(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk = 1) {
+  if (pool) {
+    pool->parallel_for(n, fn, min_chunk);
+  } else {
+    fn(0, n);
+  }
+}
+
+void rms_row(const float* x, const float* w, float eps, int64_t hidden, float* out) {
+  // Accumulate in double: the norm of one row is cheap and this keeps it independent of order.
+  double ss = 0.0;
+  for (int64_t i = 0; i < hidden; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(hidden) + eps));
+  for (int64_t i = 0; i < hidden; ++i) out[i] = w[i] * (x[i] * inv);
+}
+
+}  // namespace
+
+void embedding_cpu(const int32_t* ids, int64_t num_tokens, const void* table, DType table_dtype, int64_t vocab,
+                   int64_t hidden, float* out, ThreadPool* pool) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    CYPRIS_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} at position {} is out of range [0, {})", ids[t], t, vocab);
+  }
+  const size_t esize = dtype_size(table_dtype);
+  parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      convert_to_f32(static_cast<const char*>(table) + static_cast<int64_t>(ids[t]) * hidden * esize, table_dtype,
+                     out + t * hidden, hidden);
+    }
+  });
+}
+
+void rms_norm_cpu(const float* x, const float* weight, float eps, int64_t rows, int64_t hidden, float* out,
+                  ThreadPool* pool) {
+  parallel(pool, rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) rms_row(x + r * hidden, weight, eps, hidden, out + r * hidden);
+  });
+}
+
+void fused_add_rms_norm_cpu(float* x, float* residual, const float* weight, float eps, int64_t rows, int64_t hidden,
+                            ThreadPool* pool) {
+  parallel(pool, rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* xr = x + r * hidden;
+      float* rr = residual + r * hidden;
+      for (int64_t i = 0; i < hidden; ++i) rr[i] += xr[i];
+      rms_row(rr, weight, eps, hidden, xr);
+    }
+  });
+}
+
+void rotary_cpu(float* q, int64_t ldq, int num_q_heads, float* k, int64_t ldk, int num_kv_heads, int head_dim,
+                int rot_dim, const int32_t* positions, int64_t num_tokens, const float* cos_sin, int64_t max_pos,
+                ThreadPool* pool) {
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    CYPRIS_CHECK(positions[t] >= 0 && positions[t] < max_pos,
+                 "position {} of token {} is outside the rotary table [0, {}) (--max-model-len)", positions[t], t,
+                 max_pos);
+  }
+  const int half = rot_dim / 2;
+  auto rotate = [&](float* head, const float* cs) {
+    const float* c = cs;
+    const float* s = cs + half;
+    for (int i = 0; i < half; ++i) {
+      const float x1 = head[i];
+      const float x2 = head[i + half];
+      head[i] = x1 * c[i] - x2 * s[i];
+      head[i + half] = x2 * c[i] + x1 * s[i];
+    }
+  };
+  parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* cs = cos_sin + static_cast<int64_t>(positions[t]) * rot_dim;
+      for (int h = 0; h < num_q_heads; ++h) rotate(q + t * ldq + h * head_dim, cs);
+      for (int h = 0; h < num_kv_heads; ++h) rotate(k + t * ldk + h * head_dim, cs);
+    }
+  });
+}
+
+void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool) {
+  parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* g = x + t * 2 * inter;
+      const float* u = g + inter;
+      float* o = out + t * inter;
+      for (int64_t i = 0; i < inter; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  });
+}
+
+void gather_rows_cpu(const float* x, int64_t num_rows_x, int64_t hidden, const int32_t* indices, int64_t count,
+                     float* out) {
+  for (int64_t r = 0; r < count; ++r) {
+    CYPRIS_CHECK(indices[r] >= 0 && indices[r] < num_rows_x, "logits index {} is out of range [0, {})", indices[r],
+                 num_rows_x);
+    std::memcpy(out + r * hidden, x + static_cast<int64_t>(indices[r]) * hidden, sizeof(float) * hidden);
+  }
+}
+
+}  // namespace cypris

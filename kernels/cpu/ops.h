@@ -1,0 +1,40 @@
+// CPU kernels for the element-wise and row-wise ops of a decoder layer. Activations are fp32;
+// tables and weights may be F32/F16/BF16. Row strides are in elements so callers can pass
+// column slices of a fused projection (q, k and v inside one qkv output) without copying.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/common/dtype.h"
+
+namespace cypris {
+
+class ThreadPool;
+
+// out[t, :] = table[ids[t], :] as fp32. ids must be in [0, vocab) (checked: throws Error).
+void embedding_cpu(const int32_t* ids, int64_t num_tokens, const void* table, DType table_dtype, int64_t vocab,
+                   int64_t hidden, float* out, ThreadPool* pool);
+
+// out = x / sqrt(mean(x²) + eps) * weight, per row of `hidden` elements.
+void rms_norm_cpu(const float* x, const float* weight, float eps, int64_t rows, int64_t hidden, float* out,
+                  ThreadPool* pool);
+
+// residual += x; x = rms_norm(residual) (vLLM's fused_add_rms_norm, in place).
+void fused_add_rms_norm_cpu(float* x, float* residual, const float* weight, float eps, int64_t rows, int64_t hidden,
+                            ThreadPool* pool);
+
+// Neox-style (rotate_half) rotary embedding applied in place to the first rot_dim dims of each
+// head. q: [num_tokens, num_q_heads, head_dim] with row stride ldq (elements per token), k likewise.
+// cos_sin: [max_pos, rot_dim] = rot_dim/2 cosines then rot_dim/2 sines per position.
+void rotary_cpu(float* q, int64_t ldq, int num_q_heads, float* k, int64_t ldk, int num_kv_heads, int head_dim,
+                int rot_dim, const int32_t* positions, int64_t num_tokens, const float* cos_sin, int64_t max_pos,
+                ThreadPool* pool);
+
+// out[t, i] = silu(x[t, i]) * x[t, inter + i]; x: [num_tokens, 2 * inter], out: [num_tokens, inter].
+void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool);
+
+// out[r, :] = x[indices[r], :] for hidden-wide fp32 rows.
+void gather_rows_cpu(const float* x, int64_t num_rows_x, int64_t hidden, const int32_t* indices, int64_t count,
+                     float* out);
+
+}  // namespace cypris

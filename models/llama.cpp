@@ -1,0 +1,220 @@
+#include "models/llama.h"
+
+#include <cmath>
+
+#include "engine/common/error.h"
+#include "engine/common/log.h"
+#include "models/rope.h"
+
+namespace cypris {
+namespace {
+
+struct LlamaLayer {
+  DeviceTensor input_norm;  // F32 [hidden]
+  DeviceTensor qkv;         // [(Hq + 2 Hkv) * D / tp, hidden]: q, k, v projections stacked
+  DeviceTensor qkv_bias;    // F32 or undefined
+  DeviceTensor o;           // [hidden, Hq * D / tp]
+  DeviceTensor o_bias;
+  DeviceTensor post_norm;
+  DeviceTensor gate_up;  // [2 * I / tp, hidden]: gate then up
+  DeviceTensor gate_up_bias;
+  DeviceTensor down;  // [hidden, I / tp]
+  DeviceTensor down_bias;
+  int sliding_window = 0;
+};
+
+class LlamaModel : public Model {
+ public:
+  LlamaModel(const ModelConfig& cfg, const WeightSource& weights, Backend& backend, const ModelBuildOptions& opt)
+      : cfg_(cfg), backend_(backend), opt_(opt) {
+    const int tp = opt.parallel.world_size;
+    CYPRIS_CHECK(cfg.num_attention_heads % tp == 0 && cfg.num_key_value_heads % tp == 0,
+                 "{}: {} attention heads and {} KV heads must divide over tensor parallel size {}", cfg.source,
+                 cfg.num_attention_heads, cfg.num_key_value_heads, tp);
+    CYPRIS_CHECK(cfg.intermediate_size % tp == 0, "{}: intermediate_size {} does not divide over {} ranks", cfg.source,
+                 cfg.intermediate_size, tp);
+    hq_ = cfg.num_attention_heads / tp;
+    hkv_ = cfg.num_key_value_heads / tp;
+    d_ = cfg.head_dim;
+    inter_ = cfg.intermediate_size / tp;
+    load(weights);
+    std::vector<float> cs = build_rope_cos_sin(cfg, cfg.max_model_len);
+    cos_sin_ = backend.upload(cs.data(), DType::F32, {cfg.max_model_len, cfg.rotary_dim()});
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  int num_layers() const override { return cfg_.num_hidden_layers; }
+  int num_kv_heads() const override { return hkv_; }
+  int head_dim() const override { return d_; }
+
+  DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
+    CYPRIS_CHECK(opt_.parallel.world_size == 1, "tensor parallel forward (world size {}) is not supported yet",
+                 opt_.parallel.world_size);
+    CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",
+                 kv.size(), cfg_.num_hidden_layers);
+    const int64_t t = in.token_ids.shape[0];
+    const int64_t h = cfg_.hidden_size;
+    const float eps = static_cast<float>(cfg_.rms_norm_eps);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d_));
+    const int64_t q_width = int64_t{hq_} * d_;
+    const int64_t kv_width = int64_t{hkv_} * d_;
+
+    DeviceTensor residual = backend_.empty(DType::F32, {t, h});  // [T, hidden]
+    DeviceTensor hidden = backend_.empty(DType::F32, {t, h});    // [T, hidden]
+    DeviceTensor qkv = backend_.empty(DType::F32, {t, q_width + 2 * kv_width});
+    DeviceTensor attn = backend_.empty(DType::F32, {t, q_width});  // [T, Hq * D]
+    DeviceTensor gate_up = backend_.empty(DType::F32, {t, 2 * inter_});
+    DeviceTensor act = backend_.empty(DType::F32, {t, inter_});
+
+    backend_.embedding(in.token_ids, embed_.view, residual.view);
+    dump("embed", residual.view);
+    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
+      const LlamaLayer& L = layers_[i];
+      const std::string p = "layers." + std::to_string(i) + ".";
+      if (i == 0) {
+        backend_.rms_norm(residual.view, L.input_norm.view, eps, hidden.view);
+      } else {
+        backend_.fused_add_rms_norm(hidden.view, residual.view, L.input_norm.view, eps);
+      }
+      dump(p + "input_norm", hidden.view);
+      backend_.linear(hidden.view, L.qkv.view, bias(L.qkv_bias), qkv.view);
+      Tensor q = column_slice(qkv.view, 0, q_width);
+      Tensor k = column_slice(qkv.view, q_width, kv_width);
+      Tensor v = column_slice(qkv.view, q_width + kv_width, kv_width);
+      dump(p + "q", q);
+      dump(p + "k", k);
+      dump(p + "v", v);
+      backend_.rotary(q, k, in.positions, cos_sin_.view, d_);
+      dump(p + "q_rot", q);
+      dump(p + "k_rot", k);
+      backend_.write_kv_cache(k, v, in.attn, kv[i].k.view, kv[i].v.view);
+      backend_.paged_attention(q, kv[i].k.view, kv[i].v.view, in.attn, scale, L.sliding_window, attn.view);
+      dump(p + "attn", attn.view);
+      backend_.linear(attn.view, L.o.view, bias(L.o_bias), hidden.view);
+      dump(p + "o_proj", hidden.view);
+      backend_.fused_add_rms_norm(hidden.view, residual.view, L.post_norm.view, eps);
+      dump(p + "residual_mid", residual.view);
+      dump(p + "post_norm", hidden.view);
+      backend_.linear(hidden.view, L.gate_up.view, bias(L.gate_up_bias), gate_up.view);
+      backend_.silu_and_mul(gate_up.view, act.view);
+      dump(p + "mlp_act", act.view);
+      backend_.linear(act.view, L.down.view, bias(L.down_bias), hidden.view);
+      dump(p + "mlp_out", hidden.view);
+    }
+    backend_.fused_add_rms_norm(hidden.view, residual.view, final_norm_.view, eps);
+    dump("final_norm", hidden.view);
+    const int64_t r = in.logits_indices.shape[0];
+    DeviceTensor rows = backend_.empty(DType::F32, {r, h});
+    backend_.gather_rows(hidden.view, in.logits_indices, rows.view);
+    DeviceTensor logits = backend_.empty(DType::F32, {r, lm_head_.view.shape[0]});
+    backend_.linear(rows.view, lm_head_.view, nullptr, logits.view);
+    dump("logits", logits.view);
+    return logits;
+  }
+
+ private:
+  static const Tensor* bias(const DeviceTensor& b) { return b.view.data ? &b.view : nullptr; }
+
+  // HF names carry a "model." prefix; some converted checkpoints drop it.
+  std::string resolve(const WeightSource& w, const std::string& name) const {
+    if (w.contains(name)) return name;
+    const std::string bare = name.rfind("model.", 0) == 0 ? name.substr(6) : name;
+    if (w.contains(bare)) return bare;
+    CYPRIS_FAIL("{}: tensor '{}' not found in the checkpoint (needed by {})", w.describe(), name,
+                cfg_.architectures.front());
+  }
+
+  DeviceTensor load_one(const WeightSource& w, const std::string& name, std::vector<int64_t> shape, DType dtype,
+                        ShardSpec shard) {
+    return backend_.upload_weight(w.load(resolve(w, name), shape, dtype, shard));
+  }
+
+  // Loads several tensors split on dim 0 and stacks their slices row-wise into one weight
+  // (vLLM's merged column-parallel layers: qkv, gate_up).
+  DeviceTensor load_stacked(const WeightSource& w, const std::vector<std::pair<std::string, int64_t>>& parts,
+                            int64_t cols, DType dtype) {
+    const auto& par = opt_.parallel;
+    const ShardSpec shard = ShardSpec::split(0, par.rank, par.world_size);
+    int64_t rows = 0;
+    for (const auto& [name, full_rows] : parts) rows += full_rows / par.world_size;
+    HostTensor out;
+    out.dtype = dtype;
+    out.shape = cols > 0 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
+    const int64_t row_elems = cols > 0 ? cols : 1;
+    out.buffer = Buffer(static_cast<size_t>(rows * row_elems) * dtype_size(dtype));
+    int64_t offset = 0;
+    for (const auto& [name, full_rows] : parts) {
+      std::vector<int64_t> full = cols > 0 ? std::vector<int64_t>{full_rows, cols} : std::vector<int64_t>{full_rows};
+      w.read_into(resolve(w, name), full, dtype, shard,
+                  static_cast<char*>(out.buffer.data()) + offset * row_elems * dtype_size(dtype));
+      offset += full_rows / par.world_size;
+    }
+    return backend_.upload_weight(std::move(out));
+  }
+
+  void load(const WeightSource& w) {
+    const auto& par = opt_.parallel;
+    const DType wd = opt_.weight_dtype;
+    const int64_t h = cfg_.hidden_size;
+    const int64_t qd = int64_t{cfg_.num_attention_heads} * d_;
+    const int64_t kvd = int64_t{cfg_.num_key_value_heads} * d_;
+    const int64_t I = cfg_.intermediate_size;
+    const ShardSpec rep = ShardSpec::replicated();
+    const ShardSpec rows = ShardSpec::split(0, par.rank, par.world_size);
+    const ShardSpec cols = ShardSpec::split(1, par.rank, par.world_size);
+    embed_ = load_one(w, "model.embed_tokens.weight", {cfg_.vocab_size, h}, wd, rep);
+    layers_.resize(cfg_.num_hidden_layers);
+    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      LlamaLayer& L = layers_[i];
+      L.input_norm = load_one(w, p + "input_layernorm.weight", {h}, DType::F32, rep);
+      L.post_norm = load_one(w, p + "post_attention_layernorm.weight", {h}, DType::F32, rep);
+      const std::string a = p + "self_attn.";
+      L.qkv =
+          load_stacked(w, {{a + "q_proj.weight", qd}, {a + "k_proj.weight", kvd}, {a + "v_proj.weight", kvd}}, h, wd);
+      if (cfg_.qkv_bias) {
+        L.qkv_bias = load_stacked(w, {{a + "q_proj.bias", qd}, {a + "k_proj.bias", kvd}, {a + "v_proj.bias", kvd}}, 0,
+                                  DType::F32);
+      }
+      L.o = load_one(w, a + "o_proj.weight", {h, qd}, wd, cols);
+      if (cfg_.o_bias) L.o_bias = load_one(w, a + "o_proj.bias", {h}, DType::F32, rep);
+      const std::string m = p + "mlp.";
+      L.gate_up = load_stacked(w, {{m + "gate_proj.weight", I}, {m + "up_proj.weight", I}}, h, wd);
+      L.down = load_one(w, m + "down_proj.weight", {h, I}, wd, cols);
+      if (cfg_.mlp_bias) {
+        L.gate_up_bias = load_stacked(w, {{m + "gate_proj.bias", I}, {m + "up_proj.bias", I}}, 0, DType::F32);
+        L.down_bias = load_one(w, m + "down_proj.bias", {h}, DType::F32, rep);
+      }
+      L.sliding_window = cfg_.layer_sliding_window[i];
+    }
+    final_norm_ = load_one(w, "model.norm.weight", {h}, DType::F32, rep);
+    if (cfg_.tie_word_embeddings) {
+      lm_head_ = embed_;  // shares the storage
+    } else {
+      CYPRIS_CHECK(w.contains("lm_head.weight"),
+                   "{}: tensor 'lm_head.weight' not found and tie_word_embeddings is false in {}", w.describe(),
+                   cfg_.source);
+      lm_head_ = load_one(w, "lm_head.weight", {cfg_.vocab_size, h}, wd, rows);
+    }
+  }
+
+  ModelConfig cfg_;
+  Backend& backend_;
+  ModelBuildOptions opt_;
+  int hq_ = 0, hkv_ = 0, d_ = 0;
+  int64_t inter_ = 0;
+  DeviceTensor embed_;    // [vocab, hidden]
+  DeviceTensor lm_head_;  // [vocab / tp, hidden]
+  DeviceTensor final_norm_;
+  DeviceTensor cos_sin_;  // F32 [max_model_len, rotary_dim]
+  std::vector<LlamaLayer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> create_llama_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
+                                          const ModelBuildOptions& options) {
+  return std::make_unique<LlamaModel>(cfg, weights, backend, options);
+}
+
+}  // namespace cypris

@@ -1,0 +1,61 @@
+// The interface every model implementation provides to the ModelRunner: a forward pass over one
+// flattened batch that writes K/V into the paged cache and returns logits for selected rows.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/loader/model_config.h"
+#include "engine/runtime/backend.h"
+
+namespace cypris {
+
+// One layer's cache: K and V, each [num_blocks, block_size, num_kv_heads (this rank), head_dim].
+struct KvCacheLayer {
+  DeviceTensor k;
+  DeviceTensor v;
+};
+
+// The batch on the backend's device.
+struct ForwardInputs {
+  Tensor token_ids;       // I32 [num_tokens]
+  Tensor positions;       // I32 [num_tokens]
+  Tensor logits_indices;  // I32 [num_logits]
+  AttentionMetadata attn;
+};
+
+// Called with each named intermediate ("embed", "layers.3.q_rot", "logits", ...) when set, so a
+// debug dump can be compared layer by layer with a reference implementation.
+using DebugHook = std::function<void(const std::string& name, const Tensor& value)>;
+
+struct ParallelConfig {
+  int rank = 0;
+  int world_size = 1;
+};
+
+struct ModelBuildOptions {
+  DType weight_dtype = DType::F16;  // linear layers and embeddings; norms and biases are kept in fp32
+  ParallelConfig parallel;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual int num_layers() const = 0;
+  virtual int num_kv_heads() const = 0;  // on this rank
+  virtual int head_dim() const = 0;
+  // Returns logits F32 [num_logits, vocab].
+  virtual DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv_cache) = 0;
+  void set_debug_hook(DebugHook hook) { hook_ = std::move(hook); }
+
+ protected:
+  void dump(const std::string& name, const Tensor& t) const {
+    if (hook_) hook_(name, t);
+  }
+  DebugHook hook_;
+};
+
+}  // namespace cypris

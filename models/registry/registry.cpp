@@ -1,0 +1,54 @@
+#include "models/registry/registry.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/common/error.h"
+#include "models/llama.h"
+
+namespace cypris {
+namespace {
+
+using Builder = std::unique_ptr<Model> (*)(const ModelConfig&, const WeightSource&, Backend&, const ModelBuildOptions&);
+
+// An explicit table rather than self-registration: static initialisers in a static library are
+// dropped by the linker when nothing references their object file.
+struct Entry {
+  const char* architecture;
+  Builder build;
+};
+
+const Entry kModels[] = {
+    {"LlamaForCausalLM", create_llama_model},
+    {"MistralForCausalLM", create_llama_model},
+    {"Qwen2ForCausalLM", create_llama_model},
+};
+
+}  // namespace
+
+std::vector<std::string> supported_architectures() {
+  std::vector<std::string> out;
+  for (const auto& e : kModels) out.emplace_back(e.architecture);
+  return out;
+}
+
+std::string resolve_architecture(const ModelConfig& cfg) {
+  for (const auto& a : cfg.architectures) {
+    for (const auto& e : kModels) {
+      if (a == e.architecture) return a;
+    }
+  }
+  CYPRIS_FAIL("{}: architecture {} is not supported; supported architectures: {}", cfg.source,
+              fmt::join(cfg.architectures, ", "), fmt::join(supported_architectures(), ", "));
+}
+
+std::unique_ptr<Model> build_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
+                                   const ModelBuildOptions& options) {
+  const std::string arch = resolve_architecture(cfg);
+  for (const auto& e : kModels) {
+    if (arch == e.architecture) return e.build(cfg, weights, backend, options);
+  }
+  CYPRIS_FAIL("unreachable: architecture {}", arch);
+}
+
+}  // namespace cypris

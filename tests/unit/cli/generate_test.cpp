@@ -1,0 +1,99 @@
+// `cypris generate` and `cypris bench latency` as a user runs them (exit codes, output).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/cli/bench.h"
+#include "app/cli/commands.h"
+
+namespace cypris::cli {
+namespace {
+
+const std::string kStories = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Piece text of the ids (▁ as space, no byte tokens expected at the start of the story).
+std::string pieces_text(const std::string& csv) {
+  const auto tok = nlohmann::json::parse(read_file(kStories + "/tokenizer.json"));
+  std::vector<std::string> pieces(tok["model"]["vocab"].size());
+  for (const auto& [piece, id] : tok["model"]["vocab"].items()) pieces.at(id.get<size_t>()) = piece;
+  std::string out;
+  std::stringstream ss(csv);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    std::string p = pieces.at(std::stoi(part));
+    for (size_t pos; (pos = p.find("\xE2\x96\x81")) != std::string::npos;) p.replace(pos, 3, " ");
+    out += p;
+  }
+  return out.substr(out[0] == ' ' ? 1 : 0);
+}
+
+TEST(Generate, GreedyIdsFromBosSpellThePublishedStory) {
+  testing::internal::CaptureStdout();
+  const int rc = run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "20", "--temperature", "0",
+                               "--dtype=float32", "--threads", "2"});
+  const std::string out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0);
+  const std::string text = pieces_text(out.substr(0, out.find('\n')));
+  const std::string expected = read_file(kStories + "/expected_greedy_200_from_bos.txt");
+  EXPECT_EQ(expected.compare(0, text.size(), text), 0) << text;
+  EXPECT_GT(text.size(), 40u);
+}
+
+TEST(Generate, SeededSamplingIsReproducibleAndBadInputIsAnError) {
+  const Args args = {"--model", kStories,        "--prompt-ids", "1,403",  "--max-tokens",
+                     "12",      "--temperature", "1.0",          "--seed", "5"};
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(run_generate(args), 0);
+  const std::string a = testing::internal::GetCapturedStdout();
+  testing::internal::CaptureStdout();
+  ASSERT_EQ(run_generate(args), 0);
+  EXPECT_EQ(testing::internal::GetCapturedStdout(), a);
+
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1,512"}), 1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("out of range"), std::string::npos);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "x"}), 1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("--max-tokens"), std::string::npos);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1", "--max-model-len", "4096"}), 1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("--max-model-len 4096"), std::string::npos);
+}
+
+TEST(BenchLatency, RunsOnDummyWeightsFromAConfigOnlyFolder) {
+  const std::string cfg = std::string(CYPRIS_FIXTURES_DIR) + "/configs/llama-110m";
+  testing::internal::CaptureStdout();
+  // A shrunken context keeps the test fast; the model is still the 110M config.
+  const int rc = run_bench({"latency", "--model", cfg, "--load-format", "dummy", "--input-len", "4", "--output-len",
+                            "2", "--num-iters", "1", "--num-iters-warmup", "0", "--max-model-len", "64"});
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("decode tokens/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("prefill tokens/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("109.5M"), std::string::npos) << out;
+}
+
+TEST(Bench, DispatchAndUnsupportedModes) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(run_bench({"throughput"}), 2);
+  EXPECT_EQ(run_bench({"serving"}), 2);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("not supported yet"), std::string::npos);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(run_bench({"latency", "--model", kStories, "--batch-size", "2"}), 1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("--batch-size 2"), std::string::npos);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(run_bench({"latency", "--model", kStories, "--load-format", "pt"}), 1);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("not supported yet"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cypris::cli

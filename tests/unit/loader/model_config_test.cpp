@@ -1,0 +1,149 @@
+// config.json parsing: defaults, per-architecture sliding-window rules, generation_config,
+// --dtype / --max-model-len / --rope-scaling / --rope-theta rules and their error messages.
+#include "engine/loader/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/common/error.h"
+#include "engine/loader/weights.h"
+#include "models/rope.h"
+
+namespace cypris {
+namespace {
+
+const char* kLlama = R"({"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,
+  "intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,"vocab_size":100,
+  "max_position_embeddings":256,"torch_dtype":"bfloat16","eos_token_id":2})";
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ModelConfig, DefaultsAndDerivedFields) {
+  ModelConfig c = parse_model_config(kLlama, "cfg.json");
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.max_model_len, 256);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int32_t>{2});
+  EXPECT_EQ(c.layer_sliding_window, std::vector<int>(4, 0));
+}
+
+TEST(ModelConfig, GenerationConfigOverridesEos) {
+  ModelConfig c = parse_model_config(kLlama, "/m/config.json", {}, R"({"eos_token_id":[7,9],"bos_token_id":5})");
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{7, 9}));
+  EXPECT_EQ(c.bos_token_id, 5);
+}
+
+TEST(ModelConfig, MissingOrBadFieldsNameTheField) {
+  EXPECT_NE(error_of([] {
+              parse_model_config(R"({"architectures":["LlamaForCausalLM"]})", "x/config.json");
+            }).find("'hidden_size'"),
+            std::string::npos);
+  std::string e = error_of([] {
+    parse_model_config(R"({"architectures":["LlamaForCausalLM"],"hidden_size":"64","intermediate_size":1,
+      "num_hidden_layers":1,"num_attention_heads":1,"vocab_size":1})",
+                       "x/config.json");
+  });
+  EXPECT_NE(e.find("x/config.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("hidden_size"), std::string::npos) << e;
+  EXPECT_NE(error_of([] { parse_model_config("{not json", "x/config.json"); }).find("malformed JSON"),
+            std::string::npos);
+}
+
+TEST(ModelConfig, MaxModelLenNeedsRopeScalingToGrow) {
+  ConfigOverrides o;
+  o.max_model_len = 128;
+  EXPECT_EQ(parse_model_config(kLlama, "c", o).max_model_len, 128);
+  o.max_model_len = 512;
+  const std::string e = error_of([&] { parse_model_config(kLlama, "c", o); });
+  EXPECT_NE(e.find("--max-model-len 512"), std::string::npos) << e;
+  EXPECT_NE(e.find("max_position_embeddings 256"), std::string::npos) << e;
+  o.rope_scaling_json = R"({"rope_type":"dynamic","factor":2.0})";
+  EXPECT_EQ(parse_model_config(kLlama, "c", o).max_model_len, 512);
+  o.max_model_len = 513;
+  EXPECT_NE(error_of([&] { parse_model_config(kLlama, "c", o); }).find("512"), std::string::npos);
+}
+
+TEST(ModelConfig, RopeOverridesAndValidation) {
+  ConfigOverrides o;
+  o.rope_theta = 500000.0;
+  o.rope_scaling_json = R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+                            "original_max_position_embeddings":8192})";
+  ModelConfig c = parse_model_config(kLlama, "c", o);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  o.rope_scaling_json = R"({"rope_type":"longrope2","factor":2})";
+  EXPECT_NE(error_of([&] { parse_model_config(kLlama, "c", o); }).find("longrope2"), std::string::npos);
+  o.rope_scaling_json = R"({"type":"linear"})";
+  EXPECT_NE(error_of([&] { parse_model_config(kLlama, "c", o); }).find("'factor'"), std::string::npos);
+  o.rope_scaling_json = "{oops";
+  EXPECT_NE(error_of([&] { parse_model_config(kLlama, "c", o); }).find("--rope-scaling"), std::string::npos);
+}
+
+TEST(ModelConfig, SlidingWindowPerArchitecture) {
+  ModelConfig m = parse_model_config(
+      R"({"architectures":["MistralForCausalLM"],"model_type":"mistral","hidden_size":64,"intermediate_size":128,
+          "num_hidden_layers":3,"num_attention_heads":8,"num_key_value_heads":2,"vocab_size":100,"sliding_window":4096})",
+      "c");
+  EXPECT_EQ(m.layer_sliding_window, std::vector<int>(3, 4096));
+  ModelConfig none = parse_model_config(
+      R"({"architectures":["MistralForCausalLM"],"hidden_size":64,"intermediate_size":128,
+          "num_hidden_layers":3,"num_attention_heads":8,"vocab_size":100,"sliding_window":null})",
+      "c");
+  EXPECT_EQ(none.layer_sliding_window, std::vector<int>(3, 0));
+  // Qwen2: only with use_sliding_window, and from max_window_layers on.
+  const char* q = R"({"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","hidden_size":64,
+      "intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,"vocab_size":100,
+      "sliding_window":32,"max_window_layers":2,"use_sliding_window":USE})";
+  std::string on = q, off = q;
+  on.replace(on.find("USE"), 3, "true");
+  off.replace(off.find("USE"), 3, "false");
+  EXPECT_EQ(parse_model_config(on, "c").layer_sliding_window, (std::vector<int>{0, 0, 32, 32}));
+  EXPECT_EQ(parse_model_config(off, "c").layer_sliding_window, (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_TRUE(parse_model_config(on, "c").qkv_bias);
+  EXPECT_FALSE(parse_model_config(on, "c").o_bias);
+}
+
+TEST(LoadOptions, DtypeRules) {
+  EXPECT_EQ(resolve_dtype("auto", "float32"), DType::F16);
+  EXPECT_EQ(resolve_dtype("auto", "float16"), DType::F16);
+  EXPECT_EQ(resolve_dtype("auto", "bfloat16"), DType::BF16);
+  EXPECT_EQ(resolve_dtype("auto", ""), DType::F16);
+  EXPECT_EQ(resolve_dtype("half", "bfloat16"), DType::F16);
+  EXPECT_EQ(resolve_dtype("float", "bfloat16"), DType::F32);
+  EXPECT_NE(error_of([] { resolve_dtype("fp8", "float32"); }).find("auto, half"), std::string::npos);
+}
+
+// Hand-computed: head_dim 8, theta 10000 -> inv_freq = 1, 0.1, 0.01, 0.001.
+TEST(Rope, DefaultAndLinearFrequencies) {
+  ModelConfig c = parse_model_config(kLlama, "c");
+  RopeParameters p = compute_rope_parameters(c);
+  ASSERT_EQ(p.inv_freq.size(), 4u);
+  EXPECT_NEAR(p.inv_freq[1], 0.1f, 1e-7);
+  EXPECT_NEAR(p.inv_freq[3], 0.001f, 1e-9);
+  ConfigOverrides o;
+  o.rope_scaling_json = R"({"type":"linear","factor":4.0})";
+  EXPECT_NEAR(compute_rope_parameters(parse_model_config(kLlama, "c", o)).inv_freq[1], 0.025f, 1e-8);
+  // llama3 with original 64: wavelengths 6.28 (high: kept), 62.8 (medium: smoothed), 628 and
+  // 6283 (low: divided by the factor 8). Medium: smooth = (64/62.83 - 1)/(4 - 1) = 0.006123.
+  o.rope_scaling_json = R"({"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+                            "original_max_position_embeddings":64})";
+  p = compute_rope_parameters(parse_model_config(kLlama, "c", o));
+  EXPECT_NEAR(p.inv_freq[0], 1.0f, 1e-7);
+  const double smooth = (64.0 / (2 * M_PI / 0.1) - 1.0) / 3.0;
+  EXPECT_NEAR(p.inv_freq[1], (1 - smooth) * 0.1 / 8 + smooth * 0.1, 1e-7);
+  EXPECT_NEAR(p.inv_freq[2], 0.01f / 8, 1e-9);
+  // yarn default attention factor: 0.1 * ln(4) + 1.
+  o.rope_scaling_json = R"({"rope_type":"yarn","factor":4.0})";
+  EXPECT_NEAR(compute_rope_parameters(parse_model_config(kLlama, "c", o)).attention_factor, 0.1 * std::log(4.0) + 1,
+              1e-6);
+}
+
+}  // namespace
+}  // namespace cypris
