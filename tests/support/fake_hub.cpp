@@ -487,6 +487,12 @@ struct FakeHub::Impl {
       res.status = 404;
       return;
     }
+    if (consume(faults.cdn_expired_count)) {
+      res.status = 403;
+      res.set_content("<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>",
+                      "application/xml");
+      return;
+    }
     // Find the content by sha256 in any repo.
     for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
       if (it->path().filename() != "repo.json") continue;

@@ -31,10 +31,12 @@ bool valid_segment(const std::string& s) {
   return true;
 }
 
+// Unique per process and call: a forked child inherits the parent's generator state, so the pid
+// and a counter are part of the name.
 std::string random_suffix() {
-  static thread_local std::mt19937_64 rng{std::random_device{}() ^
-                                          static_cast<uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()))};
-  return fmt::format("{:08x}", static_cast<uint32_t>(rng()));
+  static std::atomic<uint32_t> counter{0};
+  static thread_local std::mt19937 rng{std::random_device{}()};
+  return fmt::format("{:x}-{:x}-{:04x}", static_cast<unsigned>(::getpid()), counter++, rng() & 0xffff);
 }
 
 }  // namespace

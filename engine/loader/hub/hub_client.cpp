@@ -90,6 +90,17 @@ GitRef parse_ref(const json& j) {
   return r;
 }
 
+// The Hub's JSON is input like any other: a field of the wrong type becomes a HubError.
+template <class Fn>
+auto guard_json(const std::string& what, const std::string& repo, const std::string& endpoint, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const json::exception& e) {
+    throw HubError(HubErrorKind::Http,
+                   fmt::format("unexpected {} answer for '{}' from {}: {}", what, repo, endpoint, e.what()));
+  }
+}
+
 }  // namespace
 
 const char* hub_error_kind_name(HubErrorKind kind) {
@@ -335,109 +346,117 @@ HubClient::~HubClient() = default;
 const HubSettings& HubClient::settings() const { return impl_->settings; }
 
 RepoRefs HubClient::list_refs(const std::string& repo_id) {
-  validate_repo_id(repo_id);
-  detail::ErrorContext ctx{repo_id, "", "", "refs"};
-  auto j = json::parse(impl_->get_api(impl_->repo_api_url(repo_id) + "/refs", ctx), nullptr, false);
-  CYPRIS_CHECK(j.is_object(), "hub: refs of '{}' are not a JSON object", repo_id);
-  RepoRefs refs;
-  for (const auto& b : j.value("branches", json::array())) refs.branches.push_back(parse_ref(b));
-  for (const auto& t : j.value("tags", json::array())) refs.tags.push_back(parse_ref(t));
-  return refs;
+  return guard_json("refs", repo_id, impl_->settings.endpoint, [&] {
+    validate_repo_id(repo_id);
+    detail::ErrorContext ctx{repo_id, "", "", "refs"};
+    auto j = json::parse(impl_->get_api(impl_->repo_api_url(repo_id) + "/refs", ctx), nullptr, false);
+    if (!j.is_object()) throw HubError(HubErrorKind::Http, fmt::format("refs of '{}' are not a JSON object", repo_id));
+    RepoRefs refs;
+    for (const auto& b : j.value("branches", json::array())) refs.branches.push_back(parse_ref(b));
+    for (const auto& t : j.value("tags", json::array())) refs.tags.push_back(parse_ref(t));
+    return refs;
+  });
 }
 
 std::string HubClient::resolve_revision(const std::string& repo_id, const std::string& revision) {
-  validate_repo_id(repo_id);
-  validate_revision(revision);
-  detail::ErrorContext ctx{repo_id, revision, "", "model info"};
-  std::string url = impl_->repo_api_url(repo_id) + "/revision/" + detail::url_quote(revision, false);
-  auto j = json::parse(impl_->get_api(url, ctx), nullptr, false);
-  std::string sha = j.is_object() ? j.value("sha", "") : "";
-  if (!is_commit_hash(sha)) {
-    throw HubError(HubErrorKind::Http,
-                   fmt::format("model info of '{}' at '{}' has no valid 'sha' (commit) field", repo_id, revision));
-  }
-  return sha;
+  return guard_json("model info", repo_id, impl_->settings.endpoint, [&] {
+    validate_repo_id(repo_id);
+    validate_revision(revision);
+    detail::ErrorContext ctx{repo_id, revision, "", "model info"};
+    std::string url = impl_->repo_api_url(repo_id) + "/revision/" + detail::url_quote(revision, false);
+    auto j = json::parse(impl_->get_api(url, ctx), nullptr, false);
+    std::string sha = j.is_object() ? j.value("sha", "") : "";
+    if (!is_commit_hash(sha)) {
+      throw HubError(HubErrorKind::Http,
+                     fmt::format("model info of '{}' at '{}' has no valid 'sha' (commit) field", repo_id, revision));
+    }
+    return sha;
+  });
 }
 
 std::vector<RepoFile> HubClient::list_files(const std::string& repo_id, const std::string& revision) {
-  validate_repo_id(repo_id);
-  validate_revision(revision);
-  detail::ErrorContext ctx{repo_id, revision, "", "file list"};
-  std::string url = impl_->repo_api_url(repo_id) + "/tree/" + detail::url_quote(revision, false) +
-                    "?recursive=true&expand=false";
-  std::vector<RepoFile> files;
-  for (int page = 0; !url.empty(); ++page) {
-    CYPRIS_CHECK(page < 100000, "hub: too many pages listing '{}'", repo_id);
-    std::string next;
-    auto j = json::parse(impl_->get_api(url, ctx, &next), nullptr, false);
-    if (!j.is_array()) {
-      throw HubError(HubErrorKind::Http, fmt::format("file list of '{}' at '{}' is not a JSON array", repo_id, revision));
-    }
-    for (const auto& e : j) {
-      if (!e.is_object() || e.value("type", "") != "file") continue;
-      RepoFile f;
-      f.path = e.value("path", "");
-      f.oid = e.value("oid", "");
-      f.size = e.value("size", uint64_t{0});
-      if (e.contains("lfs") && e["lfs"].is_object()) {
-        f.lfs_sha256 = e["lfs"].value("oid", "");
-        f.size = e["lfs"].value("size", f.size);
+  return guard_json("file list", repo_id, impl_->settings.endpoint, [&] {
+    validate_repo_id(repo_id);
+    validate_revision(revision);
+    detail::ErrorContext ctx{repo_id, revision, "", "file list"};
+    std::string url = impl_->repo_api_url(repo_id) + "/tree/" + detail::url_quote(revision, false) +
+                      "?recursive=true&expand=false";
+    std::vector<RepoFile> files;
+    for (int page = 0; !url.empty(); ++page) {
+      if (page >= 100000) throw HubError(HubErrorKind::Http, fmt::format("too many pages listing '{}'", repo_id));
+      std::string next;
+      auto j = json::parse(impl_->get_api(url, ctx, &next), nullptr, false);
+      if (!j.is_array()) {
+        throw HubError(HubErrorKind::Http, fmt::format("file list of '{}' at '{}' is not a JSON array", repo_id, revision));
       }
-      // Paths come from the server and become local paths: refuse anything that could escape.
-      bool bad = f.path.empty() || f.path.front() == '/' || f.path.find("..") != std::string::npos ||
-                 f.path.find('\\') != std::string::npos || f.path.find('\0') != std::string::npos;
-      if (bad) {
-        LOG_WARN("hub: skipping file with unsafe path '{}' in '{}'", f.path, repo_id);
-        continue;
+      for (const auto& e : j) {
+        if (!e.is_object() || e.value("type", "") != "file") continue;
+        RepoFile f;
+        f.path = e.value("path", "");
+        f.oid = e.value("oid", "");
+        f.size = e.value("size", uint64_t{0});
+        if (e.contains("lfs") && e["lfs"].is_object()) {
+          f.lfs_sha256 = e["lfs"].value("oid", "");
+          f.size = e["lfs"].value("size", f.size);
+        }
+        // Paths come from the server and become local paths: refuse anything that could escape.
+        bool bad = f.path.empty() || f.path.front() == '/' || f.path.find("..") != std::string::npos ||
+                   f.path.find('\\') != std::string::npos || f.path.find('\0') != std::string::npos;
+        if (bad) {
+          LOG_WARN("hub: skipping file with unsafe path '{}' in '{}'", f.path, repo_id);
+          continue;
+        }
+        files.push_back(std::move(f));
       }
-      files.push_back(std::move(f));
+      url = next;
     }
-    url = next;
-  }
-  return files;
+    return files;
+  });
 }
 
 std::vector<ModelSummary> HubClient::search_models(const SearchQuery& q) {
-  detail::ErrorContext ctx{"", "", "", "model search"};
-  std::string url = impl_->settings.endpoint + "/api/models?";
-  std::string params;
-  auto add = [&](const std::string& k, const std::string& v) {
-    params += (params.empty() ? "" : "&") + k + "=" + detail::url_quote(v, false);
-  };
-  if (!q.search.empty()) add("search", q.search);
-  if (!q.author.empty()) add("author", q.author);
-  for (const auto& f : q.filters) add("filter", f);
-  if (!q.sort.empty()) add("sort", q.sort);
-  int limit = std::max(1, q.limit);
-  add("limit", std::to_string(std::min(limit, 1000)));
-  url += params;
-  std::vector<ModelSummary> out;
-  while (!url.empty() && static_cast<int>(out.size()) < limit) {
-    std::string next;
-    auto j = json::parse(impl_->get_api(url, ctx, &next), nullptr, false);
-    if (!j.is_array()) throw HubError(HubErrorKind::Http, "model search answer is not a JSON array");
-    for (const auto& e : j) {
-      if (!e.is_object() || static_cast<int>(out.size()) >= limit) continue;
-      ModelSummary m;
-      m.id = e.value("id", e.value("modelId", ""));
-      auto slash = m.id.find('/');
-      m.author = e.value("author", slash == std::string::npos ? "" : m.id.substr(0, slash));
-      m.downloads = e.value("downloads", int64_t{0});
-      m.likes = e.value("likes", int64_t{0});
-      if (e.contains("tags") && e["tags"].is_array()) {
-        for (const auto& t : e["tags"]) {
-          if (t.is_string()) m.tags.push_back(t.get<std::string>());
+  return guard_json("search", q.search, impl_->settings.endpoint, [&] {
+    detail::ErrorContext ctx{"", "", "", "model search"};
+    std::string url = impl_->settings.endpoint + "/api/models?";
+    std::string params;
+    auto add = [&](const std::string& k, const std::string& v) {
+      params += (params.empty() ? "" : "&") + k + "=" + detail::url_quote(v, false);
+    };
+    if (!q.search.empty()) add("search", q.search);
+    if (!q.author.empty()) add("author", q.author);
+    for (const auto& f : q.filters) add("filter", f);
+    if (!q.sort.empty()) add("sort", q.sort);
+    int limit = std::max(1, q.limit);
+    add("limit", std::to_string(std::min(limit, 1000)));
+    url += params;
+    std::vector<ModelSummary> out;
+    while (!url.empty() && static_cast<int>(out.size()) < limit) {
+      std::string next;
+      auto j = json::parse(impl_->get_api(url, ctx, &next), nullptr, false);
+      if (!j.is_array()) throw HubError(HubErrorKind::Http, "model search answer is not a JSON array");
+      for (const auto& e : j) {
+        if (!e.is_object() || static_cast<int>(out.size()) >= limit) continue;
+        ModelSummary m;
+        m.id = e.value("id", e.value("modelId", ""));
+        auto slash = m.id.find('/');
+        m.author = e.value("author", slash == std::string::npos ? "" : m.id.substr(0, slash));
+        m.downloads = e.value("downloads", int64_t{0});
+        m.likes = e.value("likes", int64_t{0});
+        if (e.contains("tags") && e["tags"].is_array()) {
+          for (const auto& t : e["tags"]) {
+            if (t.is_string()) m.tags.push_back(t.get<std::string>());
+          }
         }
+        m.pipeline_tag = e.value("pipeline_tag", "");
+        m.last_modified = e.value("lastModified", "");
+        if (e.contains("gated")) m.gated = e["gated"].is_string() || (e["gated"].is_boolean() && e["gated"].get<bool>());
+        m.is_private = e.value("private", false);
+        out.push_back(std::move(m));
       }
-      m.pipeline_tag = e.value("pipeline_tag", "");
-      m.last_modified = e.value("lastModified", "");
-      if (e.contains("gated")) m.gated = e["gated"].is_string() || (e["gated"].is_boolean() && e["gated"].get<bool>());
-      m.is_private = e.value("private", false);
-      out.push_back(std::move(m));
+      url = next;
     }
-    url = next;
-  }
-  return out;
+    return out;
+  });
 }
 
 }  // namespace cypris::hub

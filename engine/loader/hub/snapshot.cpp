@@ -47,6 +47,12 @@ class Progress {
     auto now = std::chrono::steady_clock::now();
     if (now - last_emit_ >= interval_) emit(DownloadProgress::Event::Progress);
   }
+  // The current file starts counting again (its bytes so far were already reported).
+  void restart_file() {
+    std::lock_guard<std::mutex> lock(mu_);
+    p_.done -= std::min(p_.done, p_.file_done);
+    p_.file_done = 0;
+  }
   void file_finished(const RepoFile& f) {
     std::lock_guard<std::mutex> lock(mu_);
     // Whatever was not counted (a cached file) is done now.
@@ -224,9 +230,22 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
       FileLock lock(lock_path.string(), opt.cancel);
       // Another process or thread may have finished this blob while we waited for the lock.
       bool done = !to_dir && is_file_of_size(task.final_path, task.size);
-      if (!done) {
-        uint64_t n = detail::download_blob(task, params, [&](int64_t d) { progress.add(d, true); });
-        if (bytes_downloaded) *bytes_downloaded += n;
+      for (int attempt = 0; !done; ++attempt) {
+        try {
+          uint64_t n = detail::download_blob(task, params, [&](int64_t d) { progress.add(d, true); });
+          if (bytes_downloaded) *bytes_downloaded += n;
+          done = true;
+        } catch (const HubError& e) {
+          // A signed CDN URL can expire during a long download: ask the hub for a fresh one once.
+          bool expired = e.kind() == HubErrorKind::Http && (e.http_status() == 403 || e.http_status() == 410) &&
+                         !meta.send_auth;
+          if (!expired || attempt > 0) throw;
+          LOG_WARN("hub: {} (the download URL may have expired); asking the hub for a new one", e.what());
+          auto fresh = impl.head_file(repo, commit, f.path, opt.cancel);
+          if (fresh.etag != meta.etag) throw;
+          task.url = fresh.location;
+          progress.restart_file();
+        }
       }
       if (to_dir) {
         write_file_atomic((meta_dir / (f.path + ".metadata")).string(),
@@ -307,8 +326,10 @@ std::string HubClient::download_file(const std::string& repo, const std::string&
                                      const DownloadOptions& opt) {
   validate_repo_id(repo);
   validate_revision(opt.revision);
-  CYPRIS_CHECK(!filename.empty() && filename.front() != '/' && filename.find("..") == std::string::npos,
-               "hub: invalid file name '{}' (a path inside the repo is expected)", filename);
+  if (filename.empty() || filename.front() == '/' || filename.find("..") != std::string::npos) {
+    throw HubError(HubErrorKind::BadInput,
+                   fmt::format("invalid file name '{}': a path inside the repo is expected", filename));
+  }
   const auto& s = impl_->settings;
   const bool to_dir = !opt.download_dir.empty();
   if (s.offline) {

@@ -138,6 +138,17 @@ TEST_F(HubTest, CorruptionOfSmallGitFileIsDetected) {
   EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / fake_git_blob_sha1("{\"v\": 2}")));
 }
 
+TEST_F(HubTest, ExpiredCdnUrlIsRenewed) {
+  make_tiny_repo();
+  hub_->faults().cdn_expired_count = 1;
+  HubClient client(settings());
+  auto res = client.snapshot_download("org/tiny", weights_only());
+  EXPECT_EQ(slurp(fs::path(res.path) / "model.safetensors"), weights1_);
+  EXPECT_EQ(hub_->count_requests([](const FakeRequest& r) {
+    return r.method == "HEAD" && r.target.find("model.safetensors") != std::string::npos;
+  }), 2u);
+}
+
 TEST_F(HubTest, RetriesOn429And503) {
   make_tiny_repo();
   hub_->faults().rate_limit_count = 2;
@@ -298,7 +309,8 @@ TEST_F(HubTest, TwoProcessesDownloadingOneRepoShareOneBlob) {
         HubClient client(s);
         auto res = client.snapshot_download("org/tiny", DownloadOptions{});
         rc = slurp(fs::path(res.path) / "model.safetensors") == weights1_ ? 0 : 3;
-      } catch (...) {
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: %s\n", static_cast<int>(::getpid()), e.what());
         rc = 2;
       }
       ::_exit(rc);
