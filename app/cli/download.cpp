@@ -18,7 +18,9 @@ namespace {
 
 std::atomic<bool> g_cancel{false};
 
-extern "C" void on_sigint(int) { g_cancel.store(true); }
+extern "C" void on_sigint(int) {
+  g_cancel.store(true);
+}
 
 const char* kUsage =
     "usage: cypris download REPO [--revision R] [--include GLOB]... [--exclude GLOB]...\n"
@@ -41,7 +43,8 @@ std::string human(double bytes) {
 std::string eta(double s) {
   if (s < 0) return "--:--";
   long t = static_cast<long>(s);
-  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60) : fmt::format("{:02}:{:02}", t / 60, t % 60);
+  return t >= 3600 ? fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60)
+                   : fmt::format("{:02}:{:02}", t / 60, t % 60);
 }
 
 // Terminal bar when stderr is a TTY, else a plain line every few seconds and per finished file.
@@ -121,7 +124,8 @@ int run_download(const Args& args) {
     } else if (repo.empty()) {
       repo = a;
     } else {
-      std::fprintf(stderr, "cypris download: only one repo may be given (got '%s' and '%s')\n", repo.c_str(), a.c_str());
+      std::fprintf(stderr, "cypris download: only one repo may be given (got '%s' and '%s')\n", repo.c_str(),
+                   a.c_str());
       return 2;
     }
   }

@@ -109,7 +109,9 @@ struct Repo {
 
 }  // namespace
 
-std::string fake_sha256_hex(const std::string& data) { return digest_hex(EVP_sha256(), "", data); }
+std::string fake_sha256_hex(const std::string& data) {
+  return digest_hex(EVP_sha256(), "", data);
+}
 
 std::string fake_git_blob_sha1(const std::string& data) {
   std::string head = "blob " + std::to_string(data.size());
@@ -145,15 +147,17 @@ std::vector<std::string> write_fake_repo(const std::string& root, const FakeRepo
     std::string id = fake_git_blob_sha1(digest_input);  // any stable 40-hex id will do
     ids.push_back(id);
     parent = id;
-    commits.push_back({{"id", id}, {"message", c.message}, {"files", files},
+    commits.push_back({{"id", id},
+                       {"message", c.message},
+                       {"files", files},
                        {"date", "2025-01-0" + std::to_string(1 + i % 9) + "T00:00:00.000Z"}});
   }
   json branches = json::object(), tags = json::object();
   for (const auto& [name, idx] : spec.branches) branches[name] = ids.at(idx);
   for (const auto& [name, idx] : spec.tags) tags[name] = ids.at(idx);
-  json meta{{"id", spec.id},           {"gated", spec.gated},    {"access_token", spec.access_token},
-            {"branches", branches},    {"tags", tags},           {"commits", commits},
-            {"downloads", spec.downloads}, {"tags_list", spec.model_tags}};
+  json meta{
+      {"id", spec.id}, {"gated", spec.gated}, {"access_token", spec.access_token}, {"branches", branches},
+      {"tags", tags},  {"commits", commits},  {"downloads", spec.downloads},       {"tags_list", spec.model_tags}};
   write_all(dir / "repo.json", meta.dump(1));
   return ids;
 }
@@ -173,8 +177,8 @@ struct FakeHub::Impl {
 
   void record(const std::string& server, const httplib::Request& req, const httplib::Response& res) {
     std::lock_guard<std::mutex> lock(log_mu);
-    log.push_back({server, req.method, req.target, req.get_header_value("Range"),
-                   req.get_header_value("Authorization"), res.status});
+    log.push_back({server, req.method, req.target, req.get_header_value("Range"), req.get_header_value("Authorization"),
+                   res.status});
   }
 
   // Looks a repo up from the first one or two path segments; sets `used` to how many it took.
@@ -194,8 +198,10 @@ struct FakeHub::Impl {
 
   static const json* find_commit(const Repo& r, const std::string& rev) {
     std::string id = rev;
-    if (r.meta["branches"].contains(rev)) id = r.meta["branches"][rev];
-    else if (r.meta["tags"].contains(rev)) id = r.meta["tags"][rev];
+    if (r.meta["branches"].contains(rev))
+      id = r.meta["branches"][rev];
+    else if (r.meta["tags"].contains(rev))
+      id = r.meta["tags"][rev];
     for (const auto& c : r.meta["commits"]) {
       if (c["id"] == id) return &c;
     }
@@ -268,13 +274,15 @@ struct FakeHub::Impl {
   bool authorized(const Repo& r, const httplib::Request& req, httplib::Response& res) {
     if (!r.meta.value("gated", false)) return true;
     std::string auth = req.get_header_value("Authorization");
-    if (auth == "Bearer " + r.meta.value("access_token", std::string()) && !r.meta["access_token"].get<std::string>().empty()) {
+    if (auth == "Bearer " + r.meta.value("access_token", std::string()) &&
+        !r.meta["access_token"].get<std::string>().empty()) {
       return true;
     }
     if (auth.empty()) {
       json_error(res, 401, "GatedRepo",
-                 "Access to model " + r.id + " is restricted. You must have access to it and be authenticated to "
-                 "access it. Please log in.");
+                 "Access to model " + r.id +
+                     " is restricted. You must have access to it and be authenticated to "
+                     "access it. Please log in.");
     } else {
       json_error(res, 403, "GatedRepo",
                  "Access to model " + r.id + " is restricted and you are not in the authorized list. Visit " +
@@ -311,14 +319,15 @@ struct FakeHub::Impl {
     }
     if (faults.relative_redirect.load() && !via_cache) {
       res.status = 307;
-      res.set_header("Location", "/api/resolve-cache/models/" + repo.id + "/" + commit_id + "/" + path +
-                                     "?etag=%22" + (*file)["oid"].get<std::string>() + "%22");
+      res.set_header("Location", "/api/resolve-cache/models/" + repo.id + "/" + commit_id + "/" + path + "?etag=%22" +
+                                     (*file)["oid"].get<std::string>() + "%22");
       return;
     }
     res.set_header("ETag", "\"" + (*file)["oid"].get<std::string>() + "\"");
     if (req.method == "HEAD") {
       res.status = 200;
-      res.set_content(read_all(repo.dir / "objects" / (*file)["object"].get<std::string>()), "application/octet-stream");
+      res.set_content(read_all(repo.dir / "objects" / (*file)["object"].get<std::string>()),
+                      "application/octet-stream");
       return;
     }
     serve_body(req, res, read_all(repo.dir / "objects" / (*file)["object"].get<std::string>()));
@@ -365,12 +374,20 @@ struct FakeHub::Impl {
       std::string who = slash == std::string::npos ? "" : id.substr(0, slash);
       if (!search.empty() && lid.find(search) == std::string::npos) continue;
       if (!author.empty() && who != author) continue;
-      all.push_back({{"_id", id}, {"id", id}, {"modelId", id}, {"author", who}, {"downloads", m["downloads"]},
-                     {"likes", 0}, {"private", false}, {"tags", m["tags_list"]},
+      all.push_back({{"_id", id},
+                     {"id", id},
+                     {"modelId", id},
+                     {"author", who},
+                     {"downloads", m["downloads"]},
+                     {"likes", 0},
+                     {"private", false},
+                     {"tags", m["tags_list"]},
                      {"gated", m["gated"].get<bool>() ? json("manual") : json(false)},
-                     {"pipeline_tag", "text-generation"}, {"lastModified", "2025-01-01T00:00:00.000Z"}});
+                     {"pipeline_tag", "text-generation"},
+                     {"lastModified", "2025-01-01T00:00:00.000Z"}});
     }
-    std::stable_sort(all.begin(), all.end(), [](const json& a, const json& b) { return a["downloads"] > b["downloads"]; });
+    std::stable_sort(all.begin(), all.end(),
+                     [](const json& a, const json& b) { return a["downloads"] > b["downloads"]; });
     std::string q = "search=" + pct_encode(req.get_param_value("search"));
     if (!author.empty()) q += "&author=" + pct_encode(author);
     paginate(req, res, all, "/api/models", q);
@@ -390,24 +407,36 @@ struct FakeHub::Impl {
     const json& m = repo->meta;
     if (op == "refs") {
       res.status = 200;
-      res.set_content(json{{"branches", ref_list(m, "branches", "refs/heads/")}, {"converts", json::array()},
-                           {"tags", ref_list(m, "tags", "refs/tags/")}}.dump(),
+      res.set_content(json{{"branches", ref_list(m, "branches", "refs/heads/")},
+                           {"converts", json::array()},
+                           {"tags", ref_list(m, "tags", "refs/tags/")}}
+                          .dump(),
                       "application/json");
       return;
     }
     std::string rev = "main";
-    if ((op == "revision" || op == "tree" || op == "commits") && k + 1 < segs.size()) rev = segs[k + 1];
-    else if (op != "" && op != "revision") return json_error(res, 404, "", "Not found");
+    if ((op == "revision" || op == "tree" || op == "commits") && k + 1 < segs.size())
+      rev = segs[k + 1];
+    else if (op != "" && op != "revision")
+      return json_error(res, 404, "", "Not found");
     const json* commit = find_commit(*repo, rev);
     if (!commit) return json_error(res, 404, "RevisionNotFound", "Invalid rev id: " + rev);
     if (op == "" || op == "revision") {
       json siblings = json::array();
       for (const auto& f : (*commit)["files"]) siblings.push_back({{"rfilename", f["path"]}});
       res.status = 200;
-      res.set_content(json{{"_id", repo->id}, {"id", repo->id}, {"sha", (*commit)["id"]}, {"private", false},
-                           {"gated", m["gated"].get<bool>() ? json("manual") : json(false)}, {"disabled", false},
-                           {"downloads", m["downloads"]}, {"likes", 0}, {"tags", m["tags_list"]},
-                           {"siblings", siblings}, {"lastModified", (*commit)["date"]}}.dump(),
+      res.set_content(json{{"_id", repo->id},
+                           {"id", repo->id},
+                           {"sha", (*commit)["id"]},
+                           {"private", false},
+                           {"gated", m["gated"].get<bool>() ? json("manual") : json(false)},
+                           {"disabled", false},
+                           {"downloads", m["downloads"]},
+                           {"likes", 0},
+                           {"tags", m["tags_list"]},
+                           {"siblings", siblings},
+                           {"lastModified", (*commit)["date"]}}
+                          .dump(),
                       "application/json");
       return;
     }
@@ -417,7 +446,8 @@ struct FakeHub::Impl {
       bool seen = false;
       for (auto it = m["commits"].rbegin(); it != m["commits"].rend(); ++it) {
         seen |= (*it)["id"] == id;
-        if (seen) list.push_back({{"id", (*it)["id"]}, {"title", (*it)["message"]}, {"message", ""}, {"date", (*it)["date"]}});
+        if (seen)
+          list.push_back({{"id", (*it)["id"]}, {"title", (*it)["message"]}, {"message", ""}, {"date", (*it)["date"]}});
       }
       res.status = 200;
       res.set_content(list.dump(), "application/json");
@@ -447,7 +477,8 @@ struct FakeHub::Impl {
     }
     json all = json::array();
     for (auto& [p, e] : entries) all.push_back(e);
-    std::string path = "/api/models/" + repo->id + "/tree/" + pct_encode(rev) + (sub.empty() ? "" : "/" + pct_encode(sub));
+    std::string path =
+        "/api/models/" + repo->id + "/tree/" + pct_encode(rev) + (sub.empty() ? "" : "/" + pct_encode(sub));
     paginate(req, res, all, path, std::string("recursive=") + (recursive ? "true" : "false") + "&expand=false");
   }
 
@@ -500,7 +531,8 @@ struct FakeHub::Impl {
       for (const auto& c : m["commits"]) {
         for (const auto& f : c["files"]) {
           if (f.contains("lfs") && f["lfs"]["oid"] == segs[1]) {
-            return serve_body(req, res, read_all(it->path().parent_path() / "objects" / f["object"].get<std::string>()));
+            return serve_body(req, res,
+                              read_all(it->path().parent_path() / "objects" / f["object"].get<std::string>()));
           }
         }
       }
@@ -509,9 +541,13 @@ struct FakeHub::Impl {
   }
 };
 
-FakeHub::FakeHub(std::string root) : impl_(std::make_unique<Impl>()) { impl_->root = std::move(root); }
+FakeHub::FakeHub(std::string root) : impl_(std::make_unique<Impl>()) {
+  impl_->root = std::move(root);
+}
 
-FakeHub::~FakeHub() { stop(); }
+FakeHub::~FakeHub() {
+  stop();
+}
 
 void FakeHub::start() {
   auto& d = *impl_;
@@ -549,11 +585,21 @@ void FakeHub::stop() {
   d.running = false;
 }
 
-std::string FakeHub::endpoint() const { return impl_->endpoint(); }
-int FakeHub::port() const { return impl_->port; }
-int FakeHub::cdn_port() const { return impl_->cdn_port; }
-FakeHubFaults& FakeHub::faults() { return impl_->faults; }
-void FakeHub::set_page_size(size_t n) { impl_->page_size = std::max<size_t>(1, n); }
+std::string FakeHub::endpoint() const {
+  return impl_->endpoint();
+}
+int FakeHub::port() const {
+  return impl_->port;
+}
+int FakeHub::cdn_port() const {
+  return impl_->cdn_port;
+}
+FakeHubFaults& FakeHub::faults() {
+  return impl_->faults;
+}
+void FakeHub::set_page_size(size_t n) {
+  impl_->page_size = std::max<size_t>(1, n);
+}
 
 std::vector<FakeRequest> FakeHub::requests() const {
   std::lock_guard<std::mutex> lock(impl_->log_mu);

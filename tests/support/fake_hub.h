@@ -17,9 +17,9 @@
 namespace cypris::test {
 
 struct FakeFile {
-  std::string path;     // in the repo, '/' separated
+  std::string path;  // in the repo, '/' separated
   std::string content;
-  bool lfs = false;     // LFS: served through the CDN, ETag = sha256; else ETag = git blob sha1
+  bool lfs = false;  // LFS: served through the CDN, ETag = sha256; else ETag = git blob sha1
 };
 
 struct FakeCommit {
@@ -47,15 +47,15 @@ std::string fake_git_blob_sha1(const std::string& data);
 
 // Each counter is consumed by one file-body GET (resolve of a git file, or the CDN).
 struct FakeHubFaults {
-  std::atomic<int> drop_count{0};        // drop the connection after drop_after_bytes bytes
+  std::atomic<int> drop_count{0};  // drop the connection after drop_after_bytes bytes
   std::atomic<int> drop_after_bytes{0};
-  std::atomic<bool> ignore_range{false}; // answer 200 with the whole file to ranged requests
-  std::atomic<int> rate_limit_count{0};  // answer 429 (Retry-After: 1)
-  std::atomic<int> server_error_count{0};// answer 503
-  std::atomic<int> corrupt_count{0};     // flip one byte of the body
+  std::atomic<bool> ignore_range{false};   // answer 200 with the whole file to ranged requests
+  std::atomic<int> rate_limit_count{0};    // answer 429 (Retry-After: 1)
+  std::atomic<int> server_error_count{0};  // answer 503
+  std::atomic<int> corrupt_count{0};       // flip one byte of the body
   std::atomic<bool> corrupt_always{false};
-  std::atomic<int> api_rate_limit_count{0};  // 429 on API (JSON) requests
-  std::atomic<int> cdn_expired_count{0};     // CDN answers 403 (an expired signed URL)
+  std::atomic<int> api_rate_limit_count{0};    // 429 on API (JSON) requests
+  std::atomic<int> cdn_expired_count{0};       // CDN answers 403 (an expired signed URL)
   std::atomic<bool> relative_redirect{false};  // git files: 307 to /api/resolve-cache/... first
 };
 

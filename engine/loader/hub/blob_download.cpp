@@ -69,7 +69,8 @@ class StateFile {
   StateFile(const BlobTask& t, uint64_t chunk, bool fresh) {
     if (fresh) write_file_atomic(t.state_path, state_header(t, chunk));
     fd_ = ::open(t.state_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd_ < 0) throw HubError(HubErrorKind::Io, fmt::format("cannot open {}: {}", t.state_path, std::strerror(errno)));
+    if (fd_ < 0)
+      throw HubError(HubErrorKind::Io, fmt::format("cannot open {}: {}", t.state_path, std::strerror(errno)));
   }
   ~StateFile() { ::close(fd_); }
   void mark_done(uint64_t idx) {
@@ -187,7 +188,8 @@ uint64_t fill_part(const BlobTask& t, const BlobParams& p, const std::function<v
   auto done = load_state(t, chunk);
   bool fresh = done.empty();
   Fd fd(::open(t.part_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0644));
-  if (fd.get() < 0) throw HubError(HubErrorKind::Io, fmt::format("cannot create {}: {}", t.part_path, std::strerror(errno)));
+  if (fd.get() < 0)
+    throw HubError(HubErrorKind::Io, fmt::format("cannot create {}: {}", t.part_path, std::strerror(errno)));
   if (::ftruncate(fd.get(), static_cast<off_t>(t.size)) != 0) {
     throw HubError(HubErrorKind::Io, fmt::format("cannot size {}: {}", t.part_path, std::strerror(errno)));
   }
@@ -275,7 +277,8 @@ uint64_t download_blob(const BlobTask& t, const BlobParams& p, const std::functi
     uint64_t have = fs::file_size(t.part_path, ec);
     if (!ec && have == t.size && file_matches_etag(t.part_path, t.etag)) {
       if (::rename(t.part_path.c_str(), t.final_path.c_str()) != 0) {
-        throw HubError(HubErrorKind::Io, fmt::format("cannot move {} into place: {}", t.part_path, std::strerror(errno)));
+        throw HubError(HubErrorKind::Io,
+                       fmt::format("cannot move {} into place: {}", t.part_path, std::strerror(errno)));
       }
       fs::remove(t.state_path, ec);
       return fetched;

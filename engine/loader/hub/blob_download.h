@@ -17,11 +17,11 @@ struct BlobTask {
   std::string url;                   // where to GET (resolve URL or CDN location)
   std::vector<std::string> headers;  // auth headers when the URL is on the hub's origin
   uint64_t size = 0;
-  std::string etag;                  // expected hash (64 hex: sha256, 40 hex: git blob sha1)
-  std::string final_path;            // published only after verification
-  std::string part_path;             // preallocated partial file (our own name, not Python's)
-  std::string state_path;            // sidecar: which chunks of part_path are complete
-  std::string label;                 // for messages (repo file path)
+  std::string etag;        // expected hash (64 hex: sha256, 40 hex: git blob sha1)
+  std::string final_path;  // published only after verification
+  std::string part_path;   // preallocated partial file (our own name, not Python's)
+  std::string state_path;  // sidecar: which chunks of part_path are complete
+  std::string label;       // for messages (repo file path)
 };
 
 struct BlobParams {

@@ -43,14 +43,14 @@ std::string random_suffix() {
 
 void validate_repo_id(const std::string& repo_id) {
   auto slash = repo_id.find('/');
-  bool ok = slash == std::string::npos ? valid_segment(repo_id)
-                                       : (repo_id.find('/', slash + 1) == std::string::npos &&
-                                          valid_segment(repo_id.substr(0, slash)) &&
-                                          valid_segment(repo_id.substr(slash + 1)));
+  bool ok = slash == std::string::npos
+                ? valid_segment(repo_id)
+                : (repo_id.find('/', slash + 1) == std::string::npos && valid_segment(repo_id.substr(0, slash)) &&
+                   valid_segment(repo_id.substr(slash + 1)));
   if (!ok) {
-    throw HubError(HubErrorKind::BadInput,
-                   fmt::format("invalid repo id '{}': expected 'name' or 'org/name' (letters, digits, '-', '_', '.')",
-                               repo_id));
+    throw HubError(
+        HubErrorKind::BadInput,
+        fmt::format("invalid repo id '{}': expected 'name' or 'org/name' (letters, digits, '-', '_', '.')", repo_id));
   }
 }
 
@@ -174,7 +174,8 @@ uint64_t free_disk_bytes(const std::string& dir) {
 FileLock::FileLock(const std::string& path, const std::atomic<bool>* cancel) {
   make_dirs(fs::path(path).parent_path().string());
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664);
-  if (fd_ < 0) throw HubError(HubErrorKind::Io, fmt::format("cannot open lock file {}: {}", path, std::strerror(errno)));
+  if (fd_ < 0)
+    throw HubError(HubErrorKind::Io, fmt::format("cannot open lock file {}: {}", path, std::strerror(errno)));
   // Poll instead of blocking so a cancel request is honoured while another download holds the lock.
   while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) {

@@ -36,11 +36,11 @@ std::string url_base(const std::string& url);
 std::string normalize_etag(const std::string& etag);
 
 struct FileMetadata {
-  std::string commit;    // X-Repo-Commit
-  std::string etag;      // normalised X-Linked-Etag or ETag
-  uint64_t size = 0;     // X-Linked-Size, or Content-Length of a non-redirect
-  std::string location;  // where to GET the bytes
-  bool send_auth = true; // false when location is on another origin (a CDN)
+  std::string commit;     // X-Repo-Commit
+  std::string etag;       // normalised X-Linked-Etag or ETag
+  uint64_t size = 0;      // X-Linked-Size, or Content-Length of a non-redirect
+  std::string location;   // where to GET the bytes
+  bool send_auth = true;  // false when location is on another origin (a CDN)
 };
 
 }  // namespace cypris::hub::detail

@@ -15,7 +15,9 @@ namespace cypris::hub {
 namespace {
 
 struct Digest {
-  explicit Digest(const EVP_MD* md) : ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free) { EVP_DigestInit_ex(ctx.get(), md, nullptr); }
+  explicit Digest(const EVP_MD* md) : ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    EVP_DigestInit_ex(ctx.get(), md, nullptr);
+  }
   void update(const void* p, size_t n) { EVP_DigestUpdate(ctx.get(), p, n); }
   std::string hex() {
     unsigned char out[EVP_MAX_MD_SIZE];

@@ -174,8 +174,8 @@ HttpResult HttpSession::request(const std::string& method, const std::string& ur
 
 HttpResult HttpSession::stream(const std::string& url, const std::vector<std::string>& headers,
                                const std::function<bool(long, const HttpHeaders&)>& on_head,
-                               const std::function<bool(const char*, size_t)>& on_data,
-                               const std::atomic<bool>* cancel, const std::atomic<bool>* stop) {
+                               const std::function<bool(const char*, size_t)>& on_data, const std::atomic<bool>* cancel,
+                               const std::atomic<bool>* stop) {
   Transfer t;
   t.streaming = true;
   t.stop = stop;
@@ -205,8 +205,8 @@ std::string url_origin(const std::string& url) {
   if (scheme_end == std::string::npos) return "";
   auto host_end = url.find_first_of("/?#", scheme_end + 3);
   std::string scheme = lower(url.substr(0, scheme_end));
-  std::string host = lower(url.substr(scheme_end + 3, host_end == std::string::npos ? std::string::npos
-                                                                                    : host_end - scheme_end - 3));
+  std::string host =
+      lower(url.substr(scheme_end + 3, host_end == std::string::npos ? std::string::npos : host_end - scheme_end - 3));
   if (host.find(':') == std::string::npos) host += scheme == "https" ? ":443" : ":80";
   return scheme + "://" + host;
 }

@@ -15,7 +15,7 @@ namespace cypris::hub::detail {
 using HttpHeaders = std::map<std::string, std::string>;  // lower-case names; repeats joined with ", "
 
 struct HttpResult {
-  long status = 0;             // 0 when no response arrived
+  long status = 0;  // 0 when no response arrived
   HttpHeaders headers;
   std::string body;            // whole body for request(); error bodies only for stream()
   bool network_error = false;  // connection failed or dropped (retryable)

@@ -50,8 +50,8 @@ class HubError : public Error {
 };
 
 struct RetryPolicy {
-  int max_retries = 5;          // per request (429, 5xx, dropped connection)
-  int base_delay_ms = 1000;     // exponential backoff: base, 2*base, ... capped at max_delay_ms
+  int max_retries = 5;       // per request (429, 5xx, dropped connection)
+  int base_delay_ms = 1000;  // exponential backoff: base, 2*base, ... capped at max_delay_ms
   int max_delay_ms = 8000;
   int max_retry_after_ms = 60000;  // cap on a server's Retry-After
 };
@@ -103,7 +103,7 @@ struct ModelSummary {
 };
 
 struct SearchQuery {
-  std::string search;                // substring of the repo id
+  std::string search;  // substring of the repo id
   std::string author;
   std::vector<std::string> filters;  // tags, e.g. "gguf"
   std::string sort = "downloads";    // downloads, likes, createdAt, lastModified, trendingScore
@@ -113,11 +113,11 @@ struct SearchQuery {
 struct DownloadProgress {
   enum class Event { Progress, FileStarted, FileFinished, Finished };
   Event event = Event::Progress;
-  std::string file;            // current file (path in repo)
+  std::string file;  // current file (path in repo)
   uint64_t file_done = 0, file_total = 0;
   uint64_t done = 0, total = 0;  // over all selected files (cached ones count as done)
-  double rate = 0;             // bytes/s over this run
-  double eta_s = -1;           // -1: unknown
+  double rate = 0;               // bytes/s over this run
+  double eta_s = -1;             // -1: unknown
   double file_eta_s = -1;
   size_t files_done = 0, files_total = 0;
 };
@@ -130,21 +130,21 @@ struct DownloadOptions {
   // skipped when the repo has *.safetensors).
   std::vector<std::string> include;
   std::vector<std::string> exclude;
-  std::string download_dir;        // non-empty: plain folder layout instead of the cache
-  ProgressCallback on_progress;    // called from download threads, serialized
+  std::string download_dir;      // non-empty: plain folder layout instead of the cache
+  ProgressCallback on_progress;  // called from download threads, serialized
   const std::atomic<bool>* cancel = nullptr;
-  int parallel = 8;                       // connections per large file
-  uint64_t chunk_size = 16ull << 20;      // ranged chunk size for large files
+  int parallel = 8;                           // connections per large file
+  uint64_t chunk_size = 16ull << 20;          // ranged chunk size for large files
   uint64_t parallel_threshold = 64ull << 20;  // files at least this big are fetched in chunks
-  uint64_t reserve_bytes = 0;             // extra free space to leave on the disk
-  int progress_interval_ms = 100;         // minimum time between Progress events (0: every write)
+  uint64_t reserve_bytes = 0;                 // extra free space to leave on the disk
+  int progress_interval_ms = 100;             // minimum time between Progress events (0: every write)
 };
 
 struct SnapshotResult {
-  std::string path;    // snapshots/<commit> folder or the download dir
-  std::string commit;  // 40 hex
-  std::vector<RepoFile> files;     // selected files
-  uint64_t bytes_downloaded = 0;   // bytes fetched over the network in this call
+  std::string path;               // snapshots/<commit> folder or the download dir
+  std::string commit;             // 40 hex
+  std::vector<RepoFile> files;    // selected files
+  uint64_t bytes_downloaded = 0;  // bytes fetched over the network in this call
 };
 
 // Default include globs and the rule for *.bin; exposed for the UI and tests.

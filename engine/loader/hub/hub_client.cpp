@@ -1,11 +1,10 @@
 // HubClient: settings from the environment, error mapping, retries, and the JSON API calls
 // (refs, model info, tree, search). Downloads live in snapshot.cpp and blob_download.cpp.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "engine/common/log.h"
@@ -73,7 +72,8 @@ std::string next_link(const std::string& link) {
     size_t end = link.find('>', pos);
     if (end == std::string::npos) break;
     size_t next_entry = link.find('<', end);
-    std::string params = link.substr(end + 1, next_entry == std::string::npos ? std::string::npos : next_entry - end - 1);
+    std::string params =
+        link.substr(end + 1, next_entry == std::string::npos ? std::string::npos : next_entry - end - 1);
     if (params.find("rel=\"next\"") != std::string::npos || params.find("rel=next") != std::string::npos) {
       return link.substr(pos + 1, end - pos - 1);
     }
@@ -105,19 +105,32 @@ auto guard_json(const std::string& what, const std::string& repo, const std::str
 
 const char* hub_error_kind_name(HubErrorKind kind) {
   switch (kind) {
-    case HubErrorKind::RepoNotFound: return "RepoNotFound";
-    case HubErrorKind::RevisionNotFound: return "RevisionNotFound";
-    case HubErrorKind::EntryNotFound: return "EntryNotFound";
-    case HubErrorKind::GatedRepo: return "GatedRepo";
-    case HubErrorKind::Unauthorized: return "Unauthorized";
-    case HubErrorKind::NotCached: return "NotCached";
-    case HubErrorKind::Network: return "Network";
-    case HubErrorKind::Http: return "Http";
-    case HubErrorKind::Cancelled: return "Cancelled";
-    case HubErrorKind::Integrity: return "Integrity";
-    case HubErrorKind::DiskFull: return "DiskFull";
-    case HubErrorKind::BadInput: return "BadInput";
-    case HubErrorKind::Io: return "Io";
+    case HubErrorKind::RepoNotFound:
+      return "RepoNotFound";
+    case HubErrorKind::RevisionNotFound:
+      return "RevisionNotFound";
+    case HubErrorKind::EntryNotFound:
+      return "EntryNotFound";
+    case HubErrorKind::GatedRepo:
+      return "GatedRepo";
+    case HubErrorKind::Unauthorized:
+      return "Unauthorized";
+    case HubErrorKind::NotCached:
+      return "NotCached";
+    case HubErrorKind::Network:
+      return "Network";
+    case HubErrorKind::Http:
+      return "Http";
+    case HubErrorKind::Cancelled:
+      return "Cancelled";
+    case HubErrorKind::Integrity:
+      return "Integrity";
+    case HubErrorKind::DiskFull:
+      return "DiskFull";
+    case HubErrorKind::BadInput:
+      return "BadInput";
+    case HubErrorKind::Io:
+      return "Io";
   }
   return "?";
 }
@@ -206,8 +219,8 @@ std::string normalize_etag(const std::string& etag) {
   if (code == "GatedRepo") {
     std::string hint = r.status == 401 ? "log in: set HF_TOKEN, or pass --token"
                                        : "request access on the model page with the account of your token";
-    throw HubError(HubErrorKind::GatedRepo,
-                   fmt::format("repository '{}' is gated ({}){}", ctx.repo, hint, tail), r.status);
+    throw HubError(HubErrorKind::GatedRepo, fmt::format("repository '{}' is gated ({}){}", ctx.repo, hint, tail),
+                   r.status);
   }
   if (r.header("x-error-message") == "Access to this resource is disabled.") {
     throw HubError(HubErrorKind::RepoNotFound, fmt::format("repository '{}' is disabled{}", ctx.repo, tail), r.status);
@@ -219,10 +232,10 @@ std::string normalize_etag(const std::string& etag) {
                    r.status);
   }
   if (r.status == 401) {
-    throw HubError(HubErrorKind::Unauthorized,
-                   fmt::format("not authorized for '{}' ({}): check the token (HF_TOKEN or --token){}", ctx.repo,
-                               subject, tail),
-                   r.status);
+    throw HubError(
+        HubErrorKind::Unauthorized,
+        fmt::format("not authorized for '{}' ({}): check the token (HF_TOKEN or --token){}", ctx.repo, subject, tail),
+        r.status);
   }
   throw HubError(HubErrorKind::Http,
                  fmt::format("HTTP {} from {} ({} for '{}'{}){}", r.status, endpoint, subject, ctx.repo,
@@ -343,7 +356,9 @@ detail::FileMetadata HubClient::Impl::head_file(const std::string& repo, const s
 HubClient::HubClient(HubSettings settings) : impl_(std::make_unique<Impl>(std::move(settings))) {}
 HubClient::~HubClient() = default;
 
-const HubSettings& HubClient::settings() const { return impl_->settings; }
+const HubSettings& HubClient::settings() const {
+  return impl_->settings;
+}
 
 RepoRefs HubClient::list_refs(const std::string& repo_id) {
   return guard_json("refs", repo_id, impl_->settings.endpoint, [&] {
@@ -379,15 +394,16 @@ std::vector<RepoFile> HubClient::list_files(const std::string& repo_id, const st
     validate_repo_id(repo_id);
     validate_revision(revision);
     detail::ErrorContext ctx{repo_id, revision, "", "file list"};
-    std::string url = impl_->repo_api_url(repo_id) + "/tree/" + detail::url_quote(revision, false) +
-                      "?recursive=true&expand=false";
+    std::string url =
+        impl_->repo_api_url(repo_id) + "/tree/" + detail::url_quote(revision, false) + "?recursive=true&expand=false";
     std::vector<RepoFile> files;
     for (int page = 0; !url.empty(); ++page) {
       if (page >= 100000) throw HubError(HubErrorKind::Http, fmt::format("too many pages listing '{}'", repo_id));
       std::string next;
       auto j = json::parse(impl_->get_api(url, ctx, &next), nullptr, false);
       if (!j.is_array()) {
-        throw HubError(HubErrorKind::Http, fmt::format("file list of '{}' at '{}' is not a JSON array", repo_id, revision));
+        throw HubError(HubErrorKind::Http,
+                       fmt::format("file list of '{}' at '{}' is not a JSON array", repo_id, revision));
       }
       for (const auto& e : j) {
         if (!e.is_object() || e.value("type", "") != "file") continue;
@@ -449,7 +465,8 @@ std::vector<ModelSummary> HubClient::search_models(const SearchQuery& q) {
         }
         m.pipeline_tag = e.value("pipeline_tag", "");
         m.last_modified = e.value("lastModified", "");
-        if (e.contains("gated")) m.gated = e["gated"].is_string() || (e["gated"].is_boolean() && e["gated"].get<bool>());
+        if (e.contains("gated"))
+          m.gated = e["gated"].is_string() || (e["gated"].is_boolean() && e["gated"].get<bool>());
         m.is_private = e.value("private", false);
         out.push_back(std::move(m));
       }

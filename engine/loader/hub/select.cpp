@@ -31,9 +31,9 @@ bool is_pickle_weight(const std::string& path) {
 
 const std::vector<std::string>& default_include_patterns() {
   static const std::vector<std::string> kDefault = {
-      "*.safetensors", "*.bin", "*.pth", "*.pt",  // weights (pickles dropped when safetensors exist)
-      "*.json",                                   // config, generation config, tokenizer, index
-      "*.model", "*.tiktoken", "*.txt", "*.jinja",  // sentencepiece, tiktoken, vocab/merges, templates
+      "*.safetensors", "*.bin",      "*.pth", "*.pt",     // weights (pickles dropped when safetensors exist)
+      "*.json",                                           // config, generation config, tokenizer, index
+      "*.model",       "*.tiktoken", "*.txt", "*.jinja",  // sentencepiece, tiktoken, vocab/merges, templates
   };
   return kDefault;
 }
@@ -47,9 +47,8 @@ std::vector<RepoFile> select_files(const std::vector<RepoFile>& files, const std
     if (matches_any(inc, f.path) && !matches_any(exclude, f.path)) out.push_back(f);
   }
   if (use_default) {
-    bool has_safetensors = std::any_of(out.begin(), out.end(), [](const RepoFile& f) {
-      return ends_with(f.path, ".safetensors");
-    });
+    bool has_safetensors =
+        std::any_of(out.begin(), out.end(), [](const RepoFile& f) { return ends_with(f.path, ".safetensors"); });
     if (has_safetensors) {
       out.erase(std::remove_if(out.begin(), out.end(), [](const RepoFile& f) { return is_pickle_weight(f.path); }),
                 out.end());

@@ -169,9 +169,8 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
   const std::string space_dir = to_dir ? snap.string() : s.cache_dir;
   uint64_t free_bytes = free_disk_bytes(space_dir);
   if (need > free_bytes) {
-    throw HubError(HubErrorKind::DiskFull,
-                   fmt::format("not enough free disk space in {} for '{}': need {}, {} free", space_dir, repo,
-                               human_bytes(need), human_bytes(free_bytes)));
+    throw HubError(HubErrorKind::DiskFull, fmt::format("not enough free disk space in {} for '{}': need {}, {} free",
+                                                       space_dir, repo, human_bytes(need), human_bytes(free_bytes)));
   }
 
   make_dirs(snap.string());
@@ -237,8 +236,8 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
           done = true;
         } catch (const HubError& e) {
           // A signed CDN URL can expire during a long download: ask the hub for a fresh one once.
-          bool expired = e.kind() == HubErrorKind::Http && (e.http_status() == 403 || e.http_status() == 410) &&
-                         !meta.send_auth;
+          bool expired =
+              e.kind() == HubErrorKind::Http && (e.http_status() == 403 || e.http_status() == 410) && !meta.send_auth;
           if (!expired || attempt > 0) throw;
           LOG_WARN("hub: {} (the download URL may have expired); asking the hub for a new one", e.what());
           auto fresh = impl.head_file(repo, commit, f.path, opt.cancel);
@@ -248,10 +247,10 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
         }
       }
       if (to_dir) {
-        write_file_atomic((meta_dir / (f.path + ".metadata")).string(),
-                          fmt::format("{}\n{}\n{:.3f}\n", commit, meta.etag,
-                                      std::chrono::duration<double>(
-                                          std::chrono::system_clock::now().time_since_epoch()).count()));
+        write_file_atomic(
+            (meta_dir / (f.path + ".metadata")).string(),
+            fmt::format("{}\n{}\n{:.3f}\n", commit, meta.etag,
+                        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()));
       } else {
         link_snapshot_file(repo_dir, commit, f.path, meta.etag);
       }
@@ -312,7 +311,8 @@ SnapshotResult HubClient::snapshot_download(const std::string& repo, const Downl
   SnapshotResult res;
   res.commit = resolve_revision(repo, opt.revision);
   res.files = select_files(list_files(repo, res.commit), opt.include, opt.exclude);
-  if (res.files.empty()) LOG_WARN("hub: no file of '{}' at '{}' matches the include/exclude patterns", repo, opt.revision);
+  if (res.files.empty())
+    LOG_WARN("hub: no file of '{}' at '{}' matches the include/exclude patterns", repo, opt.revision);
   if (!to_dir && opt.revision != res.commit) {
     // The snapshot folder exists before the ref names it, as huggingface_hub's scan_cache_dir expects.
     make_dirs((fs::path(repo_dir) / "snapshots" / res.commit).string());
@@ -322,8 +322,7 @@ SnapshotResult HubClient::snapshot_download(const std::string& repo, const Downl
   return res;
 }
 
-std::string HubClient::download_file(const std::string& repo, const std::string& filename,
-                                     const DownloadOptions& opt) {
+std::string HubClient::download_file(const std::string& repo, const std::string& filename, const DownloadOptions& opt) {
   validate_repo_id(repo);
   validate_revision(opt.revision);
   if (filename.empty() || filename.front() == '/' || filename.find("..") != std::string::npos) {
@@ -341,10 +340,11 @@ std::string HubClient::download_file(const std::string& repo, const std::string&
     }
     std::error_code ec;
     if (p.empty() || !fs::exists(p, ec)) {
-      throw HubError(HubErrorKind::NotCached,
-                     fmt::format("offline mode (HF_HUB_OFFLINE) is on and file '{}' of '{}' at '{}' is not in the cache "
-                                 "{}; download it first while online",
-                                 filename, repo, opt.revision, to_dir ? opt.download_dir : s.cache_dir));
+      throw HubError(
+          HubErrorKind::NotCached,
+          fmt::format("offline mode (HF_HUB_OFFLINE) is on and file '{}' of '{}' at '{}' is not in the cache "
+                      "{}; download it first while online",
+                      filename, repo, opt.revision, to_dir ? opt.download_dir : s.cache_dir));
     }
     return p.string();
   }
@@ -367,7 +367,8 @@ std::string resolve_model_dir(const std::string& model_or_repo, const std::strin
   std::error_code ec;
   if (fs::is_directory(model_or_repo, ec)) return model_or_repo;
   bool looks_like_path = model_or_repo.empty() || model_or_repo.front() == '/' || model_or_repo.front() == '.' ||
-                         model_or_repo.front() == '~' || std::count(model_or_repo.begin(), model_or_repo.end(), '/') > 1;
+                         model_or_repo.front() == '~' ||
+                         std::count(model_or_repo.begin(), model_or_repo.end(), '/') > 1;
   if (looks_like_path) {
     throw HubError(HubErrorKind::BadInput,
                    fmt::format("model folder '{}' does not exist (expected a local folder or a Hugging Face repo id "
@@ -406,9 +407,9 @@ std::string resolve_model_dir(const std::string& model_or_repo, const std::strin
       missing_reason = e.what();
     }
   } else {
-    missing_reason = snap.empty() ? fmt::format("revision '{}' of '{}' is not in the cache {}", rev, model_or_repo,
-                                                s.cache_dir)
-                                  : fmt::format("{} does not exist", snap.string());
+    missing_reason = snap.empty()
+                         ? fmt::format("revision '{}' of '{}' is not in the cache {}", rev, model_or_repo, s.cache_dir)
+                         : fmt::format("{} does not exist", snap.string());
   }
 
   if (allow_download && !s.offline) {

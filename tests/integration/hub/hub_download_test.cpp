@@ -117,7 +117,8 @@ TEST_F(HubTest, TreePaginationFollowsLinkHeaders) {
   auto files = client.list_files("org/many", "main");
   EXPECT_EQ(files.size(), 23u);  // the folder entry is not a file
   // 24 entries (23 files + the folder) in pages of 5.
-  EXPECT_EQ(hub_->count_requests([](const FakeRequest& r) { return r.target.find("/tree/") != std::string::npos; }), 5u);
+  EXPECT_EQ(hub_->count_requests([](const FakeRequest& r) { return r.target.find("/tree/") != std::string::npos; }),
+            5u);
   auto res = client.snapshot_download("org/many", DownloadOptions{});
   EXPECT_EQ(res.files.size(), 23u);
   EXPECT_EQ(slurp(fs::path(res.path) / "shards" / "part-22.json"), "22");
@@ -171,10 +172,11 @@ TEST_F(HubTest, IncludeExcludeGlobs) {
 TEST_F(HubTest, PickleWeightsSkippedOnlyWhenSafetensorsExist) {
   FakeRepoSpec both;
   both.id = "org/both";
-  both.commits.push_back({"init", {{"config.json", "{}", false},
-                                   {"model.safetensors", "SAFE", true},
-                                   {"pytorch_model.bin", "PICKLE", true},
-                                   {"original/consolidated.00.pth", "PTH", true}}});
+  both.commits.push_back({"init",
+                          {{"config.json", "{}", false},
+                           {"model.safetensors", "SAFE", true},
+                           {"pytorch_model.bin", "PICKLE", true},
+                           {"original/consolidated.00.pth", "PTH", true}}});
   both.branches = {{"main", 0}};
   write_fake_repo(repos_.string(), both);
   FakeRepoSpec bin_only = both;
@@ -249,8 +251,10 @@ class EnvGuard {
     ::setenv(name, value.c_str(), 1);
   }
   ~EnvGuard() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:

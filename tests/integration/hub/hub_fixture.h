@@ -70,15 +70,17 @@ class HubTest : public ::testing::Test {
     weights0_ = random_bytes(300 * 1024, 1);
     weights1_ = random_bytes(300 * 1024 + 123, 2);
     tokenizer_ = "{\"model\": {\"type\": \"BPE\"}}";
-    spec.commits.push_back({"initial", {{"config.json", "{\"v\": 1}", false},
-                                        {"tokenizer.json", tokenizer_, false},
-                                        {"model.safetensors", weights0_, true},
-                                        {"README.md", "# tiny\n", false}}});
-    spec.commits.push_back({"update", {{"config.json", "{\"v\": 2}", false},
-                                       {"tokenizer.json", tokenizer_, false},
-                                       {"model.safetensors", weights1_, true},
-                                       {"sub/extra.json", "{\"extra\": true}", false},
-                                       {"README.md", "# tiny\n", false}}});
+    spec.commits.push_back({"initial",
+                            {{"config.json", "{\"v\": 1}", false},
+                             {"tokenizer.json", tokenizer_, false},
+                             {"model.safetensors", weights0_, true},
+                             {"README.md", "# tiny\n", false}}});
+    spec.commits.push_back({"update",
+                            {{"config.json", "{\"v\": 2}", false},
+                             {"tokenizer.json", tokenizer_, false},
+                             {"model.safetensors", weights1_, true},
+                             {"sub/extra.json", "{\"extra\": true}", false},
+                             {"README.md", "# tiny\n", false}}});
     spec.branches = {{"main", 1}, {"dev", 0}};
     spec.tags = {{"v1.0", 0}};
     spec.downloads = 10;

@@ -43,7 +43,8 @@ TEST_F(HubTest, ResumesAfterDroppedConnection) {
   // The retry asked only for the rest of the file.
   EXPECT_EQ(hub_->count_requests([&](const FakeRequest& r) {
     return r.server == "cdn" && r.range == fmt::format("bytes=100000-{}", weights1_.size() - 1);
-  }), 1u);
+  }),
+            1u);
   EXPECT_EQ(res.bytes_downloaded, weights1_.size());
 }
 
@@ -146,7 +147,8 @@ TEST_F(HubTest, ExpiredCdnUrlIsRenewed) {
   EXPECT_EQ(slurp(fs::path(res.path) / "model.safetensors"), weights1_);
   EXPECT_EQ(hub_->count_requests([](const FakeRequest& r) {
     return r.method == "HEAD" && r.target.find("model.safetensors") != std::string::npos;
-  }), 2u);
+  }),
+            2u);
 }
 
 TEST_F(HubTest, RetriesOn429And503) {
@@ -206,7 +208,8 @@ TEST_F(HubTest, GatedRepoNeedsTheRightToken) {
 
   std::string msg;
   HubClient anonymous(settings());
-  EXPECT_EQ(kind_of([&] { anonymous.snapshot_download("org/gated", DownloadOptions{}); }, &msg), HubErrorKind::GatedRepo);
+  EXPECT_EQ(kind_of([&] { anonymous.snapshot_download("org/gated", DownloadOptions{}); }, &msg),
+            HubErrorKind::GatedRepo);
   EXPECT_NE(msg.find("org/gated"), std::string::npos) << msg;
   EXPECT_NE(msg.find("log in"), std::string::npos) << msg;
   HubClient wrong(settings("hf_wrong"));
@@ -222,8 +225,11 @@ TEST_F(HubTest, GatedRepoNeedsTheRightToken) {
   auto res = good.snapshot_download("org/gated", DownloadOptions{});
   EXPECT_EQ(slurp(fs::path(res.path) / "model.safetensors"), random_bytes(5000, 3));
   // The token goes to the hub but never to the CDN (another origin).
-  EXPECT_GT(hub_->count_requests([](const FakeRequest& r) { return r.server == "hub" && r.authorization == "Bearer hf_good"; }), 0u);
-  EXPECT_EQ(hub_->count_requests([](const FakeRequest& r) { return r.server == "cdn" && !r.authorization.empty(); }), 0u);
+  EXPECT_GT(hub_->count_requests(
+                [](const FakeRequest& r) { return r.server == "hub" && r.authorization == "Bearer hf_good"; }),
+            0u);
+  EXPECT_EQ(hub_->count_requests([](const FakeRequest& r) { return r.server == "cdn" && !r.authorization.empty(); }),
+            0u);
   EXPECT_EQ(cdn_gets(), 1u);
 }
 

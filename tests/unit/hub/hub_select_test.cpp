@@ -31,14 +31,14 @@ std::vector<RepoFile> repo(std::initializer_list<const char*> names) {
 }
 
 TEST(HubSelect, DefaultsTakeWeightsConfigsTokenizerAndDropPicklesNextToSafetensors) {
-  auto files = repo({".gitattributes", "README.md", "config.json", "generation_config.json", "tokenizer.json",
-                     "tokenizer.model", "merges.txt", "model-00001-of-00002.safetensors",
-                     "model.safetensors.index.json", "pytorch_model.bin", "original/consolidated.00.pth",
-                     "model.gguf", "onnx/model.onnx"});
-  EXPECT_EQ(paths(select_files(files, {}, {})),
-            (std::vector<std::string>{"config.json", "generation_config.json", "tokenizer.json", "tokenizer.model",
-                                      "merges.txt", "model-00001-of-00002.safetensors",
-                                      "model.safetensors.index.json"}));
+  auto files =
+      repo({".gitattributes", "README.md", "config.json", "generation_config.json", "tokenizer.json", "tokenizer.model",
+            "merges.txt", "model-00001-of-00002.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+            "original/consolidated.00.pth", "model.gguf", "onnx/model.onnx"});
+  EXPECT_EQ(
+      paths(select_files(files, {}, {})),
+      (std::vector<std::string>{"config.json", "generation_config.json", "tokenizer.json", "tokenizer.model",
+                                "merges.txt", "model-00001-of-00002.safetensors", "model.safetensors.index.json"}));
   auto bin_only = repo({"config.json", "pytorch_model.bin", "training_args.bin"});
   EXPECT_EQ(paths(select_files(bin_only, {}, {})),
             (std::vector<std::string>{"config.json", "pytorch_model.bin", "training_args.bin"}));
@@ -47,7 +47,8 @@ TEST(HubSelect, DefaultsTakeWeightsConfigsTokenizerAndDropPicklesNextToSafetenso
 TEST(HubSelect, GlobsFollowPythonFnmatch) {
   auto files = repo({"a.json", "sub/b.json", "sub/deep/c.json", "q4/model-Q4_K_M.gguf", "model-Q8_0.gguf"});
   // '*' crosses folders, like Python's fnmatch used by huggingface_hub.
-  EXPECT_EQ(paths(select_files(files, {"*.json"}, {})), (std::vector<std::string>{"a.json", "sub/b.json", "sub/deep/c.json"}));
+  EXPECT_EQ(paths(select_files(files, {"*.json"}, {})),
+            (std::vector<std::string>{"a.json", "sub/b.json", "sub/deep/c.json"}));
   EXPECT_EQ(paths(select_files(files, {"*.json"}, {"sub/"})), (std::vector<std::string>{"a.json"}));
   EXPECT_EQ(paths(select_files(files, {"*Q4_K_M*"}, {})), (std::vector<std::string>{"q4/model-Q4_K_M.gguf"}));
   EXPECT_EQ(paths(select_files(files, {"sub/*"}, {"*/deep/*"})), (std::vector<std::string>{"sub/b.json"}));
@@ -87,12 +88,16 @@ class EnvVar {
  public:
   EnvVar(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
   }
   ~EnvVar() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:
