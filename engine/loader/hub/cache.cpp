@@ -74,6 +74,22 @@ bool is_commit_hash(const std::string& s) {
   return true;
 }
 
+bool is_safe_repo_path(const std::string& path) {
+  if (path.empty() || path.size() > 4096) return false;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    std::string seg = path.substr(start, end - start);
+    if (seg.empty() || seg == "." || seg == "..") return false;
+    start = end + 1;
+  }
+  for (char c : path) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == '\\') return false;
+  }
+  return true;
+}
+
 std::string repo_folder_name(const std::string& repo_id) {
   std::string out = "models";
   std::stringstream ss(repo_id);

@@ -16,6 +16,9 @@ void validate_repo_id(const std::string& repo_id);
 // Rejects revisions containing "..", control characters or empty segments.
 void validate_revision(const std::string& revision);
 bool is_commit_hash(const std::string& s);  // ^[0-9a-f]{40}$
+// A relative '/'-separated path with no empty, "." or ".." segment, backslash or control character:
+// safe to join below a snapshot folder.
+bool is_safe_repo_path(const std::string& path);
 
 std::string repo_folder_name(const std::string& repo_id);  // "models--org--name"
 std::string repo_cache_dir(const std::string& cache_dir, const std::string& repo_id);

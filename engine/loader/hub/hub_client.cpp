@@ -416,9 +416,7 @@ std::vector<RepoFile> HubClient::list_files(const std::string& repo_id, const st
           f.size = e["lfs"].value("size", f.size);
         }
         // Paths come from the server and become local paths: refuse anything that could escape.
-        bool bad = f.path.empty() || f.path.front() == '/' || f.path.find("..") != std::string::npos ||
-                   f.path.find('\\') != std::string::npos || f.path.find('\0') != std::string::npos;
-        if (bad) {
+        if (!is_safe_repo_path(f.path)) {
           LOG_WARN("hub: skipping file with unsafe path '{}' in '{}'", f.path, repo_id);
           continue;
         }

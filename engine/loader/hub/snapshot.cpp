@@ -174,7 +174,19 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
   }
 
   make_dirs(snap.string());
-  if (!to_dir) make_dirs(blobs.string());
+  if (!to_dir) {
+    make_dirs(blobs.string());
+    fs::path tag = fs::path(s.cache_dir) / "CACHEDIR.TAG";
+    std::error_code ec;
+    if (!fs::exists(tag, ec)) {
+      // Backup tools skip folders with this tag (https://bford.info/cachedir/); Python writes the same.
+      write_file_atomic(tag.string(),
+                        "Signature: 8a477f597d28d172789f06886806bc55\n"
+                        "# This file is a cache directory tag created by huggingface_hub.\n"
+                        "# For information about cache directory tags, see:\n"
+                        "#\thttps://bford.info/cachedir/\n");
+    }
+  }
 
   Progress progress(opt.on_progress, total, files.size(), opt.progress_interval_ms);
   detail::BlobParams params;
@@ -228,7 +240,7 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
     {
       FileLock lock(lock_path.string(), opt.cancel);
       // Another process or thread may have finished this blob while we waited for the lock.
-      bool done = !to_dir && is_file_of_size(task.final_path, task.size);
+      bool done = present(f);
       for (int attempt = 0; !done; ++attempt) {
         try {
           uint64_t n = detail::download_blob(task, params, [&](int64_t d) { progress.add(d, true); });
@@ -263,6 +275,46 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
   return snap.string();
 }
 
+// The snapshot as the cache (or download_dir) holds it, without the network. `why` starts each
+// error message ("offline mode (HF_HUB_OFFLINE) is on", "the hub cannot be reached").
+SnapshotResult cached_snapshot(const HubSettings& s, const std::string& repo, const DownloadOptions& opt,
+                               const std::string& why) {
+  const bool to_dir = !opt.download_dir.empty();
+  const std::string repo_dir = repo_cache_dir(s.cache_dir, repo);
+  SnapshotResult res;
+  fs::path snap;
+  if (to_dir) {
+    snap = opt.download_dir;
+  } else {
+    auto commit = cached_commit(repo_dir, opt.revision);
+    if (!commit) {
+      throw HubError(HubErrorKind::NotCached,
+                     fmt::format("{} and revision '{}' of '{}' is not in the cache {} (no refs/{}); download it "
+                                 "first while online",
+                                 why, opt.revision, repo, s.cache_dir, opt.revision));
+    }
+    res.commit = *commit;
+    snap = fs::path(repo_dir) / "snapshots" / *commit;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(snap, ec)) {
+    throw HubError(HubErrorKind::NotCached,
+                   fmt::format("{} and '{}' at '{}' is not downloaded ({} does not exist); download it first while "
+                               "online",
+                               why, repo, opt.revision, snap.string()));
+  }
+  auto present = scan_snapshot(snap, repo, to_dir);
+  for (const auto& pattern : opt.include) {
+    if (select_files(present, {pattern}, {}).empty()) {
+      throw HubError(HubErrorKind::NotCached, fmt::format("{} and no file matching '{}' of '{}' is in {}", why,
+                                                          pattern, repo, snap.string()));
+    }
+  }
+  res.files = select_files(present, opt.include, opt.exclude);
+  res.path = snap.string();
+  return res;
+}
+
 }  // namespace
 
 SnapshotResult HubClient::snapshot_download(const std::string& repo, const DownloadOptions& opt) {
@@ -271,48 +323,28 @@ SnapshotResult HubClient::snapshot_download(const std::string& repo, const Downl
   const auto& s = impl_->settings;
   const bool to_dir = !opt.download_dir.empty();
   const std::string repo_dir = repo_cache_dir(s.cache_dir, repo);
-
-  if (s.offline) {
-    SnapshotResult res;
-    fs::path snap;
-    if (to_dir) {
-      snap = opt.download_dir;
-    } else {
-      auto commit = cached_commit(repo_dir, opt.revision);
-      if (!commit) {
-        throw HubError(HubErrorKind::NotCached,
-                       fmt::format("offline mode (HF_HUB_OFFLINE) is on and revision '{}' of '{}' is not in the cache "
-                                   "{} (no refs/{}); download it first while online",
-                                   opt.revision, repo, s.cache_dir, opt.revision));
-      }
-      res.commit = *commit;
-      snap = fs::path(repo_dir) / "snapshots" / *commit;
-    }
-    std::error_code ec;
-    if (!fs::is_directory(snap, ec)) {
-      throw HubError(HubErrorKind::NotCached,
-                     fmt::format("offline mode (HF_HUB_OFFLINE) is on and '{}' at '{}' is not downloaded ({} does not "
-                                 "exist); download it first while online",
-                                 repo, opt.revision, snap.string()));
-    }
-    auto present = scan_snapshot(snap, repo, to_dir);
-    for (const auto& pattern : opt.include) {
-      if (select_files(present, {pattern}, {}).empty()) {
-        throw HubError(HubErrorKind::NotCached,
-                       fmt::format("offline mode (HF_HUB_OFFLINE) is on and no file matching '{}' of '{}' is in {}",
-                                   pattern, repo, snap.string()));
-      }
-    }
-    res.files = select_files(present, opt.include, opt.exclude);
-    res.path = snap.string();
-    return res;
-  }
+  if (s.offline) return cached_snapshot(s, repo, opt, "offline mode (HF_HUB_OFFLINE) is on");
 
   SnapshotResult res;
-  res.commit = resolve_revision(repo, opt.revision);
+  try {
+    res.commit = resolve_revision(repo, opt.revision);
+  } catch (const HubError& e) {
+    // Like huggingface_hub: when the hub cannot be reached, a cached snapshot of that revision is used.
+    // Errors that need the user (missing repo, gated, bad token) are never hidden this way.
+    bool unreachable = e.kind() == HubErrorKind::Network || (e.kind() == HubErrorKind::Http && e.http_status() >= 500);
+    if (!unreachable) throw;
+    try {
+      auto cached = cached_snapshot(s, repo, opt, e.what());
+      LOG_WARN("hub: {}; using the cached snapshot {}", e.what(), cached.path);
+      return cached;
+    } catch (const HubError&) {
+      throw e;
+    }
+  }
   res.files = select_files(list_files(repo, res.commit), opt.include, opt.exclude);
-  if (res.files.empty())
+  if (res.files.empty()) {
     LOG_WARN("hub: no file of '{}' at '{}' matches the include/exclude patterns", repo, opt.revision);
+  }
   if (!to_dir && opt.revision != res.commit) {
     // The snapshot folder exists before the ref names it, as huggingface_hub's scan_cache_dir expects.
     make_dirs((fs::path(repo_dir) / "snapshots" / res.commit).string());
@@ -325,7 +357,7 @@ SnapshotResult HubClient::snapshot_download(const std::string& repo, const Downl
 std::string HubClient::download_file(const std::string& repo, const std::string& filename, const DownloadOptions& opt) {
   validate_repo_id(repo);
   validate_revision(opt.revision);
-  if (filename.empty() || filename.front() == '/' || filename.find("..") != std::string::npos) {
+  if (!is_safe_repo_path(filename)) {
     throw HubError(HubErrorKind::BadInput,
                    fmt::format("invalid file name '{}': a path inside the repo is expected", filename));
   }

@@ -40,6 +40,7 @@ TEST_F(HubTest, DownloadByBranchBuildsPythonCacheLayout) {
     std::string name = e.path().filename().string();
     EXPECT_TRUE(name.size() == 40 || name.size() == 64) << name;
   }
+  EXPECT_TRUE(fs::exists(cache_ / "CACHEDIR.TAG"));
   EXPECT_EQ(res.files.size(), 4u);
   EXPECT_EQ(res.bytes_downloaded, weights1_.size() + tokenizer_.size() + 8 + 15);
 }
@@ -55,6 +56,12 @@ TEST_F(HubTest, DownloadByTagAndByCommit) {
   EXPECT_EQ(slurp(fs::path(res.path) / "config.json"), "{\"v\": 1}");
   EXPECT_EQ(slurp(fs::path(res.path) / "model.safetensors"), weights0_);
   EXPECT_FALSE(fs::exists(fs::path(res.path) / "sub"));
+
+  // A branch with a slash is sent encoded (feature%2Fx) and its ref is a nested file.
+  DownloadOptions by_slash_branch;
+  by_slash_branch.revision = "feature/x";
+  EXPECT_EQ(client.snapshot_download("org/tiny", by_slash_branch).path, res.path);
+  EXPECT_EQ(slurp(repo_dir() / "refs" / "feature" / "x"), commits_[0]);
 
   DownloadOptions by_commit;
   by_commit.revision = commits_[1];
@@ -84,7 +91,7 @@ TEST_F(HubTest, ListRefsResolveAndFiles) {
   make_tiny_repo();
   HubClient client(settings());
   auto refs = client.list_refs("org/tiny");
-  ASSERT_EQ(refs.branches.size(), 2u);
+  ASSERT_EQ(refs.branches.size(), 3u);
   ASSERT_EQ(refs.tags.size(), 1u);
   EXPECT_EQ(refs.tags[0].name, "v1.0");
   EXPECT_EQ(refs.tags[0].ref, "refs/tags/v1.0");
@@ -231,6 +238,29 @@ TEST_F(HubTest, DownloadSingleFileAndMissingFile) {
     EXPECT_EQ(e.kind(), hub::HubErrorKind::EntryNotFound);
     EXPECT_NE(std::string(e.what()).find("nope.json"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(HubTest, EmptyFilesAndFallbackToCacheWhenHubIsDown) {
+  FakeRepoSpec spec;
+  spec.id = "solo";  // one-segment repo id, like gpt2
+  spec.commits.push_back({"init", {{"config.json", "{}", false}, {"added_tokens.json", "", false}}});
+  spec.branches = {{"main", 0}};
+  write_fake_repo(repos_.string(), spec);
+  HubClient client(settings());
+  auto res = client.snapshot_download("solo", DownloadOptions{});
+  EXPECT_EQ(fs::path(res.path).parent_path().parent_path(), cache_ / "models--solo");
+  EXPECT_TRUE(fs::exists(fs::path(res.path) / "added_tokens.json"));
+  EXPECT_EQ(fs::file_size(fs::path(res.path) / "added_tokens.json"), 0u);
+  EXPECT_EQ(fs::read_symlink(fs::path(res.path) / "added_tokens.json").filename().string(), fake_git_blob_sha1(""));
+
+  hub_->stop();
+  auto s = settings();
+  s.retry.max_retries = 0;
+  HubClient unreachable(s);
+  EXPECT_EQ(unreachable.snapshot_download("solo", DownloadOptions{}).path, res.path);
+  DownloadOptions other;
+  other.revision = "v9";
+  EXPECT_THROW(unreachable.snapshot_download("solo", other), hub::HubError);
 }
 
 TEST_F(HubTest, RelativeRedirectIsFollowed) {

@@ -81,7 +81,7 @@ class HubTest : public ::testing::Test {
                              {"model.safetensors", weights1_, true},
                              {"sub/extra.json", "{\"extra\": true}", false},
                              {"README.md", "# tiny\n", false}}});
-    spec.branches = {{"main", 1}, {"dev", 0}};
+    spec.branches = {{"main", 1}, {"dev", 0}, {"feature/x", 0}};
     spec.tags = {{"v1.0", 0}};
     spec.downloads = 10;
     commits_ = write_fake_repo(repos_.string(), spec);

@@ -65,6 +65,10 @@ TEST(HubCache, NamesAndValidation) {
   EXPECT_NO_THROW(validate_revision("refs/pr/1"));
   EXPECT_THROW(validate_revision("../x"), HubError);
   EXPECT_THROW(validate_revision(""), HubError);
+  EXPECT_TRUE(is_safe_repo_path("a..b/c.json"));
+  for (const char* bad : {"", "/etc/passwd", "a/../../b", "..", "a//b", "a/./b", "a\\b", "a/"}) {
+    EXPECT_FALSE(is_safe_repo_path(bad)) << bad;
+  }
   EXPECT_TRUE(is_commit_hash("e7da7f221d5bf496a48136c0cd264e630fe9fcc8"));
   EXPECT_FALSE(is_commit_hash("E7DA7F221D5BF496A48136C0CD264E630FE9FCC8"));
   EXPECT_FALSE(is_commit_hash("main"));
