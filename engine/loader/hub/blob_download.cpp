@@ -97,7 +97,7 @@ struct FetchContext {
   const BlobTask& task;
   const BlobParams& params;
   int fd;
-  const std::function<void(int64_t)>& on_bytes;
+  const std::function<void(int64_t, bool)>& on_bytes;
   const std::atomic<bool>* stop;
 };
 
@@ -123,7 +123,7 @@ void fetch_range(HttpSession& http, const FetchContext& c, uint64_t start, uint6
         return true;
       }
       if (whole) {  // full body: start over
-        if (pos > 0) c.on_bytes(-static_cast<int64_t>(pos));
+        if (pos > 0) c.on_bytes(-static_cast<int64_t>(pos), false);
         pos = 0;
         return true;
       }
@@ -146,7 +146,7 @@ void fetch_range(HttpSession& http, const FetchContext& c, uint64_t start, uint6
         off += static_cast<size_t>(w);
       }
       pos += n;
-      c.on_bytes(static_cast<int64_t>(n));
+      c.on_bytes(static_cast<int64_t>(n), true);
       return true;
     };
     HttpResult r = http.stream(c.task.url, headers, on_head, on_data, c.params.cancel, c.stop);
@@ -181,7 +181,7 @@ void fetch_range(HttpSession& http, const FetchContext& c, uint64_t start, uint6
 }
 
 // Downloads what is missing of part_path; returns bytes fetched.
-uint64_t fill_part(const BlobTask& t, const BlobParams& p, const std::function<void(int64_t)>& on_bytes,
+uint64_t fill_part(const BlobTask& t, const BlobParams& p, const std::function<void(int64_t, bool)>& on_bytes,
                    bool single_stream) {
   uint64_t chunk = (!single_stream && t.size >= p.parallel_threshold && p.chunk_size > 0) ? p.chunk_size : t.size;
   uint64_t nchunks = (t.size + chunk - 1) / chunk;
@@ -205,12 +205,12 @@ uint64_t fill_part(const BlobTask& t, const BlobParams& p, const std::function<v
   }
   if (resumed > 0) {
     LOG_INFO("hub: resuming {} ({} of {} bytes already here)", t.label, resumed, t.size);
-    on_bytes(static_cast<int64_t>(resumed));
+    on_bytes(static_cast<int64_t>(resumed), false);
   }
   std::atomic<uint64_t> fetched{0};
-  auto count = [&](int64_t d) {
-    if (d > 0) fetched += static_cast<uint64_t>(d);
-    on_bytes(d);
+  std::function<void(int64_t, bool)> count = [&](int64_t d, bool net) {
+    if (d > 0 && net) fetched += static_cast<uint64_t>(d);
+    on_bytes(d, net);
   };
   std::atomic<bool> stop{false};
   std::atomic<size_t> next{0};
@@ -254,7 +254,7 @@ uint64_t fill_part(const BlobTask& t, const BlobParams& p, const std::function<v
   if (range_unsupported) {
     LOG_WARN("hub: the server ignores Range for {}; downloading it in one stream", t.label);
     // Throw away what the chunks counted; the single stream starts over.
-    on_bytes(-static_cast<int64_t>(resumed + fetched.load()));
+    on_bytes(-static_cast<int64_t>(resumed + fetched.load()), false);
     std::error_code ec;
     fs::remove(t.state_path, ec);
     fs::remove(t.part_path, ec);
@@ -265,7 +265,7 @@ uint64_t fill_part(const BlobTask& t, const BlobParams& p, const std::function<v
 
 }  // namespace
 
-uint64_t download_blob(const BlobTask& t, const BlobParams& p, const std::function<void(int64_t)>& on_bytes) {
+uint64_t download_blob(const BlobTask& t, const BlobParams& p, const std::function<void(int64_t, bool)>& on_bytes) {
   uint64_t fetched = 0;
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (t.size > 0) {
@@ -286,7 +286,7 @@ uint64_t download_blob(const BlobTask& t, const BlobParams& p, const std::functi
     LOG_WARN("hub: {} does not match its checksum {} (attempt {}); downloading it again", t.label, t.etag, attempt + 1);
     fs::remove(t.part_path, ec);
     fs::remove(t.state_path, ec);
-    on_bytes(-static_cast<int64_t>(t.size));
+    on_bytes(-static_cast<int64_t>(t.size), false);
   }
   throw HubError(HubErrorKind::Integrity,
                  fmt::format("downloaded '{}' twice and its content never matched the expected hash {} "

@@ -33,8 +33,10 @@ struct BlobParams {
   const std::atomic<bool>* cancel = nullptr;
 };
 
-// on_bytes(delta) reports progress (negative when bytes are thrown away); it is called from worker
+// on_bytes(delta, from_network) reports progress (negative when bytes are thrown away, from_network
+// false for bytes found on disk); it is called from worker
 // threads and must be thread-safe. Returns the number of bytes fetched over the network.
-uint64_t download_blob(const BlobTask& task, const BlobParams& params, const std::function<void(int64_t)>& on_bytes);
+uint64_t download_blob(const BlobTask& task, const BlobParams& params,
+                       const std::function<void(int64_t, bool)>& on_bytes);
 
 }  // namespace cypris::hub::detail

@@ -40,7 +40,7 @@ class Progress {
     std::lock_guard<std::mutex> lock(mu_);
     p_.file_done = static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(p_.file_done) + delta));
     p_.done = static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(p_.done) + delta));
-    if (network) {
+    if (network && delta > 0) {
       net_ += delta;
       file_net_ += delta;
     }
@@ -243,7 +243,7 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
       bool done = present(f);
       for (int attempt = 0; !done; ++attempt) {
         try {
-          uint64_t n = detail::download_blob(task, params, [&](int64_t d) { progress.add(d, true); });
+          uint64_t n = detail::download_blob(task, params, [&](int64_t d, bool net) { progress.add(d, net); });
           if (bytes_downloaded) *bytes_downloaded += n;
           done = true;
         } catch (const HubError& e) {
@@ -306,8 +306,8 @@ SnapshotResult cached_snapshot(const HubSettings& s, const std::string& repo, co
   auto present = scan_snapshot(snap, repo, to_dir);
   for (const auto& pattern : opt.include) {
     if (select_files(present, {pattern}, {}).empty()) {
-      throw HubError(HubErrorKind::NotCached, fmt::format("{} and no file matching '{}' of '{}' is in {}", why,
-                                                          pattern, repo, snap.string()));
+      throw HubError(HubErrorKind::NotCached,
+                     fmt::format("{} and no file matching '{}' of '{}' is in {}", why, pattern, repo, snap.string()));
     }
   }
   res.files = select_files(present, opt.include, opt.exclude);

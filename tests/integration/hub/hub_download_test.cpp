@@ -14,8 +14,29 @@ using hub::HubClient;
 TEST_F(HubTest, DownloadByBranchBuildsPythonCacheLayout) {
   make_tiny_repo();
   HubClient client(settings());
-  auto res = client.snapshot_download("org/tiny", DownloadOptions{});
+  DownloadOptions opt;
+  opt.progress_interval_ms = 0;
+  std::vector<hub::DownloadProgress> events;
+  opt.on_progress = [&](const hub::DownloadProgress& p) { events.push_back(p); };
+  auto res = client.snapshot_download("org/tiny", opt);
   const std::string main = commits_[1];
+  // Progress: totals over the 4 selected files, never going backwards, ending complete.
+  const uint64_t total = weights1_.size() + tokenizer_.size() + 8 + 15;
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().event, hub::DownloadProgress::Event::Finished);
+  EXPECT_EQ(events.back().done, total);
+  EXPECT_EQ(events.back().files_done, 4u);
+  size_t finished = 0;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].total, total);
+    EXPECT_EQ(events[i].files_total, 4u);
+    if (i > 0) EXPECT_GE(events[i].done, events[i - 1].done);
+    if (events[i].event == hub::DownloadProgress::Event::FileFinished) {
+      ++finished;
+      EXPECT_EQ(events[i].file_done, events[i].file_total) << events[i].file;
+    }
+  }
+  EXPECT_EQ(finished, 4u);
   EXPECT_EQ(res.commit, main);
   EXPECT_EQ(fs::path(res.path), repo_dir() / "snapshots" / main);
 
