@@ -216,8 +216,9 @@ struct FakeHub::Impl {
     return false;
   }
 
-  // Serves a file body honouring Range and the fault switches.
-  void serve_body(const httplib::Request& req, httplib::Response& res, const std::string& content) {
+  // Serves a stored object honouring Range and the fault switches; only the asked range is read.
+  void serve_body(const httplib::Request& req, httplib::Response& res, const fs::path& object) {
+    const size_t total = fs::file_size(object);
     if (consume(faults.rate_limit_count)) {
       res.set_header("Retry-After", "1");
       json_error(res, 429, "", "rate limited");
@@ -227,21 +228,26 @@ struct FakeHub::Impl {
       json_error(res, 503, "", "temporarily unavailable");
       return;
     }
-    size_t start = 0, end = content.empty() ? 0 : content.size() - 1;
+    size_t start = 0, end = total == 0 ? 0 : total - 1;
     bool ranged = false;
     std::string range = req.get_header_value("Range");
     if (!range.empty() && !faults.ignore_range.load() && range.rfind("bytes=", 0) == 0) {
       auto dash = range.find('-');
       start = std::stoull(range.substr(6, dash - 6));
       if (dash + 1 < range.size()) end = std::min<size_t>(std::stoull(range.substr(dash + 1)), end);
-      if (start >= content.size() && !content.empty()) {
+      if (start >= total && total != 0) {
         res.status = 416;
-        res.set_header("Content-Range", "bytes */" + std::to_string(content.size()));
+        res.set_header("Content-Range", "bytes */" + std::to_string(total));
         return;
       }
       ranged = true;
     }
-    auto body = std::make_shared<std::string>(content.empty() ? std::string() : content.substr(start, end - start + 1));
+    auto body = std::make_shared<std::string>(total == 0 ? 0 : end - start + 1, '\0');
+    {
+      std::ifstream f(object, std::ios::binary);
+      f.seekg(static_cast<std::streamoff>(start));
+      f.read(body->data(), static_cast<std::streamsize>(body->size()));
+    }
     if (!body->empty() && (faults.corrupt_always.load() || consume(faults.corrupt_count))) {
       (*body)[body->size() / 2] ^= 0x5a;
     }
@@ -249,7 +255,7 @@ struct FakeHub::Impl {
     res.set_header("Accept-Ranges", "bytes");
     if (ranged) {
       res.set_header("Content-Range", "bytes " + std::to_string(start) + "-" + std::to_string(end) + "/" +
-                                          std::to_string(content.size()));
+                                          std::to_string(total));
     }
     size_t drop_at = 0;
     if (faults.drop_after_bytes.load() > 0 && static_cast<size_t>(faults.drop_after_bytes.load()) < body->size() &&
@@ -330,7 +336,7 @@ struct FakeHub::Impl {
                       "application/octet-stream");
       return;
     }
-    serve_body(req, res, read_all(repo.dir / "objects" / (*file)["object"].get<std::string>()));
+    serve_body(req, res, repo.dir / "objects" / (*file)["object"].get<std::string>());
   }
 
   static json ref_list(const json& m, const char* kind, const char* prefix) {
@@ -531,8 +537,7 @@ struct FakeHub::Impl {
       for (const auto& c : m["commits"]) {
         for (const auto& f : c["files"]) {
           if (f.contains("lfs") && f["lfs"]["oid"] == segs[1]) {
-            return serve_body(req, res,
-                              read_all(it->path().parent_path() / "objects" / f["object"].get<std::string>()));
+            return serve_body(req, res, it->path().parent_path() / "objects" / f["object"].get<std::string>());
           }
         }
       }
