@@ -172,6 +172,7 @@ struct FakeHub::Impl {
   std::atomic<size_t> page_size{1000};
   mutable std::mutex log_mu;
   std::vector<FakeRequest> log;
+  std::map<std::string, std::string> renames;  // guarded by log_mu
 
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port); }
 
@@ -254,8 +255,8 @@ struct FakeHub::Impl {
     res.status = ranged ? 206 : 200;
     res.set_header("Accept-Ranges", "bytes");
     if (ranged) {
-      res.set_header("Content-Range", "bytes " + std::to_string(start) + "-" + std::to_string(end) + "/" +
-                                          std::to_string(total));
+      res.set_header("Content-Range",
+                     "bytes " + std::to_string(start) + "-" + std::to_string(end) + "/" + std::to_string(total));
     }
     size_t drop_at = 0;
     if (faults.drop_after_bytes.load() > 0 && static_cast<size_t>(faults.drop_after_bytes.load()) < body->size() &&
@@ -490,6 +491,20 @@ struct FakeHub::Impl {
 
   void handle_hub(const httplib::Request& req, httplib::Response& res) {
     const_cast<httplib::Request&>(req).ranges.clear();  // Range is handled here, not by httplib
+    {
+      std::lock_guard<std::mutex> lock(log_mu);
+      for (const auto& [from, to] : renames) {
+        for (const std::string& prefix : {"/api/models/" + from + "/", "/" + from + "/resolve/"}) {
+          if (req.target.rfind(prefix, 0) == 0) {
+            std::string moved = req.target;
+            moved.replace(moved.find(from), from.size(), to);
+            res.status = 307;
+            res.set_header("Location", moved);
+            return;
+          }
+        }
+      }
+    }
     auto segs = split_path(req.target);
     try {
       if (segs.size() >= 2 && segs[0] == "api" && segs[1] == "models") {
@@ -604,6 +619,11 @@ FakeHubFaults& FakeHub::faults() {
 }
 void FakeHub::set_page_size(size_t n) {
   impl_->page_size = std::max<size_t>(1, n);
+}
+
+void FakeHub::add_rename(const std::string& old_id, const std::string& new_id) {
+  std::lock_guard<std::mutex> lock(impl_->log_mu);
+  impl_->renames[old_id] = new_id;
 }
 
 std::vector<FakeRequest> FakeHub::requests() const {

@@ -83,6 +83,8 @@ class FakeHub {
   int cdn_port() const;
   FakeHubFaults& faults();
   void set_page_size(size_t n);  // tree and search pages (default 1000)
+  // Requests naming old_id get a relative 307 to the same URL with new_id (a renamed repo).
+  void add_rename(const std::string& old_id, const std::string& new_id);
 
   std::vector<FakeRequest> requests() const;
   void clear_requests();

@@ -302,11 +302,24 @@ void HubClient::Impl::check_online(const detail::ErrorContext& ctx) const {
   }
 }
 
-std::string HubClient::Impl::get_api(const std::string& url, const detail::ErrorContext& ctx, std::string* next) {
+std::string HubClient::Impl::get_api(const std::string& first_url, const detail::ErrorContext& ctx, std::string* next) {
   check_online(ctx);
-  auto headers = auth_headers();
-  headers.push_back("Accept: application/json");
-  auto r = detail::with_retries(settings.retry, nullptr, [&] { return http.request("GET", url, headers, nullptr); });
+  std::string url = first_url;
+  detail::HttpResult r;
+  for (int hop = 0;; ++hop) {
+    // The token only goes to the endpoint's own origin (a pagination link could name another host).
+    std::vector<std::string> headers;
+    if (detail::url_origin(url) == detail::url_origin(settings.endpoint)) headers = auth_headers();
+    headers.push_back("Accept: application/json");
+    r = detail::with_retries(settings.retry, nullptr, [&] { return http.request("GET", url, headers, nullptr); });
+    std::string location = r.header("location");
+    // Renamed repos answer with a relative redirect; follow those only, like huggingface_hub.
+    if (r.status >= 300 && r.status < 400 && !location.empty() && location.front() == '/' && hop < 5) {
+      url = detail::url_base(url) + location;
+      continue;
+    }
+    break;
+  }
   if (r.status < 200 || r.status >= 300 || r.network_error || r.cancelled) {
     detail::raise_for_result(r, ctx, settings.endpoint);
   }

@@ -284,6 +284,16 @@ TEST_F(HubTest, EmptyFilesAndFallbackToCacheWhenHubIsDown) {
   EXPECT_THROW(unreachable.snapshot_download("solo", other), hub::HubError);
 }
 
+TEST_F(HubTest, RenamedRepoRedirectIsFollowed) {
+  make_tiny_repo();
+  hub_->add_rename("org/old-name", "org/tiny");
+  HubClient client(settings());
+  auto res = client.snapshot_download("org/old-name", DownloadOptions{});
+  // The cache is keyed by the name the user asked for, as in huggingface_hub.
+  EXPECT_EQ(fs::path(res.path), repo_dir("models--org--old-name") / "snapshots" / commits_[1]);
+  EXPECT_EQ(slurp(fs::path(res.path) / "model.safetensors"), weights1_);
+}
+
 TEST_F(HubTest, RelativeRedirectIsFollowed) {
   make_tiny_repo();
   hub_->faults().relative_redirect = true;
