@@ -401,6 +401,11 @@ struct FakeHub::Impl {
   }
 
   void handle_api(const httplib::Request& req, httplib::Response& res, const std::vector<std::string>& segs) {
+    if (consume(faults.api_malformed_count)) {
+      res.status = 200;
+      res.set_content(R"({"sha": 123, "siblings": "x", "branches": 5})", "application/json");
+      return;
+    }
     if (consume(faults.api_rate_limit_count)) {
       res.set_header("Retry-After", "1");
       return json_error(res, 429, "", "rate limited");

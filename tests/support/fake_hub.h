@@ -55,6 +55,7 @@ struct FakeHubFaults {
   std::atomic<int> corrupt_count{0};       // flip one byte of the body
   std::atomic<bool> corrupt_always{false};
   std::atomic<int> api_rate_limit_count{0};    // 429 on API (JSON) requests
+  std::atomic<int> api_malformed_count{0};     // API answers JSON of the wrong shape and types
   std::atomic<int> cdn_expired_count{0};       // CDN answers 403 (an expired signed URL)
   std::atomic<bool> relative_redirect{false};  // git files: 307 to /api/resolve-cache/... first
 };

@@ -252,6 +252,12 @@ TEST_F(HubTest, DownloadSingleFileAndMissingFile) {
   EXPECT_EQ(fs::path(p), repo_dir() / "snapshots" / commits_[0] / "config.json");
   EXPECT_EQ(slurp(p), "{\"v\": 1}");
   EXPECT_EQ(slurp(repo_dir() / "refs" / "v1.0"), commits_[0]);
+  auto off = settings();
+  off.offline = true;
+  HubClient offline(off);
+  EXPECT_EQ(offline.download_file("org/tiny", "config.json", opt), p);
+  EXPECT_THROW(offline.download_file("org/tiny", "tokenizer.json", opt), hub::HubError);
+  EXPECT_THROW(client.download_file("org/tiny", "../escape", opt), hub::HubError);
   try {
     client.download_file("org/tiny", "nope.json", opt);
     FAIL() << "expected EntryNotFound";

@@ -197,6 +197,23 @@ TEST_F(HubTest, ErrorsForMissingRepoRevisionAndConnection) {
   EXPECT_EQ(kind_of([&] { gone.snapshot_download("org/tiny", DownloadOptions{}); }), HubErrorKind::Network);
 }
 
+TEST_F(HubTest, MalformedApiAnswersAreErrorsNotCrashes) {
+  make_tiny_repo();
+  HubClient client(settings());
+  std::string msg;
+  hub_->faults().api_malformed_count = 1;
+  EXPECT_EQ(kind_of([&] { client.snapshot_download("org/tiny", DownloadOptions{}); }, &msg), HubErrorKind::Http);
+  EXPECT_NE(msg.find("org/tiny"), std::string::npos) << msg;
+  hub_->faults().api_malformed_count = 1;
+  EXPECT_EQ(kind_of([&] { client.list_refs("org/tiny"); }), HubErrorKind::Http);
+  hub_->faults().api_malformed_count = 1;
+  EXPECT_EQ(kind_of([&] { client.list_files("org/tiny", "main"); }), HubErrorKind::Http);
+  hub_->faults().api_malformed_count = 1;
+  EXPECT_EQ(kind_of([&] { client.search_models(hub::SearchQuery{}); }), HubErrorKind::Http);
+  // And the client still works afterwards.
+  EXPECT_EQ(client.list_refs("org/tiny").tags.size(), 1u);
+}
+
 TEST_F(HubTest, GatedRepoNeedsTheRightToken) {
   FakeRepoSpec spec;
   spec.id = "org/gated";
