@@ -56,7 +56,10 @@ class ProgressPrinter {
     using Ev = hub::DownloadProgress::Event;
     double pct = p.total ? 100.0 * static_cast<double>(p.done) / static_cast<double>(p.total) : 100.0;
     if (tty_) {
-      if (p.event == Ev::Progress || p.event == Ev::FileStarted || p.event == Ev::Finished) {
+      if (p.event == Ev::Verifying && p.file_total >= (256u << 20)) {
+        std::fprintf(stderr, "\rverifying %s ...%*s", p.file.c_str(), 40, "");
+        std::fflush(stderr);
+      } else if (p.event == Ev::Progress || p.event == Ev::FileStarted || p.event == Ev::Finished) {
         const int width = 30;
         int fill = static_cast<int>(pct / 100.0 * width);
         std::string bar(static_cast<size_t>(fill), '#');

@@ -273,6 +273,7 @@ uint64_t download_blob(const BlobTask& t, const BlobParams& p, const std::functi
     } else {
       std::ofstream(t.part_path, std::ios::binary | std::ios::trunc);
     }
+    if (p.on_verify) p.on_verify();
     std::error_code ec;
     uint64_t have = fs::file_size(t.part_path, ec);
     if (!ec && have == t.size && file_matches_etag(t.part_path, t.etag)) {

@@ -31,6 +31,7 @@ struct BlobParams {
   RetryPolicy retry;
   std::string user_agent;
   const std::atomic<bool>* cancel = nullptr;
+  std::function<void()> on_verify;  // called before the hash check
 };
 
 // on_bytes(delta, from_network) reports progress (negative when bytes are thrown away, from_network

@@ -111,13 +111,15 @@ struct SearchQuery {
 };
 
 struct DownloadProgress {
-  enum class Event { Progress, FileStarted, FileFinished, Finished };
+  // Verifying: all bytes of `file` are here and its hash is being checked (seconds for big files).
+  enum class Event { Progress, FileStarted, Verifying, FileFinished, Finished };
   Event event = Event::Progress;
   std::string file;  // current file (path in repo)
   uint64_t file_done = 0, file_total = 0;
   uint64_t done = 0, total = 0;  // over all selected files (cached ones count as done)
-  double rate = 0;               // bytes/s over this run
+  double rate = 0;               // bytes/s fetched over the network in this run
   double eta_s = -1;             // -1: unknown
+  double file_rate = 0;          // bytes/s for the current file
   double file_eta_s = -1;
   size_t files_done = 0, files_total = 0;
 };

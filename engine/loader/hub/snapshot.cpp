@@ -61,6 +61,10 @@ class Progress {
     p_.files_done++;
     emit(DownloadProgress::Event::FileFinished);
   }
+  void verifying() {
+    std::lock_guard<std::mutex> lock(mu_);
+    emit(DownloadProgress::Event::Verifying);
+  }
   void finished() {
     std::lock_guard<std::mutex> lock(mu_);
     p_.done = p_.total;
@@ -76,6 +80,7 @@ class Progress {
     p_.rate = secs > 0.2 ? static_cast<double>(std::max<int64_t>(net_, 0)) / secs : 0;
     double frate = fsecs > 0.2 ? static_cast<double>(std::max<int64_t>(file_net_, 0)) / fsecs : 0;
     p_.eta_s = p_.rate > 0 ? static_cast<double>(p_.total - std::min(p_.done, p_.total)) / p_.rate : -1;
+    p_.file_rate = frate;
     p_.file_eta_s = frate > 0 ? static_cast<double>(p_.file_total - std::min(p_.file_done, p_.file_total)) / frate : -1;
     p_.event = ev;
     if (!cb_) return;
@@ -196,6 +201,7 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
   params.retry = s.retry;
   params.user_agent = s.user_agent;
   params.cancel = opt.cancel;
+  params.on_verify = [&progress] { progress.verifying(); };
 
   for (const auto& f : files) {
     if (opt.cancel && opt.cancel->load()) throw HubError(HubErrorKind::Cancelled, "download cancelled");

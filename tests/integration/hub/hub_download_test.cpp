@@ -37,6 +37,10 @@ TEST_F(HubTest, DownloadByBranchBuildsPythonCacheLayout) {
     }
   }
   EXPECT_EQ(finished, 4u);
+  // Every fetched file is verified before it is published.
+  EXPECT_EQ(std::count_if(events.begin(), events.end(),
+                          [](const auto& e) { return e.event == hub::DownloadProgress::Event::Verifying; }),
+            4);
   EXPECT_EQ(res.commit, main);
   EXPECT_EQ(fs::path(res.path), repo_dir() / "snapshots" / main);
 
