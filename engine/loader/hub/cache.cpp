@@ -187,7 +187,7 @@ uint64_t free_disk_bytes(const std::string& dir) {
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
 }
 
-FileLock::FileLock(const std::string& path, const std::atomic<bool>* cancel) {
+FileLock::FileLock(const std::string& path, const std::atomic<bool>* cancel, const std::atomic<bool>* stop) {
   make_dirs(fs::path(path).parent_path().string());
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664);
   if (fd_ < 0)
@@ -199,7 +199,7 @@ FileLock::FileLock(const std::string& path, const std::atomic<bool>* cancel) {
       ::close(fd_);
       throw HubError(HubErrorKind::Io, fmt::format("cannot lock {}: {}", path, std::strerror(err)));
     }
-    if (cancel && cancel->load()) {
+    if ((cancel && cancel->load()) || (stop && stop->load())) {
       ::close(fd_);
       throw HubError(HubErrorKind::Cancelled, "download cancelled");
     }

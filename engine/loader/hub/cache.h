@@ -41,10 +41,10 @@ void make_dirs(const std::string& dir);                // throws HubError(Io)
 uint64_t free_disk_bytes(const std::string& dir);      // of the file system holding dir (or its parent)
 
 // Exclusive flock on a lock file (created with mode 0664), released in the destructor. Waits while
-// another process or thread holds it, checking `cancel` between tries.
+// another process or thread holds it, checking `cancel` (HubError Cancelled) and `stop` between tries.
 class FileLock {
  public:
-  FileLock(const std::string& path, const std::atomic<bool>* cancel);
+  FileLock(const std::string& path, const std::atomic<bool>* cancel, const std::atomic<bool>* stop = nullptr);
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;

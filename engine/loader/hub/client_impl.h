@@ -57,8 +57,8 @@ struct HubClient::Impl {
   // GET with retries; throws on a failed result. next_link receives the Link rel="next" URL (or "").
   std::string get_api(const std::string& url, const detail::ErrorContext& ctx, std::string* next_link = nullptr);
   // HEAD of resolve/<revision>/<path>, following relative redirects only (no retries on 4xx).
-  detail::FileMetadata head_file(const std::string& repo, const std::string& revision, const std::string& path,
-                                 const std::atomic<bool>* cancel);
+  detail::FileMetadata head_file(detail::HttpSession& http, const std::string& repo, const std::string& revision,
+                                 const std::string& path, const std::atomic<bool>* cancel);
   std::string repo_api_url(const std::string& repo) const { return settings.endpoint + "/api/models/" + repo; }
   void check_online(const detail::ErrorContext& ctx) const;
 };

@@ -139,6 +139,7 @@ struct DownloadOptions {
   uint64_t chunk_size = 16ull << 20;          // ranged chunk size for large files
   uint64_t parallel_threshold = 64ull << 20;  // files at least this big are fetched in chunks
   uint64_t reserve_bytes = 0;                 // extra free space to leave on the disk
+  int max_workers = 8;                        // small files fetched at once (below parallel_threshold)
   int progress_interval_ms = 100;             // minimum time between Progress events (0: every write)
 };
 

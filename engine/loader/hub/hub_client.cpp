@@ -330,8 +330,9 @@ std::string HubClient::Impl::get_api(const std::string& first_url, const detail:
   return std::move(r.body);
 }
 
-detail::FileMetadata HubClient::Impl::head_file(const std::string& repo, const std::string& revision,
-                                                const std::string& path, const std::atomic<bool>* cancel) {
+detail::FileMetadata HubClient::Impl::head_file(detail::HttpSession& http, const std::string& repo,
+                                                const std::string& revision, const std::string& path,
+                                                const std::atomic<bool>* cancel) {
   detail::ErrorContext ctx{repo, revision, path, "file metadata"};
   check_online(ctx);
   std::string url = settings.endpoint + "/" + repo + "/resolve/" + detail::url_quote(revision, false) + "/" +

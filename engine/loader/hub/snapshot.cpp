@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <mutex>
+#include <thread>
 
 #include "engine/common/log.h"
 #include "engine/loader/hub/blob_download.h"
@@ -17,7 +19,8 @@ namespace cypris::hub {
 namespace {
 
 // Aggregates byte counts from the download threads and calls the user's callback, serialized and
-// throttled (at most every 100 ms, plus every file start/finish).
+// throttled (Progress events at most every interval; file start/verify/finish always). Several
+// files can be in flight; each event describes the file that caused it.
 class Progress {
  public:
   Progress(const ProgressCallback& cb, uint64_t total, size_t files_total, int interval_ms)
@@ -28,60 +31,79 @@ class Progress {
   }
   void file_started(const RepoFile& f) {
     std::lock_guard<std::mutex> lock(mu_);
-    p_.file = f.path;
-    p_.file_done = 0;
-    p_.file_total = f.size;
-    file_start_ = std::chrono::steady_clock::now();
-    file_net_ = 0;
-    emit(DownloadProgress::Event::FileStarted);
+    auto& st = files_[f.path];
+    st = FileState{};
+    st.total = f.size;
+    st.start = std::chrono::steady_clock::now();
+    emit(DownloadProgress::Event::FileStarted, f.path);
   }
-  // Bytes that were already present (cached or resumed): done, but not part of the rate.
-  void add(int64_t delta, bool network) {
+  // network=false: bytes found on disk (resumed) or thrown away; they do not count for the rate.
+  void add(const std::string& path, int64_t delta, bool network) {
     std::lock_guard<std::mutex> lock(mu_);
-    p_.file_done = static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(p_.file_done) + delta));
+    auto& st = files_[path];
+    st.done = static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(st.done) + delta));
     p_.done = static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(p_.done) + delta));
     if (network && delta > 0) {
       net_ += delta;
-      file_net_ += delta;
+      st.net += delta;
     }
-    auto now = std::chrono::steady_clock::now();
-    if (now - last_emit_ >= interval_) emit(DownloadProgress::Event::Progress);
+    if (std::chrono::steady_clock::now() - last_emit_ >= interval_) emit(DownloadProgress::Event::Progress, path);
   }
-  // The current file starts counting again (its bytes so far were already reported).
-  void restart_file() {
+  // The file starts counting again (its bytes so far were already reported).
+  void restart_file(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
-    p_.done -= std::min(p_.done, p_.file_done);
-    p_.file_done = 0;
+    auto& st = files_[path];
+    p_.done -= std::min(p_.done, st.done);
+    st.done = 0;
   }
-  void file_finished(const RepoFile& f) {
+  void verifying(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
+    emit(DownloadProgress::Event::Verifying, path);
+  }
+  void file_finished(const RepoFile& f, uint64_t size) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& st = files_[f.path];
     // Whatever was not counted (a cached file) is done now.
-    if (p_.file_done < f.size) p_.done += f.size - p_.file_done;
-    p_.file_done = f.size;
+    if (st.done < size) p_.done += size - st.done;
+    st.done = st.total = size;
     p_.files_done++;
-    emit(DownloadProgress::Event::FileFinished);
-  }
-  void verifying() {
-    std::lock_guard<std::mutex> lock(mu_);
-    emit(DownloadProgress::Event::Verifying);
+    emit(DownloadProgress::Event::FileFinished, f.path);
+    files_.erase(f.path);
   }
   void finished() {
     std::lock_guard<std::mutex> lock(mu_);
     p_.done = p_.total;
-    emit(DownloadProgress::Event::Finished);
+    p_.file.clear();
+    p_.file_done = p_.file_total = 0;
+    p_.file_rate = 0;
+    p_.file_eta_s = -1;
+    emit(DownloadProgress::Event::Finished, "");
   }
 
  private:
-  void emit(DownloadProgress::Event ev) {
+  struct FileState {
+    uint64_t done = 0, total = 0;
+    int64_t net = 0;
+    std::chrono::steady_clock::time_point start;
+  };
+
+  void emit(DownloadProgress::Event ev, const std::string& path) {
     auto now = std::chrono::steady_clock::now();
     last_emit_ = now;
     double secs = std::chrono::duration<double>(now - start_).count();
-    double fsecs = std::chrono::duration<double>(now - file_start_).count();
     p_.rate = secs > 0.2 ? static_cast<double>(std::max<int64_t>(net_, 0)) / secs : 0;
-    double frate = fsecs > 0.2 ? static_cast<double>(std::max<int64_t>(file_net_, 0)) / fsecs : 0;
     p_.eta_s = p_.rate > 0 ? static_cast<double>(p_.total - std::min(p_.done, p_.total)) / p_.rate : -1;
-    p_.file_rate = frate;
-    p_.file_eta_s = frate > 0 ? static_cast<double>(p_.file_total - std::min(p_.file_done, p_.file_total)) / frate : -1;
+    auto it = files_.find(path);
+    if (it != files_.end()) {
+      const auto& st = it->second;
+      double fsecs = std::chrono::duration<double>(now - st.start).count();
+      p_.file = path;
+      p_.file_done = st.done;
+      p_.file_total = st.total;
+      p_.file_rate = fsecs > 0.2 ? static_cast<double>(std::max<int64_t>(st.net, 0)) / fsecs : 0;
+      p_.file_eta_s =
+          p_.file_rate > 0 ? static_cast<double>(st.total - std::min(st.done, st.total)) / p_.file_rate : -1;
+    }
     p_.event = ev;
     if (!cb_) return;
     try {
@@ -95,8 +117,9 @@ class Progress {
   std::chrono::steady_clock::duration interval_;
   std::mutex mu_;
   DownloadProgress p_;
-  std::chrono::steady_clock::time_point start_, file_start_, last_emit_;
-  int64_t net_ = 0, file_net_ = 0;
+  std::map<std::string, FileState> files_;
+  std::chrono::steady_clock::time_point start_, last_emit_;
+  int64_t net_ = 0;
 };
 
 bool is_file_of_size(const fs::path& p, uint64_t size) {
@@ -194,31 +217,26 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
   }
 
   Progress progress(opt.on_progress, total, files.size(), opt.progress_interval_ms);
-  detail::BlobParams params;
-  params.parallel = opt.parallel;
-  params.chunk_size = opt.chunk_size;
-  params.parallel_threshold = opt.parallel_threshold;
-  params.retry = s.retry;
-  params.user_agent = s.user_agent;
-  params.cancel = opt.cancel;
-  params.on_verify = [&progress] { progress.verifying(); };
+  std::atomic<uint64_t> fetched{0};
+  std::atomic<bool> failed{false};
 
-  for (const auto& f : files) {
+  // One file: link it if its blob is here, else HEAD, lock, download, verify, publish.
+  auto fetch_one = [&](detail::HttpSession& http, const RepoFile& f) {
     if (opt.cancel && opt.cancel->load()) throw HubError(HubErrorKind::Cancelled, "download cancelled");
     progress.file_started(f);
     fs::path pointer = snap / f.path;
     std::error_code ec;
     if (!to_dir && is_file_of_size(pointer, f.size) && fs::is_symlink(pointer, ec) &&
         fs::read_symlink(pointer, ec).filename().string() == f.blob_name()) {
-      progress.file_finished(f);
-      continue;
+      progress.file_finished(f, f.size);
+      return;
     }
     if (present(f)) {
       if (!to_dir) link_snapshot_file(repo_dir, commit, f.path, f.blob_name());
-      progress.file_finished(f);
-      continue;
+      progress.file_finished(f, f.size);
+      return;
     }
-    auto meta = known_meta ? *known_meta : impl.head_file(repo, commit, f.path, opt.cancel);
+    auto meta = known_meta ? *known_meta : impl.head_file(http, repo, commit, f.path, opt.cancel);
     if (meta.etag != f.blob_name() || meta.size != f.size) {
       LOG_WARN("hub: '{}' listed as {} ({} bytes) but served as {} ({} bytes); using the served one", f.path,
                f.blob_name(), f.size, meta.etag, meta.size);
@@ -243,14 +261,21 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
       task.state_path = (blobs / (meta.etag + ".cypris-state")).string();
       lock_path = fs::path(lock_dir(s.cache_dir, repo)) / (meta.etag + ".lock");
     }
+    detail::BlobParams params;
+    params.parallel = opt.parallel;
+    params.chunk_size = opt.chunk_size;
+    params.parallel_threshold = opt.parallel_threshold;
+    params.retry = s.retry;
+    params.user_agent = s.user_agent;
+    params.cancel = opt.cancel;
+    params.on_verify = [&progress, &f] { progress.verifying(f.path); };
     {
-      FileLock lock(lock_path.string(), opt.cancel);
+      FileLock lock(lock_path.string(), opt.cancel, &failed);
       // Another process or thread may have finished this blob while we waited for the lock.
       bool done = present(f);
       for (int attempt = 0; !done; ++attempt) {
         try {
-          uint64_t n = detail::download_blob(task, params, [&](int64_t d, bool net) { progress.add(d, net); });
-          if (bytes_downloaded) *bytes_downloaded += n;
+          fetched += detail::download_blob(task, params, [&](int64_t d, bool net) { progress.add(f.path, d, net); });
           done = true;
         } catch (const HubError& e) {
           // A signed CDN URL can expire during a long download: ask the hub for a fresh one once.
@@ -258,10 +283,10 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
               e.kind() == HubErrorKind::Http && (e.http_status() == 403 || e.http_status() == 410) && !meta.send_auth;
           if (!expired || attempt > 0) throw;
           LOG_WARN("hub: {} (the download URL may have expired); asking the hub for a new one", e.what());
-          auto fresh = impl.head_file(repo, commit, f.path, opt.cancel);
+          auto fresh = impl.head_file(http, repo, commit, f.path, opt.cancel);
           if (fresh.etag != meta.etag) throw;
           task.url = fresh.location;
-          progress.restart_file();
+          progress.restart_file(f.path);
         }
       }
       if (to_dir) {
@@ -273,10 +298,39 @@ std::string fetch_files(HubClient::Impl& impl, const std::string& repo, const st
         link_snapshot_file(repo_dir, commit, f.path, meta.etag);
       }
     }
-    RepoFile served = f;
-    served.size = meta.size;
-    progress.file_finished(served);
+    progress.file_finished(f, meta.size);
+  };
+
+  // Small files go several at a time (each costs round trips more than bandwidth); large files
+  // then go one at a time, each split into parallel ranged chunks.
+  std::vector<const RepoFile*> small, large;
+  for (const auto& f : files) (f.size >= opt.parallel_threshold ? large : small).push_back(&f);
+  size_t nworkers = std::min<size_t>(small.size(), static_cast<size_t>(std::max(1, opt.max_workers)));
+  if (nworkers <= 1) {
+    for (const auto* f : small) fetch_one(impl.http, *f);
+  } else {
+    std::atomic<size_t> next{0};
+    std::mutex err_mu;
+    std::exception_ptr first_error;
+    auto worker = [&] {
+      detail::HttpSession http(s.user_agent);
+      for (size_t k; !failed.load() && (k = next++) < small.size();) {
+        try {
+          fetch_one(http, *small[k]);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (!first_error) first_error = std::current_exception();
+          failed = true;
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < nworkers; ++i) threads.emplace_back(worker);
+    for (auto& t : threads) t.join();
+    if (first_error) std::rethrow_exception(first_error);
   }
+  for (const auto* f : large) fetch_one(impl.http, *f);
+  if (bytes_downloaded) *bytes_downloaded += fetched.load();
   progress.finished();
   return snap.string();
 }
@@ -386,7 +440,7 @@ std::string HubClient::download_file(const std::string& repo, const std::string&
     }
     return p.string();
   }
-  auto meta = impl_->head_file(repo, opt.revision, filename, opt.cancel);
+  auto meta = impl_->head_file(impl_->http, repo, opt.revision, filename, opt.cancel);
   RepoFile f;
   f.path = filename;
   f.size = meta.size;
