@@ -3,15 +3,20 @@
 #include <fmt/format.h>
 
 #include "engine/common/error.h"
+#include "engine/loader/hub/hub.h"
 
 namespace cypris {
 
 std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
                                               const std::optional<std::string>& download_dir) {
   CYPRIS_CHECK(!model.empty(), "--model is required: a local model folder or a Hugging Face repo id");
-  std::filesystem::path p(model);
-  if (std::filesystem::is_directory(p)) return p;
-  CYPRIS_FAIL("--model '{}': no such folder{}", model, revision ? fmt::format(" (revision {})", *revision) : "");
+  if (std::filesystem::is_directory(model)) return model;
+  try {
+    return hub::resolve_model_dir(model, revision.value_or("main"), download_dir.value_or(""),
+                                  /*allow_download=*/true);
+  } catch (const hub::HubError& e) {
+    CYPRIS_FAIL("--model '{}': {}", model, e.what());
+  }
 }
 
 ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir) {

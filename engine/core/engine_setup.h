@@ -11,8 +11,9 @@
 
 namespace cypris {
 
-// The local folder of a model: a folder is used as it is; a Hugging Face repo id is looked up in
-// the local cache (downloading is the hub's job). Throws Error saying what was tried.
+// The local folder of a model: a folder is used as it is; a Hugging Face repo id at a revision
+// (branch, tag or commit) is served from the Hugging Face cache, downloading what is missing
+// (HF_HUB_OFFLINE: cache only). Throws Error naming --model and what went wrong.
 std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
                                               const std::optional<std::string>& download_dir);
 
