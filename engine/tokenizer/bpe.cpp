@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <queue>
 
 #include "engine/common/error.h"
@@ -186,6 +187,28 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   if (syms.empty()) return;
   syms.back().next = -1;
 
+  if (syms.size() <= 16) {
+    // Short words: scanning for the lowest-ranked pair beats a heap and allocates nothing.
+    for (;;) {
+      int32_t best_pos = -1, best_rank = INT32_MAX, best_id = -1;
+      for (int32_t p = 0; p >= 0 && syms[p].next >= 0; p = syms[p].next) {
+        const auto* m = merges_->get(pair_key(syms[p].id, syms[syms[p].next].id));
+        if (m && m->rank < best_rank) {
+          best_rank = m->rank;
+          best_pos = p;
+          best_id = m->id;
+        }
+      }
+      if (best_pos < 0) break;
+      Sym& s = syms[best_pos];
+      int32_t nx = s.next;
+      s.id = best_id;
+      s.next = syms[nx].next;
+      if (s.next >= 0) syms[s.next].prev = best_pos;
+    }
+    for (int32_t p = 0; p >= 0; p = syms[p].next) out.push_back(syms[p].id);
+    return;
+  }
   struct Cand {
     int32_t rank, pos, id;
     bool operator<(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
@@ -233,13 +256,6 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
       return;
     }
   }
-  if (opts_.ignore_merges) {
-    auto it = vocab_.find(word);
-    if (it != vocab_.end()) {
-      out.push_back(it->second);
-      return;
-    }
-  }
   bool cacheable = word.size() <= 64;
   Cache::Shard* shard = nullptr;
   if (cacheable) {
@@ -252,7 +268,12 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     }
   }
   size_t before = out.size();
-  merge_word(word, out);
+  auto whole = opts_.ignore_merges ? vocab_.find(word) : vocab_.end();
+  if (whole != vocab_.end()) {
+    out.push_back(whole->second);
+  } else {
+    merge_word(word, out);
+  }
   if (cacheable) {
     std::vector<int32_t> ids(out.begin() + long(before), out.end());
     std::lock_guard<std::mutex> lock(shard->mu);

@@ -233,21 +233,34 @@ class ByteLevelPre : public PreTokenizer {
  public:
   ByteLevelPre(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
     if (use_regex) split_ = std::make_unique<RegexSplit>(kGpt2Pattern, false, Behavior::Isolated, false, "ByteLevel");
+    for (int b = 0; b < 256; ++b) {
+      const std::string& c = unicode::byte_to_char(uint8_t(b));
+      map_len_[b] = uint8_t(c.size());
+      for (size_t i = 0; i < c.size(); ++i) map_[b][i] = c[i];
+    }
   }
   void apply(PreTokens& pieces) const override {
     if (add_prefix_space_)
       for (auto& p : pieces)
         if (p.text.empty() || p.text[0] != ' ') p.text.insert(0, 1, ' ');
     if (split_) split_->apply(pieces);
+    std::string mapped;
     for (auto& p : pieces) {
-      std::string mapped;
-      mapped.reserve(p.text.size() + p.text.size() / 2);
-      for (char c : p.text) mapped += unicode::byte_to_char(uint8_t(c));
-      p.text = std::move(mapped);
+      mapped.resize(p.text.size() * 2);
+      size_t n = 0;
+      for (char c : p.text) {
+        uint8_t b = uint8_t(c);
+        mapped[n] = map_[b][0];
+        mapped[n + 1] = map_[b][1];
+        n += map_len_[b];
+      }
+      p.text.assign(mapped.data(), n);
     }
   }
 
  private:
+  char map_[256][2] = {};
+  uint8_t map_len_[256] = {};
   bool add_prefix_space_;
   std::unique_ptr<RegexSplit> split_;
 };

@@ -2,6 +2,9 @@
 // (testdata/tokenizers/*/cases.jsonl), and the different files of one model against each other.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "tests/unit/tokenizer/tokenizer_test_util.h"
 
 namespace cypris {
@@ -39,6 +42,20 @@ TEST_P(SlowFilesTest, AgreesWithTokenizerJsonOnEveryCase) {
   }
   EXPECT_EQ(slow.bos_id(), fast.bos_id());
   EXPECT_EQ(slow.eos_id(), fast.eos_id());
+}
+
+// Long enough for the SentencePiece path to encode in chunks.
+TEST_P(SlowFilesTest, AgreesWithTokenizerJsonOnLongText) {
+  const Tokenizer& fast = cached_tokenizer(GetParam());
+  const Tokenizer& slow = cached_tokenizer(GetParam(), "slow");
+  std::string text;
+  for (int r = 0; r < 8; ++r)
+    for (const auto& c : load_cases(GetParam())) text += c.text + (r % 2 ? " " : "  ");
+  ASSERT_GT(text.size(), 8000u);
+  auto ids = fast.encode(text, false);
+  EXPECT_EQ(slow.encode(text, false), ids);
+  EXPECT_EQ(slow.decode(ids), text);
+  EXPECT_EQ(fast.decode(ids), text);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, SlowFilesTest, ::testing::Values("llama2-spm", "qwen2-bpe", "gpt2-bpe"));
@@ -108,6 +125,28 @@ TEST(TokenizerSpecialTokens, InvalidUtf8InputIsRepairedNotFatal) {
   const Tokenizer& l3 = cached_tokenizer("llama3-bpe");
   std::string bad = "ok \xFF\xFE end";
   EXPECT_EQ(l3.decode(l3.encode(bad, false)), "ok \xEF\xBF\xBD\xEF\xBF\xBD end");
+}
+
+// The word cache and regex state are shared: encoding from several threads at once must give what
+// one thread gives.
+TEST(TokenizerThreads, ConcurrentEncodesAgreeWithSerialOnes) {
+  const Tokenizer& tok = cached_tokenizer("llama3-bpe");
+  auto cases = load_cases("llama3-bpe");
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& c : cases) expected.push_back(c.ids);
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 50; ++r)
+        for (size_t i = 0; i < cases.size(); ++i) {
+          size_t k = (i + size_t(t) * 7 + size_t(r)) % cases.size();
+          if (tok.encode(cases[k].text, false) != expected[k]) ++mismatches;
+        }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(TokenizerModels, Stories260kRoundTripsASentence) {
