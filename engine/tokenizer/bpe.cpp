@@ -63,7 +63,9 @@ struct BpeModel::Cache {
   Shard shards[kShards];
 };
 
-static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+static uint64_t pair_key(int32_t a, int32_t b) {
+  return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+}
 
 BpeModel::BpeModel(VocabMap vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts,
                    const std::string& where)
@@ -99,16 +101,16 @@ BpeModel::BpeModel(VocabMap vocab, const std::vector<std::pair<std::string, std:
       if (p < 3 || tok.compare(p - 3, 3, "\xE2\x96\x81") != 0) metaspace_inside = true;
     }
   }
-  split_at_metaspace_ = !metaspace_inside && vocab_.count("\xE2\x96\x81") > 0 && opts_.continuing_subword_prefix.empty() &&
-                        opts_.end_of_word_suffix.empty();
+  split_at_metaspace_ = !metaspace_inside && vocab_.count("\xE2\x96\x81") > 0 &&
+                        opts_.continuing_subword_prefix.empty() && opts_.end_of_word_suffix.empty();
 
   merges_ = std::make_unique<MergeTable>(merges.size());
   const std::string& prefix = opts_.continuing_subword_prefix;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
     auto ia = vocab_.find(a), ib = vocab_.find(b);
-    CYPRIS_CHECK(ia != vocab_.end() && ib != vocab_.end(), "{}: merge {} '{} {}' uses a token missing from the vocabulary",
-                 where, rank, a, b);
+    CYPRIS_CHECK(ia != vocab_.end() && ib != vocab_.end(),
+                 "{}: merge {} '{} {}' uses a token missing from the vocabulary", where, rank, a, b);
     std::string merged = a;
     merged += (!prefix.empty() && b.compare(0, prefix.size(), prefix) == 0) ? b.substr(prefix.size()) : b;
     auto im = vocab_.find(merged);

@@ -58,8 +58,8 @@ class BpeModel {
   std::vector<char> id_present_;
   BpeOptions opts_;
   std::optional<int32_t> unk_id_;
-  int32_t byte_ids_[256];                 // <0xXX> tokens for byte_fallback, -1 when missing
-  std::vector<int32_t> bmp_char_id_;      // single code point tokens below U+10000, -1 when missing
+  int32_t byte_ids_[256];             // <0xXX> tokens for byte_fallback, -1 when missing
+  std::vector<int32_t> bmp_char_id_;  // single code point tokens below U+10000, -1 when missing
   std::unique_ptr<MergeTable> merges_;
   std::unique_ptr<Cache> cache_;
   // SentencePiece-style vocabularies with no pre-tokenizer hand whole texts to the model. When no

@@ -128,9 +128,10 @@ Behavior parse_behavior(const json& j, const std::string& where) {
   if (b == "MergedWithPrevious") return Behavior::MergedWithPrevious;
   if (b == "MergedWithNext") return Behavior::MergedWithNext;
   if (b == "Contiguous") return Behavior::Contiguous;
-  CYPRIS_FAIL("{}: split behavior '{}' is not supported; supported: Removed, Isolated, MergedWithPrevious, "
-              "MergedWithNext, Contiguous",
-              where, b);
+  CYPRIS_FAIL(
+      "{}: split behavior '{}' is not supported; supported: Removed, Isolated, MergedWithPrevious, "
+      "MergedWithNext, Contiguous",
+      where, b);
 }
 
 struct Part {
@@ -326,7 +327,9 @@ std::pair<std::string, bool> parse_pattern(const json& j, const std::string& whe
 
 }  // namespace
 
-std::unique_ptr<Normalizer> make_nfc_normalizer() { return std::make_unique<NfcNormalizer>(); }
+std::unique_ptr<Normalizer> make_nfc_normalizer() {
+  return std::make_unique<NfcNormalizer>();
+}
 
 std::unique_ptr<Normalizer> parse_normalizer(const json& j, const std::string& where) {
   if (j.is_null()) return nullptr;
@@ -340,7 +343,8 @@ std::unique_ptr<Normalizer> parse_normalizer(const json& j, const std::string& w
     auto [pattern, literal] = parse_pattern(j, w);
     return std::make_unique<ReplaceNormalizer>(pattern, literal, get_string(j, "content", w), w);
   }
-  if (type == "Strip") return std::make_unique<StripNormalizer>(get_bool(j, "strip_left", w, true), get_bool(j, "strip_right", w, true));
+  if (type == "Strip")
+    return std::make_unique<StripNormalizer>(get_bool(j, "strip_left", w, true), get_bool(j, "strip_right", w, true));
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Normalizer>> parts;
     for (const auto& item : get_array(j, "normalizers", w))
@@ -413,9 +417,10 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const json& j, const std::stri
       if (auto p = parse_pre_tokenizer(item, where)) parts.push_back(std::move(p));
     return std::make_unique<SequencePre>(std::move(parts));
   }
-  CYPRIS_FAIL("{} type '{}' is not supported; supported: ByteLevel, Split, Metaspace, Digits, Whitespace, "
-              "WhitespaceSplit, Punctuation, BertPreTokenizer, Sequence",
-              where, type);
+  CYPRIS_FAIL(
+      "{} type '{}' is not supported; supported: ByteLevel, Split, Metaspace, Digits, Whitespace, "
+      "WhitespaceSplit, Punctuation, BertPreTokenizer, Sequence",
+      where, type);
 }
 
 }  // namespace cypris::hf

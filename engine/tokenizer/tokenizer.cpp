@@ -2,9 +2,8 @@
 // the generic DecodeStream for Tokenizer implementations without their own.
 #include "engine/tokenizer/tokenizer.h"
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/common/error.h"
@@ -142,8 +141,8 @@ TokenizerConfig read_tokenizer_config(const fs::path& dir) {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir, const TokenizerOptions& opts) {
   CYPRIS_CHECK(fs::is_directory(dir), "tokenizer folder '{}' does not exist or is not a directory", dir.string());
-  CYPRIS_CHECK(opts.mode == "auto" || opts.mode == "slow", "tokenizer mode '{}' is not supported; supported: auto, slow",
-               opts.mode);
+  CYPRIS_CHECK(opts.mode == "auto" || opts.mode == "slow",
+               "tokenizer mode '{}' is not supported; supported: auto, slow", opts.mode);
   TokenizerConfig cfg = read_tokenizer_config(dir);
   fs::path json_file = dir / "tokenizer.json";
   fs::path spm_file = dir / "tokenizer.model";
@@ -165,9 +164,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir, const TokenizerOp
     if (has_spm) return load_sentencepiece_tokenizer(spm_file, cfg);
     if (has_bpe) return load_gpt2_files_tokenizer(vocab, merges, cfg);
   }
-  CYPRIS_FAIL("{}: no tokenizer found (looked for tokenizer.json, tokenizer.model, vocab.json + merges.txt, "
-              "encoder.json + vocab.bpe)",
-              dir.string());
+  CYPRIS_FAIL(
+      "{}: no tokenizer found (looked for tokenizer.json, tokenizer.model, vocab.json + merges.txt, "
+      "encoder.json + vocab.bpe)",
+      dir.string());
 }
 
 }  // namespace cypris

@@ -44,8 +44,8 @@ TEST_P(StreamPropertyTest, RandomIdsStreamToExactlyTheFullDecode) {
           streamed += delta;
         }
         streamed += detok.finish();
-        ASSERT_EQ(streamed, tok.decode(ids, skip, spaces)) << "trial " << trial << " skip " << skip << " spaces "
-                                                            << spaces;
+        ASSERT_EQ(streamed, tok.decode(ids, skip, spaces))
+            << "trial " << trial << " skip " << skip << " spaces " << spaces;
         ASSERT_EQ(detok.text(), streamed);
       }
     }

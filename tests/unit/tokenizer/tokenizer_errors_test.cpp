@@ -78,7 +78,8 @@ TEST_F(TokenizerErrorsTest, MergeWithUnknownTokenAndBadRegex) {
   write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a c"]}})");
   std::string msg = load_error();
   EXPECT_NE(msg.find("merge 0 'a c'"), std::string::npos) << msg;
-  write("tokenizer.json", minimal_json(R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"));
+  write("tokenizer.json",
+        minimal_json(R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"));
   msg = load_error();
   EXPECT_NE(msg.find("does not compile"), std::string::npos) << msg;
   EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
