@@ -58,6 +58,13 @@ TEST_P(SlowFilesTest, AgreesWithTokenizerJsonOnLongText) {
   EXPECT_EQ(fast.decode(ids), text);
 }
 
+// Llama 3's folder also has encoder.json + vocab.bpe, but its class (PreTrainedTokenizerFast) does
+// not say how to split text, so "slow" keeps tokenizer.json.
+TEST(TokenizerModes, SlowModeKeepsTokenizerJsonForLlama3) {
+  const Tokenizer& tok = cached_tokenizer("llama3-bpe", "slow");
+  for (const auto& c : load_cases("llama3-bpe")) EXPECT_EQ(tok.encode(c.text, false), c.ids) << c.text;
+}
+
 INSTANTIATE_TEST_SUITE_P(Tokenizers, SlowFilesTest, ::testing::Values("llama2-spm", "qwen2-bpe", "gpt2-bpe"));
 
 TEST(TokenizerSpecialTokens, Llama3AddsBeginOfTextFromThePostProcessor) {

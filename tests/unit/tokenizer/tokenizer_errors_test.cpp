@@ -111,6 +111,21 @@ TEST_F(TokenizerErrorsTest, ChatTemplateListAndAddedTokenObjects) {
   EXPECT_EQ(tok->model_max_length(), 4096);
 }
 
+TEST_F(TokenizerErrorsTest, TemplateFileAndSpecialTokensMapFallbacks) {
+  write("tokenizer.json", minimal_json("null"));
+  write("tokenizer_config.json", R"({"model_max_length": 8})");
+  write("chat_template.jinja", "{{ messages }}");
+  write("special_tokens_map.json", R"({"bos_token": {"content": "a"}, "eos_token": "ab"})");
+  auto tok = load_tokenizer(dir_);
+  ASSERT_EQ(tok->chat_templates().size(), 1u);
+  EXPECT_EQ(tok->chat_templates()[0].source, "{{ messages }}");
+  EXPECT_EQ(tok->bos_id(), 0);
+  EXPECT_EQ(tok->eos_id(), 2);
+  EXPECT_TRUE(tok->is_special(2));
+  write("special_tokens_map.json", "{");
+  EXPECT_NE(load_error().find("special_tokens_map.json: invalid JSON"), std::string::npos);
+}
+
 TEST_F(TokenizerErrorsTest, MissingFilesAndBadSentencePiece) {
   std::string msg = load_error();
   EXPECT_NE(msg.find("no tokenizer found"), std::string::npos) << msg;
