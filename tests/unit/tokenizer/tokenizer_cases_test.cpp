@@ -2,6 +2,7 @@
 // (testdata/tokenizers/*/cases.jsonl), and the different files of one model against each other.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -112,6 +113,15 @@ TEST(TokenizerSpecialTokens, SpecialTokensInTextAreRecognised) {
   const Tokenizer& l3 = cached_tokenizer("llama3-bpe");
   auto ids3 = l3.encode("<|start_header_id|>assistant<|end_header_id|>\n\nHello", false);
   EXPECT_EQ(ids3, (std::vector<int32_t>{128006, 78191, 128007, 271, 9906}));
+}
+
+// Llama 2's tokenizer.json marks <s> normalized: it is matched in normalized text in its normalized
+// form "▁<s>", so it takes the space before it, and is not recognised glued to a word.
+TEST(TokenizerSpecialTokens, Llama2NormalizedSpecialTokens) {
+  const Tokenizer& tok = cached_tokenizer("llama2-spm");
+  EXPECT_EQ(tok.encode("Hello <s> world", false), (std::vector<int32_t>{15043, 1, 3186}));
+  auto glued = tok.encode("model<s>", false);
+  EXPECT_EQ(std::count(glued.begin(), glued.end(), 1), 0);
 }
 
 TEST(TokenizerSpecialTokens, PiecesRoundTrip) {
