@@ -166,6 +166,22 @@ TEST(TokenizerThreads, ConcurrentEncodesAgreeWithSerialOnes) {
   EXPECT_EQ(mismatches.load(), 0);
 }
 
+// Long runs that make regexes backtrack and BPE words huge must still round-trip.
+TEST(TokenizerLongInputs, PathologicalRunsRoundTrip) {
+  std::vector<std::string> inputs = {std::string(200000, ' ') + "a", std::string(100000, '\n') + " x",
+                                     std::string(200000, '7'), "x" + std::string(100000, 'a')};
+  std::string cjk;
+  for (int i = 0; i < 30000; ++i) cjk += "\xE4\xB8\xAD";  // 中
+  inputs.push_back(cjk);
+  for (const char* name : {"llama3-bpe", "qwen2-bpe", "gpt2-bpe", "llama2-spm"}) {
+    const Tokenizer& tok = cached_tokenizer(name);
+    for (const auto& in : inputs) {
+      auto ids = tok.encode(in, false);
+      EXPECT_EQ(tok.decode(ids), in) << name << " input of " << in.size() << " bytes";
+    }
+  }
+}
+
 TEST(TokenizerModels, Stories260kRoundTripsASentence) {
   const Tokenizer& tok =
       cached_tokenizer((std::filesystem::path(CYPRIS_TESTDATA_DIR) / "models" / "stories260k").string());
