@@ -344,7 +344,8 @@ Value f_round(Interpreter&, const Value& v, Args& a, const SourcePos& pos) {
   std::string method = arg_str(a, 1, "method", "common");
   double scale = std::pow(10.0, static_cast<double>(precision));
   double x = v.to_double() * scale;
-  double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::round(x);
+  // "common" is Python's round(): halves go to the even neighbour (nearbyint's default mode).
+  double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
   if (method != "common" && method != "ceil" && method != "floor")
     throw_template_error(pos, "round: method must be 'common', 'ceil' or 'floor'");
   return Value(r / scale);
@@ -383,6 +384,8 @@ Value f_wordcount(Interpreter&, const Value& v, Args&, const SourcePos&) {
 Value f_attr(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
   const Value* name = arg(a, 0, "name");
   if (!name) throw_template_error(pos, "attr needs a name");
+  // Only attributes: a dict's keys are items, not attributes, so d|attr('key') is undefined.
+  if (v.is_dict() && !has_method(v, name->str())) return Value::undefined(fmt::format("no attribute '{}'", name->str()));
   return in.get_attr(v, name->str());
 }
 

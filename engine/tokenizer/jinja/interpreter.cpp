@@ -114,7 +114,7 @@ class MacroCallable : public Callable {
       scope.set(params[i].name, params[i].default_value ? interp.eval(*params[i].default_value, scope)
                                                         : Value::undefined(fmt::format("'{}' is undefined", params[i].name)));
     }
-    scope.set("varargs", Value::list(std::move(varargs)));
+    scope.set("varargs", Value::list(std::move(varargs), /*is_tuple=*/true));
     scope.set("kwargs", kwargs);
     return Value(interp.render_body_to_string(node_.body, scope));
   }
@@ -293,6 +293,8 @@ void Interpreter::exec_for(const Node& node, Scope& scope, Flow& flow) {
   }
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < n; ++i) {
+    // Jinja runs each iteration in a fresh scope: a `set` in one iteration is gone in the next.
+    loop_scope.vars.clear();
     auto loop = std::make_shared<DictData>();
     loop->items.reserve(12);
     loop->items.emplace_back("index", Value(i + 1));

@@ -224,7 +224,8 @@ std::optional<int64_t> parse_py_int(std::string_view s) {
 
 std::optional<double> parse_py_float(std::string_view s) {
   std::string t = py_strip(s, "", true, true, true);
-  if (t.empty()) return std::nullopt;
+  // strtod also reads hex ("0x1"), which Python's float() rejects.
+  if (t.empty() || t.find_first_of("xXpP") != std::string::npos) return std::nullopt;
   char* end = nullptr;
   double v = std::strtod(t.c_str(), &end);
   if (end != t.c_str() + t.size()) return std::nullopt;
