@@ -68,14 +68,15 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const C
   jinja::Interpreter interp(*template_);
   jinja::install_globals(interp);
   if (inputs.clock) interp.set_clock(inputs.clock);
-  if (inputs.extra.is_object())
-    for (auto it = inputs.extra.begin(); it != inputs.extra.end(); ++it) interp.set_global(it.key(), from_json(it.value()));
   interp.set_global("messages", from_json(messages));
   interp.set_global("add_generation_prompt", jinja::Value(inputs.add_generation_prompt));
   interp.set_global("bos_token", jinja::Value(inputs.bos_token));
   interp.set_global("eos_token", jinja::Value(inputs.eos_token));
   interp.set_global("tools", from_json(inputs.tools));
   interp.set_global("documents", from_json(inputs.documents));
+  // Extra variables come last so a caller can also replace the standard ones.
+  if (inputs.extra.is_object())
+    for (auto it = inputs.extra.begin(); it != inputs.extra.end(); ++it) interp.set_global(it.key(), from_json(it.value()));
   return interp.render();
 }
 

@@ -91,6 +91,7 @@ struct Node {
   std::vector<ExprPtr> values;          // With values
   std::vector<MacroParam> params;       // Macro / CallBlock
   bool attribute_target = false;        // Set: `set ns.attr = ...`
+  bool uses_loop = true;                // For: whether the body mentions `loop` (else it is not built)
 
   Node(NodeKind k, SourcePos p) : kind(k), pos(p) {}
 };

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <unordered_map>
 
@@ -442,6 +444,92 @@ Value f_truncate(Interpreter&, const Value& v, Args& a, const SourcePos& pos) {
   return Value(head + end);
 }
 
+
+// Python's printf-style `fmt % args`: %s %r %d %i %f %F %e %g %x %o %c %%, with flags, width,
+// precision and %(name)s fields taken from keyword arguments.
+Value f_format(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
+  const std::string f = v.str();
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i] != '%') {
+      out += f[i];
+      continue;
+    }
+    if (++i >= f.size()) throw_template_error(pos, "format: incomplete format");
+    const Value* arg_v = nullptr;
+    if (f[i] == '(') {
+      size_t close = f.find(')', i);
+      if (close == std::string::npos) throw_template_error(pos, "format: missing ')' in %(name)");
+      std::string key = f.substr(i + 1, close - i - 1);
+      for (const auto& [k, val] : a.keyword)
+        if (k == key) arg_v = &val;
+      if (!arg_v) throw_template_error(pos, fmt::format("format: no argument named '{}'", key));
+      i = close + 1;
+    }
+    std::string spec = "%";
+    while (i < f.size() && std::string_view("-+ #0").find(f[i]) != std::string_view::npos) spec += f[i++];
+    while (i < f.size() && (std::isdigit(static_cast<unsigned char>(f[i])) || f[i] == '.')) spec += f[i++];
+    if (i >= f.size()) throw_template_error(pos, "format: incomplete format");
+    char conv = f[i];
+    if (conv == '%') {
+      out += '%';
+      continue;
+    }
+    if (!arg_v) {
+      if (next >= a.positional.size()) throw_template_error(pos, "format: not enough arguments for format string");
+      arg_v = &a.positional[next++];
+    }
+    const Value& x = *arg_v;
+    char buf[512];
+    auto need_number = [&]() {
+      if (!x.is_number()) throw_template_error(pos, fmt::format("format: %{} needs a number, not {}", conv, x.type_name()));
+    };
+    switch (conv) {
+      case 's':
+      case 'r': {
+        std::string str = conv == 's' ? x.str() : x.repr();
+        std::snprintf(buf, sizeof(buf), (spec + "s").c_str(), "");  // validates the spec
+        std::string padded = str;
+        int width = 0;
+        bool left = spec.find('-') != std::string::npos;
+        size_t d = spec.find_first_of("123456789");
+        if (d != std::string::npos) width = std::atoi(spec.c_str() + d);
+        int len = static_cast<int>(utf8_length(str));
+        if (width > len) padded = left ? str + std::string(width - len, ' ') : std::string(width - len, ' ') + str;
+        out += padded;
+        break;
+      }
+      case 'd':
+      case 'i':
+      case 'x':
+      case 'X':
+      case 'o':
+        need_number();
+        std::snprintf(buf, sizeof(buf), (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(),
+                      static_cast<long long>(x.is_float() ? static_cast<int64_t>(x.as_float()) : x.to_int()));
+        out += buf;
+        break;
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G':
+        need_number();
+        std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), x.to_double());
+        out += buf;
+        break;
+      case 'c':
+        out += x.is_string() ? x.as_string() : std::string(1, static_cast<char>(x.to_int()));
+        break;
+      default: throw_template_error(pos, fmt::format("format: unsupported format character '{}'", conv));
+    }
+    in.check_string_size(out.size(), pos);
+  }
+  return Value(std::move(out));
+}
+
 // ---------------------------------------------------------------- tests
 
 bool t_defined(Interpreter&, const Value& v, Args&, const SourcePos&) { return !v.is_undefined(); }
@@ -526,6 +614,7 @@ FilterFn find_filter(std::string_view name) {
       {"first", f_first},
       {"float", f_float},
       {"forceescape", f_escape},
+      {"format", f_format},
       {"indent", f_indent},
       {"int", f_int},
       {"items", f_items},

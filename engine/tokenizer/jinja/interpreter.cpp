@@ -285,6 +285,7 @@ void Interpreter::exec_for(const Node& node, Scope& scope, Flow& flow) {
   if (node.cond) {
     std::vector<Value> kept;
     for (auto& item : items) {
+      tick(node.pos);
       assign_targets(node.targets, item, loop_scope, node.pos);
       if (eval(*node.cond, loop_scope).truthy()) kept.push_back(std::move(item));
     }
@@ -295,6 +296,18 @@ void Interpreter::exec_for(const Node& node, Scope& scope, Flow& flow) {
   for (int64_t i = 0; i < n; ++i) {
     // Jinja runs each iteration in a fresh scope: a `set` in one iteration is gone in the next.
     loop_scope.vars.clear();
+    tick(node.pos);  // an empty body must still count, or nested loops could run unbounded
+    if (node.uses_loop) set_loop_variable(loop_scope, items, i);
+    assign_targets(node.targets, items[i], loop_scope, node.pos);
+    Flow f = exec_body(node.body, loop_scope);
+    if (f == Flow::Break) break;
+  }
+  if (n == 0) flow = exec_body(node.else_body, scope);
+}
+
+void Interpreter::set_loop_variable(Scope& loop_scope, const std::vector<Value>& items, int64_t i) {
+  const int64_t n = static_cast<int64_t>(items.size());
+  {
     auto loop = std::make_shared<DictData>();
     loop->items.reserve(12);
     loop->items.emplace_back("index", Value(i + 1));
@@ -310,11 +323,7 @@ void Interpreter::exec_for(const Node& node, Scope& scope, Flow& flow) {
     if (i + 1 < n) loop->items.emplace_back("nextitem", items[i + 1]);
     loop->items.emplace_back("cycle", Value::callable(std::make_shared<LoopCycle>(i)));
     loop_scope.set("loop", Value::namespace_(std::move(loop)));
-    assign_targets(node.targets, items[i], loop_scope, node.pos);
-    Flow f = exec_body(node.body, loop_scope);
-    if (f == Flow::Break) break;
   }
-  if (n == 0) flow = exec_body(node.else_body, scope);
 }
 
 void Interpreter::exec_set(const Node& node, Scope& scope) {

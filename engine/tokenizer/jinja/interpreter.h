@@ -18,7 +18,7 @@ namespace cypris::jinja {
 struct RenderLimits {
   size_t max_output_bytes = 64u << 20;  // also the largest string a template may build
   size_t max_list_items = 1u << 20;     // largest list range()/ * / batch may build
-  int64_t max_steps = 20'000'000;       // evaluated expressions and statements
+  int64_t max_steps = 5'000'000;        // evaluated expressions, statements and loop iterations
   int max_call_depth = 64;              // nested macro calls
 };
 
@@ -58,6 +58,7 @@ class Interpreter {
   Flow exec_body(const Body& body, Scope& scope);
   Flow exec(const Node& node, Scope& scope);
   void exec_for(const Node& node, Scope& scope, Flow& flow);
+  void set_loop_variable(Scope& loop_scope, const std::vector<Value>& items, int64_t i);
   void exec_set(const Node& node, Scope& scope);
   void exec_call_block(const Node& node, Scope& scope);
   std::string render_body_to_string(const Body& body, Scope& scope);

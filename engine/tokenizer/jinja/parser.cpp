@@ -212,7 +212,9 @@ class Parser {
     expect_block_end();
     ++loop_depth_;
     std::string which;
+    int loop_refs = loop_refs_;
     n->body = parse_until({"else", "endfor"}, which);
+    n->uses_loop = loop_refs_ != loop_refs;
     --loop_depth_;
     if (which == "else") {
       expect_block_end();
@@ -464,6 +466,7 @@ class Parser {
         } else {
           e->kind = ExprKind::Name;
           e->name = n;
+          if (n == "loop") ++loop_refs_;
         }
         advance();
         return e;
@@ -680,6 +683,7 @@ class Parser {
   size_t i_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
+  int loop_refs_ = 0;  // how many `loop` names were parsed so far
 };
 
 }  // namespace
