@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -38,7 +39,11 @@ jinja::Value from_json(const nlohmann::ordered_json& j, int depth = 0) {
     case nlohmann::ordered_json::value_t::object: {
       jinja::Value d = jinja::Value::dict();
       d.as_dict().items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d.as_dict().items.emplace_back(it.key(), from_json(it.value(), depth + 1));
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        jinja::Value v = from_json(it.value(), depth + 1);
+        d.as_dict().depth = std::max(d.as_dict().depth, 1 + v.depth());
+        d.as_dict().items.emplace_back(it.key(), std::move(v));  // JSON keys are unique
+      }
       return d;
     }
     default: CYPRIS_FAIL("chat template input: unsupported JSON value (binary or discarded)");

@@ -146,6 +146,11 @@ void Interpreter::Scope::set(const std::string& name, Value v) {
 
 Interpreter::Interpreter(const Template& tmpl, RenderLimits limits) : tmpl_(tmpl), limits_(limits) {}
 
+Interpreter::~Interpreter() {
+  for (auto& weak : namespaces_)
+    if (auto ns = weak.lock()) ns->items.clear();
+}
+
 void Interpreter::set_global(std::string name, Value value) { root_.set(name, std::move(value)); }
 
 std::tm Interpreter::now() const {
@@ -322,6 +327,8 @@ void Interpreter::set_loop_variable(Scope& loop_scope, const std::vector<Value>&
     if (i > 0) loop->items.emplace_back("previtem", items[i - 1]);
     if (i + 1 < n) loop->items.emplace_back("nextitem", items[i + 1]);
     loop->items.emplace_back("cycle", Value::callable(std::make_shared<LoopCycle>(i)));
+    if (i > 0) loop->depth = std::max(loop->depth, 1 + items[i - 1].depth());
+    if (i + 1 < n) loop->depth = std::max(loop->depth, 1 + items[i + 1].depth());
     loop_scope.set("loop", Value::namespace_(std::move(loop)));
   }
 }

@@ -340,6 +340,7 @@ Value g_dict(Interpreter& in, CallArgs& a, const SourcePos& pos) {
 
 Value g_namespace(Interpreter& in, CallArgs& a, const SourcePos& pos) {
   Value d = g_dict(in, a, pos);
+  in.track_namespace(d.dict_ptr());
   return Value::namespace_(d.dict_ptr());
 }
 

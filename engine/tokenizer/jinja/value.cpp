@@ -1,6 +1,8 @@
 // Value semantics for the chat-template interpreter (see value.h).
 #include "engine/tokenizer/jinja/value.h"
 
+#include "engine/common/error.h"
+
 #include <fmt/format.h>
 
 #include <charconv>
@@ -21,7 +23,19 @@ Value* DictData::find(std::string_view key) {
   return nullptr;
 }
 
+namespace {
+int checked_depth(int depth) {
+  if (depth > kMaxValueDepth) throw Error(fmt::format("chat template: value nested more than {} levels", kMaxValueDepth));
+  return depth;
+}
+
+// repr() of a namespace that contains itself would not end; deeper than this prints "...".
+constexpr int kMaxReprDepth = kMaxValueDepth + 8;
+std::string repr_at(const Value& v, int level);
+}  // namespace
+
 void DictData::set(std::string key, Value value) {
+  depth = std::max(depth, checked_depth(1 + value.depth()));
   if (Value* v = find(key)) {
     *v = std::move(value);
     return;
@@ -38,6 +52,9 @@ const Value* CallArgs::get(size_t index, std::string_view name) const {
 
 Value Value::list(std::vector<Value> items, bool is_tuple) {
   auto d = std::make_shared<ListData>();
+  int depth = 0;
+  for (const auto& v : items) depth = std::max(depth, v.depth());
+  d->depth = checked_depth(depth + 1);
   d->items = std::move(items);
   d->is_tuple = is_tuple;
   return Value(Kind::List, std::move(d));
@@ -102,20 +119,34 @@ std::string Value::str() const {
   }
 }
 
-std::string Value::repr() const {
+std::string Value::repr() const { return repr_at(*this, 0); }
+
+int Value::depth() const {
   switch (kind_) {
+    case Kind::List: return as_list().depth;
+    case Kind::Dict:
+    case Kind::Namespace: return as_dict().depth;
+    default: return 0;
+  }
+}
+
+namespace {
+std::string repr_at(const Value& v, int level) {
+  using Kind = Value::Kind;
+  if (level > kMaxReprDepth) return "...";
+  switch (v.kind()) {
     case Kind::Undefined: return {};
     case Kind::None: return "None";
-    case Kind::Bool: return as_bool() ? "True" : "False";
-    case Kind::Int: return std::to_string(as_int());
-    case Kind::Float: return format_float(as_float());
-    case Kind::String: return repr_string(as_string());
+    case Kind::Bool: return v.as_bool() ? "True" : "False";
+    case Kind::Int: return std::to_string(v.as_int());
+    case Kind::Float: return format_float(v.as_float());
+    case Kind::String: return repr_string(v.as_string());
     case Kind::List: {
-      const ListData& l = as_list();
+      const ListData& l = v.as_list();
       std::string out = l.is_tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
-        out += l.items[i].repr();
+        out += repr_at(l.items[i], level + 1);
       }
       if (l.is_tuple && l.items.size() == 1) out += ",";
       out += l.is_tuple ? ")" : "]";
@@ -123,22 +154,23 @@ std::string Value::repr() const {
     }
     case Kind::Dict:
     case Kind::Namespace: {
-      std::string out = kind_ == Kind::Namespace ? "<Namespace {" : "{";
+      std::string out = v.kind() == Kind::Namespace ? "<Namespace {" : "{";
       bool first = true;
-      for (const auto& [k, v] : as_dict().items) {
+      for (const auto& [k, val] : v.as_dict().items) {
         if (!first) out += ", ";
         first = false;
         out += repr_string(k);
         out += ": ";
-        out += v.repr();
+        out += repr_at(val, level + 1);
       }
-      out += kind_ == Kind::Namespace ? "}>" : "}";
+      out += v.kind() == Kind::Namespace ? "}>" : "}";
       return out;
     }
-    case Kind::Callable: return "<function " + as_callable().name() + ">";
+    case Kind::Callable: return "<function " + v.as_callable().name() + ">";
   }
   return {};
 }
+}  // namespace
 
 std::string Value::type_name() const {
   switch (kind_) {
@@ -174,8 +206,8 @@ bool values_equal(const Value& a, const Value& b) {
         if (!values_equal(x[i], y[i])) return false;
       return true;
     }
-    case Value::Kind::Dict:
-    case Value::Kind::Namespace: {
+    case Value::Kind::Namespace: return a.same_object(b);  // Python compares namespaces by identity
+    case Value::Kind::Dict: {
       const DictData& x = a.as_dict();
       const DictData& y = b.as_dict();
       if (&x == &y) return true;

@@ -142,6 +142,11 @@ TEST(JinjaLanguage, RunawayTemplatesStopWithAnError) {
               HasSubstr("exceeds"));
   EXPECT_THAT(error_of("{{ 'x' * 10000000000 }}"), HasSubstr("exceeds"));
   EXPECT_THAT(error_of("{{ range(1000000000)|length }}"), HasSubstr("range too big"));
+  // A namespace can wrap a value in itself without end; nesting is capped instead of crashing.
+  EXPECT_THAT(error_of("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"),
+              HasSubstr("nested more than"));
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ (ns|string)[:30] }}"),
+            "<Namespace {'me': <Namespace {");
   std::string deep(500, '(');
   EXPECT_THAT(error_of("{{ " + deep + "1" + std::string(500, ')') + " }}"), HasSubstr("nested too deeply"));
 }
