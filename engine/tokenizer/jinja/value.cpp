@@ -1,13 +1,13 @@
 // Value semantics for the chat-template interpreter (see value.h).
 #include "engine/tokenizer/jinja/value.h"
 
-#include "engine/common/error.h"
-
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cmath>
 #include <cstring>
+
+#include "engine/common/error.h"
 
 namespace cypris::jinja {
 
@@ -25,7 +25,8 @@ Value* DictData::find(std::string_view key) {
 
 namespace {
 int checked_depth(int depth) {
-  if (depth > kMaxValueDepth) throw Error(fmt::format("chat template: value nested more than {} levels", kMaxValueDepth));
+  if (depth > kMaxValueDepth)
+    throw Error(fmt::format("chat template: value nested more than {} levels", kMaxValueDepth));
   return depth;
 }
 
@@ -60,25 +61,37 @@ Value Value::list(std::vector<Value> items, bool is_tuple) {
   return Value(Kind::List, std::move(d));
 }
 
-Value Value::dict() { return Value(Kind::Dict, std::make_shared<DictData>()); }
+Value Value::dict() {
+  return Value(Kind::Dict, std::make_shared<DictData>());
+}
 
-Value Value::callable(std::shared_ptr<Callable> c) { return Value(Kind::Callable, std::move(c)); }
+Value Value::callable(std::shared_ptr<Callable> c) {
+  return Value(Kind::Callable, std::move(c));
+}
 
 double Value::to_double() const {
   switch (kind_) {
-    case Kind::Bool: return as_bool() ? 1.0 : 0.0;
-    case Kind::Int: return static_cast<double>(as_int());
-    case Kind::Float: return as_float();
-    default: return 0.0;
+    case Kind::Bool:
+      return as_bool() ? 1.0 : 0.0;
+    case Kind::Int:
+      return static_cast<double>(as_int());
+    case Kind::Float:
+      return as_float();
+    default:
+      return 0.0;
   }
 }
 
 int64_t Value::to_int() const {
   switch (kind_) {
-    case Kind::Bool: return as_bool() ? 1 : 0;
-    case Kind::Int: return as_int();
-    case Kind::Float: return static_cast<int64_t>(as_float());
-    default: return 0;
+    case Kind::Bool:
+      return as_bool() ? 1 : 0;
+    case Kind::Int:
+      return as_int();
+    case Kind::Float:
+      return static_cast<int64_t>(as_float());
+    default:
+      return 0;
   }
 }
 
@@ -86,47 +99,68 @@ bool Value::same_object(const Value& other) const {
   if (kind_ != other.kind_) return false;
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None: return true;
-    case Kind::List: return &as_list() == &other.as_list();
+    case Kind::None:
+      return true;
+    case Kind::List:
+      return &as_list() == &other.as_list();
     case Kind::Dict:
-    case Kind::Namespace: return &as_dict() == &other.as_dict();
-    case Kind::Callable: return &as_callable() == &other.as_callable();
-    default: return values_equal(*this, other);
+    case Kind::Namespace:
+      return &as_dict() == &other.as_dict();
+    case Kind::Callable:
+      return &as_callable() == &other.as_callable();
+    default:
+      return values_equal(*this, other);
   }
 }
 
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None: return false;
-    case Kind::Bool: return as_bool();
-    case Kind::Int: return as_int() != 0;
-    case Kind::Float: return as_float() != 0.0;
-    case Kind::String: return !as_string().empty();
-    case Kind::List: return !as_list().items.empty();
-    case Kind::Dict: return !as_dict().items.empty();
+    case Kind::None:
+      return false;
+    case Kind::Bool:
+      return as_bool();
+    case Kind::Int:
+      return as_int() != 0;
+    case Kind::Float:
+      return as_float() != 0.0;
+    case Kind::String:
+      return !as_string().empty();
+    case Kind::List:
+      return !as_list().items.empty();
+    case Kind::Dict:
+      return !as_dict().items.empty();
     case Kind::Namespace:
-    case Kind::Callable: return true;
+    case Kind::Callable:
+      return true;
   }
   return false;
 }
 
 std::string Value::str() const {
   switch (kind_) {
-    case Kind::Undefined: return {};
-    case Kind::String: return as_string();
-    default: return repr();
+    case Kind::Undefined:
+      return {};
+    case Kind::String:
+      return as_string();
+    default:
+      return repr();
   }
 }
 
-std::string Value::repr() const { return repr_at(*this, 0); }
+std::string Value::repr() const {
+  return repr_at(*this, 0);
+}
 
 int Value::depth() const {
   switch (kind_) {
-    case Kind::List: return as_list().depth;
+    case Kind::List:
+      return as_list().depth;
     case Kind::Dict:
-    case Kind::Namespace: return as_dict().depth;
-    default: return 0;
+    case Kind::Namespace:
+      return as_dict().depth;
+    default:
+      return 0;
   }
 }
 
@@ -135,12 +169,18 @@ std::string repr_at(const Value& v, int level) {
   using Kind = Value::Kind;
   if (level > kMaxReprDepth) return "...";
   switch (v.kind()) {
-    case Kind::Undefined: return {};
-    case Kind::None: return "None";
-    case Kind::Bool: return v.as_bool() ? "True" : "False";
-    case Kind::Int: return std::to_string(v.as_int());
-    case Kind::Float: return format_float(v.as_float());
-    case Kind::String: return repr_string(v.as_string());
+    case Kind::Undefined:
+      return {};
+    case Kind::None:
+      return "None";
+    case Kind::Bool:
+      return v.as_bool() ? "True" : "False";
+    case Kind::Int:
+      return std::to_string(v.as_int());
+    case Kind::Float:
+      return format_float(v.as_float());
+    case Kind::String:
+      return repr_string(v.as_string());
     case Kind::List: {
       const ListData& l = v.as_list();
       std::string out = l.is_tuple ? "(" : "[";
@@ -166,7 +206,8 @@ std::string repr_at(const Value& v, int level) {
       out += v.kind() == Kind::Namespace ? "}>" : "}";
       return out;
     }
-    case Kind::Callable: return "<function " + v.as_callable().name() + ">";
+    case Kind::Callable:
+      return "<function " + v.as_callable().name() + ">";
   }
   return {};
 }
@@ -174,16 +215,26 @@ std::string repr_at(const Value& v, int level) {
 
 std::string Value::type_name() const {
   switch (kind_) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "NoneType";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Float: return "float";
-    case Kind::String: return "str";
-    case Kind::List: return as_list().is_tuple ? "tuple" : "list";
-    case Kind::Dict: return "dict";
-    case Kind::Namespace: return "Namespace";
-    case Kind::Callable: return "function";
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "NoneType";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::String:
+      return "str";
+    case Kind::List:
+      return as_list().is_tuple ? "tuple" : "list";
+    case Kind::Dict:
+      return "dict";
+    case Kind::Namespace:
+      return "Namespace";
+    case Kind::Callable:
+      return "function";
   }
   return "object";
 }
@@ -196,8 +247,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::Undefined:
-    case Value::Kind::None: return true;
-    case Value::Kind::String: return a.as_string() == b.as_string();
+    case Value::Kind::None:
+      return true;
+    case Value::Kind::String:
+      return a.as_string() == b.as_string();
     case Value::Kind::List: {
       const auto& x = a.as_list().items;
       const auto& y = b.as_list().items;
@@ -206,7 +259,8 @@ bool values_equal(const Value& a, const Value& b) {
         if (!values_equal(x[i], y[i])) return false;
       return true;
     }
-    case Value::Kind::Namespace: return a.same_object(b);  // Python compares namespaces by identity
+    case Value::Kind::Namespace:
+      return a.same_object(b);  // Python compares namespaces by identity
     case Value::Kind::Dict: {
       const DictData& x = a.as_dict();
       const DictData& y = b.as_dict();
@@ -218,8 +272,10 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::Kind::Callable: return a.same_object(b);
-    default: return false;
+    case Value::Kind::Callable:
+      return a.same_object(b);
+    default:
+      return false;
   }
 }
 

@@ -67,13 +67,16 @@ TEST(JinjaLanguage, MacrosWithDefaultsAndCaller) {
 }
 
 TEST(JinjaLanguage, Filters) {
-  EXPECT_EQ(render("{{ '  x  '|trim }}|{{ [3, 1, 2]|sort|join(',') }}|{{ 'abc'|upper|reverse }}|{{ none|default('d') }}"),
-            "x|1,2,3|CBA|None");
+  EXPECT_EQ(
+      render("{{ '  x  '|trim }}|{{ [3, 1, 2]|sort|join(',') }}|{{ 'abc'|upper|reverse }}|{{ none|default('d') }}"),
+      "x|1,2,3|CBA|None");
   EXPECT_EQ(render("{{ ''|default('d', true) }}|{{ [1, 2, 2, 1]|unique|list }}|{{ 'a b'|replace(' ', '_') }}"),
             "d|[1, 2]|a_b");
   EXPECT_EQ(render("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='content')|join(' ') }}",
-                   {{"ms", {{{"role", "user"}, {"content", "a"}}, {{"role", "bot"}, {"content", "b"}},
-                            {{"role", "user"}, {"content", "c"}}}}}),
+                   {{"ms",
+                     {{{"role", "user"}, {"content", "a"}},
+                      {{"role", "bot"}, {"content", "b"}},
+                      {{"role", "user"}, {"content", "c"}}}}}),
             "a c");
   EXPECT_EQ(render("{{ d|tojson }}", {{"d", {{"z", {1, 2.5, nullptr}}, {"a", "é\"\n"}}}}),
             "{\"z\": [1, 2.5, null], \"a\": \"é\\\"\\n\"}");
