@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <queue>
 
 #include "engine/common/error.h"
@@ -62,34 +63,49 @@ struct BpeModel::Cache {
   Shard shards[kShards];
 };
 
-static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+static uint64_t token_hash(std::string_view s) {
+  return std::hash<std::string_view>{}(s) | 1;
+}
+
+int32_t BpeModel::find_token(std::string_view token) const {
+  uint64_t h = token_hash(token);
+  for (uint64_t i = h & token_mask_;; i = (i + 1) & token_mask_) {
+    const TokenSlot& s = token_slots_[i];
+    if (s.hash == 0) return -1;
+    if (s.hash == h && id_to_token_[s.id] == token) return s.id;
+  }
+}
+
+static uint64_t pair_key(int32_t a, int32_t b) {
+  return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+}
 
 BpeModel::BpeModel(VocabMap vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts,
                    const std::string& where)
-    : vocab_(std::move(vocab)), opts_(std::move(opts)) {
+    : opts_(std::move(opts)) {
   int32_t max_id = -1;
-  for (const auto& [tok, id] : vocab_) {
+  for (const auto& [tok, id] : vocab) {
     CYPRIS_CHECK(id >= 0 && id < (1 << 28), "{}: BPE vocabulary id {} of token '{}' is out of range", where, id, tok);
     max_id = std::max(max_id, id);
   }
   id_to_token_.resize(size_t(max_id + 1));
   id_present_.assign(size_t(max_id + 1), 0);
-  for (const auto& [tok, id] : vocab_) {
+  for (const auto& [tok, id] : vocab) {
     id_to_token_[id] = tok;
     id_present_[id] = 1;
   }
   if (opts_.unk_token) {
-    auto it = vocab_.find(*opts_.unk_token);
+    auto it = vocab.find(*opts_.unk_token);
     // Like Hugging Face, an unk token missing from the vocabulary only matters when it is needed.
-    if (it != vocab_.end()) unk_id_ = it->second;
+    if (it != vocab.end()) unk_id_ = it->second;
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab_.find(fmt::format("<0x{:02X}>", b));
-    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+    auto it = vocab.find(fmt::format("<0x{:02X}>", b));
+    byte_ids_[b] = it == vocab.end() ? -1 : it->second;
   }
   bmp_char_id_.assign(0x10000, -1);
   bool metaspace_inside = false;
-  for (const auto& [tok, id] : vocab_) {
+  for (const auto& [tok, id] : vocab) {
     size_t i = 0;
     uint32_t cp = tok.empty() ? 0 : unicode::next_cp(tok, i);
     if (!tok.empty() && i == tok.size() && cp < 0x10000) bmp_char_id_[cp] = id;
@@ -98,22 +114,33 @@ BpeModel::BpeModel(VocabMap vocab, const std::vector<std::pair<std::string, std:
       if (p < 3 || tok.compare(p - 3, 3, "\xE2\x96\x81") != 0) metaspace_inside = true;
     }
   }
-  split_at_metaspace_ = !metaspace_inside && vocab_.count("\xE2\x96\x81") > 0 && opts_.continuing_subword_prefix.empty() &&
-                        opts_.end_of_word_suffix.empty();
+  split_at_metaspace_ = !metaspace_inside && vocab.count("\xE2\x96\x81") > 0 &&
+                        opts_.continuing_subword_prefix.empty() && opts_.end_of_word_suffix.empty();
 
   merges_ = std::make_unique<MergeTable>(merges.size());
   const std::string& prefix = opts_.continuing_subword_prefix;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [a, b] = merges[rank];
-    auto ia = vocab_.find(a), ib = vocab_.find(b);
-    CYPRIS_CHECK(ia != vocab_.end() && ib != vocab_.end(), "{}: merge {} '{} {}' uses a token missing from the vocabulary",
-                 where, rank, a, b);
+    auto ia = vocab.find(a), ib = vocab.find(b);
+    CYPRIS_CHECK(ia != vocab.end() && ib != vocab.end(),
+                 "{}: merge {} '{} {}' uses a token missing from the vocabulary", where, rank, a, b);
     std::string merged = a;
     merged += (!prefix.empty() && b.compare(0, prefix.size(), prefix) == 0) ? b.substr(prefix.size()) : b;
-    auto im = vocab_.find(merged);
-    CYPRIS_CHECK(im != vocab_.end(), "{}: merge {} '{} {}' makes '{}', which is missing from the vocabulary", where,
+    auto im = vocab.find(merged);
+    CYPRIS_CHECK(im != vocab.end(), "{}: merge {} '{} {}' makes '{}', which is missing from the vocabulary", where,
                  rank, a, b, merged);
     merges_->put(pair_key(ia->second, ib->second), int32_t(rank), im->second);
+  }
+  size_t cap = 16;
+  while (cap < vocab.size() * 2) cap <<= 1;
+  token_slots_.assign(cap, TokenSlot{});
+  token_mask_ = cap - 1;
+  for (const auto& [tok, id] : vocab) {
+    if (id_to_token_[id] != tok) continue;  // two tokens with one id: the one id_to_token_ kept
+    uint64_t h = token_hash(tok);
+    uint64_t i = h & token_mask_;
+    while (token_slots_[i].hash != 0) i = (i + 1) & token_mask_;
+    token_slots_[i] = {h, id};
   }
   cache_ = std::make_unique<Cache>();
 }
@@ -121,9 +148,9 @@ BpeModel::BpeModel(VocabMap vocab, const std::vector<std::pair<std::string, std:
 BpeModel::~BpeModel() = default;
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  int32_t id = find_token(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
@@ -137,15 +164,13 @@ int32_t BpeModel::char_id(std::string_view ch, bool first, bool last) const {
     size_t i = 0;
     uint32_t cp = unicode::next_cp(ch, i);
     if (cp < 0x10000) return bmp_char_id_[cp];
-    auto it = vocab_.find(ch);
-    return it == vocab_.end() ? -1 : it->second;
+    return find_token(ch);
   }
   std::string s;
   if (!first) s += opts_.continuing_subword_prefix;
   s += ch;
   if (last) s += opts_.end_of_word_suffix;
-  auto it = vocab_.find(s);
-  return it == vocab_.end() ? -1 : it->second;
+  return find_token(s);
 }
 
 void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) const {
@@ -186,6 +211,28 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
   if (syms.empty()) return;
   syms.back().next = -1;
 
+  if (syms.size() <= 16) {
+    // Short words: scanning for the lowest-ranked pair beats a heap and allocates nothing.
+    for (;;) {
+      int32_t best_pos = -1, best_rank = INT32_MAX, best_id = -1;
+      for (int32_t p = 0; p >= 0 && syms[p].next >= 0; p = syms[p].next) {
+        const auto* m = merges_->get(pair_key(syms[p].id, syms[syms[p].next].id));
+        if (m && m->rank < best_rank) {
+          best_rank = m->rank;
+          best_pos = p;
+          best_id = m->id;
+        }
+      }
+      if (best_pos < 0) break;
+      Sym& s = syms[best_pos];
+      int32_t nx = s.next;
+      s.id = best_id;
+      s.next = syms[nx].next;
+      if (s.next >= 0) syms[s.next].prev = best_pos;
+    }
+    for (int32_t p = 0; p >= 0; p = syms[p].next) out.push_back(syms[p].id);
+    return;
+  }
   struct Cand {
     int32_t rank, pos, id;
     bool operator<(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
@@ -233,13 +280,6 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
       return;
     }
   }
-  if (opts_.ignore_merges) {
-    auto it = vocab_.find(word);
-    if (it != vocab_.end()) {
-      out.push_back(it->second);
-      return;
-    }
-  }
   bool cacheable = word.size() <= 64;
   Cache::Shard* shard = nullptr;
   if (cacheable) {
@@ -252,7 +292,12 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     }
   }
   size_t before = out.size();
-  merge_word(word, out);
+  int32_t whole = opts_.ignore_merges ? find_token(word) : -1;
+  if (whole >= 0) {
+    out.push_back(whole);
+  } else {
+    merge_word(word, out);
+  }
   if (cacheable) {
     std::vector<int32_t> ids(out.begin() + long(before), out.end());
     std::lock_guard<std::mutex> lock(shard->mu);

@@ -45,21 +45,27 @@ class BpeModel {
   const std::string* id_to_token(int32_t id) const;
   int32_t size() const { return int32_t(id_to_token_.size()); }
   const BpeOptions& options() const { return opts_; }
-  const VocabMap& vocab() const { return vocab_; }
 
  private:
   struct MergeTable;
   struct Cache;
+  // token -> id lookup in one flat open-addressing table: two cache misses instead of a node chase.
+  int32_t find_token(std::string_view token) const;
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
   int32_t char_id(std::string_view ch, bool first, bool last) const;
 
-  VocabMap vocab_;
+  struct TokenSlot {
+    uint64_t hash = 0;  // 0: empty
+    int32_t id = -1;
+  };
+  std::vector<TokenSlot> token_slots_;
+  uint64_t token_mask_ = 0;
   std::vector<std::string> id_to_token_;
   std::vector<char> id_present_;
   BpeOptions opts_;
   std::optional<int32_t> unk_id_;
-  int32_t byte_ids_[256];                 // <0xXX> tokens for byte_fallback, -1 when missing
-  std::vector<int32_t> bmp_char_id_;      // single code point tokens below U+10000, -1 when missing
+  int32_t byte_ids_[256];             // <0xXX> tokens for byte_fallback, -1 when missing
+  std::vector<int32_t> bmp_char_id_;  // single code point tokens below U+10000, -1 when missing
   std::unique_ptr<MergeTable> merges_;
   std::unique_ptr<Cache> cache_;
   // SentencePiece-style vocabularies with no pre-tokenizer hand whole texts to the model. When no

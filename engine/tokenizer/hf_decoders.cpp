@@ -102,11 +102,11 @@ class FuseStage : public DecoderStage {
 // Strips up to `start` leading and `stop` trailing `content` characters of every token.
 class StripStage : public DecoderStage {
  public:
-  StripStage(std::string content, size_t start, size_t stop) : content_(std::move(content)), start_(start), stop_(stop) {}
+  StripStage(std::string content, size_t start, size_t stop)
+      : content_(std::move(content)), start_(start), stop_(stop) {}
   void push(DecodePiece piece, std::vector<DecodePiece>& out) override {
     if (piece.new_token) {
       held_.clear();
-      held_count_ = 0;
       lead_left_ = start_;
     }
     std::string_view t = piece.text;
@@ -137,7 +137,6 @@ class StripStage : public DecoderStage {
       }
       text = all.substr(0, end);
       held_ = all.substr(end);
-      held_count_ = count;
     }
     if (!text.empty() || piece.new_token) out.push_back({std::move(text), piece.new_token});
   }
@@ -147,7 +146,6 @@ class StripStage : public DecoderStage {
   size_t start_, stop_;
   size_t lead_left_ = 0;
   std::string held_;
-  size_t held_count_ = 0;
 };
 
 class MetaspaceStage : public DecoderStage {
@@ -215,9 +213,7 @@ class StageDecoder : public Decoder {
  public:
   using Factory = std::function<std::unique_ptr<DecoderStage>()>;
   explicit StageDecoder(Factory f) : factory_(std::move(f)) {}
-  void make_stages(std::vector<std::unique_ptr<DecoderStage>>& stages) const override {
-    stages.push_back(factory_());
-  }
+  void make_stages(std::vector<std::unique_ptr<DecoderStage>>& stages) const override { stages.push_back(factory_()); }
 
  private:
   Factory factory_;
@@ -345,12 +341,15 @@ std::unique_ptr<PostProcessor> parse_post_processor(const json& j, const std::st
       if (auto p = parse_post_processor(item, where, lookup)) parts.push_back(std::move(p));
     return std::make_unique<SequenceProcessor>(std::move(parts));
   }
-  CYPRIS_FAIL("{} type '{}' is not supported; supported: TemplateProcessing, ByteLevel, RobertaProcessing, "
-              "BertProcessing, Sequence",
-              where, type);
+  CYPRIS_FAIL(
+      "{} type '{}' is not supported; supported: TemplateProcessing, ByteLevel, RobertaProcessing, "
+      "BertProcessing, Sequence",
+      where, type);
 }
 
-std::unique_ptr<Decoder> make_byte_level_decoder() { return stage_decoder<ByteLevelStage>(); }
+std::unique_ptr<Decoder> make_byte_level_decoder() {
+  return stage_decoder<ByteLevelStage>();
+}
 
 std::unique_ptr<Decoder> make_sentencepiece_decoder() {
   std::vector<std::unique_ptr<Decoder>> parts;
@@ -401,9 +400,10 @@ std::unique_ptr<Decoder> parse_decoder(const json& j, const std::string& where) 
       if (auto d = parse_decoder(item, where)) parts.push_back(std::move(d));
     return std::make_unique<SequenceDecoder>(std::move(parts));
   }
-  CYPRIS_FAIL("{} type '{}' is not supported; supported: ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace, "
-              "Sequence",
-              where, type);
+  CYPRIS_FAIL(
+      "{} type '{}' is not supported; supported: ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace, "
+      "Sequence",
+      where, type);
 }
 
 // ---- DecodeChain ----

@@ -128,9 +128,10 @@ Behavior parse_behavior(const json& j, const std::string& where) {
   if (b == "MergedWithPrevious") return Behavior::MergedWithPrevious;
   if (b == "MergedWithNext") return Behavior::MergedWithNext;
   if (b == "Contiguous") return Behavior::Contiguous;
-  CYPRIS_FAIL("{}: split behavior '{}' is not supported; supported: Removed, Isolated, MergedWithPrevious, "
-              "MergedWithNext, Contiguous",
-              where, b);
+  CYPRIS_FAIL(
+      "{}: split behavior '{}' is not supported; supported: Removed, Isolated, MergedWithPrevious, "
+      "MergedWithNext, Contiguous",
+      where, b);
 }
 
 struct Part {
@@ -233,21 +234,34 @@ class ByteLevelPre : public PreTokenizer {
  public:
   ByteLevelPre(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
     if (use_regex) split_ = std::make_unique<RegexSplit>(kGpt2Pattern, false, Behavior::Isolated, false, "ByteLevel");
+    for (int b = 0; b < 256; ++b) {
+      const std::string& c = unicode::byte_to_char(uint8_t(b));
+      map_len_[b] = uint8_t(c.size());
+      for (size_t i = 0; i < c.size(); ++i) map_[b][i] = c[i];
+    }
   }
   void apply(PreTokens& pieces) const override {
     if (add_prefix_space_)
       for (auto& p : pieces)
         if (p.text.empty() || p.text[0] != ' ') p.text.insert(0, 1, ' ');
     if (split_) split_->apply(pieces);
+    std::string mapped;
     for (auto& p : pieces) {
-      std::string mapped;
-      mapped.reserve(p.text.size() + p.text.size() / 2);
-      for (char c : p.text) mapped += unicode::byte_to_char(uint8_t(c));
-      p.text = std::move(mapped);
+      mapped.resize(p.text.size() * 2);
+      size_t n = 0;
+      for (char c : p.text) {
+        uint8_t b = uint8_t(c);
+        mapped[n] = map_[b][0];
+        mapped[n + 1] = map_[b][1];
+        n += map_len_[b];
+      }
+      p.text.assign(mapped.data(), n);
     }
   }
 
  private:
+  char map_[256][2] = {};
+  uint8_t map_len_[256] = {};
   bool add_prefix_space_;
   std::unique_ptr<RegexSplit> split_;
 };
@@ -313,7 +327,9 @@ std::pair<std::string, bool> parse_pattern(const json& j, const std::string& whe
 
 }  // namespace
 
-std::unique_ptr<Normalizer> make_nfc_normalizer() { return std::make_unique<NfcNormalizer>(); }
+std::unique_ptr<Normalizer> make_nfc_normalizer() {
+  return std::make_unique<NfcNormalizer>();
+}
 
 std::unique_ptr<Normalizer> parse_normalizer(const json& j, const std::string& where) {
   if (j.is_null()) return nullptr;
@@ -327,7 +343,8 @@ std::unique_ptr<Normalizer> parse_normalizer(const json& j, const std::string& w
     auto [pattern, literal] = parse_pattern(j, w);
     return std::make_unique<ReplaceNormalizer>(pattern, literal, get_string(j, "content", w), w);
   }
-  if (type == "Strip") return std::make_unique<StripNormalizer>(get_bool(j, "strip_left", w, true), get_bool(j, "strip_right", w, true));
+  if (type == "Strip")
+    return std::make_unique<StripNormalizer>(get_bool(j, "strip_left", w, true), get_bool(j, "strip_right", w, true));
   if (type == "Sequence") {
     std::vector<std::unique_ptr<Normalizer>> parts;
     for (const auto& item : get_array(j, "normalizers", w))
@@ -400,9 +417,10 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const json& j, const std::stri
       if (auto p = parse_pre_tokenizer(item, where)) parts.push_back(std::move(p));
     return std::make_unique<SequencePre>(std::move(parts));
   }
-  CYPRIS_FAIL("{} type '{}' is not supported; supported: ByteLevel, Split, Metaspace, Digits, Whitespace, "
-              "WhitespaceSplit, Punctuation, BertPreTokenizer, Sequence",
-              where, type);
+  CYPRIS_FAIL(
+      "{} type '{}' is not supported; supported: ByteLevel, Split, Metaspace, Digits, Whitespace, "
+      "WhitespaceSplit, Punctuation, BertPreTokenizer, Sequence",
+      where, type);
 }
 
 }  // namespace cypris::hf

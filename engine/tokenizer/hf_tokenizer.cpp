@@ -1,8 +1,7 @@
 // Hugging Face tokenizer.json (BPE model) and GPT-2 style vocab.json + merges.txt, both run by the
 // same pipeline: normalizer -> pre-tokenizer -> BPE -> post-processor, decoder for the way back.
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/common/error.h"
@@ -154,13 +153,13 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& f
   tok->normalizer_ = hf::parse_normalizer(j.value("normalizer", json()), where + ": normalizer");
   tok->pre_ = hf::parse_pre_tokenizer(j.value("pre_tokenizer", json()), where + ": pre_tokenizer");
   if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
-    for (const auto& t : hf::get_array(j, "added_tokens", where)) tok->add_token(parse_added_token(t, where + ": added_tokens"));
+    for (const auto& t : hf::get_array(j, "added_tokens", where))
+      tok->add_token(parse_added_token(t, where + ": added_tokens"));
   }
   tok->apply_config(cfg);
   const BpeTokenizer* raw = tok.get();
-  tok->set_post_processor(hf::parse_post_processor(
-      j.value("post_processor", json()), where + ": post_processor",
-      [raw](const std::string& s) { return raw->piece_to_id(s); }));
+  tok->set_post_processor(hf::parse_post_processor(j.value("post_processor", json()), where + ": post_processor",
+                                                   [raw](const std::string& s) { return raw->piece_to_id(s); }));
   // Transformers' Llama/Gemma fast classes rebuild the post-processor from add_bos_token/add_eos_token.
   if (is_llama_class(cfg.tokenizer_class) && (cfg.add_bos_token || cfg.add_eos_token))
     tok->config_post_processor(cfg, true);

@@ -42,8 +42,8 @@ Regex::Regex(std::string_view pattern, bool literal, std::string_view where) : p
   int err = 0;
   PCRE2_SIZE err_off = 0;
   uint32_t opts = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err,
-                                   &err_off, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err, &err_off, nullptr);
   if (!code) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(err, buf, sizeof(buf));
@@ -54,7 +54,9 @@ Regex::Regex(std::string_view pattern, bool literal, std::string_view where) : p
   code_ = code;
 }
 
-Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Regex::~Regex() {
+  pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>& out) const {
   auto* code = static_cast<pcre2_code*>(code_);
@@ -85,8 +87,8 @@ void Regex::find_all(std::string_view s, std::vector<std::pair<size_t, size_t>>&
 bool Regex::matches_at(std::string_view s, size_t at) const {
   auto* code = static_cast<pcre2_code*>(code_);
   MatchData md(code);
-  int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), at,
-                       PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, md.md, thread_state().ctx);
+  int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), at, PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED,
+                       md.md, thread_state().ctx);
   return rc >= 0;
 }
 

@@ -18,17 +18,33 @@ class SentencePieceTokenizer : public TokenizerBase {
     CYPRIS_CHECK(n > 0, "{}: the SentencePiece model has no pieces", where_);
     std::vector<std::string> pieces(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) pieces[i] = sp_.IdToPiece(i);
+    chunkable_ = can_chunk(pieces);
     init_vocab(std::move(pieces), n);
   }
   const sentencepiece::SentencePieceProcessor& sp() const { return sp_; }
 
  protected:
   void encode_model(std::string_view text, bool, std::vector<int32_t>& out) const override {
-    if (text.empty()) return;
-    std::vector<int> ids;
-    auto status = sp_.Encode(text, &ids);
-    CYPRIS_CHECK(status.ok(), "{}: SentencePiece could not encode the text: {}", where_, status.ToString());
-    out.insert(out.end(), ids.begin(), ids.end());
+    if (!chunkable_ || text.size() <= kChunk) {
+      encode_sp(text, out);
+      return;
+    }
+    // Cut before a space that follows a non-space, and drop that one space: SentencePiece's dummy
+    // prefix puts the "▁" back, so each chunk is encoded exactly as inside the whole text.
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t cut = text.size();
+      for (size_t p = start + kChunk; p < text.size(); ++p) {
+        if (text[p] == ' ' && text[p - 1] != ' ') {
+          cut = p;
+          break;
+        }
+      }
+      std::string_view chunk = text.substr(start, cut - start);
+      if (start > 0) chunk.remove_prefix(1);
+      encode_sp(chunk, out);
+      start = cut;
+    }
   }
   std::optional<int32_t> model_token_to_id(std::string_view piece) const override {
     int id = sp_.PieceToId(piece);
@@ -38,7 +54,35 @@ class SentencePieceTokenizer : public TokenizerBase {
   }
 
  private:
+  static constexpr size_t kChunk = 2048;
+
+  void encode_sp(std::string_view text, std::vector<int32_t>& out) const {
+    if (text.empty()) return;
+    std::vector<int> ids;
+    auto status = sp_.Encode(text, &ids);
+    CYPRIS_CHECK(status.ok(), "{}: SentencePiece could not encode the text: {}", where_, status.ToString());
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
+
+  // SentencePiece's BPE slows down more than linearly on long inputs, so long texts are encoded in
+  // chunks where that provably changes nothing: the model adds a dummy "▁" prefix, keeps runs of
+  // spaces, and no piece has "▁" after another character (so no piece spans a cut).
+  bool can_chunk(const std::vector<std::string>& pieces) const {
+    static const std::string kMeta = "\xE2\x96\x81";
+    std::vector<std::string> probe;
+    if (!sp_.Encode("a  b", &probe).ok()) return false;
+    std::string joined;
+    for (const auto& p : probe) joined += p;
+    if (joined != kMeta + "a" + kMeta + kMeta + "b") return false;
+    for (const auto& piece : pieces) {
+      for (size_t p = piece.find(kMeta, 1); p != std::string::npos; p = piece.find(kMeta, p + 3))
+        if (p < 3 || piece.compare(p - 3, 3, kMeta) != 0) return false;
+    }
+    return true;
+  }
+
   std::string where_;
+  bool chunkable_ = false;
   sentencepiece::SentencePieceProcessor sp_;
 };
 

@@ -10,7 +10,7 @@
 namespace cypris {
 
 struct StopCheck {
-  std::string text;                 // safe to emit now
+  std::string text;                  // safe to emit now
   std::optional<size_t> stop_index;  // which stop string matched (index into the list), when stopped
   bool stopped() const { return stop_index.has_value(); }
 };

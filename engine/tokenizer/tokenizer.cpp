@@ -2,12 +2,12 @@
 // the generic DecodeStream for Tokenizer implementations without their own.
 #include "engine/tokenizer/tokenizer.h"
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/common/error.h"
+#include "engine/common/log.h"
 #include "engine/tokenizer/tokenizer_base.h"
 
 namespace cypris {
@@ -62,6 +62,47 @@ class RedecodeStream : public DecodeStream {
   size_t emitted_ = 0;
 };
 
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  CYPRIS_CHECK(in.good(), "{}: cannot open the file", file.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json read_json_object(const fs::path& file) {
+  json j;
+  try {
+    j = json::parse(read_text(file));
+  } catch (const json::exception& e) {
+    CYPRIS_FAIL("{}: invalid JSON: {}", file.string(), e.what());
+  }
+  CYPRIS_CHECK(j.is_object(), "{}: expected a JSON object at the top level", file.string());
+  return j;
+}
+
+void parse_chat_templates(const json& value, const std::string& where, std::vector<NamedChatTemplate>& out) {
+  if (value.is_string()) {
+    out.push_back({"default", value.get<std::string>()});
+    return;
+  }
+  CYPRIS_CHECK(value.is_array(), "{}: 'chat_template' must be a string or a list of {{\"name\", \"template\"}}", where);
+  for (const auto& t : value) {
+    CYPRIS_CHECK(t.is_object() && t.contains("name") && t["name"].is_string() && t.contains("template") &&
+                     t["template"].is_string(),
+                 "{}: each 'chat_template' entry needs string 'name' and 'template'", where);
+    out.push_back({t["name"].get<std::string>(), t["template"].get<std::string>()});
+  }
+}
+
+// Classes whose slow (Python) versions read vocab.json + merges.txt with GPT-2 pre-tokenization
+// (Qwen2 with its own pattern and NFC): only for these does mode "slow" prefer those files.
+bool is_gpt2_files_class(std::string c) {
+  if (c.size() > 4 && c.compare(c.size() - 4, 4, "Fast") == 0) c.resize(c.size() - 4);
+  return c == "GPT2Tokenizer" || c == "Qwen2Tokenizer" || c == "CodeGenTokenizer" || c == "GPTNeoXTokenizer" ||
+         c == "BartTokenizer" || c == "RobertaTokenizer";
+}
+
 }  // namespace
 
 std::unique_ptr<DecodeStream> Tokenizer::decode_stream(bool skip_special_tokens,
@@ -72,19 +113,8 @@ std::unique_ptr<DecodeStream> Tokenizer::decode_stream(bool skip_special_tokens,
 TokenizerConfig read_tokenizer_config(const fs::path& dir) {
   TokenizerConfig cfg;
   fs::path file = dir / "tokenizer_config.json";
-  if (!fs::exists(file)) return cfg;
+  json j = fs::exists(file) ? read_json_object(file) : json::object();
   const std::string where = file.string();
-  std::ifstream in(file, std::ios::binary);
-  CYPRIS_CHECK(in.good(), "{}: cannot open the file", where);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::exception& e) {
-    CYPRIS_FAIL("{}: invalid JSON: {}", where, e.what());
-  }
-  CYPRIS_CHECK(j.is_object(), "{}: expected a JSON object at the top level", where);
   cfg.bos_token = token_field(j, "bos_token", where);
   cfg.eos_token = token_field(j, "eos_token", where);
   cfg.pad_token = token_field(j, "pad_token", where);
@@ -95,19 +125,25 @@ TokenizerConfig read_tokenizer_config(const fs::path& dir) {
   if (j.contains("tokenizer_class") && j["tokenizer_class"].is_string())
     cfg.tokenizer_class = j["tokenizer_class"].get<std::string>();
 
-  if (auto it = j.find("chat_template"); it != j.end() && !it->is_null()) {
-    if (it->is_string()) {
-      cfg.chat_templates.push_back({"default", it->get<std::string>()});
-    } else {
-      CYPRIS_CHECK(it->is_array(), "{}: 'chat_template' must be a string or a list of {{\"name\", \"template\"}}",
-                   where);
-      for (const auto& t : *it) {
-        CYPRIS_CHECK(t.is_object() && t.contains("name") && t["name"].is_string() && t.contains("template") &&
-                         t["template"].is_string(),
-                     "{}: each 'chat_template' entry needs string 'name' and 'template'", where);
-        cfg.chat_templates.push_back({t["name"].get<std::string>(), t["template"].get<std::string>()});
-      }
-    }
+  if (auto it = j.find("chat_template"); it != j.end() && !it->is_null())
+    parse_chat_templates(*it, where, cfg.chat_templates);
+  // Newer Transformers save the template beside the config.
+  if (cfg.chat_templates.empty() && fs::exists(dir / "chat_template.jinja")) {
+    cfg.chat_templates.push_back({"default", read_text(dir / "chat_template.jinja")});
+  } else if (cfg.chat_templates.empty() && fs::exists(dir / "chat_template.json")) {
+    json ct = read_json_object(dir / "chat_template.json");
+    if (ct.contains("chat_template") && !ct["chat_template"].is_null())
+      parse_chat_templates(ct["chat_template"], (dir / "chat_template.json").string(), cfg.chat_templates);
+  }
+  // Older models name their special tokens in special_tokens_map.json only.
+  if (fs::exists(dir / "special_tokens_map.json")) {
+    fs::path map_file = dir / "special_tokens_map.json";
+    json m = read_json_object(map_file);
+    const std::string mw = map_file.string();
+    if (!cfg.bos_token) cfg.bos_token = token_field(m, "bos_token", mw);
+    if (!cfg.eos_token) cfg.eos_token = token_field(m, "eos_token", mw);
+    if (!cfg.pad_token) cfg.pad_token = token_field(m, "pad_token", mw);
+    if (!cfg.unk_token) cfg.unk_token = token_field(m, "unk_token", mw);
   }
   if (auto it = j.find("model_max_length"); it != j.end() && !it->is_null()) {
     CYPRIS_CHECK(it->is_number(), "{}: 'model_max_length' must be a number", where);
@@ -142,8 +178,8 @@ TokenizerConfig read_tokenizer_config(const fs::path& dir) {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir, const TokenizerOptions& opts) {
   CYPRIS_CHECK(fs::is_directory(dir), "tokenizer folder '{}' does not exist or is not a directory", dir.string());
-  CYPRIS_CHECK(opts.mode == "auto" || opts.mode == "slow", "tokenizer mode '{}' is not supported; supported: auto, slow",
-               opts.mode);
+  CYPRIS_CHECK(opts.mode == "auto" || opts.mode == "slow",
+               "tokenizer mode '{}' is not supported; supported: auto, slow", opts.mode);
   TokenizerConfig cfg = read_tokenizer_config(dir);
   fs::path json_file = dir / "tokenizer.json";
   fs::path spm_file = dir / "tokenizer.model";
@@ -158,16 +194,34 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir, const TokenizerOp
   bool has_json = fs::exists(json_file), has_spm = fs::exists(spm_file), has_bpe = !vocab.empty();
   if (opts.mode == "slow") {
     if (has_spm) return load_sentencepiece_tokenizer(spm_file, cfg);
-    if (has_bpe) return load_gpt2_files_tokenizer(vocab, merges, cfg);
+    // vocab/merges files say nothing about the split pattern: use them when the class is known.
+    if (has_bpe && (!has_json || is_gpt2_files_class(cfg.tokenizer_class)))
+      return load_gpt2_files_tokenizer(vocab, merges, cfg);
     if (has_json) return load_hf_tokenizer_json(json_file, cfg);
   } else {
+    if (has_json && has_spm) {
+      // A tokenizer.json this loader cannot run (a Unigram model, say) need not stop a model that
+      // also ships its SentencePiece file.
+      try {
+        return load_hf_tokenizer_json(json_file, cfg);
+      } catch (const Error& e) {
+        LOG_WARN("{}; using {} instead", e.what(), spm_file.string());
+        return load_sentencepiece_tokenizer(spm_file, cfg);
+      }
+    }
     if (has_json) return load_hf_tokenizer_json(json_file, cfg);
     if (has_spm) return load_sentencepiece_tokenizer(spm_file, cfg);
-    if (has_bpe) return load_gpt2_files_tokenizer(vocab, merges, cfg);
+    if (has_bpe) {
+      if (!is_gpt2_files_class(cfg.tokenizer_class))
+        LOG_WARN("{}: tokenizer class '{}' is not a known GPT-2-style class; using GPT-2 pre-tokenization for {}",
+                 dir.string(), cfg.tokenizer_class, vocab.filename().string());
+      return load_gpt2_files_tokenizer(vocab, merges, cfg);
+    }
   }
-  CYPRIS_FAIL("{}: no tokenizer found (looked for tokenizer.json, tokenizer.model, vocab.json + merges.txt, "
-              "encoder.json + vocab.bpe)",
-              dir.string());
+  CYPRIS_FAIL(
+      "{}: no tokenizer found (looked for tokenizer.json, tokenizer.model, vocab.json + merges.txt, "
+      "encoder.json + vocab.bpe)",
+      dir.string());
 }
 
 }  // namespace cypris

@@ -28,7 +28,8 @@ constexpr uint32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount *
 
 uint8_t ccc_of(uint32_t cp) {
   if (cp < 0x300) return 0;
-  auto it = std::lower_bound(std::begin(kCcc), std::end(kCcc), cp, [](const CccEntry& e, uint32_t v) { return e.cp < v; });
+  auto it =
+      std::lower_bound(std::begin(kCcc), std::end(kCcc), cp, [](const CccEntry& e, uint32_t v) { return e.cp < v; });
   return (it != std::end(kCcc) && it->cp == cp) ? it->ccc : 0;
 }
 
@@ -58,9 +59,8 @@ uint32_t compose_pair(uint32_t a, uint32_t b) {
   if (a >= kSBase && a < kSBase + kSCount && (a - kSBase) % kTCount == 0 && b > kTBase && b < kTBase + kTCount)
     return a + (b - kTBase);
   uint64_t key = (uint64_t(a) << 32) | b;
-  auto it = std::lower_bound(std::begin(kComp), std::end(kComp), key, [](const CompEntry& e, uint64_t v) {
-    return ((uint64_t(e.first) << 32) | e.second) < v;
-  });
+  auto it = std::lower_bound(std::begin(kComp), std::end(kComp), key,
+                             [](const CompEntry& e, uint64_t v) { return ((uint64_t(e.first) << 32) | e.second) < v; });
   if (it != std::end(kComp) && it->first == a && it->second == b) return it->composite;
   return 0;
 }
@@ -292,8 +292,7 @@ std::string nfd(std::string_view s) {
 
 bool is_whitespace(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 bool is_word_char(uint32_t cp) {
@@ -301,8 +300,9 @@ bool is_word_char(uint32_t cp) {
   // Approximation of Unicode Alphabetic|Numeric without tables: everything outside whitespace, the
   // Latin-1 symbols and the general/CJK punctuation blocks.
   if (is_whitespace(cp)) return false;
-  if (cp < 0xC0) return cp == 0xAA || cp == 0xB5 || cp == 0xBA || (cp >= 0xB2 && cp <= 0xB3) || cp == 0xB9 ||
-                        (cp >= 0xBC && cp <= 0xBE);
+  if (cp < 0xC0)
+    return cp == 0xAA || cp == 0xB5 || cp == 0xBA || (cp >= 0xB2 && cp <= 0xB3) || cp == 0xB9 ||
+           (cp >= 0xBC && cp <= 0xBE);
   if (cp == 0xD7 || cp == 0xF7) return false;
   if ((cp >= 0x2000 && cp <= 0x2BFF) || (cp >= 0x3000 && cp <= 0x303F) || (cp >= 0xFF00 && cp <= 0xFF0F) ||
       (cp >= 0x1F000 && cp <= 0x1FAFF))
@@ -317,8 +317,7 @@ std::string to_lower(std::string_view s) {
     uint32_t cp = next_cp(s, i);
     if ((cp >= 'A' && cp <= 'Z') || (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7)) {
       cp += 32;
-    } else if (cp >= 0x100 && cp <= 0x17F && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 &&
-               cp != 0x17F) {
+    } else if (cp >= 0x100 && cp <= 0x17F && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 && cp != 0x17F) {
       // Latin Extended-A alternates upper/lower, with the parity flipped in 0x139..0x148 and 0x179..0x17E.
       bool odd_upper = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E);
       if ((cp % 2 == 1) == odd_upper) cp += 1;
@@ -334,7 +333,9 @@ std::string to_lower(std::string_view s) {
   return out;
 }
 
-const std::string& byte_to_char(uint8_t b) { return byte_chars()[b]; }
+const std::string& byte_to_char(uint8_t b) {
+  return byte_chars()[b];
+}
 
 int char_to_byte(uint32_t cp) {
   static const std::array<int16_t, 512> table = make_char_bytes();

@@ -2,6 +2,10 @@
 // (testdata/tokenizers/*/cases.jsonl), and the different files of one model against each other.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
 #include "tests/unit/tokenizer/tokenizer_test_util.h"
 
 namespace cypris {
@@ -39,6 +43,27 @@ TEST_P(SlowFilesTest, AgreesWithTokenizerJsonOnEveryCase) {
   }
   EXPECT_EQ(slow.bos_id(), fast.bos_id());
   EXPECT_EQ(slow.eos_id(), fast.eos_id());
+}
+
+// Long enough for the SentencePiece path to encode in chunks.
+TEST_P(SlowFilesTest, AgreesWithTokenizerJsonOnLongText) {
+  const Tokenizer& fast = cached_tokenizer(GetParam());
+  const Tokenizer& slow = cached_tokenizer(GetParam(), "slow");
+  std::string text;
+  for (int r = 0; r < 8; ++r)
+    for (const auto& c : load_cases(GetParam())) text += c.text + (r % 2 ? " " : "  ");
+  ASSERT_GT(text.size(), 8000u);
+  auto ids = fast.encode(text, false);
+  EXPECT_EQ(slow.encode(text, false), ids);
+  EXPECT_EQ(slow.decode(ids), text);
+  EXPECT_EQ(fast.decode(ids), text);
+}
+
+// Llama 3's folder also has encoder.json + vocab.bpe, but its class (PreTrainedTokenizerFast) does
+// not say how to split text, so "slow" keeps tokenizer.json.
+TEST(TokenizerModes, SlowModeKeepsTokenizerJsonForLlama3) {
+  const Tokenizer& tok = cached_tokenizer("llama3-bpe", "slow");
+  for (const auto& c : load_cases("llama3-bpe")) EXPECT_EQ(tok.encode(c.text, false), c.ids) << c.text;
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, SlowFilesTest, ::testing::Values("llama2-spm", "qwen2-bpe", "gpt2-bpe"));
@@ -90,6 +115,15 @@ TEST(TokenizerSpecialTokens, SpecialTokensInTextAreRecognised) {
   EXPECT_EQ(ids3, (std::vector<int32_t>{128006, 78191, 128007, 271, 9906}));
 }
 
+// Llama 2's tokenizer.json marks <s> normalized: it is matched in normalized text in its normalized
+// form "▁<s>", so it takes the space before it, and is not recognised glued to a word.
+TEST(TokenizerSpecialTokens, Llama2NormalizedSpecialTokens) {
+  const Tokenizer& tok = cached_tokenizer("llama2-spm");
+  EXPECT_EQ(tok.encode("Hello <s> world", false), (std::vector<int32_t>{15043, 1, 3186}));
+  auto glued = tok.encode("model<s>", false);
+  EXPECT_EQ(std::count(glued.begin(), glued.end(), 1), 0);
+}
+
 TEST(TokenizerSpecialTokens, PiecesRoundTrip) {
   const Tokenizer& l3 = cached_tokenizer("llama3-bpe");
   EXPECT_EQ(l3.id_to_piece(1917), "\xC4\xA0world");  // "Ġworld"
@@ -108,6 +142,44 @@ TEST(TokenizerSpecialTokens, InvalidUtf8InputIsRepairedNotFatal) {
   const Tokenizer& l3 = cached_tokenizer("llama3-bpe");
   std::string bad = "ok \xFF\xFE end";
   EXPECT_EQ(l3.decode(l3.encode(bad, false)), "ok \xEF\xBF\xBD\xEF\xBF\xBD end");
+}
+
+// The word cache and regex state are shared: encoding from several threads at once must give what
+// one thread gives.
+TEST(TokenizerThreads, ConcurrentEncodesAgreeWithSerialOnes) {
+  const Tokenizer& tok = cached_tokenizer("llama3-bpe");
+  auto cases = load_cases("llama3-bpe");
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& c : cases) expected.push_back(c.ids);
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < 50; ++r)
+        for (size_t i = 0; i < cases.size(); ++i) {
+          size_t k = (i + size_t(t) * 7 + size_t(r)) % cases.size();
+          if (tok.encode(cases[k].text, false) != expected[k]) ++mismatches;
+        }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+// Long runs that make regexes backtrack and BPE words huge must still round-trip.
+TEST(TokenizerLongInputs, PathologicalRunsRoundTrip) {
+  std::vector<std::string> inputs = {std::string(200000, ' ') + "a", std::string(100000, '\n') + " x",
+                                     std::string(200000, '7'), "x" + std::string(100000, 'a')};
+  std::string cjk;
+  for (int i = 0; i < 30000; ++i) cjk += "\xE4\xB8\xAD";  // 中
+  inputs.push_back(cjk);
+  for (const char* name : {"llama3-bpe", "qwen2-bpe", "gpt2-bpe", "llama2-spm"}) {
+    const Tokenizer& tok = cached_tokenizer(name);
+    for (const auto& in : inputs) {
+      auto ids = tok.encode(in, false);
+      EXPECT_EQ(tok.decode(ids), in) << name << " input of " << in.size() << " bytes";
+    }
+  }
 }
 
 TEST(TokenizerModels, Stories260kRoundTripsASentence) {

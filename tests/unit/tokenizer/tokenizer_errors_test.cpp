@@ -78,7 +78,8 @@ TEST_F(TokenizerErrorsTest, MergeWithUnknownTokenAndBadRegex) {
   write("tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a c"]}})");
   std::string msg = load_error();
   EXPECT_NE(msg.find("merge 0 'a c'"), std::string::npos) << msg;
-  write("tokenizer.json", minimal_json(R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"));
+  write("tokenizer.json",
+        minimal_json(R"({"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"})"));
   msg = load_error();
   EXPECT_NE(msg.find("does not compile"), std::string::npos) << msg;
   EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
@@ -108,6 +109,29 @@ TEST_F(TokenizerErrorsTest, ChatTemplateListAndAddedTokenObjects) {
   EXPECT_EQ(tok->chat_templates()[1].name, "tool_use");
   EXPECT_EQ(tok->chat_templates()[1].source, "T2");
   EXPECT_EQ(tok->model_max_length(), 4096);
+}
+
+TEST_F(TokenizerErrorsTest, TemplateFileAndSpecialTokensMapFallbacks) {
+  write("tokenizer.json", minimal_json("null"));
+  write("tokenizer_config.json", R"({"model_max_length": 8})");
+  write("chat_template.jinja", "{{ messages }}");
+  write("special_tokens_map.json", R"({"bos_token": {"content": "a"}, "eos_token": "ab"})");
+  auto tok = load_tokenizer(dir_);
+  ASSERT_EQ(tok->chat_templates().size(), 1u);
+  EXPECT_EQ(tok->chat_templates()[0].source, "{{ messages }}");
+  EXPECT_EQ(tok->bos_id(), 0);
+  EXPECT_EQ(tok->eos_id(), 2);
+  EXPECT_TRUE(tok->is_special(2));
+  write("special_tokens_map.json", "{");
+  EXPECT_NE(load_error().find("special_tokens_map.json: invalid JSON"), std::string::npos);
+}
+
+TEST_F(TokenizerErrorsTest, UnsupportedJsonFallsBackToSentencePiece) {
+  write("tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
+  fs::copy_file(fs::path(CYPRIS_TESTDATA_DIR) / "tokenizers" / "llama2-spm" / "tokenizer.model",
+                dir_ / "tokenizer.model");
+  auto tok = load_tokenizer(dir_);
+  EXPECT_EQ(tok->encode("Hello world", false), (std::vector<int32_t>{15043, 3186}));
 }
 
 TEST_F(TokenizerErrorsTest, MissingFilesAndBadSentencePiece) {

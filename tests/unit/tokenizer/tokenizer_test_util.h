@@ -1,13 +1,12 @@
 // Shared helpers of the tokenizer tests: the test-data tokenizers (loaded once) and their cases.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
