@@ -19,7 +19,8 @@ struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
-using VocabMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+// token -> id, in any order.
+using VocabList = std::vector<std::pair<std::string, int32_t>>;
 
 struct BpeOptions {
   std::optional<std::string> unk_token;
@@ -32,8 +33,10 @@ struct BpeOptions {
 
 class BpeModel {
  public:
-  // where: file name for error messages. Merges name tokens that must be in the vocabulary.
-  BpeModel(VocabMap vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts,
+  // where: file name for error messages. Merges name tokens that must be in the vocabulary, in rank
+  // order; a merge {line, ""} is a whole "a b" line to split where the vocabulary says (for tokens
+  // that contain spaces).
+  BpeModel(VocabList vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts,
            const std::string& where);
   ~BpeModel();
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/common/error.h"
+#include "engine/common/resources.h"
 #include "engine/tokenizer/jinja/ast.h"
 #include "engine/tokenizer/jinja/globals.h"
 #include "engine/tokenizer/jinja/interpreter.h"
@@ -93,7 +94,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const C
 }
 
 std::string chatml_fallback_template() {
-  return read_file(std::filesystem::path(CYPRIS_RESOURCES_DIR) / "chat_templates" / "chatml.jinja",
+  return read_file(resources_dir() / "chat_templates" / "chatml.jinja",
                    "ChatML fallback chat template");
 }
 

@@ -195,12 +195,13 @@ Value select_impl(Interpreter& in, const Value& v, Args& a, const SourcePos& pos
     test_args.positional.assign(a.positional.begin() + static_cast<long>(next) + 1, a.positional.end());
   }
   std::vector<Value> out;
+  if (!v.truthy()) return Value::generator({});  // Jinja: `if seq:` before iterating
   for (const auto& item : as_items(in, v, pos)) {
     Value x = by_attr ? get_path(in, item, attr, pos) : item;
     bool r = test ? test(in, x, test_args, pos) : x.truthy();
     if (r == want) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 Value f_select(Interpreter& in, const Value& v, Args& a, const SourcePos& p) {
   return select_impl(in, v, a, p, false, true);
@@ -217,13 +218,14 @@ Value f_rejectattr(Interpreter& in, const Value& v, Args& a, const SourcePos& p)
 
 Value f_map(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
   std::vector<Value> out;
+  if (!v.truthy()) return Value::generator({});
   if (const Value* attr = a.get(99, "attribute")) {
     const Value* dflt = a.get(99, "default");
     for (const auto& item : as_items(in, v, pos)) {
       Value x = get_path(in, item, attr->str(), pos);
       out.push_back(x.is_undefined() && dflt ? *dflt : x);
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
   }
   if (a.positional.empty()) throw_template_error(pos, "map needs a filter name or attribute=");
   std::string name = a.positional[0].str();
@@ -236,7 +238,7 @@ Value f_map(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
     Args copy = rest;
     out.push_back(f(in, item, copy, pos));
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value f_indent(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
@@ -387,6 +389,8 @@ Value f_round(Interpreter&, const Value& v, Args& a, const SourcePos& pos) {
   if (!v.is_number()) throw_template_error(pos, fmt::format("round needs a number, not {}", v.type_name()));
   int64_t precision = arg_int(a, 0, "precision", 0, pos);
   std::string method = arg_str(a, 1, "method", "common");
+  // Python's round() of an int (or bool) with precision >= 0 is that int.
+  if ((v.is_int() || v.is_bool()) && precision >= 0 && method == "common") return Value(v.to_int());
   double scale = std::pow(10.0, static_cast<double>(precision));
   double x = v.to_double() * scale;
   // "common" is Python's round(): halves go to the even neighbour (nearbyint's default mode).
@@ -679,11 +683,14 @@ bool t_divisibleby(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
   if (d == 0) throw_template_error(p, "divisibleby 0");
   return int_operand(v, p) % d == 0;
 }
+// Jinja: str(value).islower() / isupper(): at least one cased character, none of the other case.
 bool t_lower(Interpreter&, const Value& v, Args&, const SourcePos&) {
-  return v.is_string() && ascii_lower(v.as_string()) == v.as_string();
+  std::string s = v.str();
+  return ascii_lower(s) == s && ascii_upper(s) != s;
 }
 bool t_upper(Interpreter&, const Value& v, Args&, const SourcePos&) {
-  return v.is_string() && ascii_upper(v.as_string()) == v.as_string();
+  std::string s = v.str();
+  return ascii_upper(s) == s && ascii_lower(s) != s;
 }
 bool t_filter(Interpreter&, const Value& v, Args&, const SourcePos&) {
   return v.is_string() && find_filter(v.as_string()) != nullptr;

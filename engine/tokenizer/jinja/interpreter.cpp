@@ -583,7 +583,7 @@ Value Interpreter::eval_slice(const Expr& e, Scope& scope) {
   } else if (obj.is_list()) {
     n = static_cast<int64_t>(obj.as_list().items.size());
   } else {
-    throw_template_error(e.pos, fmt::format("'{}' object cannot be sliced", obj.type_name()));
+    return Value::undefined(fmt::format("'{}' object cannot be sliced", obj.type_name()));
   }
   // Python's slice.indices().
   int64_t lower = step > 0 ? 0 : -1, upper = step > 0 ? n : n - 1;

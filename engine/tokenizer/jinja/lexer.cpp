@@ -176,8 +176,10 @@ class Lexer {
 
   size_t lex_raw(size_t start, size_t inner) {
     size_t i = src_.find("%}", inner);
-    char open_mod = src_[i - 1] == '-' ? '-' : 0;
-    size_t body = after_block_end(i + 2, open_mod == '-' ? '-' : src_[i - 1]);
+    // Jinja applies trim_blocks to {% endraw %} but not to {% raw %}: only `-%}` strips here.
+    size_t body = i + 2;
+    if (src_[i - 1] == '-')
+      while (body < src_.size() && is_space(src_[body])) ++body;
     for (size_t k = src_.find("{%", body); k != std::string::npos; k = src_.find("{%", k + 2)) {
       char mod = k + 2 < src_.size() && (src_[k + 2] == '-' || src_[k + 2] == '+') ? src_[k + 2] : 0;
       size_t tag_inner = k + 2 + (mod ? 1 : 0);

@@ -61,6 +61,12 @@ Value Value::list(std::vector<Value> items, bool is_tuple) {
   return Value(Kind::List, std::move(d));
 }
 
+Value Value::generator(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  v.as_list().is_generator = true;
+  return v;
+}
+
 Value Value::dict() {
   return Value(Kind::Dict, std::make_shared<DictData>());
 }
@@ -127,7 +133,7 @@ bool Value::truthy() const {
     case Kind::String:
       return !as_string().empty();
     case Kind::List:
-      return !as_list().items.empty();
+      return as_list().is_generator || !as_list().items.empty();
     case Kind::Dict:
       return !as_dict().items.empty();
     case Kind::Namespace:
@@ -170,7 +176,7 @@ std::string repr_at(const Value& v, int level) {
   if (level > kMaxReprDepth) return "...";
   switch (v.kind()) {
     case Kind::Undefined:
-      return {};
+      return level == 0 ? std::string() : std::string("Undefined");  // str() is "", inside a list "Undefined"
     case Kind::None:
       return "None";
     case Kind::Bool:
@@ -183,6 +189,7 @@ std::string repr_at(const Value& v, int level) {
       return repr_string(v.as_string());
     case Kind::List: {
       const ListData& l = v.as_list();
+      if (l.is_generator) return "<generator object>";
       std::string out = l.is_tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";

@@ -24,6 +24,9 @@ class Interpreter;
 struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
+  // Made by select/reject/map: Jinja returns a lazy generator there, which is always truthy
+  // (so `{% if xs|select(...) %}` is true even when nothing is selected) and prints as an object.
+  bool is_generator = false;
   int depth = 1;  // nesting depth, bounded by kMaxValueDepth
 };
 
@@ -76,6 +79,7 @@ class Value {
   Value(const char* s) : kind_(Kind::String), data_(std::string(s)) {}
   Value(std::string_view s) : kind_(Kind::String), data_(std::string(s)) {}
   static Value list(std::vector<Value> items = {}, bool is_tuple = false);
+  static Value generator(std::vector<Value> items);
   static Value dict();
   static Value dict(std::shared_ptr<DictData> d) { return Value(Kind::Dict, std::move(d)); }
   static Value namespace_(std::shared_ptr<DictData> d) { return Value(Kind::Namespace, std::move(d)); }
