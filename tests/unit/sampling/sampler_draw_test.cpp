@@ -211,9 +211,9 @@ TEST(SamplerDraw, LogprobsAreLogSoftmaxOfTheRawLogits) {
   EXPECT_NEAR(out.logprob, -0.4401903, 1e-5);
   EXPECT_EQ(out.rank, 1);
   ASSERT_EQ(out.top_logprobs.size(), 2u);
-  EXPECT_EQ(out.top_logprobs[0].token, 2);
+  EXPECT_EQ(out.top_logprobs[0].token_id, 2);
   EXPECT_NEAR(out.top_logprobs[0].logprob, -0.4401903, 1e-5);
-  EXPECT_EQ(out.top_logprobs[1].token, 1);
+  EXPECT_EQ(out.top_logprobs[1].token_id, 1);
   EXPECT_NEAR(out.top_logprobs[1].logprob, -1.4401903, 1e-5);
 
   // Processing (a +10 bias on token 0, a temperature) changes the choice, not the reported logprob.
@@ -228,7 +228,7 @@ TEST(SamplerDraw, LogprobsAreLogSoftmaxOfTheRawLogits) {
   EXPECT_NEAR(out.logprob, -2.4401903, 1e-5);
   EXPECT_EQ(out.rank, 3);  // 3 and 2 are more likely under the raw logits
   ASSERT_EQ(out.top_logprobs.size(), 1u);
-  EXPECT_EQ(out.top_logprobs[0].token, 2);
+  EXPECT_EQ(out.top_logprobs[0].token_id, 2);
 }
 
 TEST(SamplerDraw, LogprobsAreCappedByMaxLogProbs) {
@@ -273,7 +273,7 @@ TEST(SamplerDraw, PromptLogprobs) {
   EXPECT_NEAR(out[0].logprob, std::log(0.25), 1e-6);
   EXPECT_EQ(out[0].rank, 2);
   ASSERT_EQ(out[0].top_logprobs.size(), 1u);
-  EXPECT_EQ(out[0].top_logprobs[0].token, 1);
+  EXPECT_EQ(out[0].top_logprobs[0].token_id, 1);
   EXPECT_NEAR(out[0].top_logprobs[0].logprob, std::log(0.75), 1e-6);
   EXPECT_NEAR(out[1].logprob, std::log(0.8), 1e-6);
   EXPECT_EQ(out[1].rank, 1);
