@@ -12,6 +12,10 @@
 #include "engine/core/sampling_params.h"
 #include "engine/loader/model_config.h"
 #include "engine/runtime/model_runner.h"
+#include "engine/runtime/tp_workers.h"
+#ifdef CYPRIS_HAVE_CUDA
+#include "engine/runtime/cuda/nccl_communicator.h"
+#endif
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/batch_layout.h"
 #include "engine/scheduler/scheduler.h"
@@ -87,11 +91,23 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   ro.load.overrides.max_model_len = mo.max_model_len;
   ro.threads = static_cast<int>(cfg.device.threads.value_or(0));
   ro.block_size = static_cast<int>(cfg.cache.block_size);
+  CYPRIS_CHECK(cfg.parallel.pipeline_parallel_size == 1, "--pipeline-parallel-size {}: pipeline parallelism is not "
+               "supported yet in Cypris (see docs/distributed.md)", cfg.parallel.pipeline_parallel_size);
+  CYPRIS_CHECK(cfg.parallel.tensor_parallel_size >= 1 && cfg.parallel.tensor_parallel_size <= 256,
+               "--tensor-parallel-size {} must be in [1, 256]", cfg.parallel.tensor_parallel_size);
+  const int tp = static_cast<int>(cfg.parallel.tensor_parallel_size);
+  ro.parallel.world_size = tp;
 
   // Size the cache from the architecture before loading any weight.
   const ModelConfig mc = load_model_config(dir, ro.load.overrides);
+  check_tensor_parallel(mc, tp);
+#ifdef CYPRIS_HAVE_CUDA
+  if (cfg.device.device == "cuda") check_gpu_count(tp, visible_cuda_devices());
+#endif
   const int64_t max_model_len = mc.max_model_len;
-  const double block_bytes = 2.0 * mc.num_hidden_layers * ro.block_size * mc.num_key_value_heads * mc.head_dim * 4;
+  // Every rank holds its KV heads (replicated ones count on each rank that holds them).
+  const double block_bytes = 2.0 * mc.num_hidden_layers * ro.block_size * kv_heads_per_rank(mc.num_key_value_heads, tp) *
+                             tp * mc.head_dim * 4;
   int64_t num_blocks = cfg.cache.num_gpu_blocks_override.value_or(
       static_cast<int64_t>(cfg.cache.cpu_kvcache_space * kGiB / block_bytes));
   CYPRIS_CHECK(num_blocks >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",
