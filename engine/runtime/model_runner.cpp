@@ -29,7 +29,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     // The ranks share the cores: each gets its part of --threads.
     const int total = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
     const int per_rank = std::max(1, total / tp);
-    workers_ = TpWorkers::cpu(tp);
+    workers_ = make_tp_workers(Device::Cpu, tp);
     workers_->run([&](int rank) { build_rank(options, cfg, rank, per_rank); });
   }
   LOG_INFO("loaded {} ({} layers, weights {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens",

@@ -2,6 +2,11 @@
 
 #include "engine/common/error.h"
 #include "engine/runtime/cpu/cpu_communicator.h"
+#ifdef CYPRIS_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/runtime/cuda/nccl_communicator.h"
+#endif
 
 namespace cypris {
 
@@ -36,8 +41,12 @@ int first_kv_head(int num_kv_heads, int rank, int tp) {
 }
 
 TpWorkers::TpWorkers(std::vector<std::unique_ptr<Communicator>> comms, std::function<void()> on_abort,
-                     std::function<void()> on_reset)
-    : comms_(std::move(comms)), on_abort_(std::move(on_abort)), on_reset_(std::move(on_reset)) {
+                     std::function<void()> on_reset, std::function<void(int)> thread_init)
+    : comms_(std::move(comms)),
+      on_abort_(std::move(on_abort)),
+      on_reset_(std::move(on_reset)),
+      thread_init_(std::move(thread_init)),
+      init_errors_(comms_.size()) {
   CYPRIS_CHECK(!comms_.empty(), "tensor parallel workers need at least one rank");
   for (int r = 0; r < world_size(); ++r) {
     CYPRIS_CHECK(comms_[r]->rank() == r && comms_[r]->world_size() == world_size(),
@@ -83,6 +92,13 @@ void TpWorkers::run(const std::function<void(int)>& fn) {
 }
 
 void TpWorkers::loop(int rank) {
+  if (thread_init_) {
+    try {
+      thread_init_(rank);
+    } catch (...) {
+      init_errors_[rank] = std::current_exception();  // reported by the first run()
+    }
+  }
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* job = nullptr;
@@ -94,6 +110,7 @@ void TpWorkers::loop(int rank) {
       job = job_;
     }
     try {
+      if (init_errors_[rank]) std::rethrow_exception(init_errors_[rank]);
       (*job)(rank);
     } catch (...) {
       bool first = false;
@@ -110,6 +127,24 @@ void TpWorkers::loop(int rank) {
     std::lock_guard lock(mu_);
     if (--pending_ == 0) done_cv_.notify_all();
   }
+}
+
+std::unique_ptr<TpWorkers> make_tp_workers(Device device, int world_size) {
+  if (device == Device::Cpu) return TpWorkers::cpu(world_size);
+#ifdef CYPRIS_HAVE_CUDA
+  auto nccl = make_nccl_communicators(world_size);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& c : nccl) comms.push_back(std::move(c));
+  // No on_abort: NCCL cannot wake a rank blocked in a collective short of destroying the
+  // communicator, so a GPU rank failing alone mid-step leaves the others blocked (known
+  // limitation, docs/distributed.md; batches are validated before they reach the ranks).
+  return std::make_unique<TpWorkers>(std::move(comms), nullptr, nullptr, [](int rank) {
+    const cudaError_t e = cudaSetDevice(rank);
+    CYPRIS_CHECK(e == cudaSuccess, "tensor parallel rank {}: cudaSetDevice failed: {}", rank, cudaGetErrorString(e));
+  });
+#else
+  CYPRIS_FAIL("--tensor-parallel-size {} on GPUs needs the CUDA build", world_size);
+#endif
 }
 
 }  // namespace cypris

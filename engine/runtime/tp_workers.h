@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/common/tensor.h"  // Device
 #include "engine/loader/model_config.h"
 #include "engine/runtime/communicator.h"
 
@@ -30,9 +31,11 @@ int first_kv_head(int num_kv_heads, int rank, int tp);
 class TpWorkers {
  public:
   // One thread per communicator (comms[r] has rank r). on_abort wakes ranks blocked in a
-  // collective when another rank failed; on_reset re-arms the group after such a step.
+  // collective when another rank failed; on_reset re-arms the group after such a step (either may
+  // be empty). thread_init(rank) runs first on each rank's thread (a GPU rank selects its device
+  // there, so everything the rank creates later lives on it).
   TpWorkers(std::vector<std::unique_ptr<Communicator>> comms, std::function<void()> on_abort,
-            std::function<void()> on_reset);
+            std::function<void()> on_reset, std::function<void(int rank)> thread_init = nullptr);
   // world_size ranks joined by an in-process CpuCommunicator.
   static std::unique_ptr<TpWorkers> cpu(int world_size);
   ~TpWorkers();
@@ -52,6 +55,8 @@ class TpWorkers {
 
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::function<void()> on_abort_, on_reset_;
+  std::function<void(int)> thread_init_;
+  std::vector<std::exception_ptr> init_errors_;  // per rank, from thread_init
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
@@ -61,5 +66,10 @@ class TpWorkers {
   bool stop_ = false;
   std::exception_ptr first_error_;
 };
+
+// The workers for world_size ranks on `device`: in-process CpuCommunicators for CPU ranks; in the
+// CUDA build, NCCL communicators on GPUs 0 .. world_size-1 with each thread bound to its GPU
+// (throws Error naming --tensor-parallel-size when fewer GPUs are visible).
+std::unique_ptr<TpWorkers> make_tp_workers(Device device, int world_size);
 
 }  // namespace cypris

@@ -17,17 +17,10 @@ namespace {
 
 #ifdef CYPRIS_HAVE_CUDA
 
-std::unique_ptr<TpWorkers> nccl_workers(int world) {
-  auto nccl = make_nccl_communicators(world);
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (auto& c : nccl) comms.push_back(std::move(c));
-  return std::make_unique<TpWorkers>(std::move(comms), nullptr, nullptr);
-}
-
 TEST(NcclCommunicator, MoreRanksThanGpusIsAClearError) {
   const int visible = visible_cuda_devices();
   try {
-    make_nccl_communicators(visible + 1);
+    make_tp_workers(Device::Cuda, visible + 1);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("--tensor-parallel-size " + std::to_string(visible + 1) + " needs"));
@@ -37,11 +30,13 @@ TEST(NcclCommunicator, MoreRanksThanGpusIsAClearError) {
 TEST(NcclCommunicator, AllReduceAndAllGatherAcrossGpus) {
   const int world = std::min(visible_cuda_devices(), 4);
   if (world < 2) GTEST_SKIP() << "needs at least 2 GPUs, " << visible_cuda_devices() << " visible";
-  auto workers = nccl_workers(world);
+  auto workers = make_tp_workers(Device::Cuda, world);
   constexpr int kCount = 1000;
   std::vector<std::vector<float>> reduced(world), gathered(world);
   workers->run([&](int rank) {
-    ASSERT_EQ(cudaSetDevice(rank), cudaSuccess);
+    int device = -1;
+    cudaGetDevice(&device);
+    ASSERT_EQ(device, rank);  // each rank's thread is bound to its GPU
     std::vector<float> host(kCount);
     for (int i = 0; i < kCount; ++i) host[i] = static_cast<float>(rank * 1000 + i);
     float *data = nullptr, *all = nullptr;

@@ -18,6 +18,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(CpuCommunicator, AllReduceSumsInRankOrderOnEveryRank) {
   for (int world : {2, 3, 4}) {
     auto workers = TpWorkers::cpu(world);
@@ -84,6 +93,22 @@ TEST(TpWorkers, AFailingRankWakesTheOthersAndTheGroupIsReusable) {
   EXPECT_EQ(v, std::vector<float>(4, 4.0f));
 }
 
+TEST(TpWorkers, ThreadInitRunsOnEachRankThreadAndItsErrorFailsTheFirstStep) {
+  std::vector<std::thread::id> init_ids(3), run_ids(3);
+  auto cpu = make_cpu_communicators(3);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& c : cpu) comms.push_back(std::move(c));
+  TpWorkers workers(std::move(comms), nullptr, nullptr, [&](int rank) {
+    init_ids[rank] = std::this_thread::get_id();
+    if (rank == 1) CYPRIS_FAIL("rank 1 has no device");
+  });
+  EXPECT_THAT(error_of([&] { workers.run([&](int rank) { run_ids[rank] = std::this_thread::get_id(); }); }),
+              HasSubstr("rank 1 has no device"));
+  EXPECT_EQ(run_ids[0], init_ids[0]);
+  EXPECT_EQ(run_ids[2], init_ids[2]);
+  EXPECT_NE(run_ids[0], run_ids[2]);
+}
+
 ModelConfig config(int heads, int kv_heads, int64_t inter, int64_t vocab) {
   ModelConfig c;
   c.source = "/m/config.json";
@@ -92,15 +117,6 @@ ModelConfig config(int heads, int kv_heads, int64_t inter, int64_t vocab) {
   c.intermediate_size = inter;
   c.vocab_size = vocab;
   return c;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(TpChecks, LayoutsThatDoNotDivideAreRefusedByName) {
