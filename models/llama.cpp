@@ -119,9 +119,7 @@ class LlamaModel : public Model {
  private:
   static const Tensor* bias(const DeviceTensor& b) { return b.view.data ? &b.view : nullptr; }
   // A row-parallel layer's bias is added once, by rank 0, before the all-reduce sums the ranks.
-  const Tensor* row_parallel_bias(const DeviceTensor& b) const {
-    return opt_.parallel.rank == 0 ? bias(b) : nullptr;
-  }
+  const Tensor* row_parallel_bias(const DeviceTensor& b) const { return opt_.parallel.rank == 0 ? bias(b) : nullptr; }
   int world_size() const { return opt_.parallel.world_size; }
 
   void all_reduce(Tensor& t) {
@@ -138,8 +136,7 @@ class LlamaModel : public Model {
     std::vector<int32_t> local(static_cast<size_t>(ids.numel()));
     backend_.download(ids, local.data());
     for (int32_t& id : local) {
-      CYPRIS_CHECK(id >= 0 && id < cfg_.vocab_size, "token id {} is outside the vocabulary of {}", id,
-                   cfg_.vocab_size);
+      CYPRIS_CHECK(id >= 0 && id < cfg_.vocab_size, "token id {} is outside the vocabulary of {}", id, cfg_.vocab_size);
       id = id >= vocab_start_ && id < vocab_start_ + vocab_rank_ ? static_cast<int32_t>(id - vocab_start_)
                                                                  : static_cast<int32_t>(vocab_rank_);
     }
@@ -237,12 +234,13 @@ class LlamaModel : public Model {
       L.post_norm = load_one(w, p + "post_attention_layernorm.weight", {h}, DType::F32, rep);
       const std::string a = p + "self_attn.";
       L.qkv = load_stacked(
-          w, {{a + "q_proj.weight", qd, rows}, {a + "k_proj.weight", kvd, kv_rows}, {a + "v_proj.weight", kvd, kv_rows}},
+          w,
+          {{a + "q_proj.weight", qd, rows}, {a + "k_proj.weight", kvd, kv_rows}, {a + "v_proj.weight", kvd, kv_rows}},
           h, wd);
       if (cfg_.qkv_bias) {
         L.qkv_bias = load_stacked(
-            w, {{a + "q_proj.bias", qd, rows}, {a + "k_proj.bias", kvd, kv_rows}, {a + "v_proj.bias", kvd, kv_rows}},
-            0, DType::F32);
+            w, {{a + "q_proj.bias", qd, rows}, {a + "k_proj.bias", kvd, kv_rows}, {a + "v_proj.bias", kvd, kv_rows}}, 0,
+            DType::F32);
       }
       L.o = load_one(w, a + "o_proj.weight", {h, qd}, wd, cols);
       if (cfg_.o_bias) L.o_bias = load_one(w, a + "o_proj.bias", {h}, DType::F32, rep);
@@ -295,8 +293,8 @@ class LlamaModel : public Model {
   int64_t inter_ = 0;
   int64_t vocab_rank_ = 0;   // vocabulary rows of this rank
   int64_t vocab_start_ = 0;  // the first of them
-  DeviceTensor embed_;    // [vocab, hidden]; at tp > 1 [vocab / tp + 1, hidden]
-  DeviceTensor lm_head_;  // [vocab / tp, hidden]
+  DeviceTensor embed_;       // [vocab, hidden]; at tp > 1 [vocab / tp + 1, hidden]
+  DeviceTensor lm_head_;     // [vocab / tp, hidden]
   DeviceTensor final_norm_;
   DeviceTensor cos_sin_;  // F32 [max_model_len, rotary_dim]
   std::vector<LlamaLayer> layers_;

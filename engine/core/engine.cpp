@@ -91,8 +91,10 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   ro.load.overrides.max_model_len = mo.max_model_len;
   ro.threads = static_cast<int>(cfg.device.threads.value_or(0));
   ro.block_size = static_cast<int>(cfg.cache.block_size);
-  CYPRIS_CHECK(cfg.parallel.pipeline_parallel_size == 1, "--pipeline-parallel-size {}: pipeline parallelism is not "
-               "supported yet in Cypris (see docs/distributed.md)", cfg.parallel.pipeline_parallel_size);
+  CYPRIS_CHECK(cfg.parallel.pipeline_parallel_size == 1,
+               "--pipeline-parallel-size {}: pipeline parallelism is not supported yet in Cypris (see "
+               "docs/distributed.md)",
+               cfg.parallel.pipeline_parallel_size);
   CYPRIS_CHECK(cfg.parallel.tensor_parallel_size >= 1 && cfg.parallel.tensor_parallel_size <= 256,
                "--tensor-parallel-size {} must be in [1, 256]", cfg.parallel.tensor_parallel_size);
   const int tp = static_cast<int>(cfg.parallel.tensor_parallel_size);
@@ -106,8 +108,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
 #endif
   const int64_t max_model_len = mc.max_model_len;
   // Every rank holds its KV heads (replicated ones count on each rank that holds them).
-  const double block_bytes = 2.0 * mc.num_hidden_layers * ro.block_size * kv_heads_per_rank(mc.num_key_value_heads, tp) *
-                             tp * mc.head_dim * 4;
+  const double block_bytes =
+      2.0 * mc.num_hidden_layers * ro.block_size * kv_heads_per_rank(mc.num_key_value_heads, tp) * tp * mc.head_dim * 4;
   int64_t num_blocks = cfg.cache.num_gpu_blocks_override.value_or(
       static_cast<int64_t>(cfg.cache.cpu_kvcache_space * kGiB / block_bytes));
   CYPRIS_CHECK(num_blocks >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",

@@ -33,8 +33,8 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     workers_->run([&](int rank) { build_rank(options, cfg, rank, per_rank); });
   }
   LOG_INFO("loaded {} ({} layers, weights {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens",
-           resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_), tp,
-           options.model_dir.string(), num_blocks_, block_size_);
+           resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_), tp, options.model_dir.string(),
+           num_blocks_, block_size_);
 }
 
 ModelRunner::~ModelRunner() = default;

@@ -23,9 +23,9 @@ class TpWorkers;
 struct ModelRunnerOptions {
   std::filesystem::path model_dir;  // a local folder with config.json (+ weights unless load_format is dummy)
   LoadOptions load;
-  int threads = 0;         // CPU backend threads in all (split between ranks); <= 0: one per hardware thread
-  int block_size = 16;     // tokens per KV-cache block
-  int64_t num_blocks = 0;  // 0: enough for one sequence of max_model_len
+  int threads = 0;          // CPU backend threads in all (split between ranks); <= 0: one per hardware thread
+  int block_size = 16;      // tokens per KV-cache block
+  int64_t num_blocks = 0;   // 0: enough for one sequence of max_model_len
   ParallelConfig parallel;  // world_size = --tensor-parallel-size; rank is ignored
 };
 
@@ -54,8 +54,8 @@ class ModelRunner {
   // K and V of every layer for one block, summed over the ranks (fp32 on the CPU): for sizing the
   // cache from a memory budget.
   int64_t kv_cache_bytes_per_block() const {
-    return int64_t{2} * rank0_model()->num_layers() * block_size_ * rank0_model()->num_kv_heads() * rank0_model()->head_dim() * 4 *
-           tensor_parallel_size();
+    return int64_t{2} * rank0_model()->num_layers() * block_size_ * rank0_model()->num_kv_heads() *
+           rank0_model()->head_dim() * 4 * tensor_parallel_size();
   }
   // Rank 0's backend and model shard.
   Backend& backend() { return *ranks_.front().backend; }

@@ -33,7 +33,9 @@ void check_gpu_count(int tp, int visible_gpus) {
                visible_gpus, visible_gpus == 1 ? "is" : "are");
 }
 
-int kv_heads_per_rank(int num_kv_heads, int tp) { return num_kv_heads >= tp ? num_kv_heads / tp : 1; }
+int kv_heads_per_rank(int num_kv_heads, int tp) {
+  return num_kv_heads >= tp ? num_kv_heads / tp : 1;
+}
 
 int first_kv_head(int num_kv_heads, int rank, int tp) {
   // Replicated: rank r's query heads [r Hq/tp, (r+1) Hq/tp) all share KV head r Hkv / tp.
@@ -49,8 +51,8 @@ TpWorkers::TpWorkers(std::vector<std::unique_ptr<Communicator>> comms, std::func
       init_errors_(comms_.size()) {
   CYPRIS_CHECK(!comms_.empty(), "tensor parallel workers need at least one rank");
   for (int r = 0; r < world_size(); ++r) {
-    CYPRIS_CHECK(comms_[r]->rank() == r && comms_[r]->world_size() == world_size(),
-                 "communicator {} has rank {} of {}", r, comms_[r]->rank(), comms_[r]->world_size());
+    CYPRIS_CHECK(comms_[r]->rank() == r && comms_[r]->world_size() == world_size(), "communicator {} has rank {} of {}",
+                 r, comms_[r]->rank(), comms_[r]->world_size());
   }
   for (int r = 0; r < world_size(); ++r) threads_.emplace_back([this, r] { loop(r); });
 }

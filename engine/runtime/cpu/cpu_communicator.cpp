@@ -38,7 +38,8 @@ void CpuCommGroup::reset() {
   ++generation_;
 }
 
-CpuCommunicator::CpuCommunicator(std::shared_ptr<CpuCommGroup> group, int rank) : group_(std::move(group)), rank_(rank) {
+CpuCommunicator::CpuCommunicator(std::shared_ptr<CpuCommGroup> group, int rank)
+    : group_(std::move(group)), rank_(rank) {
   CYPRIS_CHECK(group_ && rank >= 0 && rank < group_->world_size(), "communicator rank {} outside world size {}", rank,
                group_ ? group_->world_size() : 0);
 }

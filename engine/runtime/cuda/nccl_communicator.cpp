@@ -18,8 +18,12 @@ void check_cuda(cudaError_t r, const char* what) {
   CYPRIS_CHECK(r == cudaSuccess, "CUDA {} failed: {}", what, cudaGetErrorString(r));
 }
 
-ncclComm_t as_comm(void* c) { return static_cast<ncclComm_t>(c); }
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+ncclComm_t as_comm(void* c) {
+  return static_cast<ncclComm_t>(c);
+}
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
 
 // Collectives are enqueued from the rank's own thread, whose current device must be the rank's.
 struct DeviceGuard {
@@ -47,9 +51,9 @@ NcclCommunicator::~NcclCommunicator() {
 void NcclCommunicator::all_reduce_sum(float* data, int64_t count) {
   if (world_size_ == 1 || count <= 0) return;
   DeviceGuard guard(device_);
-  check_nccl(ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, as_comm(comm_),
-                           as_stream(stream_)),
-             "all-reduce");
+  check_nccl(
+      ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, as_comm(comm_), as_stream(stream_)),
+      "all-reduce");
 }
 
 void NcclCommunicator::all_gather(const float* send, float* recv, int64_t count) {
@@ -63,8 +67,7 @@ void NcclCommunicator::barrier() {
   if (world_size_ == 1) return;
   // NCCL has no barrier: a one-element all-reduce, waited for, serves as one.
   DeviceGuard guard(device_);
-  check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, as_comm(comm_), as_stream(stream_)),
-             "barrier");
+  check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, as_comm(comm_), as_stream(stream_)), "barrier");
   check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
 }
 

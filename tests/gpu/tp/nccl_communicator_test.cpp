@@ -65,7 +65,9 @@ TEST(NcclCommunicator, AllReduceAndAllGatherAcrossGpus) {
 
 #else
 
-TEST(NcclCommunicator, NeedsTheCudaBuild) { GTEST_SKIP() << "built without CUDA"; }
+TEST(NcclCommunicator, NeedsTheCudaBuild) {
+  GTEST_SKIP() << "built without CUDA";
+}
 
 #endif
 

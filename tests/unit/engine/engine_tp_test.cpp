@@ -44,7 +44,8 @@ std::vector<Job> make_jobs(int count, uint32_t seed) {
     j.id = "req-" + std::to_string(i);
     const int len = 1 + static_cast<int>((static_cast<uint64_t>(i) * 397 + rng() % 7) % 400);
     j.prompt = {1};
-    while (static_cast<int>(j.prompt.size()) < std::max(len, 2)) j.prompt.push_back(3 + static_cast<int32_t>(rng() % 500));
+    while (static_cast<int>(j.prompt.size()) < std::max(len, 2))
+      j.prompt.push_back(3 + static_cast<int32_t>(rng() % 500));
     j.max_tokens = 1 + static_cast<int>(rng() % 40);
     if (static_cast<int>(j.prompt.size()) + j.max_tokens > 512) j.max_tokens = 512 - static_cast<int>(j.prompt.size());
     j.submit_step = static_cast<int>(rng() % 30);

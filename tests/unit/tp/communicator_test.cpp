@@ -122,10 +122,11 @@ ModelConfig config(int heads, int kv_heads, int64_t inter, int64_t vocab) {
 TEST(TpChecks, LayoutsThatDoNotDivideAreRefusedByName) {
   EXPECT_NO_THROW(check_tensor_parallel(config(8, 4, 172, 512), 2));
   EXPECT_NO_THROW(check_tensor_parallel(config(8, 4, 172, 512), 4));
-  EXPECT_NO_THROW(check_tensor_parallel(config(8, 2, 172, 512), 4));   // KV heads replicated
+  EXPECT_NO_THROW(check_tensor_parallel(config(8, 2, 172, 512), 4));  // KV heads replicated
   EXPECT_NO_THROW(check_tensor_parallel(config(7, 7, 171, 500), 1));
-  EXPECT_THAT(error_of([] { check_tensor_parallel(config(8, 4, 172, 512), 3); }),
-              AllOf(HasSubstr("--tensor-parallel-size 3"), HasSubstr("attention heads (8"), HasSubstr("/m/config.json")));
+  EXPECT_THAT(
+      error_of([] { check_tensor_parallel(config(8, 4, 172, 512), 3); }),
+      AllOf(HasSubstr("--tensor-parallel-size 3"), HasSubstr("attention heads (8"), HasSubstr("/m/config.json")));
   EXPECT_THAT(error_of([] { check_tensor_parallel(config(12, 3, 48, 64), 2); }),
               AllOf(HasSubstr("--tensor-parallel-size 2"), HasSubstr("KV heads (3)")));
   EXPECT_THAT(error_of([] { check_tensor_parallel(config(8, 8, 172, 512), 8); }),

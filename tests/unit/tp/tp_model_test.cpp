@@ -43,7 +43,9 @@ double rel_err(const float* a, const float* b, int64_t n) {
   return diff / mag;
 }
 
-int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
+int32_t argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
 
 ModelRunnerOptions options(const std::string& dir, int tp, const std::string& dtype = "float32", int block_size = 16,
                            int64_t num_blocks = 0) {
@@ -134,8 +136,8 @@ TEST(TpRanks, PagedStepsAndBlockMovesMatchTheUnsplitModel) {
       }
       const Logits ref = runners[0]->execute(b);
       for (size_t k = 1; k < runners.size(); ++k) {
-        expect_same_logits(runners[k]->execute(b), ref, name + " tp " + std::to_string(k * 2) + " at " +
-                                                            std::to_string(start));
+        expect_same_logits(runners[k]->execute(b), ref,
+                           name + " tp " + std::to_string(k * 2) + " at " + std::to_string(start));
       }
       EXPECT_LT(rel_err(ref.row(0), e.logits[start + len - 1].data(), ref.vocab), 1e-4) << name;
     };
