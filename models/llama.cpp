@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
@@ -40,8 +41,11 @@ class LlamaModel : public Model {
     hkv_ = kv_heads_per_rank(cfg.num_key_value_heads, tp);
     d_ = cfg.head_dim;
     inter_ = cfg.intermediate_size / tp;
-    vocab_rank_ = cfg.vocab_size / tp;
-    vocab_start_ = vocab_rank_ * opt.parallel.rank;
+    // Vocab slices of ceil(V / tp) rows; when tp does not divide V the last ranks hold fewer real
+    // rows (zero rows pad them).
+    vocab_rank_ = (cfg.vocab_size + tp - 1) / tp;
+    vocab_start_ = std::min<int64_t>(cfg.vocab_size, vocab_rank_ * opt.parallel.rank);
+    vocab_count_ = std::min<int64_t>(cfg.vocab_size - vocab_start_, vocab_rank_);
     load(weights);
     std::vector<float> cs = build_rope_cos_sin(cfg, cfg.max_model_len);
     cos_sin_ = backend.upload(cs.data(), DType::F32, {cfg.max_model_len, cfg.rotary_dim()});
@@ -126,8 +130,9 @@ class LlamaModel : public Model {
     if (world_size() > 1) opt_.comm->all_reduce_sum(t.as<float>(), t.numel());
   }
 
-  // Vocab-parallel embedding: this rank holds rows [vocab_start_, vocab_start_ + vocab_rank_) plus
-  // one zero row that every other id maps to; the all-reduce then adds up the one real row.
+  // Vocab-parallel embedding: this rank holds rows [vocab_start_, vocab_start_ + vocab_count_),
+  // then zero rows up to row vocab_rank_, which every other id maps to; the all-reduce then adds
+  // up the one real row.
   void embed(const Tensor& ids, Tensor& out) {
     if (world_size() == 1) {
       backend_.embedding(ids, embed_.view, out);
@@ -137,8 +142,8 @@ class LlamaModel : public Model {
     backend_.download(ids, local.data());
     for (int32_t& id : local) {
       CYPRIS_CHECK(id >= 0 && id < cfg_.vocab_size, "token id {} is outside the vocabulary of {}", id, cfg_.vocab_size);
-      id = id >= vocab_start_ && id < vocab_start_ + vocab_rank_ ? static_cast<int32_t>(id - vocab_start_)
-                                                                 : static_cast<int32_t>(vocab_rank_);
+      id = id >= vocab_start_ && id < vocab_start_ + vocab_count_ ? static_cast<int32_t>(id - vocab_start_)
+                                                                  : static_cast<int32_t>(vocab_rank_);
     }
     DeviceTensor local_ids = backend_.upload(local.data(), DType::I32, {ids.numel()});
     backend_.embedding(local_ids.view, embed_.view, out);
@@ -147,15 +152,29 @@ class LlamaModel : public Model {
 
   // Vocab-parallel LM head: each rank computes its vocab columns, the all-gather stacks them as
   // [rank][row][column] and a row gather puts them in [row][rank][column] = [row][vocab] order.
+  // When tp does not divide the vocabulary the slices are uneven: each rank writes its columns
+  // into zeroed full-width logits and an all-reduce (one real value per element) joins them.
   DeviceTensor lm_head(const Tensor& rows) {
     const int64_t r = rows.shape[0];
+    const int tp = world_size();
+    if (tp > 1 && cfg_.vocab_size % tp != 0) {
+      DeviceTensor logits = backend_.zeros(DType::F32, {r, cfg_.vocab_size});
+      if (r == 0) return logits;
+      if (vocab_count_ > 0) {
+        Tensor w = lm_head_.view;
+        w.shape[0] = vocab_count_;
+        Tensor out = column_slice(logits.view, vocab_start_, vocab_count_);
+        backend_.linear(rows, w, nullptr, out);
+      }
+      all_reduce(logits.view);
+      return logits;
+    }
     DeviceTensor logits = backend_.empty(DType::F32, {r, cfg_.vocab_size});
-    if (world_size() == 1) {
+    if (tp == 1) {
       backend_.linear(rows, lm_head_.view, nullptr, logits.view);
       return logits;
     }
     if (r == 0) return logits;
-    const int tp = world_size();
     DeviceTensor local = backend_.empty(DType::F32, {r, vocab_rank_});
     backend_.linear(rows, lm_head_.view, nullptr, local.view);
     DeviceTensor gathered = backend_.empty(DType::F32, {tp * r, vocab_rank_});
@@ -256,17 +275,46 @@ class LlamaModel : public Model {
     }
     final_norm_ = load_one(w, "model.norm.weight", {h}, DType::F32, rep);
     if (cfg_.tie_word_embeddings) {
-      lm_head_ = embed_;  // shares the storage; at tp > 1 without the zero row
+      lm_head_ = embed_;  // shares the storage; at tp > 1 without the last zero row
       lm_head_.view.shape[0] = vocab_rank_;
     } else {
       CYPRIS_CHECK(w.contains("lm_head.weight"),
                    "{}: tensor 'lm_head.weight' not found and tie_word_embeddings is false in {}", w.describe(),
                    cfg_.source);
-      lm_head_ = load_one(w, "lm_head.weight", {cfg_.vocab_size, h}, wd, rows);
+      lm_head_ = par.world_size == 1 ? load_one(w, "lm_head.weight", {cfg_.vocab_size, h}, wd, rows)
+                                     : backend_.upload_weight(load_vocab_rows(w, "lm_head.weight", vocab_rank_));
     }
   }
 
-  // The embedding rows of this rank (all of them at tp 1); at tp > 1 one zero row follows them.
+  // This rank's vocabulary rows of an embedding-shaped tensor [vocab, hidden], zero-padded to
+  // `alloc_rows` rows. Reads only those rows: in one slice when tp divides the vocabulary, else in
+  // chunks of gcd(vocab, vocab_rank_) rows (the slice bounds are multiples of it).
+  HostTensor load_vocab_rows(const WeightSource& w, const std::string& hf_name, int64_t alloc_rows) {
+    const auto& par = opt_.parallel;
+    const DType wd = opt_.weight_dtype;
+    const int64_t h = cfg_.hidden_size;
+    const int64_t vocab = cfg_.vocab_size;
+    const std::string name = resolve(w, hf_name);
+    HostTensor t;
+    t.dtype = wd;
+    t.shape = {alloc_rows, h};
+    const size_t row_bytes = static_cast<size_t>(h) * dtype_size(wd);
+    t.buffer = Buffer(row_bytes * static_cast<size_t>(alloc_rows));
+    std::memset(t.buffer.data(), 0, t.buffer.size());
+    if (vocab % par.world_size == 0) {
+      w.read_into(name, {vocab, h}, wd, ShardSpec::split(0, par.rank, par.world_size), t.buffer.data());
+      return t;
+    }
+    const int64_t chunk = std::gcd(vocab, vocab_rank_);
+    for (int64_t row = vocab_start_; row < vocab_start_ + vocab_count_; row += chunk) {
+      w.read_into(name, {vocab, h}, wd,
+                  ShardSpec::split(0, static_cast<int>(row / chunk), static_cast<int>(vocab / chunk)),
+                  t.buffer.as<char>() + row_bytes * static_cast<size_t>(row - vocab_start_));
+    }
+    return t;
+  }
+
+  // The embedding rows of this rank (all of them at tp 1); at tp > 1 zero rows follow them.
   void load_embedding(const WeightSource& w) {
     const auto& par = opt_.parallel;
     const DType wd = opt_.weight_dtype;
@@ -276,14 +324,7 @@ class LlamaModel : public Model {
       embed_ = backend_.upload_weight(w.load(name, {cfg_.vocab_size, h}, wd, ShardSpec::replicated()));
       return;
     }
-    HostTensor t;
-    t.dtype = wd;
-    t.shape = {vocab_rank_ + 1, h};
-    const size_t row_bytes = static_cast<size_t>(h) * dtype_size(wd);
-    t.buffer = Buffer(row_bytes * static_cast<size_t>(vocab_rank_ + 1));
-    w.read_into(name, {cfg_.vocab_size, h}, wd, ShardSpec::split(0, par.rank, par.world_size), t.buffer.data());
-    std::memset(t.buffer.as<char>() + row_bytes * static_cast<size_t>(vocab_rank_), 0, row_bytes);
-    embed_ = backend_.upload_weight(std::move(t));
+    embed_ = backend_.upload_weight(load_vocab_rows(w, "model.embed_tokens.weight", vocab_rank_ + 1));
   }
 
   ModelConfig cfg_;
@@ -291,10 +332,11 @@ class LlamaModel : public Model {
   ModelBuildOptions opt_;
   int hq_ = 0, hkv_ = 0, d_ = 0;
   int64_t inter_ = 0;
-  int64_t vocab_rank_ = 0;   // vocabulary rows of this rank
-  int64_t vocab_start_ = 0;  // the first of them
-  DeviceTensor embed_;       // [vocab, hidden]; at tp > 1 [vocab / tp + 1, hidden]
-  DeviceTensor lm_head_;     // [vocab / tp, hidden]
+  int64_t vocab_rank_ = 0;   // vocabulary rows per rank: ceil(vocab / tp)
+  int64_t vocab_start_ = 0;  // the first row of this rank
+  int64_t vocab_count_ = 0;  // its real rows (fewer than vocab_rank_ on the last ranks when uneven)
+  DeviceTensor embed_;       // [vocab, hidden]; at tp > 1 [vocab_rank_ + 1, hidden]
+  DeviceTensor lm_head_;     // [vocab_rank_, hidden]
   DeviceTensor final_norm_;
   DeviceTensor cos_sin_;  // F32 [max_model_len, rotary_dim]
   std::vector<LlamaLayer> layers_;

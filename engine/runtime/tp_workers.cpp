@@ -23,8 +23,6 @@ void check_tensor_parallel(const ModelConfig& cfg, int tp) {
   CYPRIS_CHECK(cfg.intermediate_size % tp == 0,
                "--tensor-parallel-size {} must divide the MLP intermediate_size ({}, {})", tp, cfg.intermediate_size,
                cfg.source);
-  CYPRIS_CHECK(cfg.vocab_size % tp == 0, "--tensor-parallel-size {} must divide the vocabulary size ({}, {})", tp,
-               cfg.vocab_size, cfg.source);
 }
 
 void check_gpu_count(int tp, int visible_gpus) {

@@ -17,9 +17,9 @@
 
 namespace cypris {
 
-// Throws Error naming --tensor-parallel-size unless tp divides the attention heads, the MLP width
-// and the vocabulary, and the KV heads either divide over tp or tp is a multiple of them (then
-// each KV head is replicated on tp / num_kv_heads ranks).
+// Throws Error naming --tensor-parallel-size unless tp divides the attention heads and the MLP
+// width, and the KV heads either divide over tp or tp is a multiple of them (then each KV head is
+// replicated on tp / num_kv_heads ranks). The vocabulary may split unevenly.
 void check_tensor_parallel(const ModelConfig& cfg, int tp);
 // Throws Error when fewer GPUs are visible than tensor-parallel ranks.
 void check_gpu_count(int tp, int visible_gpus);

@@ -131,8 +131,7 @@ TEST(TpChecks, LayoutsThatDoNotDivideAreRefusedByName) {
               AllOf(HasSubstr("--tensor-parallel-size 2"), HasSubstr("KV heads (3)")));
   EXPECT_THAT(error_of([] { check_tensor_parallel(config(8, 8, 172, 512), 8); }),
               AllOf(HasSubstr("--tensor-parallel-size 8"), HasSubstr("intermediate_size (172")));
-  EXPECT_THAT(error_of([] { check_tensor_parallel(config(8, 8, 64, 500), 8); }),
-              AllOf(HasSubstr("--tensor-parallel-size 8"), HasSubstr("vocabulary size (500")));
+  EXPECT_NO_THROW(check_tensor_parallel(config(8, 8, 64, 32001), 8));  // vocab slices may be uneven
 }
 
 TEST(TpChecks, FewerGpusThanRanksIsAClearError) {

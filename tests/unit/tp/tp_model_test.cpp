@@ -4,9 +4,11 @@
 // the tiny random fixtures (checked against their torch reference too) and on stories260k.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -204,6 +206,46 @@ TEST(TpStories260k, PromptBatchOfAllPositionsMatchesTpOne) {
   ModelRunner one(options(kStories, 1, "auto"));
   ModelRunner two(options(kStories, 2, "auto"));  // fp16 weights on every rank
   expect_same_logits(full_prefill(two, prompt), full_prefill(one, prompt), "stories260k fp16 tp 2");
+}
+
+// A model folder with only a config.json (dummy weights: the same values whatever the sharding).
+std::string dummy_model(int64_t vocab, bool tied) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("cypris_tp_vocab_" + std::to_string(::getpid()) + "_" + std::to_string(vocab) + (tied ? "t" : "u"));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"architectures":["LlamaForCausalLM"],"hidden_size":32,
+      "intermediate_size":48,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+      "max_position_embeddings":64,"rms_norm_eps":1e-5,"torch_dtype":"float32","vocab_size":)"
+                                     << vocab << R"(,"tie_word_embeddings":)" << (tied ? "true" : "false") << "}";
+  return dir.string();
+}
+
+TEST(TpRanks, VocabulariesThatDoNotSplitEvenly) {
+  // 67 (prime: every rank reads row by row), 70 over 4 ranks (slices of 18: chunks of 2 rows),
+  // 9 over 4 ranks (slices of 3: the last rank holds no row at all).
+  for (const int64_t vocab : {67, 70, 9}) {
+    for (const bool tied : {true, false}) {
+      const std::string dir = dummy_model(vocab, tied);
+      std::vector<int32_t> ids;
+      for (int i = 0; i < 12; ++i) ids.push_back(static_cast<int32_t>((i * 7 + 3) % vocab));
+      ids.push_back(static_cast<int32_t>(vocab - 1));  // the last row, on the last non-empty rank
+      auto opt = [&](int tp) {
+        ModelRunnerOptions o = options(dir, tp);
+        o.load.load_format = "dummy";
+        o.load.seed = 7;
+        return o;
+      };
+      ModelRunner one(opt(1));
+      const Logits ref = full_prefill(one, ids);
+      for (int tp : {2, 4}) {
+        ModelRunner split(opt(tp));
+        expect_same_logits(
+            full_prefill(split, ids), ref,
+            "vocab " + std::to_string(vocab) + (tied ? " tied" : " untied") + " tp " + std::to_string(tp));
+      }
+      std::filesystem::remove_all(dir);
+    }
+  }
 }
 
 TEST(TpRanks, SizesThatDoNotDivideTheHeadsAreRefused) {
