@@ -37,7 +37,15 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
            num_blocks_, block_size_);
 }
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+  if (!workers_) return;
+  // Each rank frees its shard on its own thread (a GPU rank's memory belongs to its device).
+  try {
+    workers_->run([&](int rank) { ranks_[static_cast<size_t>(rank)] = Rank{}; });
+  } catch (const std::exception& e) {
+    LOG_ERROR("freeing the tensor parallel ranks: {}", e.what());
+  }
+}
 
 void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads) {
   Rank& r = ranks_[static_cast<size_t>(rank)];
