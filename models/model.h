@@ -12,6 +12,8 @@
 
 namespace cypris {
 
+class Communicator;
+
 // One layer's cache: K and V, each [num_blocks, block_size, num_kv_heads (this rank), head_dim].
 struct KvCacheLayer {
   DeviceTensor k;
@@ -38,6 +40,9 @@ struct ParallelConfig {
 struct ModelBuildOptions {
   DType weight_dtype = DType::F16;  // linear layers and embeddings; norms and biases are kept in fp32
   ParallelConfig parallel;
+  // Joins this rank to the others (all-reduce after row-parallel layers, vocab-parallel
+  // embedding and LM head). Required when parallel.world_size > 1; must outlive the model.
+  Communicator* comm = nullptr;
 };
 
 class Model {

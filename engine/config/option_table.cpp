@@ -143,10 +143,9 @@ std::vector<OptionSpec> build_table() {
           .choices({"ray", "mp"})
           .no_effect(kRay));
   add(Opt("tensor-parallel-size", bind_field(FIELD(parallel.tensor_parallel_size)), "SIZE",
-          "The number of GPUs to use for loading the model.")
+          "The number of GPUs (or CPU ranks on the CPU device) to split the model over (tensor parallelism).")
           .alias("-tp")
-          .range(1, std::nullopt)
-          .not_yet("tensor parallelism (-tp > 1)"));
+          .range(1, 256));
   add(Opt("pipeline-parallel-size", bind_field(FIELD(parallel.pipeline_parallel_size)), "SIZE",
           "The number of pipeline stages to use for loading the model.")
           .alias("-pp")
@@ -156,7 +155,8 @@ std::vector<OptionSpec> build_table() {
           "Use nsight for profiling Ray workers.")
           .no_effect(kRay + "; run nsys on the cypris process"));
   add(Opt("disable-custom-all-reduce", bind_field(FIELD(parallel.disable_custom_all_reduce)), "",
-          "Disables the custom all-reduce kernels. Cypris always uses NCCL's all-reduce."));
+          "Disables the custom all-reduce kernels. Accepted; Cypris always uses NCCL's all-reduce (and an "
+          "in-process one between CPU ranks)."));
 
   group = "Quantization Options";
   add(Opt("kv-cache-dtype", bind_field(FIELD(quant.kv_cache_dtype)), "{auto,fp8,fp8_e5m2,fp8_e4m3}",

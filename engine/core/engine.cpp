@@ -13,6 +13,10 @@
 #include "engine/core/sampling_params.h"
 #include "engine/loader/model_config.h"
 #include "engine/runtime/model_runner.h"
+#include "engine/runtime/tp_workers.h"
+#ifdef CYPRIS_HAVE_CUDA
+#include "engine/runtime/cuda/nccl_communicator.h"
+#endif
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/batch_layout.h"
 #include "engine/scheduler/scheduler.h"
@@ -73,11 +77,18 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const std::filesystem::path dir = resolve_local_model_dir(mo.model, mo.revision, mo.download_dir);
 
   ModelRunnerOptions ro = runner_options(cfg, dir);
+  const int tp = ro.parallel.world_size;
 
   // Size the cache from the architecture before loading any weight.
   const ModelConfig mc = load_model_config(dir, ro.load.overrides);
+  check_tensor_parallel(mc, tp);
+#ifdef CYPRIS_HAVE_CUDA
+  if (cfg.device.device == "cuda") check_gpu_count(tp, visible_cuda_devices());
+#endif
   const int64_t max_model_len = mc.max_model_len;
-  const double block_bytes = 2.0 * mc.num_hidden_layers * ro.block_size * mc.num_key_value_heads * mc.head_dim * 4;
+  // Every rank holds its KV heads (replicated ones count on each rank that holds them).
+  const double block_bytes =
+      2.0 * mc.num_hidden_layers * ro.block_size * kv_heads_per_rank(mc.num_key_value_heads, tp) * tp * mc.head_dim * 4;
   int64_t num_blocks = cfg.cache.num_gpu_blocks_override.value_or(
       static_cast<int64_t>(cfg.cache.cpu_kvcache_space * kGiB / block_bytes));
   CYPRIS_CHECK(num_blocks >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",

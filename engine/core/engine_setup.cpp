@@ -31,6 +31,13 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   ro.load.overrides.max_model_len = mo.max_model_len;
   ro.threads = static_cast<int>(cfg.device.threads.value_or(0));
   ro.block_size = static_cast<int>(cfg.cache.block_size);
+  CYPRIS_CHECK(cfg.parallel.pipeline_parallel_size == 1,
+               "--pipeline-parallel-size {}: pipeline parallelism is not supported yet in Cypris (see "
+               "docs/distributed.md)",
+               cfg.parallel.pipeline_parallel_size);
+  CYPRIS_CHECK(cfg.parallel.tensor_parallel_size >= 1 && cfg.parallel.tensor_parallel_size <= 256,
+               "--tensor-parallel-size {} must be in [1, 256]", cfg.parallel.tensor_parallel_size);
+  ro.parallel.world_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
   return ro;
 }
 

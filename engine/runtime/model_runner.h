@@ -1,9 +1,12 @@
 // ModelRunner: owns the backend, the model and the paged KV cache, and runs one flattened batch
-// (BatchContext) to logits. The engine core calls execute() once per step.
+// (BatchContext) to logits. The engine core calls execute() once per step. With tensor
+// parallelism (parallel.world_size > 1) it owns one shard of each per rank, runs the ranks on
+// worker threads (tp_workers.h) and returns rank 0's logits.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -15,13 +18,15 @@
 
 namespace cypris {
 
+class TpWorkers;
+
 struct ModelRunnerOptions {
   std::filesystem::path model_dir;  // a local folder with config.json (+ weights unless load_format is dummy)
   LoadOptions load;
-  int threads = 0;         // CPU backend threads; <= 0: one per hardware thread
-  int block_size = 16;     // tokens per KV-cache block
-  int64_t num_blocks = 0;  // 0: enough for one sequence of max_model_len
-  ParallelConfig parallel;
+  int threads = 0;          // CPU backend threads in all (split between ranks); <= 0: one per hardware thread
+  int block_size = 16;      // tokens per KV-cache block
+  int64_t num_blocks = 0;   // 0: enough for one sequence of max_model_len
+  ParallelConfig parallel;  // world_size = --tensor-parallel-size; rank is ignored
 };
 
 // Logits of the requested rows, fp32 on the host.
@@ -41,17 +46,22 @@ class ModelRunner {
   // Writes the batch's K/V into the cache and returns logits [logits_indices.size(), vocab].
   Logits execute(const BatchContext& batch);
 
-  const ModelConfig& config() const { return model_->config(); }
+  const ModelConfig& config() const { return rank0_model()->config(); }
   DType weight_dtype() const { return weight_dtype_; }
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
-  // K and V of every layer for one block (fp32 on the CPU): for sizing the cache from a memory budget.
+  int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
+  // K and V of every layer for one block, summed over the ranks (fp32 on the CPU): for sizing the
+  // cache from a memory budget.
   int64_t kv_cache_bytes_per_block() const {
-    return int64_t{2} * model_->num_layers() * block_size_ * model_->num_kv_heads() * model_->head_dim() * 4;
+    return int64_t{2} * rank0_model()->num_layers() * block_size_ * rank0_model()->num_kv_heads() *
+           rank0_model()->head_dim() * 4 * tensor_parallel_size();
   }
-  Backend& backend() { return *backend_; }
-  Model& model() { return *model_; }
-  void set_debug_hook(DebugHook hook) { model_->set_debug_hook(std::move(hook)); }
+  // Rank 0's backend and model shard.
+  Backend& backend() { return *ranks_.front().backend; }
+  Model& model() { return *ranks_.front().model; }
+  // Rank 0's intermediates (its slices at tp > 1), called on rank 0's thread.
+  void set_debug_hook(DebugHook hook) { ranks_.front().model->set_debug_hook(std::move(hook)); }
 
   // KV block moves the scheduler asks for before a step (kv_block_ops.cpp). Pairs are
   // (src, dst) block ids: swap_out copies cache -> swap pool, swap_in pool -> cache, copy_blocks
@@ -63,13 +73,25 @@ class ModelRunner {
   int64_t num_swap_blocks() const { return num_swap_blocks_; }
 
  private:
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
-  std::vector<KvCacheLayer> kv_cache_;
+  // One tensor-parallel rank's share (the only one at world size 1).
+  struct Rank {
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Model> model;
+    std::vector<KvCacheLayer> kv_cache;
+    std::vector<HostTensor> swap_k, swap_v;  // per layer [num_swap_blocks, block elems]
+  };
+  const Model* rank0_model() const { return ranks_.front().model.get(); }
+  void build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads);
+  // Runs the batch on one rank; fills *out with the logits when out is not null (rank 0).
+  void forward_rank(Rank& r, const BatchContext& batch, Logits* out);
+  // Runs fn(rank) on every rank: on the worker threads at tp > 1, else right here.
+  void for_each_rank(const std::function<void(Rank&)>& fn);
+
+  std::vector<Rank> ranks_;
+  std::unique_ptr<TpWorkers> workers_;  // null at world size 1
   DType weight_dtype_ = DType::F32;
   int block_size_ = 16;
   int64_t num_blocks_ = 0;
-  std::vector<HostTensor> swap_k_, swap_v_;  // per layer [num_swap_blocks, block elems]
   int64_t num_swap_blocks_ = 0;
 };
 

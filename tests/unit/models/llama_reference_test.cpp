@@ -14,6 +14,7 @@
 
 #include "engine/common/error.h"
 #include "engine/runtime/cpu/cpu_backend.h"
+#include "engine/runtime/cpu/cpu_communicator.h"
 #include "engine/runtime/debug_dump.h"
 #include "engine/runtime/model_runner.h"
 #include "models/registry/registry.h"
@@ -207,9 +208,9 @@ TEST(DebugHook, NamesIntermediatesLayerByLayer) {
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.0.mlp_out"), names.end());
 }
 
-// Tensor parallelism is shaped in from the start: a rank loads only its slice of the heads and of
-// the MLP (the forward itself runs at world size 1 only, for now).
-TEST(TensorParallel, RankLoadsItsSliceAndForwardSaysNotYet) {
+// A tensor-parallel rank loads only its slice of the heads and of the MLP, and needs the
+// communicator that joins it to the other ranks (tests/unit/tp/ runs split models end to end).
+TEST(TensorParallel, RankLoadsItsSliceAndNeedsACommunicator) {
   const std::string dir = kFixtures + "llama_gqa_tied";
   const ModelConfig cfg = load_model_config(dir);
   auto weights = open_weight_source(dir, cfg, LoadOptions{});
@@ -217,20 +218,17 @@ TEST(TensorParallel, RankLoadsItsSliceAndForwardSaysNotYet) {
   ModelBuildOptions opt;
   opt.weight_dtype = DType::F32;
   opt.parallel = {1, 2};
+  EXPECT_THROW(build_model(cfg, *weights, backend, opt), Error);  // no communicator
+  auto comms = make_cpu_communicators(4);
+  auto comms2 = make_cpu_communicators(2);
+  opt.comm = comms2[1].get();
   auto model = build_model(cfg, *weights, backend, opt);
   EXPECT_EQ(model->num_kv_heads(), 1);
-  std::vector<KvCacheLayer> kv(2);
-  try {
-    model->forward(ForwardInputs{}, kv);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("not supported yet"), std::string::npos) << e.what();
-  }
-  opt.parallel = {0, 4};  // 2 KV heads cannot split over 4 ranks
+  opt.parallel = {3, 4};  // 2 KV heads over 4 ranks: each rank holds one, shared with a neighbour
+  opt.comm = comms[3].get();
+  EXPECT_EQ(build_model(cfg, *weights, backend, opt)->num_kv_heads(), 1);
+  opt.parallel = {0, 3};  // 4 attention heads cannot split over 3 ranks
   EXPECT_THROW(build_model(cfg, *weights, backend, opt), Error);
-  ModelRunnerOptions ro = options("llama_gqa_tied", "float32");
-  ro.parallel = {0, 2};
-  EXPECT_THROW(ModelRunner r(ro), Error);
 }
 
 TEST(DebugHook, NpyDumpHoldsTheReturnedLogits) {
