@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/kv/kv_cache_manager.h"  // BlockCopy
@@ -20,8 +21,15 @@ struct ModelRunnerOptions {
   LoadOptions load;
   int threads = 0;         // CPU backend threads; <= 0: one per hardware thread
   int block_size = 16;     // tokens per KV-cache block
-  int64_t num_blocks = 0;  // 0: enough for one sequence of max_model_len
+  int64_t num_blocks = 0;  // 0: sized from gpu_memory_utilization on a GPU, else one sequence of max_model_len
   ParallelConfig parallel;
+  std::string device = "cpu";   // auto | cuda | cpu (backend_factory.h)
+  bool cuda_fp32_gemm = false;  // CUDA: fp32 GEMMs for 16-bit weights (CPU numerics; for tests)
+  // CUDA with num_blocks == 0: the KV cache takes what is left of this fraction of device memory
+  // after the weights and an estimate of the activations of max_num_batched_tokens tokens.
+  double gpu_memory_utilization = 0.9;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_num_seqs = 256;
 };
 
 // Logits of the requested rows, fp32 on the host.
@@ -51,7 +59,8 @@ class ModelRunner {
   }
   Backend& backend() { return *backend_; }
   Model& model() { return *model_; }
-  void set_debug_hook(DebugHook hook) { model_->set_debug_hook(std::move(hook)); }
+  // On a GPU backend the hook receives host copies of the (2-D fp32) intermediates.
+  void set_debug_hook(DebugHook hook);
 
   // KV block moves the scheduler asks for before a step (kv_block_ops.cpp). Pairs are
   // (src, dst) block ids: swap_out copies cache -> swap pool, swap_in pool -> cache, copy_blocks
@@ -63,13 +72,15 @@ class ModelRunner {
   int64_t num_swap_blocks() const { return num_swap_blocks_; }
 
  private:
+  int64_t blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options);
+
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::vector<KvCacheLayer> kv_cache_;
   DType weight_dtype_ = DType::F32;
   int block_size_ = 16;
   int64_t num_blocks_ = 0;
-  std::vector<HostTensor> swap_k_, swap_v_;  // per layer [num_swap_blocks, block elems]
+  std::vector<DeviceTensor> swap_k_, swap_v_;  // per layer [num_swap_blocks, block_size, kv_heads, head_dim], host
   int64_t num_swap_blocks_ = 0;
 };
 
