@@ -62,6 +62,8 @@ std::vector<std::string> EngineArgs::parse(const std::vector<std::string>& args)
       const int64_t t = parse_int_flag("--threads", v);
       CYPRIS_CHECK(t >= 0 && t <= 1024, "--threads must be in [0, 1024] (0: all cores), got {}", t);
       threads = static_cast<int>(t);
+    } else if (take_flag(args, i, "--device", v)) {
+      device = v;
     } else {
       rest.push_back(args[i]);
     }
@@ -80,6 +82,8 @@ ModelRunnerOptions EngineArgs::runner_options() const {
   o.load.overrides.rope_scaling_json = rope_scaling;
   o.load.overrides.rope_theta = rope_theta;
   o.threads = threads;
+  o.device = device;
+  o.gpu_memory_utilization = 0.0;  // one sequence of --max-model-len: these commands run one request
   return o;
 }
 
@@ -93,7 +97,8 @@ const char* EngineArgs::help() {
          "  --seed S                 random seed (dummy weights, sampling)\n"
          "  --rope-scaling JSON      e.g. '{\"rope_type\":\"dynamic\",\"factor\":2.0}'\n"
          "  --rope-theta X           RoPE base override\n"
-         "  --threads N              CPU threads (0: all cores)\n";
+         "  --threads N              CPU threads (0: all cores)\n"
+         "  --device D               auto|cuda|cpu (auto: CUDA when the build has it and a GPU is present)\n";
 }
 
 }  // namespace cypris::cli

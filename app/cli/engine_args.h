@@ -1,5 +1,5 @@
 // The engine flags the CLI commands share for now (--model, --dtype, --max-model-len,
-// --load-format, --seed, --rope-scaling, --rope-theta, --threads), parsed in one place. The lead
+// --load-format, --seed, --rope-scaling, --rope-theta, --threads, --device), parsed in one place. The lead
 // replaces this with the global option table in engine/config.
 #pragma once
 
@@ -21,6 +21,7 @@ struct EngineArgs {
   std::optional<std::string> rope_scaling;
   std::optional<double> rope_theta;
   int threads = 0;
+  std::string device = "auto";  // auto | cuda | cpu
 
   // Takes the engine flags out of args ("--flag value" or "--flag=value") and returns the rest.
   // Throws Error naming the flag for a missing or malformed value.

@@ -300,7 +300,6 @@ void paged_attention_cuda(const PagedAttentionCudaParams& p, void* workspace, cu
   CYPRIS_CHECK(p.head_dim > 0 && p.head_dim <= kMaxHeadDim, "attention: head_dim {} is not in [1, {}] on the GPU",
                p.head_dim, kMaxHeadDim);
   CYPRIS_CHECK(p.block_size > 0 && p.num_seqs >= 0, "attention: block_size {} num_seqs {}", p.block_size, p.num_seqs);
-  CYPRIS_CHECK(p.num_tokens <= 65535 || all_decode(p), "attention: {} tokens exceed the grid limit", p.num_tokens);
   if (p.num_tokens <= 0 || p.num_seqs == 0) return;
   if (all_decode(p)) {
     const int splits = num_splits_for(p);
