@@ -25,6 +25,10 @@ if(NOT CYPRIS_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     set(CMAKE_CUDA_ARCHITECTURES "${CYPRIS_CUDA_ARCHS}")
+    # CMake 3.25 would carry CXX_STANDARD 20 over to .cu files but knows no C++20 flag for
+    # nvcc 13; the kernels need only C++17.
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     find_library(NCCL_LIBRARY NAMES nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu)

@@ -12,6 +12,7 @@
 #include "engine/core/request.h"
 #include "engine/core/sampling_params.h"
 #include "engine/loader/model_config.h"
+#include "engine/runtime/backend_factory.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/tp_workers.h"
 #ifdef CYPRIS_HAVE_CUDA
@@ -72,8 +73,8 @@ struct Engine::Group {
 
 Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const auto& mo = cfg.model;
-  CYPRIS_CHECK(cfg.device.device != "cuda", "--device cuda: the CUDA backend is not supported yet in this build; "
-                                            "use --device cpu (or auto)");
+  // Fails here, before any file is read, for --device cuda without CUDA in the build or without a GPU.
+  const std::string device = resolve_device(cfg.device.device);
   const std::filesystem::path dir = resolve_local_model_dir(mo.model, mo.revision, mo.download_dir);
 
   ModelRunnerOptions ro = runner_options(cfg, dir);
@@ -89,11 +90,20 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   // Every rank holds its KV heads (replicated ones count on each rank that holds them).
   const double block_bytes =
       2.0 * mc.num_hidden_layers * ro.block_size * kv_heads_per_rank(mc.num_key_value_heads, tp) * tp * mc.head_dim * 4;
-  int64_t num_blocks = cfg.cache.num_gpu_blocks_override.value_or(
-      static_cast<int64_t>(cfg.cache.cpu_kvcache_space * kGiB / block_bytes));
-  CYPRIS_CHECK(num_blocks >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",
-               cfg.cache.cpu_kvcache_space, block_bytes / 1024.0);
-  ro.num_blocks = num_blocks;
+  ro.device = device;
+  if (device == "cuda") {
+    if (!mo.enforce_eager) LOG_WARN("--enforce-eager false: CUDA graphs are not implemented yet; running eagerly");
+    // The runner sizes the cache from device memory once the weights are loaded.
+    ro.num_blocks = cfg.cache.num_gpu_blocks_override.value_or(0);
+    ro.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
+    ro.max_num_batched_tokens = default_max_num_batched_tokens(cfg, max_model_len);
+    ro.max_num_seqs = cfg.scheduler.max_num_seqs;
+  } else {
+    ro.num_blocks = cfg.cache.num_gpu_blocks_override.value_or(
+        static_cast<int64_t>(cfg.cache.cpu_kvcache_space * kGiB / block_bytes));
+    CYPRIS_CHECK(ro.num_blocks >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",
+                 cfg.cache.cpu_kvcache_space, block_bytes / 1024.0);
+  }
 
   if (!mo.skip_tokenizer_init) {
     const std::string tok_dir = mo.tokenizer.value_or(dir.string());
@@ -102,6 +112,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
     tokenizer_ = load_tokenizer(resolve_local_model_dir(tok_dir, mo.tokenizer_revision, mo.download_dir), to);
   }
   runner_ = std::make_unique<ModelRunner>(ro);
+  const int64_t num_blocks = runner_->num_blocks();
 
   SchedulerConfig sc;
   sc.max_model_len = static_cast<int32_t>(max_model_len);
@@ -136,7 +147,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   info_.max_model_len = max_model_len;
   info_.vocab_size = runner_->config().vocab_size;
   info_.dtype = std::string(dtype_name(runner_->weight_dtype()));
-  info_.device = "cpu";
+  info_.device = runner_->backend().name();
 
   const double max_concurrency = static_cast<double>(num_blocks) * ro.block_size / static_cast<double>(max_model_len);
   LOG_INFO("KV cache: {} blocks of {} tokens ({:.2f} GiB); maximum concurrency for {} tokens per request: {:.2f}x",

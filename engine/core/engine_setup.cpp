@@ -4,6 +4,7 @@
 
 #include "engine/common/error.h"
 #include "engine/loader/hub/hub.h"
+#include "engine/runtime/backend_factory.h"
 
 namespace cypris {
 
@@ -38,6 +39,7 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   CYPRIS_CHECK(cfg.parallel.tensor_parallel_size >= 1 && cfg.parallel.tensor_parallel_size <= 256,
                "--tensor-parallel-size {} must be in [1, 256]", cfg.parallel.tensor_parallel_size);
   ro.parallel.world_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
+  ro.device = resolve_device(cfg.device.device);
   return ro;
 }
 

@@ -1,8 +1,8 @@
 // The Backend: the small set of ops the models are written against (embedding, linear, norms,
 // rotary, paged KV cache write + attention, activation, row gather), and the memory they run on.
-// CpuBackend implements it now; a CudaBackend will implement the same interface. Activations are
-// fp32 on the CPU; weights may be F32/F16/BF16. 2-D activations may be column slices of a wider
-// buffer: their strides are {row_stride, 1}.
+// CpuBackend (engine/runtime/cpu/) and CudaBackend (engine/runtime/cuda/, CUDA builds) implement it;
+// make_backend (backend_factory.h) picks one. Activations are fp32 on both; weights may be
+// F32/F16/BF16. 2-D activations may be column slices of a wider buffer: their strides are {row_stride, 1}.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,16 @@ struct AttentionMetadata {
   Tensor slot_mapping;     // I64 [num_tokens]
   int num_seqs = 0;
   int64_t max_blocks_per_seq = 0;
+  // Host-side upper bounds (0 = unknown) so a device backend can size its launch without reading
+  // device memory back: the longest new-token run and the longest context in the batch.
+  int max_query_len = 0;
+  int max_seq_len = 0;
+};
+
+// Free and total bytes of the backend's device memory (both 0 on the CPU).
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
 };
 
 class Backend {
@@ -55,6 +65,11 @@ class Backend {
   virtual DeviceTensor upload_weight(HostTensor&& host) = 0;
   // Copies a contiguous device tensor to host memory (t.nbytes() bytes).
   virtual void download(const Tensor& t, void* dst) = 0;
+  // Host memory the device can copy to and from quickly (pinned on CUDA): the KV swap pool.
+  virtual DeviceTensor empty_host(DType dtype, const std::vector<int64_t>& shape) = 0;
+  // Waits until all work queued on the device is done (no-op on the CPU).
+  virtual void synchronize() = 0;
+  virtual DeviceMemoryInfo memory_info() = 0;
 
   // out[t] = table[ids[t]]; ids I32 [T], table [vocab, hidden], out F32 [T, hidden].
   virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
@@ -76,6 +91,13 @@ class Backend {
   virtual void silu_and_mul(const Tensor& x, Tensor& out) = 0;
   // out[r] = x[indices[r]]; x F32 [T, H], indices I32 [R], out F32 [R, H].
   virtual void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) = 0;
+
+  // KV block moves. A block is one slab along dim 0 ([block_size, Hkv, D] of a layer's cache);
+  // src_dst holds (src, dst) block-id pairs flattened, ids already validated by the caller.
+  // copy_blocks: inside each cache tensor (copy-on-write), all tensors in one go.
+  virtual void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) = 0;
+  // swap_blocks: from src to dst, where either may be host memory from empty_host (swap out/in).
+  virtual void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) = 0;
 };
 
 }  // namespace cypris

@@ -5,7 +5,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
-#include "engine/runtime/cpu/cpu_backend.h"
+#include "engine/runtime/backend_factory.h"
 #include "engine/runtime/tp_workers.h"
 #include "models/registry/registry.h"
 
@@ -21,20 +21,26 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   check_tensor_parallel(cfg, tp);
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
-  num_blocks_ = options.num_blocks > 0 ? options.num_blocks : (cfg.max_model_len + block_size_ - 1) / block_size_;
   ranks_.resize(static_cast<size_t>(tp));
+  const Device device = resolve_device(options.device);
   if (tp == 1) {
     build_rank(options, cfg, 0, options.threads);
   } else {
-    // The ranks share the cores: each gets its part of --threads.
+    // CPU ranks share the cores: each gets its part of --threads. GPU ranks get one GPU each.
     const int total = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
     const int per_rank = std::max(1, total / tp);
-    workers_ = make_tp_workers(Device::Cpu, tp);
+    workers_ = make_tp_workers(device, tp);
     workers_->run([&](int rank) { build_rank(options, cfg, rank, per_rank); });
   }
-  LOG_INFO("loaded {} ({} layers, weights {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens",
-           resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_), tp, options.model_dir.string(),
-           num_blocks_, block_size_);
+  // The cache is sized once the weights are in place (on a GPU, from the memory left).
+  num_blocks_ = options.num_blocks > 0 ? options.num_blocks : (cfg.max_model_len + block_size_ - 1) / block_size_;
+  if (options.num_blocks <= 0 && backend().device() == Device::Cuda && options.gpu_memory_utilization > 0) {
+    num_blocks_ = blocks_from_device_memory(cfg, options);
+  }
+  for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
+  LOG_INFO("loaded {} ({} layers, weights {}, {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens",
+           resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_),
+           device == Device::Cuda ? "cuda" : "cpu", tp, options.model_dir.string(), num_blocks_, block_size_);
 }
 
 ModelRunner::~ModelRunner() {
@@ -49,7 +55,12 @@ ModelRunner::~ModelRunner() {
 
 void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads) {
   Rank& r = ranks_[static_cast<size_t>(rank)];
-  r.backend = std::make_unique<CpuBackend>(threads);
+  BackendOptions bo;
+  bo.device = options.device;
+  bo.threads = threads;
+  bo.cuda_device = rank;
+  bo.cuda_fp32_gemm = options.cuda_fp32_gemm;
+  r.backend = make_backend(bo);
   // Each rank opens the checkpoint itself and reads only its slices.
   auto weights = open_weight_source(options.model_dir, cfg, options.load);
   ModelBuildOptions build;
@@ -57,6 +68,9 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   build.parallel = {rank, static_cast<int>(ranks_.size())};
   build.comm = workers_ ? &workers_->comm(rank) : nullptr;
   r.model = build_model(cfg, *weights, *r.backend, build);
+}
+
+void ModelRunner::allocate_kv_cache(Rank& r, const ModelConfig& cfg) {
   const std::vector<int64_t> shape = {num_blocks_, block_size_, r.model->num_kv_heads(), r.model->head_dim()};
   r.kv_cache.resize(cfg.num_hidden_layers);
   for (auto& layer : r.kv_cache) {
@@ -74,8 +88,69 @@ void ModelRunner::for_each_rank(const std::function<void(Rank&)>& fn) {
   workers_->run([&](int rank) { fn(ranks_[static_cast<size_t>(rank)]); });
 }
 
+void ModelRunner::set_debug_hook(DebugHook hook) {
+  Rank& r0 = ranks_.front();
+  if (!hook || r0.backend->device() == Device::Cpu) {
+    r0.model->set_debug_hook(std::move(hook));
+    return;
+  }
+  Backend* be = r0.backend.get();
+  r0.model->set_debug_hook([be, hook = std::move(hook)](const std::string& name, const Tensor& t) {
+    if (t.ndim() != 2) return hook(name, t);
+    const int64_t rows = t.shape[0], cols = t.shape[1], ld = row_stride(t);
+    Buffer host(static_cast<size_t>(rows * cols) * dtype_size(t.dtype));
+    for (int64_t row = 0; row < rows; ++row) {  // row by row: the intermediate may be a column slice
+      Tensor view(static_cast<char*>(t.data) + row * ld * dtype_size(t.dtype), t.dtype, {cols}, t.device);
+      be->download(view, static_cast<char*>(host.data()) + row * cols * dtype_size(t.dtype));
+    }
+    hook(name, Tensor(host.data(), t.dtype, {rows, cols}, Device::Cpu));
+  });
+}
+
+int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options) {
+  // Not a profiled peak (vLLM runs a dummy forward): an estimate of one step's fp32 activations
+  // (residual, hidden, qkv, attention, gate_up, act and GEMM scratch per token, logits per
+  // sequence), doubled for the allocator's rounding, plus room for cuBLAS and the CUDA context.
+  // Rank 0's device stands for all (the ranks hold equal shards).
+  Backend& be = backend();
+  be.synchronize();
+  const DeviceMemoryInfo mem = be.memory_info();
+  CYPRIS_CHECK(options.gpu_memory_utilization <= 1.0, "--gpu-memory-utilization {} must be in (0, 1]",
+               options.gpu_memory_utilization);
+  const double tp = static_cast<double>(ranks_.size());
+  const double per_token = 4.0 * (3.0 * cfg.hidden_size + 2.0 * cfg.num_attention_heads * cfg.head_dim / tp +
+                                  2.0 * cfg.num_key_value_heads * cfg.head_dim / tp + 4.0 * cfg.intermediate_size / tp);
+  const double activations = 2.0 * (per_token * static_cast<double>(options.max_num_batched_tokens) +
+                                    4.0 * static_cast<double>(cfg.vocab_size) * static_cast<double>(options.max_num_seqs));
+  const double reserve = activations + 512.0 * (1 << 20);
+  const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
+  const double budget = options.gpu_memory_utilization * static_cast<double>(mem.total_bytes) - used - reserve;
+  const double per_block_per_rank = static_cast<double>(kv_cache_bytes_per_block()) / tp;
+  const int64_t blocks = static_cast<int64_t>(budget / per_block_per_rank);
+  CYPRIS_CHECK(blocks >= 1,
+               "--gpu-memory-utilization {}: no room for the KV cache ({:.2f} GiB in use of {:.2f} GiB after loading "
+               "the weights, {:.2f} GiB kept for activations); raise it or lower --max-num-batched-tokens",
+               options.gpu_memory_utilization, used / (1 << 30), static_cast<double>(mem.total_bytes) / (1 << 30),
+               reserve / (1 << 30));
+  LOG_INFO("GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the weights; KV cache gets {} blocks",
+           static_cast<double>(mem.total_bytes) / (1 << 30), used / (1 << 30), blocks);
+  return blocks;
+}
+
 Logits ModelRunner::execute(const BatchContext& b) {
   b.validate(num_blocks_, block_size_);
+  if (backend().device() != Device::Cpu) {
+    // Device kernels cannot throw: check on the host what the CPU kernels check as they go.
+    const int64_t vocab = config().vocab_size;
+    const int64_t max_pos = config().max_model_len;
+    for (int64_t t = 0; t < b.num_tokens(); ++t) {
+      CYPRIS_CHECK(b.token_ids[t] >= 0 && b.token_ids[t] < vocab, "token id {} at position {} is out of range [0, {})",
+                   b.token_ids[t], t, vocab);
+      CYPRIS_CHECK(b.positions[t] >= 0 && b.positions[t] < max_pos,
+                   "position {} of token {} is outside the rotary table [0, {}) (--max-model-len)", b.positions[t], t,
+                   max_pos);
+    }
+  }
   Logits out;
   if (!workers_) {
     forward_rank(ranks_.front(), b, &out);
@@ -88,6 +163,11 @@ Logits ModelRunner::execute(const BatchContext& b) {
 void ModelRunner::forward_rank(Rank& r, const BatchContext& b, Logits* out) {
   Backend& be = *r.backend;
   const int64_t n = b.num_tokens();
+  int max_query_len = 0, max_seq_len = 0;
+  for (int s = 0; s < b.num_seqs(); ++s) {
+    max_query_len = std::max(max_query_len, b.query_start_loc[s + 1] - b.query_start_loc[s]);
+    max_seq_len = std::max(max_seq_len, b.seq_lens[s]);
+  }
   ForwardInputs in;
   DeviceTensor ids = be.upload(b.token_ids.data(), DType::I32, {n});
   DeviceTensor pos = be.upload(b.positions.data(), DType::I32, {n});
@@ -105,6 +185,8 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, Logits* out) {
   in.attn.slot_mapping = slots.view;
   in.attn.num_seqs = b.num_seqs();
   in.attn.max_blocks_per_seq = b.max_blocks_per_seq;
+  in.attn.max_query_len = max_query_len;
+  in.attn.max_seq_len = max_seq_len;
   DeviceTensor logits = r.model->forward(in, r.kv_cache);
   if (!out) return;
   out->rows = logits.view.shape[0];

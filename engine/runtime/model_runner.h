@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/kv/kv_cache_manager.h"  // BlockCopy
@@ -25,8 +26,15 @@ struct ModelRunnerOptions {
   LoadOptions load;
   int threads = 0;          // CPU backend threads in all (split between ranks); <= 0: one per hardware thread
   int block_size = 16;      // tokens per KV-cache block
-  int64_t num_blocks = 0;   // 0: enough for one sequence of max_model_len
+  int64_t num_blocks = 0;   // 0: sized from gpu_memory_utilization on a GPU, else one sequence of max_model_len
   ParallelConfig parallel;  // world_size = --tensor-parallel-size; rank is ignored
+  std::string device = "cpu";   // auto | cuda | cpu (backend_factory.h)
+  bool cuda_fp32_gemm = false;  // CUDA: fp32 GEMMs for 16-bit weights (CPU numerics; for tests)
+  // CUDA with num_blocks == 0: the KV cache takes what is left of this fraction of device memory
+  // after the weights and an estimate of the activations of max_num_batched_tokens tokens.
+  double gpu_memory_utilization = 0.9;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_num_seqs = 256;
 };
 
 // Logits of the requested rows, fp32 on the host.
@@ -60,8 +68,9 @@ class ModelRunner {
   // Rank 0's backend and model shard.
   Backend& backend() { return *ranks_.front().backend; }
   Model& model() { return *ranks_.front().model; }
-  // Rank 0's intermediates (its slices at tp > 1), called on rank 0's thread.
-  void set_debug_hook(DebugHook hook) { ranks_.front().model->set_debug_hook(std::move(hook)); }
+  // Rank 0's intermediates (its slices at tp > 1), called on rank 0's thread. On a GPU backend the
+  // hook receives host copies of the (2-D fp32) intermediates.
+  void set_debug_hook(DebugHook hook);
 
   // KV block moves the scheduler asks for before a step (kv_block_ops.cpp). Pairs are
   // (src, dst) block ids: swap_out copies cache -> swap pool, swap_in pool -> cache, copy_blocks
@@ -78,10 +87,12 @@ class ModelRunner {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Model> model;
     std::vector<KvCacheLayer> kv_cache;
-    std::vector<HostTensor> swap_k, swap_v;  // per layer [num_swap_blocks, block elems]
+    std::vector<DeviceTensor> swap_k, swap_v;  // per layer [num_swap_blocks, block_size, kv_heads, head_dim], host
   };
   const Model* rank0_model() const { return ranks_.front().model.get(); }
   void build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads);
+  void allocate_kv_cache(Rank& r, const ModelConfig& cfg);
+  int64_t blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options);
   // Runs the batch on one rank; fills *out with the logits when out is not null (rank 0).
   void forward_rank(Rank& r, const BatchContext& batch, Logits* out);
   // Runs fn(rank) on every rank: on the worker threads at tp > 1, else right here.

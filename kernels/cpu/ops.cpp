@@ -109,4 +109,16 @@ void gather_rows_cpu(const float* x, int64_t num_rows_x, int64_t hidden, const i
   }
 }
 
+void argmax_rows_cpu(const float* x, int64_t rows, int64_t vocab, int64_t ld, int32_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * ld;
+    int32_t best = -1;
+    for (int64_t i = 0; i < vocab; ++i) {
+      if (std::isnan(row[i])) continue;
+      if (best < 0 || row[i] > row[best]) best = static_cast<int32_t>(i);
+    }
+    out[r] = best < 0 ? 0 : best;
+  }
+}
+
 }  // namespace cypris

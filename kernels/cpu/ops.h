@@ -37,4 +37,8 @@ void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* 
 void gather_rows_cpu(const float* x, int64_t num_rows_x, int64_t hidden, const int32_t* indices, int64_t count,
                      float* out);
 
+// out[r] = index of the largest x[r, :] (first on ties, NaNs skipped; 0 for an all-NaN row).
+// The reference for the GPU argmax (greedy sampling); x: [rows, vocab] with row stride ld.
+void argmax_rows_cpu(const float* x, int64_t rows, int64_t vocab, int64_t ld, int32_t* out);
+
 }  // namespace cypris

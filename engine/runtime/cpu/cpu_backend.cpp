@@ -181,4 +181,34 @@ void CpuBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out
   gather_rows_cpu(x.as<float>(), x.shape[0], x.shape[1], indices.as<int32_t>(), indices.shape[0], out.as<float>());
 }
 
+namespace {
+
+// Bytes of one slab along dim 0 (one KV block of a layer's cache or of the swap pool).
+size_t block_bytes(const Tensor& cache) {
+  return cache.numel() == 0 ? 0 : cache.nbytes() / static_cast<size_t>(cache.shape[0]);
+}
+
+}  // namespace
+
+void CpuBackend::copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) {
+  CYPRIS_CHECK(src_dst.size() % 2 == 0, "cpu backend: copy_blocks needs (src, dst) pairs");
+  for (const Tensor& c : caches) {
+    const size_t bytes = block_bytes(c);
+    char* base = static_cast<char*>(c.data);
+    for (size_t i = 0; i < src_dst.size(); i += 2) {
+      std::memcpy(base + src_dst[i + 1] * bytes, base + src_dst[i] * bytes, bytes);
+    }
+  }
+}
+
+void CpuBackend::swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) {
+  CYPRIS_CHECK(src_dst.size() % 2 == 0 && block_bytes(src) == block_bytes(dst),
+               "cpu backend: swap_blocks needs (src, dst) pairs between tensors of equal block size");
+  const size_t bytes = block_bytes(src);
+  for (size_t i = 0; i < src_dst.size(); i += 2) {
+    std::memcpy(static_cast<char*>(dst.data) + src_dst[i + 1] * bytes,
+                static_cast<const char*>(src.data) + src_dst[i] * bytes, bytes);
+  }
+}
+
 }  // namespace cypris

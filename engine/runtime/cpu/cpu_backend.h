@@ -24,6 +24,9 @@ class CpuBackend : public Backend {
   DeviceTensor upload(const void* data, DType dtype, const std::vector<int64_t>& shape) override;
   DeviceTensor upload_weight(HostTensor&& host) override;
   void download(const Tensor& t, void* dst) override;
+  DeviceTensor empty_host(DType dtype, const std::vector<int64_t>& shape) override { return empty(dtype, shape); }
+  void synchronize() override {}
+  DeviceMemoryInfo memory_info() override { return {}; }
 
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
@@ -36,6 +39,8 @@ class CpuBackend : public Backend {
                        float scale, int sliding_window, Tensor& out) override;
   void silu_and_mul(const Tensor& x, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
+  void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) override;
+  void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) override;
 
  private:
   std::unique_ptr<ThreadPool> pool_;

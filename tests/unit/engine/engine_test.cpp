@@ -24,6 +24,7 @@ EngineConfig base_config() {
   EngineConfig cfg;
   cfg.model.model = kModel;
   cfg.model.dtype = "float32";
+  cfg.device.device = "cpu";  // the CPU engine; tests/gpu/cuda/engine_test.cpp runs the same on a GPU
   cfg.device.threads = 2;
   cfg.logging.disable_log_stats = true;
   cfg.logging.disable_log_requests = true;

@@ -294,5 +294,20 @@ TEST(KvCache, WriteBySlotSkipsPadding) {
   EXPECT_THROW(write_kv_cache_cpu(k.data(), w, v.data(), w, 2, bad, w, kc.data(), vc.data(), 5), Error);
 }
 
+TEST(Argmax, FirstMaximumWinsAndNanIsSkipped) {
+  const float x[] = {1, 5, 5, 2,   // tie: index 1
+                     kPoison, 3, kPoison, 4,  // NaN skipped: index 3
+                     kPoison, kPoison, kPoison, kPoison};  // all NaN: 0
+  int32_t out[3] = {-1, -1, -1};
+  argmax_rows_cpu(x, 3, 4, 4, out);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], 3);
+  EXPECT_EQ(out[2], 0);
+  const float strided[] = {0, 9, 100, 7, 8, 100};  // ld 3 > vocab 2: the third column is outside
+  argmax_rows_cpu(strided, 2, 2, 3, out);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], 1);
+}
+
 }  // namespace
 }  // namespace cypris

@@ -1,0 +1,411 @@
+#include "engine/runtime/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "engine/common/error.h"
+#include "engine/common/log.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/cache_ops.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rotary.h"
+
+namespace cypris {
+namespace {
+
+// A caching allocator: a step allocates the same activation sizes every time, and cudaMalloc /
+// cudaFree synchronise the device, so freed blocks wait in per-size lists. All work runs on one
+// stream, so a block handed out again is only touched by work queued after its last use.
+class DevicePool {
+ public:
+  explicit DevicePool(int device) : device_(device) {}
+  ~DevicePool() {
+    cudaSetDevice(device_);
+    for (auto& [bytes, list] : free_) {
+      for (void* p : list) cudaFree(p);
+    }
+  }
+
+  static size_t round_up(size_t bytes) {
+    if (bytes <= (size_t{1} << 20)) {
+      size_t r = 512;
+      while (r < bytes) r <<= 1;
+      return r;
+    }
+    const size_t step = size_t{2} << 20;
+    return (bytes + step - 1) / step * step;
+  }
+
+  void* get(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find(bytes);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        cached_ -= bytes;
+        return p;
+      }
+    }
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free allocation error and retry after emptying the cache
+      release_cached();
+      err = cudaMalloc(&p, bytes);
+    }
+    CYPRIS_CHECK(err == cudaSuccess, "CUDA out of memory: cannot allocate {:.1f} MiB on device {} ({}); lower "
+                 "--gpu-memory-utilization, --max-num-batched-tokens or --max-model-len",
+                 static_cast<double>(bytes) / (1 << 20), device_, cudaGetErrorString(err));
+    return p;
+  }
+
+  void put(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_[bytes].push_back(p);
+    cached_ += bytes;
+  }
+
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cudaDeviceSynchronize();
+    for (auto& [bytes, list] : free_) {
+      for (void* p : list) cudaFree(p);
+      list.clear();
+    }
+    cached_ = 0;
+  }
+
+ private:
+  int device_;
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;
+};
+
+void require(const Tensor& t, DType dtype, int ndim, const char* what) {
+  CYPRIS_CHECK(t.dtype == dtype && t.ndim() == ndim, "cuda backend: {} must be {} with {} dims, got {} {}", what,
+               dtype_name(dtype), ndim, dtype_name(t.dtype), t.shape_str());
+}
+
+void require_contiguous(const Tensor& t, const char* what) {
+  CYPRIS_CHECK(t.contiguous() || (t.ndim() == 2 && row_stride(t) == t.shape[1]), "cuda backend: {} must be contiguous",
+               what);
+}
+
+void require_device(const Tensor& t, const char* what) {
+  CYPRIS_CHECK(t.device == Device::Cuda || t.numel() == 0, "cuda backend: {} is not in device memory", what);
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  int device = 0;
+  bool fp32_gemm = false;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::shared_ptr<DevicePool> pool;
+
+  DeviceTensor pooled(DType dtype, const std::vector<int64_t>& shape) {
+    Tensor view(nullptr, dtype, shape, Device::Cuda);
+    view.device_index = device;
+    const size_t bytes = view.nbytes();
+    if (bytes == 0) return DeviceTensor{view, nullptr};
+    const size_t rounded = DevicePool::round_up(bytes);
+    void* p = pool->get(rounded);
+    view.data = p;
+    std::shared_ptr<DevicePool> keep = pool;
+    return DeviceTensor{view, std::shared_ptr<void>(p, [keep, rounded](void* q) { keep->put(q, rounded); })};
+  }
+
+  // Scratch memory for one call, returned to the pool when the call's work has been queued.
+  DeviceTensor scratch(size_t bytes) {
+    return pooled(DType::U8, {static_cast<int64_t>(bytes)});
+  }
+};
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: an error here means "no GPU"
+    return 0;
+  }
+  return n;
+}
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_unique<Impl>()) {
+  const int count = cuda_device_count();
+  CYPRIS_CHECK(count > 0, "--device cuda: no CUDA device is available (no GPU or no driver); use --device cpu");
+  CYPRIS_CHECK(options.device >= 0 && options.device < count, "CUDA device {} does not exist ({} device(s))",
+               options.device, count);
+  impl_->device = options.device;
+  impl_->fp32_gemm = options.fp32_gemm;
+  CUDA_CHECK(cudaSetDevice(options.device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  const cublasStatus_t st = cublasCreate(&impl_->cublas);
+  CYPRIS_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLAS initialisation failed: {}", cublasGetStatusString(st));
+  cublasSetStream(impl_->cublas, impl_->stream);
+  cublasSetMathMode(impl_->cublas, CUBLAS_DEFAULT_MATH);  // no TF32: fp32 GEMMs stay fp32
+  impl_->pool = std::make_shared<DevicePool>(options.device);
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
+  LOG_INFO("CUDA backend on device {}: {} (sm_{}{}, {} SMs, {:.1f} GiB)", options.device, prop.name, prop.major,
+           prop.minor, prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1u << 30));
+}
+
+CudaBackend::~CudaBackend() {
+  if (impl_->stream) cudaStreamSynchronize(impl_->stream);
+  if (impl_->cublas) cublasDestroy(impl_->cublas);
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+void* CudaBackend::stream() const { return impl_->stream; }
+
+DeviceTensor CudaBackend::empty(DType dtype, const std::vector<int64_t>& shape) { return impl_->pooled(dtype, shape); }
+
+DeviceTensor CudaBackend::zeros(DType dtype, const std::vector<int64_t>& shape) {
+  DeviceTensor t = empty(dtype, shape);
+  if (t.view.nbytes()) CUDA_CHECK(cudaMemsetAsync(t.view.data, 0, t.view.nbytes(), impl_->stream));
+  return t;
+}
+
+DeviceTensor CudaBackend::upload(const void* data, DType dtype, const std::vector<int64_t>& shape) {
+  DeviceTensor t = empty(dtype, shape);
+  // From pageable memory the call returns once the data is staged, so the caller may reuse it.
+  if (t.view.nbytes()) {
+    CUDA_CHECK(cudaMemcpyAsync(t.view.data, data, t.view.nbytes(), cudaMemcpyHostToDevice, impl_->stream));
+  }
+  return t;
+}
+
+DeviceTensor CudaBackend::empty_exact(DType dtype, const std::vector<int64_t>& shape) {
+  Tensor view(nullptr, dtype, shape, Device::Cuda);
+  view.device_index = impl_->device;
+  if (view.nbytes() == 0) return DeviceTensor{view, nullptr};
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, view.nbytes());
+  CYPRIS_CHECK(err == cudaSuccess, "CUDA out of memory: cannot allocate {:.1f} MiB for a {} tensor {} ({})",
+               static_cast<double>(view.nbytes()) / (1 << 20), dtype_name(dtype), view.shape_str(),
+               cudaGetErrorString(err));
+  view.data = p;
+  return DeviceTensor{view, std::shared_ptr<void>(p, [](void* q) { cudaFree(q); })};
+}
+
+DeviceTensor CudaBackend::upload_weight(HostTensor&& host) {
+  DeviceTensor t = empty_exact(host.dtype, host.shape);
+  if (t.view.nbytes()) {
+    CYPRIS_CHECK(host.buffer.size() >= t.view.nbytes(), "upload_weight: host buffer of {} bytes for {} bytes",
+                 host.buffer.size(), t.view.nbytes());
+    CUDA_CHECK(cudaMemcpyAsync(t.view.data, host.buffer.data(), t.view.nbytes(), cudaMemcpyHostToDevice,
+                               impl_->stream));
+    // The host buffer is freed when this returns.
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  }
+  return t;
+}
+
+void CudaBackend::download(const Tensor& t, void* dst) {
+  require_contiguous(t, "download source");
+  if (!t.nbytes()) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.nbytes(), cudaMemcpyDefault, impl_->stream));
+  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+
+DeviceTensor CudaBackend::empty_host(DType dtype, const std::vector<int64_t>& shape) {
+  Tensor view(nullptr, dtype, shape, Device::Cpu);
+  if (view.nbytes() == 0) return DeviceTensor{view, nullptr};
+  void* p = nullptr;
+  const cudaError_t err = cudaMallocHost(&p, view.nbytes());
+  CYPRIS_CHECK(err == cudaSuccess, "cannot pin {:.1f} MiB of host memory for the KV swap space ({}); lower --swap-space",
+               static_cast<double>(view.nbytes()) / (1 << 20), cudaGetErrorString(err));
+  view.data = p;
+  return DeviceTensor{view, std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); })};
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+DeviceMemoryInfo CudaBackend::memory_info() {
+  DeviceMemoryInfo info;
+  CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
+void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+  require(ids, DType::I32, 1, "embedding ids");
+  require(out, DType::F32, 2, "embedding output");
+  require_contiguous(out, "embedding output");
+  require_device(table, "embedding table");
+  CYPRIS_CHECK(table.ndim() == 2 && table.shape[1] == out.shape[1] && out.shape[0] == ids.shape[0],
+               "cuda backend: embedding shapes {} {} {}", ids.shape_str(), table.shape_str(), out.shape_str());
+  embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1],
+                 out.as<float>(), impl_->stream);
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  require(x, DType::F32, 2, "linear input");
+  require(out, DType::F32, 2, "linear output");
+  require_device(w, "linear weight");
+  CYPRIS_CHECK(w.ndim() == 2 && w.shape[1] == x.shape[1] && out.shape[0] == x.shape[0] && out.shape[1] == w.shape[0],
+               "cuda backend: linear shapes x {} w {} out {}", x.shape_str(), w.shape_str(), out.shape_str());
+  if (bias) {
+    require(*bias, DType::F32, 1, "linear bias");
+    CYPRIS_CHECK(bias->shape[0] == w.shape[0], "cuda backend: bias {} for weight {}", bias->shape_str(), w.shape_str());
+  }
+  const GemmPrecision precision = impl_->fp32_gemm ? GemmPrecision::Fp32 : GemmPrecision::Fast;
+  const int64_t m = x.shape[0], k = x.shape[1], n = w.shape[0];
+  const size_t scratch_bytes = gemm_scratch_bytes(m, k, n, w.dtype, precision);
+  DeviceTensor scratch = scratch_bytes ? impl_->scratch(scratch_bytes) : DeviceTensor{};
+  gemm_xwt_cuda(impl_->cublas, x.as<float>(), m, k, row_stride(x), w.data, w.dtype, n,
+                bias ? bias->as<float>() : nullptr, out.as<float>(), row_stride(out), scratch.view.data, precision,
+                impl_->stream);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  require(x, DType::F32, 2, "rms_norm input");
+  require(w, DType::F32, 1, "rms_norm weight");
+  require_contiguous(x, "rms_norm input");
+  require_contiguous(out, "rms_norm output");
+  CYPRIS_CHECK(w.shape[0] == x.shape[1] && out.shape == x.shape, "cuda backend: rms_norm shapes");
+  rms_norm_cuda(x.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], out.as<float>(), impl_->stream);
+}
+
+void CudaBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
+  require(x, DType::F32, 2, "rms_norm input");
+  require(residual, DType::F32, 2, "rms_norm residual");
+  require(w, DType::F32, 1, "rms_norm weight");
+  require_contiguous(x, "rms_norm input");
+  require_contiguous(residual, "rms_norm residual");
+  CYPRIS_CHECK(w.shape[0] == x.shape[1] && residual.shape == x.shape, "cuda backend: fused_add_rms_norm shapes");
+  fused_add_rms_norm_cuda(x.as<float>(), residual.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1],
+                          impl_->stream);
+}
+
+void CudaBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) {
+  require(q, DType::F32, 2, "rotary q");
+  require(k, DType::F32, 2, "rotary k");
+  require(positions, DType::I32, 1, "rotary positions");
+  require(cos_sin, DType::F32, 2, "rotary cos/sin table");
+  CYPRIS_CHECK(q.shape[0] == positions.shape[0] && k.shape[0] == positions.shape[0] && q.shape[1] % head_dim == 0 &&
+                   k.shape[1] % head_dim == 0 && cos_sin.shape[1] <= head_dim,
+               "cuda backend: rotary shapes");
+  rotary_cuda(q.as<float>(), row_stride(q), static_cast<int>(q.shape[1] / head_dim), k.as<float>(), row_stride(k),
+              static_cast<int>(k.shape[1] / head_dim), head_dim, static_cast<int>(cos_sin.shape[1]),
+              positions.as<int32_t>(), positions.shape[0], cos_sin.as<float>(), cos_sin.shape[0], impl_->stream);
+}
+
+void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
+                                 Tensor& v_cache) {
+  require(k, DType::F32, 2, "cache write k");
+  require(v, DType::F32, 2, "cache write v");
+  require(k_cache, DType::F32, 4, "k cache");
+  require(v_cache, DType::F32, 4, "v cache");
+  const int64_t width = k_cache.shape[2] * k_cache.shape[3];
+  CYPRIS_CHECK(k.shape[1] == width && v.shape[1] == width && meta.slot_mapping.shape[0] == k.shape[0],
+               "cuda backend: cache write shapes k {} cache {}", k.shape_str(), k_cache.shape_str());
+  reshape_and_cache_cuda(k.as<float>(), row_stride(k), v.as<float>(), row_stride(v), k.shape[0],
+                         meta.slot_mapping.as<int64_t>(), width, k_cache.as<float>(), v_cache.as<float>(),
+                         k_cache.shape[0] * k_cache.shape[1], impl_->stream);
+}
+
+void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                  const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out) {
+  require(q, DType::F32, 2, "attention q");
+  require(out, DType::F32, 2, "attention output");
+  require(k_cache, DType::F32, 4, "k cache");
+  require(v_cache, DType::F32, 4, "v cache");
+  PagedAttentionCudaParams p;
+  p.q = q.as<float>();
+  p.ldq = row_stride(q);
+  p.k_cache = k_cache.as<float>();
+  p.v_cache = v_cache.as<float>();
+  p.num_blocks = k_cache.shape[0];
+  p.block_size = static_cast<int>(k_cache.shape[1]);
+  p.num_kv_heads = static_cast<int>(k_cache.shape[2]);
+  p.head_dim = static_cast<int>(k_cache.shape[3]);
+  CYPRIS_CHECK(q.shape[1] % p.head_dim == 0 && out.shape == q.shape, "cuda backend: attention shapes q {} out {}",
+               q.shape_str(), out.shape_str());
+  CYPRIS_CHECK(meta.query_start_loc.numel() == meta.num_seqs + 1,
+               "cuda backend: attention metadata has {} query starts for {} sequences", meta.query_start_loc.numel(),
+               meta.num_seqs);
+  p.num_heads = static_cast<int>(q.shape[1] / p.head_dim);
+  p.query_start_loc = meta.query_start_loc.as<int32_t>();
+  p.seq_lens = meta.seq_lens.as<int32_t>();
+  p.block_tables = meta.block_tables.as<int32_t>();
+  p.max_blocks_per_seq = meta.max_blocks_per_seq;
+  p.num_seqs = meta.num_seqs;
+  p.num_tokens = q.shape[0];
+  p.max_query_len = meta.max_query_len;
+  p.max_seq_len = meta.max_seq_len;
+  p.scale = scale;
+  p.sliding_window = sliding_window;
+  p.out = out.as<float>();
+  p.ldo = row_stride(out);
+  const size_t ws = paged_attention_workspace_bytes(p);
+  DeviceTensor workspace = ws ? impl_->scratch(ws) : DeviceTensor{};
+  paged_attention_cuda(p, workspace.view.data, impl_->stream);
+}
+
+void CudaBackend::silu_and_mul(const Tensor& x, Tensor& out) {
+  require(x, DType::F32, 2, "silu_and_mul input");
+  require(out, DType::F32, 2, "silu_and_mul output");
+  require_contiguous(x, "silu_and_mul input");
+  require_contiguous(out, "silu_and_mul output");
+  CYPRIS_CHECK(x.shape[0] == out.shape[0] && x.shape[1] == 2 * out.shape[1], "cuda backend: silu_and_mul shapes");
+  silu_and_mul_cuda(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), impl_->stream);
+}
+
+void CudaBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) {
+  require(x, DType::F32, 2, "gather input");
+  require(indices, DType::I32, 1, "gather indices");
+  require_contiguous(x, "gather input");
+  require_contiguous(out, "gather output");
+  CYPRIS_CHECK(out.shape[0] == indices.shape[0] && out.shape[1] == x.shape[1], "cuda backend: gather shapes");
+  gather_rows_cuda(x.as<float>(), x.shape[0], x.shape[1], indices.as<int32_t>(), indices.shape[0], out.as<float>(),
+                   impl_->stream);
+}
+
+void CudaBackend::copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) {
+  CYPRIS_CHECK(src_dst.size() % 2 == 0, "cuda backend: copy_blocks needs (src, dst) pairs");
+  if (caches.empty() || src_dst.empty()) return;
+  const int64_t block_bytes = static_cast<int64_t>(caches[0].nbytes() / static_cast<size_t>(caches[0].shape[0]));
+  std::vector<uint64_t> ptrs;
+  for (const Tensor& c : caches) {
+    require_device(c, "copy_blocks cache");
+    CYPRIS_CHECK(static_cast<int64_t>(c.nbytes() / static_cast<size_t>(c.shape[0])) == block_bytes,
+                 "cuda backend: copy_blocks caches differ in block size");
+    ptrs.push_back(reinterpret_cast<uint64_t>(c.data));
+  }
+  const int64_t num_pairs = static_cast<int64_t>(src_dst.size() / 2);
+  DeviceTensor dptrs = upload(ptrs.data(), DType::I64, {static_cast<int64_t>(ptrs.size())});
+  DeviceTensor dpairs = upload(src_dst.data(), DType::I64, {num_pairs, 2});
+  for (int64_t p0 = 0; p0 < num_pairs; p0 += 65535) {
+    const int64_t n = std::min<int64_t>(65535, num_pairs - p0);
+    copy_blocks_cuda(static_cast<const uint64_t*>(dptrs.view.data), static_cast<int>(ptrs.size()),
+                     dpairs.view.as<int64_t>() + 2 * p0, n, block_bytes, impl_->stream);
+  }
+}
+
+void CudaBackend::swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) {
+  CYPRIS_CHECK(src_dst.size() % 2 == 0 && src.ndim() >= 1 && dst.ndim() >= 1, "cuda backend: swap_blocks arguments");
+  if (src_dst.empty()) return;
+  const size_t bytes = src.nbytes() / static_cast<size_t>(src.shape[0]);
+  CYPRIS_CHECK(bytes == dst.nbytes() / static_cast<size_t>(dst.shape[0]),
+               "cuda backend: swap_blocks between tensors of different block sizes");
+  // Device <-> pinned host: cudaMemcpyDefault lets unified addressing pick the direction.
+  for (size_t i = 0; i < src_dst.size(); i += 2) {
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst.data) + src_dst[i + 1] * bytes,
+                               static_cast<const char*>(src.data) + src_dst[i] * bytes, bytes, cudaMemcpyDefault,
+                               impl_->stream));
+  }
+}
+
+}  // namespace cypris

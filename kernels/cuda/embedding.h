@@ -1,0 +1,23 @@
+// Launchers for row lookups on the GPU: the token embedding (F32/F16/BF16 table to fp32 rows) and
+// the gather of the rows whose logits are needed. CPU references: embedding_cpu, gather_rows_cpu
+// in kernels/cpu/ops.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/common/dtype.h"
+
+namespace cypris {
+
+// out[t, :] = table[ids[t], :] as fp32. An id outside [0, vocab) yields a row of zeros (the runner
+// validates ids on the host before the forward; the kernel only keeps memory safe).
+void embedding_cuda(const int32_t* ids, int64_t num_tokens, const void* table, DType table_dtype, int64_t vocab,
+                    int64_t hidden, float* out, cudaStream_t stream);
+
+// out[r, :] = x[indices[r], :]; x [num_rows_x, hidden] fp32 contiguous. Out-of-range indices give zeros.
+void gather_rows_cuda(const float* x, int64_t num_rows_x, int64_t hidden, const int32_t* indices, int64_t count,
+                      float* out, cudaStream_t stream);
+
+}  // namespace cypris

@@ -1,0 +1,19 @@
+// Launchers for RMSNorm and the fused residual-add + RMSNorm on the GPU (fp32 activations,
+// fp32 weight). CPU reference: kernels/cpu/ops.h (rms_norm_cpu, fused_add_rms_norm_cpu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace cypris {
+
+// out = x / sqrt(mean(x²) + eps) * weight, per row of `hidden` contiguous elements.
+void rms_norm_cuda(const float* x, const float* weight, float eps, int64_t rows, int64_t hidden, float* out,
+                   cudaStream_t stream);
+
+// residual += x; x = rms_norm(residual) * weight (in place, vLLM's fused_add_rms_norm).
+void fused_add_rms_norm_cuda(float* x, float* residual, const float* weight, float eps, int64_t rows, int64_t hidden,
+                             cudaStream_t stream);
+
+}  // namespace cypris

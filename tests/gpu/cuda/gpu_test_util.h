@@ -1,0 +1,82 @@
+// Helpers for the GPU tests: skip without a GPU, device buffers filled from / read into host
+// vectors, poisoning, and the normalised error used against the CPU references.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#ifdef CYPRIS_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "engine/runtime/backend_factory.h"
+#include "kernels/cuda/cuda_check.h"
+#endif
+
+// Skips the test on a machine without a usable GPU (an error from the driver counts as none).
+#ifdef CYPRIS_HAVE_CUDA
+#define CYPRIS_REQUIRE_GPU()                                                        \
+  do {                                                                              \
+    if (::cypris::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device found"; \
+  } while (0)
+#else
+#define CYPRIS_REQUIRE_GPU() GTEST_SKIP() << "built without the CUDA backend"
+#endif
+
+namespace cypris::gpu_test {
+
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// max |got - ref| / max |ref|; NaN anywhere (an unwritten poisoned output) gives infinity.
+inline double norm_err(const std::vector<float>& got, const std::vector<float>& ref) {
+  if (got.size() != ref.size()) return INFINITY;
+  double diff = 0, mag = 1e-30;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(got[i]) != std::isnan(ref[i])) return INFINITY;
+    if (std::isnan(ref[i])) continue;
+    diff = std::max(diff, static_cast<double>(std::abs(got[i] - ref[i])));
+    mag = std::max(mag, static_cast<double>(std::abs(ref[i])));
+  }
+  return diff / mag;
+}
+
+#ifdef CYPRIS_HAVE_CUDA
+// A device copy of a host vector that frees itself.
+template <typename T>
+class DevBuf {
+ public:
+  explicit DevBuf(size_t n) : n_(n) { CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit DevBuf(const std::vector<T>& host) : DevBuf(host.size()) { upload(host); }
+  ~DevBuf() { cudaFree(p_); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  T* get() const { return static_cast<T*>(p_); }
+  void upload(const std::vector<T>& host) {
+    CUDA_CHECK(cudaMemcpy(p_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  // All bits set: NaN for float, -1 for integers.
+  void poison() { CUDA_CHECK(cudaMemset(p_, 0xff, n_ * sizeof(T))); }
+  std::vector<T> download() const {
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> h(n_);
+    CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+#endif
+
+}  // namespace cypris::gpu_test

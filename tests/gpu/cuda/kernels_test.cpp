@@ -1,0 +1,387 @@
+// Every CUDA kernel family against its CPU reference in kernels/cpu/, on fresh random inputs with
+// the GPU output poisoned (NaN) before each run. Normalised error: fp32 < 1e-5; the tensor-core
+// GEMM, which rounds activations to 16 bits, < 1e-2. Skips itself without a GPU.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "tests/gpu/cuda/gpu_test_util.h"
+
+#ifdef CYPRIS_HAVE_CUDA
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/cache_ops.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rotary.h"
+#include "kernels/cuda/sampling.h"
+#endif
+
+namespace cypris {
+namespace {
+
+using namespace gpu_test;
+
+#ifndef CYPRIS_HAVE_CUDA
+TEST(CudaKernels, SkippedWithoutCuda) { CYPRIS_REQUIRE_GPU(); }
+#else
+
+constexpr double kF32Tol = 1e-5;
+constexpr double kHalfTol = 1e-2;
+
+// Stores fp32 values in `dtype` and returns the raw bytes plus the values actually stored.
+struct Stored {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+};
+
+Stored store(const std::vector<float>& v, DType dtype) {
+  Stored s;
+  s.bytes.resize(v.size() * dtype_size(dtype));
+  convert_from_f32(v.data(), dtype, s.bytes.data(), static_cast<int64_t>(v.size()));
+  s.values.resize(v.size());
+  convert_to_f32(s.bytes.data(), dtype, s.values.data(), static_cast<int64_t>(v.size()));
+  return s;
+}
+
+class EmbeddingDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(EmbeddingDtype, MatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const DType dt = GetParam();
+  const int64_t vocab = 300, hidden = 72, n = 37;
+  Stored table = store(randn(vocab * hidden, 1), dt);
+  std::vector<int32_t> ids(n);
+  std::mt19937 g(2);
+  for (auto& id : ids) id = static_cast<int32_t>(g() % vocab);
+  std::vector<float> ref(n * hidden);
+  embedding_cpu(ids.data(), n, table.bytes.data(), dt, vocab, hidden, ref.data(), nullptr);
+  DevBuf<uint8_t> dtable(table.bytes);
+  DevBuf<int32_t> dids(ids);
+  DevBuf<float> out(n * hidden);
+  out.poison();
+  embedding_cuda(dids.get(), n, dtable.get(), dt, vocab, hidden, out.get(), nullptr);
+  EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, EmbeddingDtype, ::testing::Values(DType::F32, DType::F16, DType::BF16));
+
+TEST(CudaKernels, GatherRowsMatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const int64_t rows = 50, hidden = 130;
+  std::vector<float> x = randn(rows * hidden, 3);
+  std::vector<int32_t> idx = {49, 0, 7, 7, 23};
+  std::vector<float> ref(idx.size() * hidden);
+  gather_rows_cpu(x.data(), rows, hidden, idx.data(), static_cast<int64_t>(idx.size()), ref.data());
+  DevBuf<float> dx(x);
+  DevBuf<int32_t> didx(idx);
+  DevBuf<float> out(ref.size());
+  out.poison();
+  gather_rows_cuda(dx.get(), rows, hidden, didx.get(), static_cast<int64_t>(idx.size()), out.get(), nullptr);
+  EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
+}
+
+class RmsNormSize : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(RmsNormSize, PlainAndFusedMatchCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const int64_t hidden = GetParam(), rows = 19;
+  std::vector<float> x = randn(rows * hidden, 4, 3.0f);
+  std::vector<float> res = randn(rows * hidden, 5);
+  std::vector<float> w = randn(hidden, 6);
+  std::vector<float> ref(x.size());
+  rms_norm_cpu(x.data(), w.data(), 1e-5f, rows, hidden, ref.data(), nullptr);
+  DevBuf<float> dx(x), dw(w), out(x.size());
+  out.poison();
+  rms_norm_cuda(dx.get(), dw.get(), 1e-5f, rows, hidden, out.get(), nullptr);
+  EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
+
+  std::vector<float> xr = x, rr = res;
+  fused_add_rms_norm_cpu(xr.data(), rr.data(), w.data(), 1e-6f, rows, hidden, nullptr);
+  DevBuf<float> dres(res);
+  fused_add_rms_norm_cuda(dx.get(), dres.get(), dw.get(), 1e-6f, rows, hidden, nullptr);
+  EXPECT_LT(norm_err(dx.download(), xr), kF32Tol);
+  EXPECT_LT(norm_err(dres.download(), rr), kF32Tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, RmsNormSize, ::testing::Values(8, 64, 100, 4096, 5000));
+
+struct RotaryCase {
+  int head_dim, rot_dim, hq, hkv;
+};
+
+class Rotary : public ::testing::TestWithParam<RotaryCase> {};
+
+TEST_P(Rotary, MatchesCpuOnStridedSlices) {
+  CYPRIS_REQUIRE_GPU();
+  const RotaryCase c = GetParam();
+  const int64_t n = 23, max_pos = 64;
+  const int64_t qw = int64_t{c.hq} * c.head_dim, kw = int64_t{c.hkv} * c.head_dim;
+  const int64_t ld = qw + 2 * kw;  // q and k live inside one fused qkv row
+  std::vector<float> qkv = randn(n * ld, 7);
+  std::vector<float> cs = randn(max_pos * c.rot_dim, 8);
+  std::vector<int32_t> pos(n);
+  for (int64_t t = 0; t < n; ++t) pos[t] = static_cast<int32_t>((t * 5 + 3) % max_pos);
+  std::vector<float> ref = qkv;
+  rotary_cpu(ref.data(), ld, c.hq, ref.data() + qw, ld, c.hkv, c.head_dim, c.rot_dim, pos.data(), n, cs.data(),
+             max_pos, nullptr);
+  DevBuf<float> d(qkv), dcs(cs);
+  DevBuf<int32_t> dpos(pos);
+  rotary_cuda(d.get(), ld, c.hq, d.get() + qw, ld, c.hkv, c.head_dim, c.rot_dim, dpos.get(), n, dcs.get(), max_pos,
+              nullptr);
+  EXPECT_LT(norm_err(d.download(), ref), kF32Tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Rotary,
+                         ::testing::Values(RotaryCase{8, 8, 4, 2}, RotaryCase{64, 64, 8, 8}, RotaryCase{128, 64, 4, 1},
+                                           RotaryCase{128, 128, 32, 8}));
+
+TEST(CudaKernels, SiluAndMulMatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const int64_t n = 17, inter = 343;
+  std::vector<float> x = randn(n * 2 * inter, 9, 2.0f);
+  std::vector<float> ref(n * inter);
+  silu_and_mul_cpu(x.data(), n, inter, ref.data(), nullptr);
+  DevBuf<float> dx(x), out(ref.size());
+  out.poison();
+  silu_and_mul_cuda(dx.get(), n, inter, out.get(), nullptr);
+  EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
+}
+
+struct GemmCase {
+  int64_t m, k, n;
+  DType dtype;
+  bool bias;
+  GemmPrecision precision;
+};
+
+class Gemm : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(Gemm, MatchesCpuGemm) {
+  CYPRIS_REQUIRE_GPU();
+  const GemmCase c = GetParam();
+  const int64_t ldx = c.k + 4, ldy = c.n + 3;  // strided rows, as column slices are
+  std::vector<float> x = randn(c.m * ldx, 10);
+  Stored w = store(randn(c.n * c.k, 11, 0.2f), c.dtype);
+  std::vector<float> bias = randn(c.n, 12);
+  std::vector<float> ref(c.m * ldy, 0.0f), got_init(c.m * ldy, 0.0f);
+  gemm_xwt(x.data(), c.m, c.k, ldx, w.bytes.data(), c.dtype, c.n, c.bias ? bias.data() : nullptr, ref.data(), ldy,
+           nullptr);
+  cublasHandle_t h;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  DevBuf<float> dx(x), dbias(bias), dy(c.m * ldy);
+  DevBuf<uint8_t> dw(w.bytes);
+  dy.poison();
+  const size_t scratch_bytes = gemm_scratch_bytes(c.m, c.k, c.n, c.dtype, c.precision);
+  DevBuf<uint8_t> scratch(scratch_bytes);
+  gemm_xwt_cuda(h, dx.get(), c.m, c.k, ldx, dw.get(), c.dtype, c.n, c.bias ? dbias.get() : nullptr, dy.get(), ldy,
+                scratch_bytes ? scratch.get() : nullptr, c.precision, nullptr);
+  std::vector<float> got = dy.download();
+  cublasDestroy(h);
+  // Compare only the written columns; the row padding stays poisoned.
+  std::vector<float> g, r;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      g.push_back(got[i * ldy + j]);
+      r.push_back(ref[i * ldy + j]);
+    }
+  }
+  const bool rounded = c.dtype != DType::F32 && c.m > kGemvMaxRows && c.precision == GemmPrecision::Fast;
+  EXPECT_LT(norm_err(g, r), rounded ? kHalfTol : kF32Tol);
+}
+
+std::vector<GemmCase> gemm_cases() {
+  std::vector<GemmCase> out;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    for (int64_t m : {1, 3, 8, 9, 70}) {
+      for (GemmPrecision p : {GemmPrecision::Fast, GemmPrecision::Fp32}) {
+        out.push_back({m, 256, 200, dt, m % 2 == 1, p});
+        out.push_back({m, 100, 33, dt, true, p});  // k not a multiple of 8: the scalar GEMV path
+      }
+    }
+  }
+  out.push_back({1, 4096, 1024, DType::BF16, false, GemmPrecision::Fast});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Gemm, ::testing::ValuesIn(gemm_cases()));
+
+TEST(CudaKernels, ReshapeAndCacheMatchesCpuAndSkipsPadding) {
+  CYPRIS_REQUIRE_GPU();
+  const int64_t num_blocks = 6, block_size = 4, width = 24, n = 9;
+  const int64_t num_slots = num_blocks * block_size;
+  const int64_t ld = 3 * width;
+  std::vector<float> kv = randn(n * ld, 13);
+  std::vector<int64_t> slots = {5, 0, -1, 23, 7, 8, -1, 12, 2};
+  std::vector<float> kc = randn(num_slots * width, 14), vc = randn(num_slots * width, 15);
+  std::vector<float> kref = kc, vref = vc;
+  write_kv_cache_cpu(kv.data(), ld, kv.data() + width, ld, n, slots.data(), width, kref.data(), vref.data(), num_slots);
+  DevBuf<float> dkv(kv), dk(kc), dv(vc);
+  DevBuf<int64_t> dslots(slots);
+  reshape_and_cache_cuda(dkv.get(), ld, dkv.get() + width, ld, n, dslots.get(), width, dk.get(), dv.get(), num_slots,
+                         nullptr);
+  EXPECT_EQ(norm_err(dk.download(), kref), 0.0);
+  EXPECT_EQ(norm_err(dv.download(), vref), 0.0);
+}
+
+TEST(CudaKernels, CopyBlocksCopiesEveryCacheTensor) {
+  CYPRIS_REQUIRE_GPU();
+  for (int64_t block_elems : {int64_t{64}, int64_t{6}}) {  // 16-byte and 4-byte copy paths
+    const int64_t blocks = 8;
+    std::vector<std::vector<float>> host;
+    std::vector<std::unique_ptr<DevBuf<float>>> dev;
+    std::vector<uint64_t> ptrs;
+    for (int c = 0; c < 3; ++c) {
+      host.push_back(randn(blocks * block_elems, 16 + c));
+      dev.push_back(std::make_unique<DevBuf<float>>(host.back()));
+      ptrs.push_back(reinterpret_cast<uint64_t>(dev.back()->get()));
+    }
+    const std::vector<int64_t> pairs = {0, 5, 3, 1, 7, 2};
+    DevBuf<uint64_t> dptrs(ptrs);
+    DevBuf<int64_t> dpairs(pairs);
+    copy_blocks_cuda(dptrs.get(), 3, dpairs.get(), 3, block_elems * 4, nullptr);
+    for (int c = 0; c < 3; ++c) {
+      std::vector<float> ref = host[c];
+      for (size_t p = 0; p < pairs.size(); p += 2) {
+        std::copy_n(host[c].begin() + pairs[p] * block_elems, block_elems, ref.begin() + pairs[p + 1] * block_elems);
+      }
+      EXPECT_EQ(norm_err(dev[c]->download(), ref), 0.0) << "cache " << c << " block elems " << block_elems;
+    }
+  }
+}
+
+struct AttnCase {
+  int head_dim, num_heads, num_kv_heads, block_size, window;
+  std::vector<std::pair<int, int>> seqs;  // (new tokens, context length)
+  const char* name;
+};
+
+class PagedAttention : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(PagedAttention, MatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const AttnCase& c = GetParam();
+  const int d = c.head_dim;
+  int max_ctx = 0, max_q = 0;
+  std::vector<int32_t> qsl = {0}, lens;
+  for (auto [q, ctx] : c.seqs) {
+    qsl.push_back(qsl.back() + q);
+    lens.push_back(ctx);
+    max_ctx = std::max(max_ctx, ctx);
+    max_q = std::max(max_q, q);
+  }
+  const int num_seqs = static_cast<int>(c.seqs.size());
+  const int64_t n = qsl.back();
+  const int64_t max_blocks = (max_ctx + c.block_size - 1) / c.block_size;
+  const int64_t num_blocks = max_blocks * num_seqs + 3;
+  // Each sequence gets a shuffled set of distinct blocks.
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(20));
+  std::vector<int32_t> tables(num_seqs * max_blocks);
+  for (int64_t i = 0; i < num_seqs * max_blocks; ++i) tables[i] = ids[i];
+  const int64_t kv_row = int64_t{c.num_kv_heads} * d;
+  std::vector<float> kc = randn(num_blocks * c.block_size * kv_row, 21);
+  std::vector<float> vc = randn(num_blocks * c.block_size * kv_row, 22);
+  const int64_t ldq = int64_t{c.num_heads} * d + 8;
+  std::vector<float> q = randn(n * ldq, 23);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.ldq = ldq;
+  p.k_cache = kc.data();
+  p.v_cache = vc.data();
+  p.num_blocks = num_blocks;
+  p.block_size = c.block_size;
+  p.num_heads = c.num_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = d;
+  p.query_start_loc = qsl.data();
+  p.seq_lens = lens.data();
+  p.block_tables = tables.data();
+  p.max_blocks_per_seq = max_blocks;
+  p.num_seqs = num_seqs;
+  p.scale = scale;
+  p.sliding_window = c.window;
+  const int64_t ldo = int64_t{c.num_heads} * d;
+  std::vector<float> ref(n * ldo);
+  p.out = ref.data();
+  p.ldo = ldo;
+  paged_attention_cpu(p, nullptr);
+
+  DevBuf<float> dq(q), dk(kc), dv(vc), dout(ref.size());
+  DevBuf<int32_t> dqsl(qsl), dlens(lens), dtables(tables);
+  for (bool hints : {true, false}) {  // with and without the host-side length bounds
+    PagedAttentionCudaParams g;
+    g.q = dq.get();
+    g.ldq = ldq;
+    g.k_cache = dk.get();
+    g.v_cache = dv.get();
+    g.num_blocks = num_blocks;
+    g.block_size = c.block_size;
+    g.num_heads = c.num_heads;
+    g.num_kv_heads = c.num_kv_heads;
+    g.head_dim = d;
+    g.query_start_loc = dqsl.get();
+    g.seq_lens = dlens.get();
+    g.block_tables = dtables.get();
+    g.max_blocks_per_seq = max_blocks;
+    g.num_seqs = num_seqs;
+    g.num_tokens = n;
+    g.max_query_len = hints ? max_q : 0;
+    g.max_seq_len = hints ? max_ctx : 0;
+    g.scale = scale;
+    g.sliding_window = c.window;
+    g.out = dout.get();
+    g.ldo = ldo;
+    const size_t ws = paged_attention_workspace_bytes(g);
+    DevBuf<uint8_t> workspace(ws);
+    dout.poison();
+    paged_attention_cuda(g, ws ? workspace.get() : nullptr, nullptr);
+    EXPECT_LT(norm_err(dout.download(), ref), kF32Tol) << c.name << (hints ? " with" : " without") << " hints";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Batches, PagedAttention,
+    ::testing::Values(
+        AttnCase{8, 4, 2, 16, 0, {{1, 1}, {1, 17}, {1, 300}}, "decode_tiny_heads"},
+        AttnCase{128, 32, 8, 16, 0, {{1, 3000}}, "decode_long_split_k"},
+        AttnCase{128, 8, 8, 16, 0, {{1, 1500}, {1, 40}, {1, 513}}, "decode_mha_splits"},
+        AttnCase{64, 8, 2, 16, 0, {{37, 37}, {1, 70}, {20, 90}, {5, 5}}, "mixed_prefill_chunk_decode"},
+        AttnCase{64, 8, 1, 4, 7, {{50, 60}, {1, 33}}, "sliding_window_mqa"},
+        AttnCase{256, 4, 2, 16, 0, {{33, 40}}, "prefill_head_dim_256"},
+        AttnCase{8, 4, 2, 1, 5, {{1, 20}, {1, 3}}, "decode_window_block_size_1"},
+        AttnCase{80, 10, 5, 32, 0, {{300, 700}}, "prefill_long_chunk"},
+        AttnCase{5, 2, 1, 16, 0, {{1, 600}, {1, 9}}, "decode_odd_head_dim"},
+        AttnCase{3, 2, 2, 16, 0, {{19, 25}}, "prefill_odd_head_dim"}),
+    [](const ::testing::TestParamInfo<AttnCase>& i) { return std::string(i.param.name); });
+
+TEST(CudaKernels, ArgmaxMatchesCpuIncludingTiesAndNan) {
+  CYPRIS_REQUIRE_GPU();
+  const int64_t rows = 5, vocab = 128256, ld = vocab + 7;
+  std::vector<float> x = randn(rows * ld, 40);
+  x[1 * ld + 77] = 50.0f;  // a tie: the first index wins
+  x[1 * ld + 99000] = 50.0f;
+  x[2 * ld + 5] = NAN;  // NaNs are skipped
+  x[2 * ld + 6] = 60.0f;
+  x[3 * ld + vocab - 1] = 70.0f;  // the last element
+  std::vector<int32_t> ref(rows);
+  argmax_rows_cpu(x.data(), rows, vocab, ld, ref.data());
+  EXPECT_EQ(ref[1], 77);
+  DevBuf<float> dx(x);
+  DevBuf<int32_t> out(rows);
+  out.poison();
+  argmax_rows_cuda(dx.get(), rows, vocab, ld, out.get(), nullptr);
+  EXPECT_EQ(out.download(), ref);
+}
+
+#endif  // CYPRIS_HAVE_CUDA
+
+}  // namespace
+}  // namespace cypris
