@@ -1,0 +1,26 @@
+// Renders chat messages into the prompt text for /v1/chat/completions and /v1/tokenize.
+// Template choice: the request's chat_template, else --chat-template, else the tokenizer's
+// default template; a model without one gets ChatML.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/tokenizer/tokenizer.h"
+
+namespace cypris::server {
+
+struct ChatPromptInputs {
+  bool add_generation_prompt = true;
+  std::string template_override;      // the request's chat_template ("" = none)
+  std::string server_template;        // --chat-template (text, or "" = none)
+  nlohmann::json template_kwargs = nlohmann::json::object();
+};
+
+// Checks the messages (HttpError 400 naming messages[i]) and renders them.
+std::string render_chat_prompt(const nlohmann::json& messages, const Tokenizer* tok, const ChatPromptInputs& in);
+
+// The text of a message's content: a string, or the "text" parts of a list of parts.
+std::string message_text(const nlohmann::json& content, size_t index);
+
+}  // namespace cypris::server
