@@ -10,7 +10,7 @@
 #include "engine/common/error.h"
 #include "engine/core/sampling_params.h"
 
-namespace cypris::testing {
+namespace cypris::fake {
 
 struct FakeChoice {
   std::string text;
@@ -270,4 +270,4 @@ bool FakeEngine::wait_for_abort(const std::string& prefix, std::chrono::millisec
   return false;
 }
 
-}  // namespace cypris::testing
+}  // namespace cypris::fake

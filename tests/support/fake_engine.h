@@ -17,7 +17,7 @@
 #include "engine/core/engine_client.h"
 #include "tests/support/fake_tokenizer.h"
 
-namespace cypris::testing {
+namespace cypris::fake {
 
 struct FakeEngineOptions {
   int64_t max_model_len = 512;
@@ -54,4 +54,4 @@ class FakeEngine : public EngineClient {
   std::shared_ptr<Core> core_;
 };
 
-}  // namespace cypris::testing
+}  // namespace cypris::fake

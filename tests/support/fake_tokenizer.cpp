@@ -2,7 +2,7 @@
 
 #include "engine/common/error.h"
 
-namespace cypris::testing {
+namespace cypris::fake {
 
 FakeTokenizer::FakeTokenizer() {
   for (const char* s : {"<pad>", "<s>", "</s>"}) id_of(s);
@@ -56,4 +56,4 @@ std::optional<int32_t> FakeTokenizer::piece_to_id(std::string_view piece) const 
   return it->second;
 }
 
-}  // namespace cypris::testing
+}  // namespace cypris::fake

@@ -10,7 +10,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 
-namespace cypris::testing {
+namespace cypris::fake {
 
 class FakeTokenizer : public Tokenizer {
  public:
@@ -43,4 +43,4 @@ class FakeTokenizer : public Tokenizer {
   std::vector<NamedChatTemplate> templates_;
 };
 
-}  // namespace cypris::testing
+}  // namespace cypris::fake

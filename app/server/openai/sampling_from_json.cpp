@@ -75,7 +75,8 @@ std::vector<std::string> as_string_list(const std::string& field, const json& v,
 bool is_falsy(const json& v) {
   if (v.is_null()) return true;
   if (v.is_boolean()) return !v.get<bool>();
-  if (v.is_string() || v.is_array() || v.is_object()) return v.empty();
+  if (v.is_string()) return v.get_ref<const std::string&>().empty();
+  if (v.is_array() || v.is_object()) return v.empty();
   return false;
 }
 
