@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include <sys/socket.h>
+
 #include "app/server/auth.h"
 #include "app/server/errors.h"
 #include "app/server/router.h"
@@ -147,6 +149,7 @@ struct Server::Impl {
   std::thread thread;
   bool started = false;
   AuthConfig auth;
+  int listen_fd = -1;
 
   void configure();
   void apply_cors(const httplib::Request& req, httplib::Response& res) const;
@@ -212,6 +215,12 @@ void Server::Impl::configure() {
   http->set_read_timeout(30, 0);
   http->set_write_timeout(30, 0);
   http->set_keep_alive_timeout(5);
+  // httplib listens with a backlog of 5; remember the socket to raise it after binding, or a burst
+  // of clients (SillyTavern swipes, benchmarks) gets connections reset.
+  http->set_socket_options([this](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = static_cast<int>(sock);
+  });
 
   router = std::make_unique<Router>(*http, ctx, o.root_path.value_or(""));
 
@@ -293,6 +302,7 @@ int Server::start() {
                  "cannot listen on {}:{} (--host/--port): the address is in use or not local", o.host, o.port);
     port = static_cast<int>(o.port);
   }
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);
   impl_->started = true;
   impl_->thread = std::thread([this] { impl_->http->listen_after_bind(); });
   const bool tls = o.ssl_certfile.has_value();

@@ -85,6 +85,7 @@ struct StreamReply {
   int status = 0;
   std::vector<server::SseEvent> events;
   std::string raw;
+  std::string error;  // the client's error ("Success" when none)
 };
 
 // POSTs and collects the SSE events; stop_after > 0 closes the connection after that many events.
@@ -106,6 +107,7 @@ inline StreamReply post_stream(const TestServer& s, const std::string& path, con
   };
   auto r = c.send(req);
   if (r) out.status = r->status;
+  out.error = httplib::to_string(r.error());
   return out;
 }
 

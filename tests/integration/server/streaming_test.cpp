@@ -23,7 +23,7 @@ TEST(Streaming, ThirtyTwoConcurrentClientsMatchTheirSoloRuns) {
   auto path = [](int i) { return i % 4 == 3 ? "/v1/chat/completions" : "/v1/completions"; };
   auto run = [&](int i) {
     auto r = post_stream(s, path(i), i % 4 == 3 ? chat_body(i) : body(i));
-    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.status, 200) << r.error;
     EXPECT_FALSE(r.events.empty());
     if (!r.events.empty()) EXPECT_EQ(r.events.back().data, "[DONE]");
     return completion_texts(r, 2);
