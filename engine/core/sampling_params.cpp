@@ -1,6 +1,8 @@
 // SamplingParams: defaults and ranges (the descriptor table), validation, sampler IDs.
 #include "engine/core/sampling_params.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -8,8 +10,6 @@
 #include <cmath>
 #include <limits>
 #include <set>
-
-#include <fmt/ranges.h>
 
 #include "engine/common/error.h"
 
@@ -20,7 +20,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kUnset = std::numeric_limits<double>::quiet_NaN();
 
 constexpr std::array<std::string_view, kNumSamplerIds> kSamplerNames = {
-    "TOP_P_TOP_K", "TOP_A",      "MIN_P",          "TFS",          "TYPICAL_P",      "TEMPERATURE", "PENALTIES",
+    "TOP_P_TOP_K", "TOP_A",           "MIN_P",      "TFS",        "TYPICAL_P",      "TEMPERATURE", "PENALTIES",
     "DRY",         "NO_REPEAT_NGRAM", "TOP_NSIGMA", "ETA_CUTOFF", "EPSILON_CUTOFF", "QUADRATIC",   "XTC"};
 
 std::string lower(std::string_view s) {
@@ -34,26 +34,34 @@ std::string fmt_num(double v) {
   return fmt::format("{}", v);
 }
 
+// Integer parameters take integral values only (40 and 40.0, not 2.5), as Aphrodite's request
+// models do; out-of-int range values are clamped so validate() reports them by range.
+int to_int(double v, const char* name) {
+  CYPRIS_CHECK(std::isfinite(v) && v == std::floor(v), "{} must be an integer, got {}", name, fmt_num(v));
+  return static_cast<int>(std::clamp(v, -2e9, 2e9));
+}
+
 // Accessor helpers for the table. Each lambda is captureless so it converts to a function pointer.
-#define CYPRIS_FLOAT(field)                                                                        \
-  [](const SamplingParams& p) -> std::optional<double> { return static_cast<double>(p.field); },  \
-      [](SamplingParams& p, std::optional<double> v) {                                             \
-        p.field = v ? static_cast<float>(*v) : SamplingParams{}.field;                             \
+#define CYPRIS_FLOAT(field)                                                                      \
+  [](const SamplingParams& p) -> std::optional<double> { return static_cast<double>(p.field); }, \
+      [](SamplingParams& p, std::optional<double> v) {                                           \
+        p.field = v ? static_cast<float>(*v) : SamplingParams{}.field;                           \
       }
-#define CYPRIS_INT(field)                                                                          \
-  [](const SamplingParams& p) -> std::optional<double> { return static_cast<double>(p.field); },  \
-      [](SamplingParams& p, std::optional<double> v) {                                             \
-        p.field = v ? static_cast<int>(std::clamp(*v, -2e9, 2e9)) : SamplingParams{}.field;       \
+#define CYPRIS_INT(field)                                                                        \
+  [](const SamplingParams& p) -> std::optional<double> { return static_cast<double>(p.field); }, \
+      [](SamplingParams& p, std::optional<double> v) { p.field = v ? to_int(*v, #field) : SamplingParams{}.field; }
+#define CYPRIS_OPT_INT(field)                                        \
+  [](const SamplingParams& p) -> std::optional<double> {             \
+    return p.field ? std::optional<double>(*p.field) : std::nullopt; \
+  },                                                                 \
+      [](SamplingParams& p, std::optional<double> v) {               \
+        if (v)                                                       \
+          p.field = to_int(*v, #field);                              \
+        else                                                         \
+          p.field.reset();                                           \
       }
-#define CYPRIS_OPT_INT(field)                                                                      \
-  [](const SamplingParams& p) -> std::optional<double> {                                           \
-    return p.field ? std::optional<double>(*p.field) : std::nullopt;                               \
-  },                                                                                               \
-      [](SamplingParams& p, std::optional<double> v) {                                             \
-        if (v) p.field = static_cast<int>(std::clamp(*v, -2e9, 2e9)); else p.field.reset();        \
-      }
-#define CYPRIS_BOOL(field)                                                                         \
-  [](const SamplingParams& p) -> std::optional<double> { return p.field ? 1.0 : 0.0; },            \
+#define CYPRIS_BOOL(field)                                                              \
+  [](const SamplingParams& p) -> std::optional<double> { return p.field ? 1.0 : 0.0; }, \
       [](SamplingParams& p, std::optional<double> v) { p.field = v ? *v != 0.0 : SamplingParams{}.field; }
 #define CYPRIS_NONSCALAR nullptr, nullptr
 
@@ -71,22 +79,24 @@ const std::vector<SamplingParamInfo>& table() {
        "Number of sequences generated, of which the best n are returned (default n). Beam width when "
        "use_beam_search is on.",
        CYPRIS_OPT_INT(best_of)},
-      {"seed", K::Int, "Output", -1, -1, 18446744073709551615.0, false, false, true, 4294967295.0,
-       "sampler_seed", "Random seed for this request; -1 or unset means random.",
+      {"seed", K::Int, "Output", -1, -1, 18446744073709551615.0, false, false, true, 4294967295.0, "sampler_seed",
+       "Random seed for this request; -1 or unset means random.",
        [](const SamplingParams& p) -> std::optional<double> {
          return p.seed ? std::optional<double>(static_cast<double>(*p.seed)) : std::nullopt;
        },
        [](SamplingParams& p, std::optional<double> v) {
-         if (v && *v >= 0) p.seed = static_cast<uint64_t>(std::min(*v, 18446744073709549568.0));
-         else p.seed.reset();
+         if (v && *v >= 0)
+           p.seed = static_cast<uint64_t>(std::min(*v, 18446744073709549568.0));
+         else
+           p.seed.reset();
        }},
       {"max_tokens", K::Int, "Output", 16, 1, kInf, false, false, true, 8192, "max_new_tokens max_length",
        "Maximum number of tokens to generate per output sequence; unset means up to the context length.",
        CYPRIS_OPT_INT(max_tokens)},
       {"min_tokens", K::Int, "Output", 0, 0, kInf, false, false, false, 1024, "",
        "EOS and stop_token_ids are banned until this many tokens have been generated.", CYPRIS_INT(min_tokens)},
-      {"ignore_eos", K::Bool, "Output", 0, 0, 1, false, false, false, 1, "",
-       "Keep generating after the EOS token.", CYPRIS_BOOL(ignore_eos)},
+      {"ignore_eos", K::Bool, "Output", 0, 0, 1, false, false, false, 1, "", "Keep generating after the EOS token.",
+       CYPRIS_BOOL(ignore_eos)},
       {"logprobs", K::Int, "Output", kUnset, 0, kInf, false, false, true, 20, "",
        "Number of most likely tokens whose log probabilities are returned per output token (plus the "
        "sampled one); at most --max-log-probs.",
@@ -140,8 +150,7 @@ const std::vector<SamplingParamInfo>& table() {
       {"eta_cutoff", K::Float, "Truncation", 0, 0, kInf, false, false, false, 20, "",
        "Eta sampling: entropy-adaptive probability cutoff, in units of 1e-4. Off: 0.", CYPRIS_FLOAT(eta_cutoff)},
       {"epsilon_cutoff", K::Float, "Truncation", 0, 0, 1000, false, false, false, 20, "eps_cutoff",
-       "Epsilon sampling: drop tokens below this probability, in units of 1e-4. Off: 0.",
-       CYPRIS_FLOAT(epsilon_cutoff)},
+       "Epsilon sampling: drop tokens below this probability, in units of 1e-4. Off: 0.", CYPRIS_FLOAT(epsilon_cutoff)},
       {"typical_p", K::Float, "Truncation", 1, 0, 1, true, false, false, 1, "typical",
        "Locally typical sampling: keep the tokens whose surprise is closest to the entropy, up to this "
        "cumulative probability. Off: 1.",
@@ -160,8 +169,8 @@ const std::vector<SamplingParamInfo>& table() {
        "Mirostat mode: 0 = off, 2 = Mirostat 2.0 (all other samplers are skipped).", CYPRIS_INT(mirostat_mode)},
       {"mirostat_tau", K::Float, "Mirostat", 0, 0, kInf, false, false, false, 10, "",
        "Mirostat target surprise (bits).", CYPRIS_FLOAT(mirostat_tau)},
-      {"mirostat_eta", K::Float, "Mirostat", 0, 0, kInf, false, false, false, 1, "",
-       "Mirostat learning rate.", CYPRIS_FLOAT(mirostat_eta)},
+      {"mirostat_eta", K::Float, "Mirostat", 0, 0, kInf, false, false, false, 1, "", "Mirostat learning rate.",
+       CYPRIS_FLOAT(mirostat_eta)},
 
       {"dry_multiplier", K::Float, "DRY", 0, 0, kInf, false, false, false, 5, "",
        "DRY (Don't Repeat Yourself) penalty strength. Off: 0.", CYPRIS_FLOAT(dry_multiplier)},
@@ -221,8 +230,7 @@ const std::vector<SamplingParamInfo>& table() {
 #undef CYPRIS_NONSCALAR
 
 void check_token_id(int32_t id, int32_t vocab_size, std::string_view param) {
-  CYPRIS_CHECK(id >= 0 && id < vocab_size, "{} contains token id {}, allowed are 0 to {}", param, id,
-               vocab_size - 1);
+  CYPRIS_CHECK(id >= 0 && id < vocab_size, "{} contains token id {}, allowed are 0 to {}", param, id, vocab_size - 1);
 }
 
 }  // namespace
@@ -238,12 +246,18 @@ std::optional<SamplerId> sampler_id_from_name(std::string_view name) {
     if (lower(kSamplerNames[static_cast<size_t>(i)]) == l) return static_cast<SamplerId>(i);
   }
   static const std::pair<std::string_view, SamplerId> kAliases[] = {
-      {"temp", SamplerId::Temperature},        {"top_k", SamplerId::TopPTopK},
-      {"top_p", SamplerId::TopPTopK},          {"typical", SamplerId::TypicalP},
-      {"quadratic_sampling", SamplerId::Quadratic}, {"rep_pen", SamplerId::Penalties},
-      {"repetition_penalty", SamplerId::Penalties}, {"penalty", SamplerId::Penalties},
-      {"eta", SamplerId::EtaCutoff},           {"epsilon", SamplerId::EpsilonCutoff},
-      {"nsigma", SamplerId::TopNsigma},        {"no_repeat_ngram_size", SamplerId::NoRepeatNgram},
+      {"temp", SamplerId::Temperature},
+      {"top_k", SamplerId::TopPTopK},
+      {"top_p", SamplerId::TopPTopK},
+      {"typical", SamplerId::TypicalP},
+      {"quadratic_sampling", SamplerId::Quadratic},
+      {"rep_pen", SamplerId::Penalties},
+      {"repetition_penalty", SamplerId::Penalties},
+      {"penalty", SamplerId::Penalties},
+      {"eta", SamplerId::EtaCutoff},
+      {"epsilon", SamplerId::EpsilonCutoff},
+      {"nsigma", SamplerId::TopNsigma},
+      {"no_repeat_ngram_size", SamplerId::NoRepeatNgram},
   };
   for (const auto& [alias, id] : kAliases) {
     if (alias == l) return id;
@@ -252,11 +266,11 @@ std::optional<SamplerId> sampler_id_from_name(std::string_view name) {
 }
 
 std::vector<SamplerId> default_sampler_order(bool temperature_last) {
-  std::vector<SamplerId> order = {SamplerId::Dry,       SamplerId::Penalties,     SamplerId::NoRepeatNgram,
-                                  SamplerId::Temperature, SamplerId::TopNsigma,   SamplerId::TopPTopK,
-                                  SamplerId::TopA,      SamplerId::MinP,          SamplerId::Tfs,
-                                  SamplerId::EtaCutoff, SamplerId::EpsilonCutoff, SamplerId::TypicalP,
-                                  SamplerId::Quadratic, SamplerId::Xtc};
+  std::vector<SamplerId> order = {
+      SamplerId::Dry,       SamplerId::Penalties, SamplerId::NoRepeatNgram, SamplerId::Temperature,
+      SamplerId::TopNsigma, SamplerId::TopPTopK,  SamplerId::TopA,          SamplerId::MinP,
+      SamplerId::Tfs,       SamplerId::EtaCutoff, SamplerId::EpsilonCutoff, SamplerId::TypicalP,
+      SamplerId::Quadratic, SamplerId::Xtc};
   if (temperature_last) {
     order.erase(std::find(order.begin(), order.end(), SamplerId::Temperature));
     order.push_back(SamplerId::Temperature);
@@ -284,8 +298,9 @@ static void check_priority_complete(const std::vector<SamplerId>& order) {
     const int i = static_cast<int>(id);
     CYPRIS_CHECK(i >= 0 && i < kNumSamplerIds, "sampler_priority contains unknown sampler id {}, allowed are 0 to 13",
                  i);
-    CYPRIS_CHECK(seen.insert(i).second, "sampler_priority lists {} ({}) twice; it must list each of the 14 samplers once",
-                 sampler_id_name(id), i);
+    CYPRIS_CHECK(seen.insert(i).second,
+                 "sampler_priority lists {} ({}) twice; it must list each of the 14 samplers once", sampler_id_name(id),
+                 i);
   }
   if (static_cast<int>(seen.size()) != kNumSamplerIds) {
     std::string missing;
@@ -337,9 +352,12 @@ std::optional<EarlyStopping> parse_early_stopping(std::string_view s) {
 
 std::string_view early_stopping_name(EarlyStopping e) {
   switch (e) {
-    case EarlyStopping::True: return "true";
-    case EarlyStopping::False: return "false";
-    case EarlyStopping::Never: return "never";
+    case EarlyStopping::True:
+      return "true";
+    case EarlyStopping::False:
+      return "false";
+    case EarlyStopping::Never:
+      return "never";
   }
   return "false";
 }
@@ -357,7 +375,9 @@ std::string SamplingParamInfo::range_text() const {
   return "a finite number";
 }
 
-std::span<const SamplingParamInfo> sampling_param_table() { return table(); }
+std::span<const SamplingParamInfo> sampling_param_table() {
+  return table();
+}
 
 const SamplingParamInfo* find_sampling_param(std::string_view name) {
   for (const SamplingParamInfo& info : table()) {

@@ -49,29 +49,29 @@ enum class EarlyStopping { False, True, Never };
 struct SamplingParams {
   // --- outputs ---
   int n = 1;
-  std::optional<int> best_of;        // unset: n. Beam width when use_beam_search.
-  std::optional<uint64_t> seed;      // unset: random (clients send -1 for that)
+  std::optional<int> best_of;    // unset: n. Beam width when use_beam_search.
+  std::optional<uint64_t> seed;  // unset: random (clients send -1 for that)
   // --- penalties ---
-  float presence_penalty = 0.0f;     // output tokens only
-  float frequency_penalty = 0.0f;    // output tokens only
-  float repetition_penalty = 1.0f;   // prompt + output tokens
+  float presence_penalty = 0.0f;    // output tokens only
+  float frequency_penalty = 0.0f;   // output tokens only
+  float repetition_penalty = 1.0f;  // prompt + output tokens
   // --- temperature ---
-  float temperature = 1.0f;          // 0 = greedy
-  float dynatemp_min = 0.0f;         // dynamic temperature is on when min or max is non-zero
+  float temperature = 1.0f;   // 0 = greedy
+  float dynatemp_min = 0.0f;  // dynamic temperature is on when min or max is non-zero
   float dynatemp_max = 0.0f;
   float dynatemp_exponent = 1.0f;
-  float smoothing_factor = 0.0f;     // quadratic sampling; 0 = off
+  float smoothing_factor = 0.0f;  // quadratic sampling; 0 = off
   float smoothing_curve = 1.0f;
   // --- truncation ---
   float top_p = 1.0f;
-  int top_k = -1;                    // -1 or 0 = off
+  int top_k = -1;  // -1 or 0 = off
   float top_a = 0.0f;
   float min_p = 0.0f;
   float tfs = 1.0f;
-  float eta_cutoff = 0.0f;           // units of 1e-4
-  float epsilon_cutoff = 0.0f;       // units of 1e-4
+  float eta_cutoff = 0.0f;      // units of 1e-4
+  float epsilon_cutoff = 0.0f;  // units of 1e-4
   float typical_p = 1.0f;
-  int mirostat_mode = 0;             // 0 or 2
+  int mirostat_mode = 0;  // 0 or 2
   float mirostat_tau = 0.0f;
   float mirostat_eta = 0.0f;
   float nsigma = 0.0f;
@@ -84,7 +84,7 @@ struct SamplingParams {
   int dry_allowed_length = 2;
   std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
   std::vector<int32_t> dry_sequence_breaker_ids;  // filled by resolve_dry_sequence_breakers()
-  int dry_range = 0;                 // 0 = whole context
+  int dry_range = 0;                              // 0 = whole context
   int no_repeat_ngram_size = 0;
   // --- chain order ---
   bool temperature_last = false;
@@ -154,15 +154,15 @@ enum class ParamKind { Float, Int, Bool, IntList, StringList, TokenBiasMap, Samp
 struct SamplingParamInfo {
   std::string_view name;
   ParamKind kind;
-  std::string_view group;        // "Output", "Penalties", "Temperature", "Truncation", "DRY", ...
-  double default_value;          // numeric default (Bool: 0/1); NaN = unset by default
-  double min;                    // allowed range; -inf / +inf when unbounded
+  std::string_view group;  // "Output", "Penalties", "Temperature", "Truncation", "DRY", ...
+  double default_value;    // numeric default (Bool: 0/1); NaN = unset by default
+  double min;              // allowed range; -inf / +inf when unbounded
   double max;
   bool min_exclusive;
   bool max_exclusive;
-  bool optional;                 // may be unset (seed, best_of, max_tokens, logprobs, ...)
-  double ui_max;                 // a sensible slider end for unbounded ranges
-  std::string_view aliases;      // other request spellings, space separated ("dry_penalty_last_n")
+  bool optional;             // may be unset (seed, best_of, max_tokens, logprobs, ...)
+  double ui_max;             // a sensible slider end for unbounded ranges
+  std::string_view aliases;  // other request spellings, space separated ("dry_penalty_last_n")
   std::string_view help;
   // Scalar kinds only (null for the others). get returns nullopt when an optional value is unset;
   // set(nullopt) unsets it. set stores the value as is; validate() checks it.

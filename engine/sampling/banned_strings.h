@@ -60,7 +60,7 @@ struct BannedStringHit {
   size_t rewind_tokens;  // output tokens to drop (that token and all after it)
   int32_t ban_token_id;  // ban this id at that position
   size_t phrase_index;
-  size_t text_offset;    // byte offset of the phrase in text()
+  size_t text_offset;  // byte offset of the phrase in text()
 };
 
 class BannedStringMatcher {
@@ -83,7 +83,7 @@ class BannedStringMatcher {
 
   std::shared_ptr<const BannedStrings> strings_;
   std::string text_;
-  std::vector<size_t> offsets_;      // start offset of each token's text
+  std::vector<size_t> offsets_;  // start offset of each token's text
   std::vector<int32_t> ids_;
   std::vector<int32_t> end_states_;  // automaton state after each token
 };

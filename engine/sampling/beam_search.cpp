@@ -104,8 +104,8 @@ void BeamSearch::step(const float* logprobs, int32_t vocab) {
     h.cum_logprob = cum;
     h.parent = b;
     const int total = config_.prompt_len + static_cast<int>(h.tokens.size());
-    h.finished = is_stop_token(t) || static_cast<int>(h.tokens.size()) >= config_.max_tokens ||
-                 total >= config_.max_model_len;
+    h.finished =
+        is_stop_token(t) || static_cast<int>(h.tokens.size()) >= config_.max_tokens || total >= config_.max_model_len;
     (h.finished ? all_finished : new_running).push_back(std::move(h));
   }
   auto by_score = [this](const BeamHypothesis& a, const BeamHypothesis& b) { return score(a) > score(b); };

@@ -15,12 +15,12 @@ namespace cypris {
 struct BeamHypothesis {
   std::vector<int32_t> tokens;  // output tokens
   double cum_logprob = 0.0;
-  bool finished = false;        // ended with EOS / a stop token id, or reached max_tokens
-  int32_t parent = -1;          // index into the previous running() list (-1 before the first step)
+  bool finished = false;  // ended with EOS / a stop token id, or reached max_tokens
+  int32_t parent = -1;    // index into the previous running() list (-1 before the first step)
 };
 
 struct BeamSearchConfig {
-  int beam_width = 2;           // best_of
+  int beam_width = 2;  // best_of
   float length_penalty = 1.0f;
   EarlyStopping early_stopping = EarlyStopping::False;
   int prompt_len = 0;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/common/error.h"
+#include "engine/sampling/fast_math.h"
 #include "engine/sampling/sampler_chain.h"
 
 namespace cypris {
@@ -33,7 +34,8 @@ uint64_t splitmix64(uint64_t x) {
 
 SamplingState::SamplingState(const SamplingParams& params, std::vector<int32_t> prompt_ids, uint32_t seq_index)
     : prompt_ids_(std::move(prompt_ids)) {
-  uint64_t seed = params.seed ? *params.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
+  uint64_t seed =
+      params.seed ? *params.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   // Mix the sequence index in so a request's sequences differ, and seed 0/1/2 are far apart.
   rng_.seed(splitmix64(seed ^ splitmix64(0xC1A55ull + seq_index)));
   mirostat_mu_ = 2.0f * params.mirostat_tau;
@@ -56,7 +58,9 @@ std::span<const int32_t> SamplingState::next_position_bans() const {
   return it->second;
 }
 
-double SamplingState::next_uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+double SamplingState::next_uniform() {
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
 
 // ------------------------------------------------------------------------------------------------
 // Logprobs of the raw logits
@@ -69,19 +73,8 @@ struct RawStats {
 };
 
 RawStats raw_stats(const float* x, int32_t V) {
-  float m = kNegInf;
-  for (int32_t i = 0; i < V; ++i) m = std::max(m, x[i]);
-  double z = 0.0;
-  float acc = 0.0f;
-  for (int32_t i = 0; i < V; ++i) {
-    acc += std::exp(x[i] - m);
-    if ((i & 1023) == 1023) {
-      z += acc;
-      acc = 0.0f;
-    }
-  }
-  z += acc;
-  return {m, std::log(z)};
+  const float m = sampling_detail::max_of(x, V);
+  return {m, std::log(sampling_detail::sum_exp(x, V, m))};
 }
 
 float logprob_of(const float* x, const RawStats& st, int32_t token) {
@@ -98,7 +91,9 @@ void fill_top_and_rank(const float* x, int32_t V, const RawStats& st, int num_to
   // Bounded min-heap of (value, -id) so equal values prefer the lower id.
   std::vector<std::pair<float, int32_t>> heap;
   heap.reserve(num_top + 1);
-  auto cmp = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto cmp = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   for (int32_t i = 0; i < V; ++i) {
     if (heap.size() < static_cast<size_t>(num_top)) {
       heap.emplace_back(x[i], i);
@@ -127,8 +122,8 @@ SampleOutput token_logprobs(std::span<const float> logits, int32_t token, int nu
   return out;
 }
 
-std::vector<SampleOutput> prompt_logprobs(const float* logits, int32_t vocab_size,
-                                          std::span<const int32_t> next_tokens, int num_top) {
+std::vector<SampleOutput> prompt_logprobs(const float* logits, int32_t vocab_size, std::span<const int32_t> next_tokens,
+                                          int num_top) {
   std::vector<SampleOutput> out;
   out.reserve(next_tokens.size());
   for (size_t i = 0; i < next_tokens.size(); ++i) {
@@ -186,11 +181,7 @@ bool is_plain(const SamplingParams& p, const SamplingState& s) {
 }
 
 int32_t raw_argmax(const float* x, int32_t V) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < V; ++i) {
-    if (x[i] > x[best]) best = i;
-  }
-  return best;
+  return sampling_detail::argmax_of(x, V);
 }
 
 // Draws from the live tokens of `row` after softmax and skew. Walks the live list (sparse) or the
@@ -206,7 +197,7 @@ int32_t draw(RowLogits& row, float skew, double u, std::vector<float>* probs_out
   pr.clear();
   row.for_each_live([&](int32_t id, float v) {
     ids.push_back(id);
-    pr.push_back(std::exp(static_cast<double>(v) - m) / z);
+    pr.push_back(sampling_detail::fast_exp(v - m) / z);
   });
   if (skew != 0.0f) {
     // Aphrodite's skew: cumulative probabilities in vocabulary order raised to exp(skew).
@@ -244,12 +235,13 @@ int32_t draw(RowLogits& row, float skew, double u, std::vector<float>* probs_out
 }
 
 // Processes one row and returns the token. `x` is the per-thread working buffer.
-int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, const SamplerConfig& cfg,
-                   RowBuffers& buf, std::vector<float>* dense_out, std::vector<float>* probs_out) {
+int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, const uint32_t* allowed_mask,
+                   const SamplerConfig& cfg, RowBuffers& buf, std::vector<float>* dense_out,
+                   std::vector<float>* probs_out) {
   const int32_t V = cfg.vocab_size;
   const bool greedy = p.temperature == 0.0f;
   const bool want_debug = dense_out || probs_out;
-  if (!want_debug && is_plain(p, s)) {
+  if (!want_debug && !allowed_mask && is_plain(p, s)) {
     if (greedy) return raw_argmax(raw, V);
     // Fast path: top-k by partial selection on the raw logits (temperature does not change the
     // order), then temperature and top-p on the few survivors only.
@@ -257,6 +249,7 @@ int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, 
       RowLogits sel(const_cast<float*>(raw), V, buf);  // read-only use: selection only
       float* x = buf.logits.data();
       sampling_detail::apply_top_k_top_p(sel, p.top_k, 1.0f);
+      if (!sel.sparse()) goto general;  // fewer than top_k finite logits: nothing was selected
       RowLogits row(x, V, buf);
       std::vector<int32_t> ids(buf.live.begin(), buf.live.end());
       for (int32_t id : ids) x[id] = raw[id];
@@ -266,10 +259,11 @@ int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, 
       return draw(row, 0.0f, s.next_uniform(), nullptr);
     }
   }
+general:
   float* x = buf.logits.data();
   std::memcpy(x, raw, sizeof(float) * static_cast<size_t>(V));
   RowLogits row(x, V, buf);
-  sampling_detail::apply_pre_chain(row, p, s, cfg.eos_token_id);
+  sampling_detail::apply_pre_chain(row, p, s, cfg.eos_token_id, allowed_mask);
   int32_t token = -1;
   if (p.mirostat_mode == 2 && !greedy) {
     float max_v;
@@ -319,7 +313,7 @@ std::vector<SampleOutput> Sampler::sample(const float* logits, std::span<const S
       const SamplingParams& p = *rows[r].params;
       SamplingState& s = *rows[r].state;
       SampleOutput& o = out[r];
-      o.token = sample_row(raw, p, s, config_, sc.buf, nullptr, nullptr);
+      o.token = sample_row(raw, p, s, rows[r].allowed_mask, config_, sc.buf, nullptr, nullptr);
       const RawStats st = raw_stats(raw, V);
       o.logprob = logprob_of(raw, st, o.token);
       if (p.logprobs) {
@@ -358,12 +352,12 @@ std::vector<SampleOutput> Sampler::sample(const float* logits, std::span<const S
   return out;
 }
 
-std::vector<float> Sampler::process(std::span<const float> logits, const SamplingParams& params,
-                                    SamplingState& state) {
+std::vector<float> Sampler::process(std::span<const float> logits, const SamplingParams& params, SamplingState& state,
+                                    const uint32_t* allowed_mask) {
   CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size,
                "sampler: a row has {} logits, the vocabulary has {}", logits.size(), config_.vocab_size);
   std::vector<float> dense;
-  sample_row(logits.data(), params, state, config_, scratch_[0]->buf, &dense, nullptr);
+  sample_row(logits.data(), params, state, allowed_mask, config_, scratch_[0]->buf, &dense, nullptr);
   return dense;
 }
 
@@ -372,7 +366,7 @@ std::vector<float> Sampler::probabilities(std::span<const float> logits, const S
   CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size,
                "sampler: a row has {} logits, the vocabulary has {}", logits.size(), config_.vocab_size);
   std::vector<float> probs;
-  sample_row(logits.data(), params, state, config_, scratch_[0]->buf, nullptr, &probs);
+  sample_row(logits.data(), params, state, nullptr, config_, scratch_[0]->buf, nullptr, &probs);
   return probs;
 }
 

@@ -29,8 +29,8 @@ struct TokenLogprob {
 
 struct SampleOutput {
   int32_t token = -1;
-  float logprob = 0.0f;  // of `token` under log_softmax(raw logits)
-  int32_t rank = 0;      // 1 = the most likely token under the raw logits
+  float logprob = 0.0f;                    // of `token` under log_softmax(raw logits)
+  int32_t rank = 0;                        // 1 = most likely under the raw logits; 0 when params.logprobs is unset
   std::vector<TokenLogprob> top_logprobs;  // most likely first; min(params.logprobs, max_log_probs) entries
 };
 
@@ -74,14 +74,17 @@ class SamplingState {
 
 struct SamplerConfig {
   int32_t vocab_size = 0;
-  int max_log_probs = 10;                 // --max-log-probs: cap on top-N logprobs
-  std::optional<int32_t> eos_token_id;    // banned during min_tokens unless ignore_eos
-  int num_threads = 1;                    // rows are spread over this many threads
+  int max_log_probs = 10;               // --max-log-probs: cap on top-N logprobs
+  std::optional<int32_t> eos_token_id;  // banned during min_tokens unless ignore_eos
+  int num_threads = 1;                  // rows are spread over this many threads
 };
 
 struct SamplerRow {
   const SamplingParams* params;
   SamplingState* state;
+  // Optional [ceil(vocab / 32)] bitmask from guided decoding: a token whose bit (word id / 32, bit
+  // id % 32) is 0 is masked before the chain, like allowed_token_ids.
+  const uint32_t* allowed_mask = nullptr;
 };
 
 class Sampler {
@@ -94,17 +97,18 @@ class Sampler {
   const SamplerConfig& config() const { return config_; }
 
   // logits: [rows.size(), vocab_size], row-major, not modified. Each row's sampled token is appended to
-  // its state (and its RNG and Mirostat mu advance).
+  // its state (and its RNG and Mirostat mu advance). Rows are spread over config.num_threads threads;
+  // one caller at a time (the engine thread): the per-thread buffers belong to this Sampler.
   std::vector<SampleOutput> sample(const float* logits, std::span<const SamplerRow> rows);
 
   // The logits of one row after the pre-chain masks and the sampler chain (masked tokens are -inf),
   // before softmax, skew and the draw. Advances the RNG exactly as sample() would (XTC's coin).
   // For tests and debugging. With Mirostat 2 this is the Mirostat mask (the chain is skipped).
-  std::vector<float> process(std::span<const float> logits, const SamplingParams& params, SamplingState& state);
+  std::vector<float> process(std::span<const float> logits, const SamplingParams& params, SamplingState& state,
+                             const uint32_t* allowed_mask = nullptr);
 
   // Final sampling probabilities of one row (after skew), as sample() draws from them. For tests.
-  std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params,
-                                   SamplingState& state);
+  std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params, SamplingState& state);
 
  private:
   struct Scratch;
@@ -117,7 +121,7 @@ SampleOutput token_logprobs(std::span<const float> logits, int32_t token, int nu
 
 // Prompt logprobs: logits [num_positions, vocab] where row i predicts prompt token next_tokens[i]
 // (i.e. next_tokens = prompt[1..]). num_top is capped by the caller (min(prompt_logprobs, max_log_probs)).
-std::vector<SampleOutput> prompt_logprobs(const float* logits, int32_t vocab_size,
-                                          std::span<const int32_t> next_tokens, int num_top);
+std::vector<SampleOutput> prompt_logprobs(const float* logits, int32_t vocab_size, std::span<const int32_t> next_tokens,
+                                          int num_top);
 
 }  // namespace cypris

@@ -7,6 +7,7 @@
 #include <functional>
 #include <numeric>
 
+#include "engine/sampling/fast_math.h"
 #include "engine/sampling/sampler.h"
 
 namespace cypris::sampling_detail {
@@ -15,7 +16,9 @@ namespace {
 // Rows with at most this share of the vocabulary live switch to the sparse representation.
 constexpr size_t kSparseDivisor = 16;
 
-bool desc_by_value(const float* x, int32_t a, int32_t b) { return x[a] > x[b] || (x[a] == x[b] && a < b); }
+bool desc_by_value(const float* x, int32_t a, int32_t b) {
+  return x[a] > x[b] || (x[a] == x[b] && a < b);
+}
 
 void build_history(const SamplingState& s, std::vector<int32_t>& hist) {
   hist.clear();
@@ -74,24 +77,16 @@ void RowLogits::sort_desc() {
 }
 
 void RowLogits::stats(float& max_v, double& sum_exp) const {
+  if (!sparse_) {
+    max_v = max_of(x_, vocab_);
+    sum_exp = max_v == kNegInf ? 0.0 : sampling_detail::sum_exp(x_, vocab_, max_v);
+    return;
+  }
   max_v = kNegInf;
-  for_each_live([&](int32_t, float v) { max_v = std::max(max_v, v); });
+  for (int32_t id : buf_.live) max_v = std::max(max_v, x_[id]);
   sum_exp = 0.0;
   if (max_v == kNegInf) return;
-  const float m = max_v;
-  if (sparse_) {
-    for (int32_t id : buf_.live) sum_exp += std::exp(x_[id] - m);
-  } else {
-    float acc = 0.0f;  // float partial sums in blocks keep this pass fast and accurate enough
-    for (int32_t i = 0; i < vocab_; ++i) {
-      acc += std::exp(x_[i] - m);
-      if ((i & 1023) == 1023) {
-        sum_exp += acc;
-        acc = 0.0f;
-      }
-    }
-    sum_exp += acc;
-  }
+  for (int32_t id : buf_.live) sum_exp += std::exp(x_[id] - max_v);
 }
 
 int32_t RowLogits::argmax() const {
@@ -131,7 +126,10 @@ void RowLogits::maybe_go_sparse(size_t survivors) {
 // Before the chain
 
 void apply_pre_chain(RowLogits& row, const SamplingParams& p, const SamplingState& s,
-                     std::optional<int32_t> eos_token_id) {
+                     std::optional<int32_t> eos_token_id, const uint32_t* allowed_mask) {
+  if (allowed_mask) {
+    row.mask_if([allowed_mask](int32_t id, float) { return ((allowed_mask[id >> 5] >> (id & 31)) & 1u) == 0; });
+  }
   // min_tokens: no stop token and no EOS until enough tokens exist (vLLM's all_stop_token_ids:
   // EOS counts unless ignore_eos).
   if (static_cast<int>(s.output_ids().size()) < p.min_tokens) {
@@ -249,9 +247,7 @@ void apply_dry(RowLogits& row, const SamplingParams& p, const SamplingState& s) 
     lens[next] = std::max(lens[next], len);
   }
   const int allowed = p.dry_allowed_length;
-  auto penalty = [&](int len) {
-    return p.dry_multiplier * std::pow(p.dry_base, static_cast<float>(len - allowed));
-  };
+  auto penalty = [&](int len) { return p.dry_multiplier * std::pow(p.dry_base, static_cast<float>(len - allowed)); };
   float* x = row.data();
   if (row.sparse()) {
     for (int32_t id : row.live()) {
@@ -338,29 +334,48 @@ void apply_top_nsigma(RowLogits& row, float nsigma) {
 
 namespace {
 
-// The k-th largest live value; NaN when fewer than k tokens are live.
-float kth_largest(RowLogits& row, int k) {
-  RowBuffers& b = row.buffers();
-  auto& heap = b.tmp_vals;  // min-heap of the k largest seen so far
-  heap.clear();
-  const auto gt = std::greater<float>();
-  if (k <= 4096) {
-    row.for_each_live([&](int32_t, float v) {
-      if (heap.size() < static_cast<size_t>(k)) {
-        heap.push_back(v);
-        std::push_heap(heap.begin(), heap.end(), gt);
-      } else if (v > heap.front()) {
-        std::pop_heap(heap.begin(), heap.end(), gt);
-        heap.back() = v;
-        std::push_heap(heap.begin(), heap.end(), gt);
-      }
-    });
-    return heap.size() < static_cast<size_t>(k) ? NAN : heap.front();
+// Ids of the dense row's k largest values plus ties with the k-th (sorted descending); empty when
+// fewer than k values are finite. Block maxima (vectorised) give a lower bound for the k-th value —
+// k blocks have a maximum at least the k-th largest block maximum — so only the blocks that reach it
+// are scanned.
+std::vector<int32_t> top_k_dense(const float* x, int32_t V, int k, RowBuffers& b) {
+  constexpr int32_t kBlock = 64;
+  const int32_t nb = V / kBlock;
+  std::vector<int32_t> ids;
+  auto& bmax = b.tmp_vals;
+  bmax.resize(nb);
+  block_max64(x, nb, bmax.data());
+  float lower = kNegInf;
+  if (nb >= k) {
+    auto& sel = b.tmp_d;
+    sel.assign(bmax.begin(), bmax.end());
+    std::nth_element(sel.begin(), sel.begin() + (k - 1), sel.end(), std::greater<double>());
+    lower = static_cast<float>(sel[k - 1]);
   }
-  row.for_each_live([&](int32_t, float v) { heap.push_back(v); });
-  if (heap.size() < static_cast<size_t>(k)) return NAN;
-  std::nth_element(heap.begin(), heap.begin() + (k - 1), heap.end(), gt);
-  return heap[k - 1];
+  std::vector<float> cand;
+  auto scan = [&](int32_t from, int32_t to) {
+    for (int32_t i = from; i < to; ++i) {
+      if (x[i] >= lower && x[i] != kNegInf) cand.push_back(x[i]);
+    }
+  };
+  for (int32_t blk = 0; blk < nb; ++blk) {
+    if (bmax[blk] >= lower) scan(blk * kBlock, (blk + 1) * kBlock);
+  }
+  scan(nb * kBlock, V);
+  if (cand.size() < static_cast<size_t>(k)) return ids;
+  std::nth_element(cand.begin(), cand.begin() + (k - 1), cand.end(), std::greater<float>());
+  const float kth = cand[k - 1];
+  auto collect = [&](int32_t from, int32_t to) {
+    for (int32_t i = from; i < to; ++i) {
+      if (x[i] >= kth) ids.push_back(i);
+    }
+  };
+  for (int32_t blk = 0; blk < nb; ++blk) {
+    if (bmax[blk] >= kth) collect(blk * kBlock, (blk + 1) * kBlock);
+  }
+  collect(nb * kBlock, V);
+  std::sort(ids.begin(), ids.end(), [x](int32_t a, int32_t c) { return desc_by_value(x, a, c); });
+  return ids;
 }
 
 }  // namespace
@@ -381,40 +396,82 @@ void apply_top_k_top_p(RowLogits& row, int top_k, float top_p) {
         l.resize(cut);
       }
     } else {
-      const float kth = kth_largest(row, top_k);
-      if (!std::isnan(kth)) {
-        std::vector<int32_t> ids;
-        ids.reserve(top_k + 8);
-        row.for_each_live([&](int32_t id, float v) {
-          if (v >= kth) ids.push_back(id);
-        });
-        std::sort(ids.begin(), ids.end(), [x](int32_t a, int32_t b) { return desc_by_value(x, a, b); });
-        row.keep_only(std::move(ids), true);
-      }
+      std::vector<int32_t> ids = top_k_dense(x, row.vocab(), top_k, row.buffers());
+      if (!ids.empty()) row.keep_only(std::move(ids), true);
     }
   }
   if (!(top_p < 1.0f)) return;
   float m;
   double z;
-  row.stats(m, z);
-  if (z == 0.0) return;
-  if (!row.sparse()) {
-    // Only tokens within `d` of the max can be in the nucleus once their mass reaches top_p: collect
-    // those and sort them instead of the whole vocabulary; widen d until the mass suffices.
-    std::vector<int32_t> ids;
-    for (float d : {8.0f, 16.0f, 32.0f, INFINITY}) {
-      ids.clear();
-      double mass = 0.0;
-      const float lo = m - d;
-      row.for_each_live([&](int32_t id, float v) {
-        if (v >= lo) {
-          ids.push_back(id);
-          mass += std::exp(v - m);
-        }
-      });
-      if (mass / z >= top_p || std::isinf(d)) break;
+  if (row.sparse()) {
+    row.stats(m, z);
+    if (z == 0.0) return;
+  } else {
+    // Bucket the live tokens by their distance below the max. Every token in a bucket before the
+    // one where the cumulative mass crosses top_p is kept, every token after it is dropped, and only
+    // that one bucket is sorted: O(vocab) instead of sorting the vocabulary.
+    constexpr int kBuckets = 1024;
+    constexpr float kRange = 64.0f;  // tokens further below the max share the last bucket
+    constexpr float kScale = kBuckets / kRange;
+    const int32_t V = row.vocab();
+    auto& e = row.buffers().tmp_vals;
+    e.resize(V);
+    m = max_of(x, V);
+    if (m == kNegInf) return;
+    z = exp_shifted(x, V, m, e.data());
+    const double target = static_cast<double>(top_p) * z;
+    // Usually a few tokens near the max already hold top_p of the mass: find such a head with cheap
+    // vectorised sums, then sort just the head.
+    for (float d : {2.0f, 4.0f, 8.0f}) {
+      const float t = m - d;
+      if (sum_where_ge(x, e.data(), V, t) < target) continue;
+      std::vector<int32_t> head;
+      for (int32_t i = 0; i < V; ++i) {
+        if (x[i] >= t) head.push_back(i);
+      }
+      if (head.size() > 4096) break;  // a flat head: the buckets below are cheaper than sorting it
+      std::sort(head.begin(), head.end(), [x](int32_t a, int32_t b) { return desc_by_value(x, a, b); });
+      double ahead = 0.0;
+      size_t keep = 0;
+      while (keep < head.size() && (keep == 0 || ahead < target)) ahead += e[head[keep++]];
+      head.resize(keep);
+      row.keep_only(std::move(head), true);
+      return;
     }
-    row.keep_only(std::move(ids), false);
+    std::vector<double> mass(kBuckets + 1, 0.0);
+    for (int32_t i = 0; i < V; ++i) {
+      const float d = (m - x[i]) * kScale;  // +inf for masked tokens
+      mass[d < kBuckets ? static_cast<int>(d) : kBuckets] += e[i];
+    }
+    double before = 0.0;
+    int crossing = kBuckets;
+    for (int b = 0; b <= kBuckets; ++b) {
+      if (before + mass[b] >= target) {
+        crossing = b;
+        break;
+      }
+      before += mass[b];
+    }
+    std::vector<int32_t> keep, edge;
+    for (int32_t i = 0; i < V; ++i) {
+      const float v = x[i];
+      if (v == kNegInf) continue;
+      const float d = (m - v) * kScale;
+      const int b = d < kBuckets ? static_cast<int>(d) : kBuckets;
+      if (b < crossing) {
+        keep.push_back(i);
+      } else if (b == crossing) {
+        edge.push_back(i);
+      }
+    }
+    std::sort(edge.begin(), edge.end(), [x](int32_t a, int32_t b) { return desc_by_value(x, a, b); });
+    double ahead = before;
+    for (size_t k = 0; k < edge.size() && (ahead < target || keep.empty()); ++k) {
+      keep.push_back(edge[k]);
+      ahead += e[edge[k]];
+    }
+    row.keep_only(std::move(keep), false);
+    return;
   }
   row.sort_desc();
   auto& l = row.live();
@@ -441,7 +498,11 @@ void apply_top_a(RowLogits& row, float top_a) {
 void apply_min_p(RowLogits& row, float min_p) {
   if (min_p <= 0.0f) return;
   float m = kNegInf;
-  row.for_each_live([&](int32_t, float v) { m = std::max(m, v); });
+  if (row.sparse()) {
+    row.for_each_live([&](int32_t, float v) { m = std::max(m, v); });
+  } else {
+    m = max_of(row.data(), row.vocab());
+  }
   // p < min_p * p_max  <=>  exp(v - m) < min_p
   const float thr = m + std::log(min_p);
   row.mask_if([thr](int32_t, float v) { return v < thr; });
@@ -609,9 +670,15 @@ void run_chain(RowLogits& row, const SamplingParams& p, SamplingState& s) {
   const std::vector<SamplerId> order = p.sampler_order();
   for (SamplerId id : order) {
     switch (id) {
-      case SamplerId::Dry: apply_dry(row, p, s); break;
-      case SamplerId::Penalties: apply_penalties(row, p, s); break;
-      case SamplerId::NoRepeatNgram: apply_no_repeat_ngram(row, p, s); break;
+      case SamplerId::Dry:
+        apply_dry(row, p, s);
+        break;
+      case SamplerId::Penalties:
+        apply_penalties(row, p, s);
+        break;
+      case SamplerId::NoRepeatNgram:
+        apply_no_repeat_ngram(row, p, s);
+        break;
       case SamplerId::Temperature:
         if (!greedy) apply_temperature(row, p);
         break;
@@ -636,8 +703,12 @@ void run_chain(RowLogits& row, const SamplingParams& p, SamplingState& s) {
       case SamplerId::EpsilonCutoff:
         if (!greedy) apply_epsilon_cutoff(row, p.epsilon_cutoff);
         break;
-      case SamplerId::TypicalP: apply_typical(row, p.typical_p); break;
-      case SamplerId::Quadratic: apply_quadratic(row, p.smoothing_factor, p.smoothing_curve); break;
+      case SamplerId::TypicalP:
+        apply_typical(row, p.typical_p);
+        break;
+      case SamplerId::Quadratic:
+        apply_quadratic(row, p.smoothing_factor, p.smoothing_curve);
+        break;
       case SamplerId::Xtc:
         if (p.xtc_probability > 0.0f) apply_xtc(row, p.xtc_threshold, p.xtc_probability, s.next_uniform());
         break;

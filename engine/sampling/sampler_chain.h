@@ -22,14 +22,14 @@ inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Per-thread buffers reused across rows.
 struct RowBuffers {
-  std::vector<float> logits;        // [vocab] working copy
-  std::vector<int32_t> live;        // live ids when sparse
+  std::vector<float> logits;  // [vocab] working copy
+  std::vector<int32_t> live;  // live ids when sparse
   std::vector<int32_t> tmp_ids;
   std::vector<float> tmp_vals;
   std::vector<double> tmp_d;
-  std::vector<int32_t> counts;      // [vocab] output-token counts, kept all-zero between rows
-  std::vector<uint8_t> seen;        // [vocab] token seen in prompt or output, kept all-zero
-  std::vector<int32_t> hist;        // prompt + output ids
+  std::vector<int32_t> counts;  // [vocab] output-token counts, kept all-zero between rows
+  std::vector<uint8_t> seen;    // [vocab] token seen in prompt or output, kept all-zero
+  std::vector<int32_t> hist;    // prompt + output ids
 };
 
 class RowLogits {
@@ -105,7 +105,7 @@ void RowLogits::mask_if(P&& pred) {
 
 // --- the processors; each is a no-op when its parameter is off ---
 void apply_pre_chain(RowLogits& row, const SamplingParams& p, const SamplingState& s,
-                     std::optional<int32_t> eos_token_id);
+                     std::optional<int32_t> eos_token_id, const uint32_t* allowed_mask);
 void apply_penalties(RowLogits& row, const SamplingParams& p, const SamplingState& s);
 void apply_dry(RowLogits& row, const SamplingParams& p, const SamplingState& s);
 void apply_no_repeat_ngram(RowLogits& row, const SamplingParams& p, const SamplingState& s);

@@ -2,6 +2,7 @@
 // worked out by hand in the comments, not taken from running the code.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -120,6 +121,25 @@ TEST(SamplerChain, TopK) {
   EXPECT_EQ(live(r.process({1.0f, 5.0f, 3.0f, 4.0f, 2.0f}, p)).size(), 5u);
 }
 
+TEST(SamplerChain, TopKOverALargeVocabularyKeepsBoundaryTies) {
+  // value(i) = ((i * 7919) mod 1000) / 10: a permutation of 0.0 .. 99.9 over 1000 ids. The 10 largest
+  // are the values 99.0 .. 99.9; a copy of 99.0 put on another id ties with the 10th and survives.
+  Harness r(1000);
+  std::vector<float> x(1000);
+  for (int i = 0; i < 1000; ++i) x[i] = static_cast<float>((i * 7919) % 1000) / 10.0f;
+  SamplingParams p;
+  p.top_k = 10;
+  auto kept = live(r.process(x, p));
+  ASSERT_EQ(kept.size(), 10u);
+  for (int32_t id : kept) EXPECT_GE((id * 7919) % 1000, 990) << id;
+  const int32_t tie = *std::find_if(kept.begin(), kept.end(), [](int32_t id) { return (id * 7919) % 1000 == 990; });
+  const int32_t other = tie == 0 ? 1 : 0;
+  x[other] = x[tie];
+  kept = live(r.process(x, p));
+  EXPECT_EQ(kept.size(), 11u);
+  EXPECT_TRUE(kept.count(other));
+}
+
 TEST(SamplerChain, TopP) {
   // mass strictly ahead of each token in sorted order: 1:0, 3:0.5, 4:0.7, 0:0.85, 2:0.95
   SamplingParams p;
@@ -133,6 +153,28 @@ TEST(SamplerChain, TopP) {
   p.top_p = 0.6f;
   p.top_k = 1;  // top-k first
   EXPECT_EQ(live(r.process(kFive, p)), (std::set<int32_t>{1}));
+}
+
+TEST(SamplerChain, TopPOverAFlatVocabulary) {
+  // Flat rows take the bucketed path (the head near the max is too big to sort).
+  Harness r(20000);
+  SamplingParams p;
+  p.top_p = 0.5f;
+  // id 0 at 1, the rest at 0: Z = e + 19999 = 20001.718, target 10000.859. Ties keep lower ids first;
+  // id j >= 1 stays while the mass ahead, e + (j - 1), is below the target: j <= 9999.
+  std::vector<float> x(20000, 0.0f);
+  x[0] = 1.0f;
+  auto live_ids = live(r.process(x, p));
+  EXPECT_EQ(live_ids.size(), 10000u);
+  EXPECT_EQ(*live_ids.rbegin(), 9999);
+  // ids 0..99 at 0, the rest at -3: Z = 100 + 19900 e^-3 = 100 + 990.7627 = 1090.7627, target 545.3814.
+  // The head holds 100; tail token k (id 100 + k) stays while 100 + k * 0.0497871 < 545.3814, i.e.
+  // k < 8945.7: ids 100..9045.
+  std::vector<float> y(20000, -3.0f);
+  for (int i = 0; i < 100; ++i) y[i] = 0.0f;
+  live_ids = live(r.process(y, p));
+  EXPECT_EQ(live_ids.size(), 9046u);
+  EXPECT_EQ(*live_ids.rbegin(), 9045);
 }
 
 TEST(SamplerChain, MinP) {
@@ -351,6 +393,21 @@ TEST(SamplerChain, PreChainMasks) {
   EXPECT_FLOAT_EQ(x[2], 0.0f);
 }
 
+TEST(SamplerChain, GuidedDecodingBitmask) {
+  // 40 tokens: bits set for ids 3, 31, 32 and 39 only (words 0 and 1)
+  Harness r(40);
+  const uint32_t mask[2] = {(1u << 3) | (1u << 31), (1u << 0) | (1u << 7)};
+  SamplingParams p;
+  SamplingState s(p, {});
+  EXPECT_EQ(live(r.sampler.process(std::vector<float>(40, 0.0f), p, s, mask)), (std::set<int32_t>{3, 31, 32, 39}));
+  p.temperature = 0.0f;
+  std::vector<float> x(40, 0.0f);
+  x[0] = 5.0f;  // the model's favourite is not allowed
+  x[32] = 1.0f;
+  std::vector<SamplerRow> rows = {{&p, &s, mask}};
+  EXPECT_EQ(r.sampler.sample(x.data(), rows)[0].token, 32);
+}
+
 TEST(SamplerChain, TemperatureLastAndSamplerPriority) {
   // [0, -1, -2] with temperature 2 and min_p 0.3
   // temperature first: [0, -0.5, -1], ratios 1, 0.607, 0.368 >= 0.3 -> all stay
@@ -368,9 +425,9 @@ TEST(SamplerChain, TemperatureLastAndSamplerPriority) {
   EXPECT_EQ(live(x), (std::set<int32_t>{0, 1}));
   EXPECT_FLOAT_EQ(x[1], -0.5f);
   // sampler_priority overrides temperature_last
-  const std::vector<std::string> names = {"min_p",  "TEMPERATURE", "top_p_top_k", "top_a",          "tfs",
-                                          "typical_p", "penalties", "dry",         "no_repeat_ngram", "top_nsigma",
-                                          "eta_cutoff", "epsilon_cutoff", "quadratic", "xtc"};
+  const std::vector<std::string> names = {
+      "min_p",           "TEMPERATURE", "top_p_top_k", "top_a",          "tfs",       "typical_p", "penalties", "dry",
+      "no_repeat_ngram", "top_nsigma",  "eta_cutoff",  "epsilon_cutoff", "quadratic", "xtc"};
   p.sampler_priority = parse_sampler_priority(names);
   p.temperature_last = false;
   EXPECT_EQ(live(r.process(in, p)), (std::set<int32_t>{0, 1}));
@@ -441,7 +498,7 @@ TEST(SamplerChain, BannedStringPositionBans) {
   std::vector<SamplerRow> rows = {{&p, &s}};
   EXPECT_EQ(r.sampler.sample(in.data(), rows)[0].token, 1);  // appended at position 1
   EXPECT_EQ(live(r.sampler.process(in, p, s)).size(), 3u);   // position 2: no ban
-  s.rewind(1);                                                // back to position 1: the ban holds
+  s.rewind(1);                                               // back to position 1: the ban holds
   EXPECT_EQ(live(r.sampler.process(in, p, s)), (std::set<int32_t>{1, 2}));
   s.rewind(1);  // position 0: bans past it are forgotten
   s.append(2);
