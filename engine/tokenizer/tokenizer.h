@@ -19,6 +19,16 @@ struct NamedChatTemplate {
   std::string source;
 };
 
+// Streaming decode of one sequence: push ids as they are generated. The texts returned by push(),
+// followed by finish(), concatenate to exactly decode(all ids) with the same options. A push returns
+// only text that no later id can change (never half a UTF-8 character).
+class DecodeStream {
+ public:
+  virtual ~DecodeStream() = default;
+  virtual std::string push(int32_t id) = 0;
+  virtual std::string finish() = 0;  // end of sequence: the text still held back
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -29,6 +39,11 @@ class Tokenizer {
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const = 0;
   virtual std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true,
                              bool spaces_between_special_tokens = true) const = 0;
+
+  // A fresh streaming decoder (see DecodeStream). The default re-decodes everything on each push;
+  // the built-in tokenizers override it with an exact incremental one.
+  virtual std::unique_ptr<DecodeStream> decode_stream(bool skip_special_tokens = true,
+                                                      bool spaces_between_special_tokens = true) const;
 
   virtual int32_t vocab_size() const = 0;  // including added tokens
   // The vocabulary entry as stored (e.g. "▁Hello" or "Ġworld"); empty for an unknown id.
@@ -49,7 +64,10 @@ class Tokenizer {
 };
 
 struct TokenizerOptions {
-  std::string mode = "auto";  // auto: tokenizer.json when present, else tokenizer.model; slow: prefer tokenizer.model
+  // auto: tokenizer.json, else tokenizer.model, else vocab.json+merges.txt (or encoder.json+vocab.bpe).
+  // slow: tokenizer.model, else vocab.json+merges.txt, else tokenizer.json. There is no Python
+  // "slow vs fast" split here: both are native; "slow" only picks the files Transformers' slow classes use.
+  std::string mode = "auto";
 };
 
 // Loads the tokenizer of a local model folder. Throws cypris::Error naming the file and the
