@@ -28,15 +28,24 @@ struct ChatChoice {
 
 }  // namespace
 
-// Renders the prompt of a chat request (shared with /v1/tokenize).
-std::string chat_prompt_of(const json& body, const Tokenizer* tok, const ServerContext& ctx, bool default_gen_prompt) {
+// Renders the prompt of a chat request (shared with /v1/tokenize). raw is the body text: the
+// messages and tools are read again in the client's key order.
+std::string chat_prompt_of(const json& body, const std::string& raw, const Tokenizer* tok, const ServerContext& ctx,
+                           bool default_gen_prompt) {
   if (!body.contains("messages")) throw HttpError(400, "'messages' is required", "messages");
+  const nlohmann::ordered_json ob = nlohmann::ordered_json::parse(raw, nullptr, false);
+  if (ob.is_discarded() || !ob.is_object()) throw HttpError(400, "request body must be a JSON object");
   ChatPromptInputs in;
   in.add_generation_prompt = get_bool(body, "add_generation_prompt", default_gen_prompt);
   in.template_override = get_string(body, "chat_template", "");
   in.server_template = ctx.cfg().server.chat_template.value_or("");
-  if (auto it = body.find("chat_template_kwargs"); it != body.end() && it->is_object()) in.template_kwargs = *it;
-  return render_chat_prompt(body["messages"], tok, in);
+  if (auto it = ob.find("tools"); it != ob.end() && it->is_array()) in.tools = *it;
+  if (auto it = ob.find("documents"); it != ob.end() && it->is_array()) in.documents = *it;
+  if (auto it = ob.find("chat_template_kwargs"); it != ob.end() && !it->is_null()) {
+    if (!it->is_object()) throw HttpError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    in.template_kwargs = *it;
+  }
+  return render_chat_prompt(ob["messages"], tok, in);
 }
 
 void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
@@ -44,7 +53,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   reject_guided_decoding(body);
   auto engine = ctx.require_engine();
   const Tokenizer* tok = engine->tokenizer();
-  const std::string prompt_text = chat_prompt_of(body, tok, ctx, true);
+  const std::string prompt_text = chat_prompt_of(body, req.body, tok, ctx, true);
 
   // logprobs is a bool here; top_logprobs says how many alternatives.
   SamplingParams params = sampling_from_json(body, SamplingDefaults{std::nullopt, 0.7f}, {"logprobs"});

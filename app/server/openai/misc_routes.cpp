@@ -19,7 +19,8 @@ namespace cypris::server {
 
 using nlohmann::json;
 
-std::string chat_prompt_of(const json& body, const Tokenizer* tok, const ServerContext& ctx, bool default_gen_prompt);
+std::string chat_prompt_of(const json& body, const std::string& raw, const Tokenizer* tok, const ServerContext& ctx,
+                           bool default_gen_prompt);
 
 namespace {
 
@@ -54,13 +55,13 @@ json model_cards(ServerContext& ctx) {
   return data;
 }
 
-json tokenize(ServerContext& ctx, const json& body) {
+json tokenize(ServerContext& ctx, const json& body, const std::string& raw) {
   auto engine = ctx.require_engine();
   const Tokenizer* tok = engine->tokenizer();
   if (!tok) throw HttpError(400, "this model was loaded with --skip-tokenizer-init: there is no tokenizer");
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    const std::string text = chat_prompt_of(body, tok, ctx, true);
+    const std::string text = chat_prompt_of(body, raw, tok, ctx, true);
     ids = tok->encode(text, get_bool(body, "add_special_tokens", false));
   } else {
     auto it = body.find("prompt");
@@ -137,7 +138,7 @@ void register_openai_routes(Router& r) {
   r.post("/v1/chat/completions",
          [&ctx](const httplib::Request& req, httplib::Response& res) { handle_chat_completions(ctx, req, res); });
   r.post("/v1/tokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    send_json(res, 200, tokenize(ctx, parse_json_body(req)));
+    send_json(res, 200, tokenize(ctx, parse_json_body(req), req.body));
   });
   r.post("/v1/detokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
     const json body = parse_json_body(req);
@@ -146,7 +147,7 @@ void register_openai_routes(Router& r) {
   });
   // Aphrodite v0.5 names.
   r.post("/v1/token/encode", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    json out = tokenize(ctx, parse_json_body(req));
+    json out = tokenize(ctx, parse_json_body(req), req.body);
     send_json(res, 200, {{"value", out["count"]}, {"ids", out["tokens"]}});
   });
   r.post("/v1/token/decode", [&ctx](const httplib::Request& req, httplib::Response& res) {

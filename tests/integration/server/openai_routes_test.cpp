@@ -264,3 +264,27 @@ TEST(OpenAiRoutes, HealthVersionServiceInfoMetrics) {
   EXPECT_NE(m.body.find("aphrodite:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1"),
             std::string::npos);
 }
+
+TEST(OpenAiRoutes, ChatTemplateSelection) {
+  // No template in the tokenizer: ChatML.
+  TestServer s;
+  ASSERT_EQ(post_json(s, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1})")
+                .status, 200);
+  EXPECT_EQ(s.engine->submitted().back().prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // The request's chat_template wins; text parts are joined.
+  auto r = post_json(s, "/v1/chat/completions", R"({"messages":[{"role":"user","content":[{"type":"text","text":"A"},
+      {"type":"text","text":"B"}]}],"max_tokens":1,
+      "chat_template":"{% for m in messages %}[{{ m.role }}]{{ m.content }}|{% endfor %}{% if add_generation_prompt %}>{% endif %}"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(s.engine->submitted().back().prompt, "[user]AB|>");
+  // A template that raises is a 400 with its message.
+  r = post_json(s, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],
+      "chat_template":"{{ raise_exception('roles must alternate') }}"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("roles must alternate"), std::string::npos) << r.body;
+  // --chat-template (the text itself) applies to every request.
+  TestServer t([](EngineConfig& c) { c.server.chat_template = "{% for m in messages %}<{{ m.content }}>{% endfor %}"; });
+  ASSERT_EQ(post_json(t, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1})")
+                .status, 200);
+  EXPECT_EQ(t.engine->submitted().back().prompt, "<Hi>");
+}
