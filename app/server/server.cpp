@@ -215,10 +215,13 @@ void Server::Impl::configure() {
   http->set_read_timeout(30, 0);
   http->set_write_timeout(30, 0);
   http->set_keep_alive_timeout(5);
-  // httplib listens with a backlog of 5; remember the socket to raise it after binding, or a burst
-  // of clients (SillyTavern swipes, benchmarks) gets connections reset.
+  // httplib's default options add SO_REUSEPORT, which lets a second server bind the same port
+  // and silently share its traffic: set SO_REUSEADDR only, so "address in use" is an error.
+  // httplib also listens with a backlog of 5; remember the socket to raise it after binding, or a
+  // burst of clients (SillyTavern swipes, benchmarks) gets connections reset.
   http->set_socket_options([this](socket_t sock) {
-    httplib::default_socket_options(sock);
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     listen_fd = static_cast<int>(sock);
   });
 

@@ -181,8 +181,8 @@ void register_openai_routes(Router& r) {
                {"software",
                 {{"name", "Cypris"},
                  {"version", CYPRIS_VERSION},
-                 {"repository", "https://github.com/cypris-llm/cypris"},
-                 {"homepage", "https://github.com/cypris-llm/cypris"},
+                 {"repository", ""},
+                 {"homepage", ""},
                  {"logo", ""}}},
                {"api", api}});
   });
