@@ -244,7 +244,11 @@ ModelInfo FakeEngine::model_info() const {
   return m;
 }
 
-const Tokenizer* FakeEngine::tokenizer() const { return core_->opts.with_tokenizer ? &core_->tok : nullptr; }
+const Tokenizer* FakeEngine::tokenizer() const {
+  if (!core_->opts.with_tokenizer) return nullptr;
+  if (core_->opts.tokenizer) return core_->opts.tokenizer.get();
+  return &core_->tok;
+}
 
 std::vector<std::string> FakeEngine::aborted() const {
   std::lock_guard<std::mutex> lock(core_->mu);

@@ -24,6 +24,9 @@ struct FakeEngineOptions {
   std::chrono::microseconds token_delay{500};
   std::vector<std::string> served_names = {"fake-model"};
   bool with_tokenizer = true;
+  // Served instead of the word-level fake (for /v1/tokenize and chat templates); generation still
+  // produces the fake words.
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 class FakeEngine : public EngineClient {
