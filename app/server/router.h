@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 
+#include "app/server/connection.h"
 #include "app/server/context.h"
 
 namespace cypris::server {
@@ -51,8 +52,9 @@ std::string dump_json(const nlohmann::json& j);
 // write function returns false once the client is gone; `on_end` runs when the response is over
 // however it ended (cancel whatever is still running there).
 using SseWrite = std::function<bool(const std::string&)>;
-void start_event_stream(httplib::Response& res, std::function<void(const SseWrite&)> produce,
-                        std::function<void()> on_end);
+// write("") writes nothing and reports whether the client is still connected.
+void start_event_stream(const httplib::Request& req, httplib::Response& res,
+                        std::function<void(const SseWrite&)> produce, std::function<void()> on_end);
 
 void register_openai_routes(Router& r);
 void register_kobold_routes(Router& r);

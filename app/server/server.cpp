@@ -106,21 +106,22 @@ nlohmann::json parse_json_body(const httplib::Request& req, bool allow_empty) {
   return j;
 }
 
-void start_event_stream(httplib::Response& res, std::function<void(const SseWrite&)> produce,
-                        std::function<void()> on_end) {
+void start_event_stream(const httplib::Request& req, httplib::Response& res,
+                        std::function<void(const SseWrite&)> produce, std::function<void()> on_end) {
+  auto alive = connection_probe(req);
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // nginx: do not buffer the stream
   auto ran = std::make_shared<bool>(false);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [produce = std::move(produce), ran](size_t, httplib::DataSink& sink) -> bool {
+      [produce = std::move(produce), ran, alive](size_t, httplib::DataSink& sink) -> bool {
         if (*ran) return false;
         *ran = true;
-        SseWrite write = [&sink](const std::string& s) -> bool {
+        SseWrite write = [&sink, &alive](const std::string& s) -> bool {
           if (!sink.is_writable()) return false;
           // An empty chunk would end the chunked body: only probe the connection then.
-          if (s.empty()) return true;
+          if (s.empty()) return alive();
           return sink.write(s.data(), s.size());
         };
         try {

@@ -26,6 +26,7 @@ struct FakeRequest {
   bool fail = false;
   bool first = true;
   int64_t generated_total = 0;
+  std::chrono::steady_clock::time_point ready_at;  // no tokens before (a long prefill)
 };
 
 struct FakeEngine::Core {
@@ -70,8 +71,13 @@ void FakeEngine::Core::step() {
   std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> outs;
   {
     std::lock_guard<std::mutex> lock(mu);
+    const auto now = std::chrono::steady_clock::now();
     for (auto it = active.begin(); it != active.end();) {
       FakeRequest& r = it->second;
+      if (now < r.ready_at) {
+        ++it;
+        continue;
+      }
       const SamplingParams& p = *r.req.params;
       RequestOutput out;
       out.request_id = r.req.request_id;
@@ -211,6 +217,7 @@ std::shared_ptr<RequestStream> FakeEngine::submit(GenerateRequest req) {
     FakeRequest r;
     r.fail = req.prompt.find("FAIL_NOW") != std::string::npos;
     r.max_tokens = static_cast<int>(max_tokens);
+    r.ready_at = std::chrono::steady_clock::now() + core_->opts.first_token_delay;
     r.choices.resize(static_cast<size_t>(std::max(1, p.n)));
     r.stream = stream;
     r.req = std::move(req);

@@ -22,6 +22,8 @@ namespace cypris::fake {
 struct FakeEngineOptions {
   int64_t max_model_len = 512;
   std::chrono::microseconds token_delay{500};
+  // Time before a request's first token (a long prefill).
+  std::chrono::milliseconds first_token_delay{0};
   std::vector<std::string> served_names = {"fake-model"};
   bool with_tokenizer = true;
   // Served instead of the word-level fake (for /v1/tokenize and chat templates); generation still

@@ -115,11 +115,12 @@ void register_kobold_routes(Router& r) {
     std::vector<std::string> texts;
     RequestTimer timer(&ctx.metrics);
     std::optional<std::string> error;
+    auto alive = connection_probe(req);
     auto& s = job.sub->streams.front();
     while (!s->done()) {
       auto out = s->next(kPollInterval);
       if (!out) {
-        if (ctx.stopping()) s->cancel();
+        if (ctx.stopping() || !alive()) s->cancel();
         continue;
       }
       if (out->error) {
@@ -149,7 +150,7 @@ void register_kobold_routes(Router& r) {
     KoboldJob job = start_generation(ctx, req);
     ServerContext* c = &ctx;
     start_event_stream(
-        res,
+        req, res,
         [c, job](const SseWrite& write) {
           auto& s = job.sub->streams.front();
           RequestTimer timer(&c->metrics);

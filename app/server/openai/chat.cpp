@@ -104,6 +104,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   const int top_n = static_cast<int>(top_logprobs);
 
   if (!stream) {
+    auto alive = connection_probe(req);
     RequestTimer timer(&ctx.metrics);
     int64_t prompt_tokens = 0, completion_tokens = 0;
     std::optional<std::string> error;
@@ -111,7 +112,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     while (!s->done()) {
       auto out = s->next(kPollInterval);
       if (!out) {
-        if (ctx.stopping()) s->cancel();
+        if (ctx.stopping() || !alive()) s->cancel();  // nobody to answer: stop generating
         continue;
       }
       if (out->error) {
@@ -163,7 +164,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
 
   ServerContext* c = &ctx;
   start_event_stream(
-      res,
+      req, res,
       [c, sub, choices, want_logprobs, top_n, include_usage, id, created, model, tok, engine, role,
        echo_text](const SseWrite& write) {
         auto& s = sub->streams.front();

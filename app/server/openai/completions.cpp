@@ -75,6 +75,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   auto prompt_text = [prompts](size_t choice_idx, int n_) { return prompts[choice_idx / size_t(n_)].text; };
 
   if (!stream) {
+    auto alive = connection_probe(req);
     StreamSet set(sub->streams);
     std::vector<RequestTimer> timers(sub->streams.size(), RequestTimer(&ctx.metrics));
     int64_t prompt_tokens = 0, completion_tokens = 0;
@@ -83,7 +84,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     while (!set.all_done()) {
       auto got = set.next(kPollInterval);
       if (!got) {
-        if (ctx.stopping()) set.cancel_all();
+        if (ctx.stopping() || !alive()) set.cancel_all();  // nobody to answer: stop generating
         continue;
       }
       auto& [si, out] = *got;
@@ -167,7 +168,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
 
   ServerContext* c = &ctx;
   start_event_stream(
-      res,
+      req, res,
       [c, sub, choices, n, echo, want_logprobs, include_usage, id, created, model, tok, engine,
        prompt_text](const SseWrite& write) {
         StreamSet set(sub->streams);

@@ -68,3 +68,36 @@ TEST(Streaming, StopCancelsRunningStreams) {
   t.join();
   EXPECT_FALSE(s->engine->aborted().empty());
 }
+
+TEST(Streaming, DisconnectBeforeTheFirstTokenAbortsTheRequest) {
+  // A long prefill: no token for 30 s. A client that gives up earlier must not leave the request
+  // running until then, streaming or not.
+  fake::FakeEngineOptions o;
+  o.first_token_delay = std::chrono::seconds(30);
+  TestServer s([](EngineConfig&) {}, o);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    httplib::Client c("127.0.0.1", s.port);
+    c.set_read_timeout(0, 200000);  // gives up after 0.2 s and closes the connection
+    auto r = c.Post("/v1/completions", R"({"prompt":"x","max_tokens":5,"stream":true})", "application/json");
+    (void)r;
+  }
+  EXPECT_TRUE(s.engine->wait_for_abort("cmpl-", std::chrono::seconds(20)));
+  {
+    httplib::Client c("127.0.0.1", s.port);
+    c.set_read_timeout(0, 200000);
+    auto r = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":5})",
+                    "application/json");
+    (void)r;
+  }
+  EXPECT_TRUE(s.engine->wait_for_abort("chatcmpl-", std::chrono::seconds(20)));
+  {
+    httplib::Client c("127.0.0.1", s.port);
+    c.set_read_timeout(0, 200000);
+    auto r = c.Post("/api/v1/generate", R"({"prompt":"x","max_length":5})", "application/json");
+    (void)r;
+  }
+  EXPECT_TRUE(s.engine->wait_for_abort("kai-", std::chrono::seconds(20)));
+  // All three were aborted before any token could have been produced.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}

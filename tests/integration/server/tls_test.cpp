@@ -45,6 +45,28 @@ TEST(Tls, ServesOverHttps) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Tls, DisconnectBeforeTheFirstTokenAbortsTheRequest) {
+  auto dir = make_cert();
+  if (dir.empty()) GTEST_SKIP() << "the openssl command is not available";
+  fake::FakeEngineOptions o;
+  o.first_token_delay = std::chrono::seconds(30);
+  TestServer s(
+      [&](EngineConfig& c) {
+        c.server.ssl_keyfile = (dir / "key.pem").string();
+        c.server.ssl_certfile = (dir / "cert.pem").string();
+      },
+      o);
+  {
+    httplib::SSLClient c("127.0.0.1", s.port);
+    c.enable_server_certificate_verification(false);
+    c.set_read_timeout(0, 300000);  // gives up after 0.3 s
+    auto r = c.Post("/v1/completions", R"({"prompt":"x","max_tokens":5,"stream":true})", "application/json");
+    (void)r;
+  }
+  EXPECT_TRUE(s.engine->wait_for_abort("cmpl-", std::chrono::seconds(20)));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Tls, UnreadableCertificateIsAnError) {
   EngineConfig cfg;
   cfg.server.host = "127.0.0.1";
