@@ -63,36 +63,41 @@ struct BpeModel::Cache {
   Shard shards[kShards];
 };
 
+static uint64_t token_hash(std::string_view s) {
+  return std::hash<std::string_view>{}(s) | 1;
+}
+
+int32_t BpeModel::find_token(std::string_view token) const {
+  uint64_t h = token_hash(token);
+  for (uint64_t i = h & token_mask_;; i = (i + 1) & token_mask_) {
+    const TokenSlot& s = token_slots_[i];
+    if (s.hash == 0) return -1;
+    if (s.hash == h && id_to_token_[s.id] == token) return s.id;
+  }
+}
+
 static uint64_t pair_key(int32_t a, int32_t b) {
   return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
 }
 
-BpeModel::BpeModel(VocabMap vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts,
+BpeModel::BpeModel(VocabList vocab, const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions opts,
                    const std::string& where)
-    : vocab_(std::move(vocab)), opts_(std::move(opts)) {
+    : opts_(std::move(opts)) {
   int32_t max_id = -1;
-  for (const auto& [tok, id] : vocab_) {
+  for (const auto& [tok, id] : vocab) {
     CYPRIS_CHECK(id >= 0 && id < (1 << 28), "{}: BPE vocabulary id {} of token '{}' is out of range", where, id, tok);
     max_id = std::max(max_id, id);
   }
   id_to_token_.resize(size_t(max_id + 1));
   id_present_.assign(size_t(max_id + 1), 0);
-  for (const auto& [tok, id] : vocab_) {
-    id_to_token_[id] = tok;
-    id_present_[id] = 1;
-  }
-  if (opts_.unk_token) {
-    auto it = vocab_.find(*opts_.unk_token);
-    // Like Hugging Face, an unk token missing from the vocabulary only matters when it is needed.
-    if (it != vocab_.end()) unk_id_ = it->second;
-  }
-  for (int b = 0; b < 256; ++b) {
-    auto it = vocab_.find(fmt::format("<0x{:02X}>", b));
-    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
-  }
+  size_t cap = 16;
+  while (cap < vocab.size() * 2) cap <<= 1;
+  token_slots_.assign(cap, TokenSlot{});
+  token_mask_ = cap - 1;
   bmp_char_id_.assign(0x10000, -1);
   bool metaspace_inside = false;
-  for (const auto& [tok, id] : vocab_) {
+  for (auto& [tok, id] : vocab) {
+    if (id_present_[id]) continue;  // two tokens with one id: the first is kept
     size_t i = 0;
     uint32_t cp = tok.empty() ? 0 : unicode::next_cp(tok, i);
     if (!tok.empty() && i == tok.size() && cp < 0x10000) bmp_char_id_[cp] = id;
@@ -100,23 +105,57 @@ BpeModel::BpeModel(VocabMap vocab, const std::vector<std::pair<std::string, std:
     for (size_t p = tok.find("\xE2\x96\x81", 1); p != std::string::npos; p = tok.find("\xE2\x96\x81", p + 3)) {
       if (p < 3 || tok.compare(p - 3, 3, "\xE2\x96\x81") != 0) metaspace_inside = true;
     }
+    uint64_t h = token_hash(tok);
+    uint64_t slot = h & token_mask_;
+    while (token_slots_[slot].hash != 0) slot = (slot + 1) & token_mask_;
+    token_slots_[slot] = {h, id};
+    id_to_token_[id] = std::move(tok);
+    id_present_[id] = 1;
   }
-  split_at_metaspace_ = !metaspace_inside && vocab_.count("\xE2\x96\x81") > 0 &&
+  vocab.clear();
+  if (opts_.unk_token) {
+    // Like Hugging Face, an unk token missing from the vocabulary only matters when it is needed.
+    int32_t id = find_token(*opts_.unk_token);
+    if (id >= 0) unk_id_ = id;
+  }
+  for (int b = 0; b < 256; ++b) byte_ids_[b] = find_token(fmt::format("<0x{:02X}>", b));
+  split_at_metaspace_ = !metaspace_inside && find_token("\xE2\x96\x81") >= 0 &&
                         opts_.continuing_subword_prefix.empty() && opts_.end_of_word_suffix.empty();
 
   merges_ = std::make_unique<MergeTable>(merges.size());
   const std::string& prefix = opts_.continuing_subword_prefix;
+  auto merged_of = [&](const std::string& a, const std::string& b) {
+    std::string m = a;
+    m += (!prefix.empty() && b.compare(0, prefix.size(), prefix) == 0) ? b.substr(prefix.size()) : b;
+    return m;
+  };
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
-    auto ia = vocab_.find(a), ib = vocab_.find(b);
-    CYPRIS_CHECK(ia != vocab_.end() && ib != vocab_.end(),
-                 "{}: merge {} '{} {}' uses a token missing from the vocabulary", where, rank, a, b);
-    std::string merged = a;
-    merged += (!prefix.empty() && b.compare(0, prefix.size(), prefix) == 0) ? b.substr(prefix.size()) : b;
-    auto im = vocab_.find(merged);
-    CYPRIS_CHECK(im != vocab_.end(), "{}: merge {} '{} {}' makes '{}', which is missing from the vocabulary", where,
-                 rank, a, b, merged);
-    merges_->put(pair_key(ia->second, ib->second), int32_t(rank), im->second);
+    std::string a = merges[rank].first, b = merges[rank].second;
+    if (b.empty()) {
+      // A whole "a b" line whose tokens may themselves contain spaces (some SentencePiece
+      // conversions have "   " = " " + " "): the split is the space where both halves and their
+      // concatenation are in the vocabulary.
+      const std::string line = a;
+      a.clear();
+      for (size_t p = line.find(' '); p != std::string::npos; p = line.find(' ', p + 1)) {
+        std::string x = line.substr(0, p), y = line.substr(p + 1);
+        if (!x.empty() && !y.empty() && find_token(x) >= 0 && find_token(y) >= 0 && find_token(merged_of(x, y)) >= 0) {
+          a = std::move(x);
+          b = std::move(y);
+          break;
+        }
+      }
+      CYPRIS_CHECK(!a.empty(), "{}: merge {} '{}' is not two vocabulary tokens separated by a space", where, rank,
+                   line);
+    }
+    int32_t ia = find_token(a), ib = find_token(b);
+    CYPRIS_CHECK(ia >= 0 && ib >= 0, "{}: merge {} '{} {}' uses a token missing from the vocabulary", where, rank, a,
+                 b);
+    std::string merged = merged_of(a, b);
+    int32_t im = find_token(merged);
+    CYPRIS_CHECK(im >= 0, "{}: merge {} '{} {}' makes '{}', which is missing from the vocabulary", where, rank, a, b,
+                 merged);
+    merges_->put(pair_key(ia, ib), int32_t(rank), im);
   }
   cache_ = std::make_unique<Cache>();
 }
@@ -124,9 +163,9 @@ BpeModel::BpeModel(VocabMap vocab, const std::vector<std::pair<std::string, std:
 BpeModel::~BpeModel() = default;
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+  int32_t id = find_token(token);
+  if (id < 0) return std::nullopt;
+  return id;
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
@@ -140,15 +179,13 @@ int32_t BpeModel::char_id(std::string_view ch, bool first, bool last) const {
     size_t i = 0;
     uint32_t cp = unicode::next_cp(ch, i);
     if (cp < 0x10000) return bmp_char_id_[cp];
-    auto it = vocab_.find(ch);
-    return it == vocab_.end() ? -1 : it->second;
+    return find_token(ch);
   }
   std::string s;
   if (!first) s += opts_.continuing_subword_prefix;
   s += ch;
   if (last) s += opts_.end_of_word_suffix;
-  auto it = vocab_.find(s);
-  return it == vocab_.end() ? -1 : it->second;
+  return find_token(s);
 }
 
 void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) const {
@@ -270,9 +307,9 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     }
   }
   size_t before = out.size();
-  auto whole = opts_.ignore_merges ? vocab_.find(word) : vocab_.end();
-  if (whole != vocab_.end()) {
-    out.push_back(whole->second);
+  int32_t whole = opts_.ignore_merges ? find_token(word) : -1;
+  if (whole >= 0) {
+    out.push_back(whole);
   } else {
     merge_word(word, out);
   }

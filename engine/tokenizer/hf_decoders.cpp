@@ -107,7 +107,6 @@ class StripStage : public DecoderStage {
   void push(DecodePiece piece, std::vector<DecodePiece>& out) override {
     if (piece.new_token) {
       held_.clear();
-      held_count_ = 0;
       lead_left_ = start_;
     }
     std::string_view t = piece.text;
@@ -138,7 +137,6 @@ class StripStage : public DecoderStage {
       }
       text = all.substr(0, end);
       held_ = all.substr(end);
-      held_count_ = count;
     }
     if (!text.empty() || piece.new_token) out.push_back({std::move(text), piece.new_token});
   }
@@ -148,7 +146,6 @@ class StripStage : public DecoderStage {
   size_t start_, stop_;
   size_t lead_left_ = 0;
   std::string held_;
-  size_t held_count_ = 0;
 };
 
 class MetaspaceStage : public DecoderStage {

@@ -199,6 +199,16 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir, const TokenizerOp
       return load_gpt2_files_tokenizer(vocab, merges, cfg);
     if (has_json) return load_hf_tokenizer_json(json_file, cfg);
   } else {
+    if (has_json && has_spm) {
+      // A tokenizer.json this loader cannot run (a Unigram model, say) need not stop a model that
+      // also ships its SentencePiece file.
+      try {
+        return load_hf_tokenizer_json(json_file, cfg);
+      } catch (const Error& e) {
+        LOG_WARN("{}; using {} instead", e.what(), spm_file.string());
+        return load_sentencepiece_tokenizer(spm_file, cfg);
+      }
+    }
     if (has_json) return load_hf_tokenizer_json(json_file, cfg);
     if (has_spm) return load_sentencepiece_tokenizer(spm_file, cfg);
     if (has_bpe) {

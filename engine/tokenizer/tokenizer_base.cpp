@@ -14,6 +14,7 @@ namespace cypris {
 // leftmost-longest match Hugging Face's Aho-Corasick search finds.
 struct TokenizerBase::Matcher {
   std::vector<size_t> by_first[256];
+  std::vector<std::string> text;  // per added token: the string matched (normalized tokens: normalized content)
   bool empty = true;
 };
 
@@ -73,15 +74,20 @@ void TokenizerBase::apply_config(const TokenizerConfig& cfg) {
 void TokenizerBase::finalize() {
   raw_matcher_ = std::make_unique<Matcher>();
   normalized_matcher_ = std::make_unique<Matcher>();
+  raw_matcher_->text.resize(added_.size());
+  normalized_matcher_->text.resize(added_.size());
   for (size_t i = 0; i < added_.size(); ++i) {
     Matcher& m = added_[i].normalized ? *normalized_matcher_ : *raw_matcher_;
-    m.by_first[uint8_t(added_[i].content[0])].push_back(i);
+    // Like Hugging Face, a normalized token is looked for in normalized text in its normalized form
+    // (Llama 2's "<s>" becomes "▁<s>" under its Prepend normalizer).
+    m.text[i] = added_[i].normalized ? normalize(added_[i].content) : added_[i].content;
+    if (m.text[i].empty()) continue;
+    m.by_first[uint8_t(m.text[i][0])].push_back(i);
     m.empty = false;
   }
   for (Matcher* m : {raw_matcher_.get(), normalized_matcher_.get()})
     for (auto& v : m->by_first)
-      std::stable_sort(v.begin(), v.end(),
-                       [&](size_t a, size_t b) { return added_[a].content.size() > added_[b].content.size(); });
+      std::stable_sort(v.begin(), v.end(), [&](size_t a, size_t b) { return m->text[a].size() > m->text[b].size(); });
 }
 
 static uint32_t cp_before(std::string_view s, size_t pos, size_t* start) {
@@ -97,10 +103,12 @@ void TokenizerBase::split_added(std::string_view text, const Matcher& m, std::ve
   while (pos < n) {
     const auto& cands = m.by_first[uint8_t(text[pos])];
     const AddedToken* hit = nullptr;
+    size_t hit_len = 0;
     for (size_t idx : cands) {
-      const auto& c = added_[idx].content;
+      const auto& c = m.text[idx];
       if (text.compare(pos, c.size(), c) == 0) {
         hit = &added_[idx];
+        hit_len = c.size();
         break;
       }
     }
@@ -108,7 +116,7 @@ void TokenizerBase::split_added(std::string_view text, const Matcher& m, std::ve
       ++pos;
       continue;
     }
-    size_t start = pos, stop = pos + hit->content.size();
+    size_t start = pos, stop = pos + hit_len;
     if (hit->single_word) {
       bool word_before = start > 0 && unicode::is_word_char(cp_before(text, start, nullptr));
       size_t i = stop;

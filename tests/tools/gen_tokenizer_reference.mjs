@@ -1,11 +1,10 @@
 // Generates tests/fixtures/tokenizer/<name>.jsonl: deterministic random texts (prose, code, digits,
 // whitespace runs, CJK, emoji, combining marks, special tokens) and random id sequences, encoded and
 // decoded by an independent implementation, @huggingface/tokenizers (JS), on testdata's tokenizer.json.
-// Two places where the JS port departs from the Rust library (which Transformers and vLLM use), so
-// the fixtures avoid them: added tokens with normalized=true (Llama 2's <s>) are matched on the raw
-// text, and an invalid run of <0xXX> byte tokens is decoded lossily instead of one U+FFFD per byte.
-// So only normalized=false special tokens go into texts, and random ids for byte-fallback
-// vocabularies use byte tokens only as runs that spell a valid character.
+// One place where the JS port departs from the Rust library (which Transformers and vLLM use), so
+// the fixtures avoid it: an invalid run of <0xXX> byte tokens is decoded lossily instead of one
+// U+FFFD per byte. So random ids for byte-fallback vocabularies use byte tokens only as runs that
+// spell a valid character.
 // Usage (from a folder where `npm install @huggingface/tokenizers@0.2.0` was run):
 //   node gen_tokenizer_reference.mjs <testdata>/tokenizers <out dir>
 import { Tokenizer } from "@huggingface/tokenizers";
@@ -55,7 +54,7 @@ for (const name of ["llama2-spm", "llama3-bpe", "qwen2-bpe", "gpt2-bpe"]) {
   const tj = JSON.parse(fs.readFileSync(`${dir}/tokenizer.json`, "utf8"));
   const tc = JSON.parse(fs.readFileSync(`${dir}/tokenizer_config.json`, "utf8"));
   const tok = new Tokenizer(tj, tc);
-  const specials = tj.added_tokens.filter((t) => t.special && !t.normalized).slice(0, 8).map((t) => t.content);
+  const specials = tj.added_tokens.filter((t) => t.special).slice(0, 8).map((t) => t.content);
   const byteId = (b) => tj.model.vocab["<0x" + b.toString(16).toUpperCase().padStart(2, "0") + ">"];
   const byteFallback = !!tj.model.byte_fallback;
   let vocabSize = 0;

@@ -63,6 +63,46 @@ INSTANTIATE_TEST_SUITE_P(Tokenizers, StreamPropertyTest,
                            return s;
                          });
 
+// A Tokenizer without its own DecodeStream gets the generic re-decoding one.
+class BytesTokenizer : public Tokenizer {
+ public:
+  // id i < 256 is byte i.
+  std::vector<int32_t> encode(std::string_view text, bool) const override {
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
+  std::string decode(std::span<const int32_t> ids, bool, bool) const override {
+    std::string bytes;
+    for (int32_t id : ids) bytes += char(id);
+    return unicode::to_valid_utf8(bytes);
+  }
+  int32_t vocab_size() const override { return 256; }
+  std::string id_to_piece(int32_t id) const override { return std::string(1, char(id)); }
+  std::optional<int32_t> piece_to_id(std::string_view) const override { return std::nullopt; }
+  bool is_special(int32_t) const override { return false; }
+  std::optional<int32_t> bos_id() const override { return std::nullopt; }
+  std::optional<int32_t> eos_id() const override { return std::nullopt; }
+  std::optional<int32_t> pad_id() const override { return std::nullopt; }
+  std::optional<int32_t> unk_id() const override { return std::nullopt; }
+  std::string bos_token() const override { return ""; }
+  std::string eos_token() const override { return ""; }
+  const std::vector<NamedChatTemplate>& chat_templates() const override { return templates_; }
+  std::optional<int64_t> model_max_length() const override { return std::nullopt; }
+
+ private:
+  std::vector<NamedChatTemplate> templates_;
+};
+
+TEST(IncrementalDetokenizer, GenericStreamForOtherTokenizers) {
+  BytesTokenizer tok;
+  std::string text = "a\xF0\x9F\xA6\x99 b\xC3\xA9";
+  IncrementalDetokenizer d(tok);
+  std::vector<std::string> deltas;
+  for (int32_t id : tok.encode(text, false)) deltas.push_back(d.push(uint8_t(id)));
+  EXPECT_EQ(deltas[1], "");  // inside the emoji
+  EXPECT_EQ(deltas[4], "\xF0\x9F\xA6\x99");
+  EXPECT_EQ(d.text() + d.finish(), text);
+}
+
 TEST(IncrementalDetokenizer, HoldsBackAnIncompleteCharacter) {
   // Llama 2 spells the llama emoji with four byte tokens.
   const Tokenizer& tok = cached_tokenizer("llama2-spm");

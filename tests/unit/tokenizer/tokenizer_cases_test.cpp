@@ -2,6 +2,7 @@
 // (testdata/tokenizers/*/cases.jsonl), and the different files of one model against each other.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -114,6 +115,15 @@ TEST(TokenizerSpecialTokens, SpecialTokensInTextAreRecognised) {
   EXPECT_EQ(ids3, (std::vector<int32_t>{128006, 78191, 128007, 271, 9906}));
 }
 
+// Llama 2's tokenizer.json marks <s> normalized: it is matched in normalized text in its normalized
+// form "▁<s>", so it takes the space before it, and is not recognised glued to a word.
+TEST(TokenizerSpecialTokens, Llama2NormalizedSpecialTokens) {
+  const Tokenizer& tok = cached_tokenizer("llama2-spm");
+  EXPECT_EQ(tok.encode("Hello <s> world", false), (std::vector<int32_t>{15043, 1, 3186}));
+  auto glued = tok.encode("model<s>", false);
+  EXPECT_EQ(std::count(glued.begin(), glued.end(), 1), 0);
+}
+
 TEST(TokenizerSpecialTokens, PiecesRoundTrip) {
   const Tokenizer& l3 = cached_tokenizer("llama3-bpe");
   EXPECT_EQ(l3.id_to_piece(1917), "\xC4\xA0world");  // "Ġworld"
@@ -154,6 +164,22 @@ TEST(TokenizerThreads, ConcurrentEncodesAgreeWithSerialOnes) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(mismatches.load(), 0);
+}
+
+// Long runs that make regexes backtrack and BPE words huge must still round-trip.
+TEST(TokenizerLongInputs, PathologicalRunsRoundTrip) {
+  std::vector<std::string> inputs = {std::string(200000, ' ') + "a", std::string(100000, '\n') + " x",
+                                     std::string(200000, '7'), "x" + std::string(100000, 'a')};
+  std::string cjk;
+  for (int i = 0; i < 30000; ++i) cjk += "\xE4\xB8\xAD";  // 中
+  inputs.push_back(cjk);
+  for (const char* name : {"llama3-bpe", "qwen2-bpe", "gpt2-bpe", "llama2-spm"}) {
+    const Tokenizer& tok = cached_tokenizer(name);
+    for (const auto& in : inputs) {
+      auto ids = tok.encode(in, false);
+      EXPECT_EQ(tok.decode(ids), in) << name << " input of " << in.size() << " bytes";
+    }
+  }
 }
 
 TEST(TokenizerModels, Stories260kRoundTripsASentence) {

@@ -126,6 +126,14 @@ TEST_F(TokenizerErrorsTest, TemplateFileAndSpecialTokensMapFallbacks) {
   EXPECT_NE(load_error().find("special_tokens_map.json: invalid JSON"), std::string::npos);
 }
 
+TEST_F(TokenizerErrorsTest, UnsupportedJsonFallsBackToSentencePiece) {
+  write("tokenizer.json", R"({"model": {"type": "Unigram", "vocab": []}})");
+  fs::copy_file(fs::path(CYPRIS_TESTDATA_DIR) / "tokenizers" / "llama2-spm" / "tokenizer.model",
+                dir_ / "tokenizer.model");
+  auto tok = load_tokenizer(dir_);
+  EXPECT_EQ(tok->encode("Hello world", false), (std::vector<int32_t>{15043, 3186}));
+}
+
 TEST_F(TokenizerErrorsTest, MissingFilesAndBadSentencePiece) {
   std::string msg = load_error();
   EXPECT_NE(msg.find("no tokenizer found"), std::string::npos) << msg;
