@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,16 +20,21 @@ namespace {
 jinja::Value from_json(const nlohmann::ordered_json& j, int depth = 0) {
   CYPRIS_CHECK(depth < 256, "chat template input: JSON nested more than 256 levels");
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return jinja::Value::none();
-    case nlohmann::ordered_json::value_t::boolean: return jinja::Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return jinja::Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return jinja::Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return jinja::Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return jinja::Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) return jinja::Value(static_cast<double>(u));
       return jinja::Value(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return jinja::Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return jinja::Value(j.get_ref<const std::string&>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return jinja::Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return jinja::Value(j.get_ref<const std::string&>());
     case nlohmann::ordered_json::value_t::array: {
       std::vector<jinja::Value> items;
       items.reserve(j.size());
@@ -38,10 +44,15 @@ jinja::Value from_json(const nlohmann::ordered_json& j, int depth = 0) {
     case nlohmann::ordered_json::value_t::object: {
       jinja::Value d = jinja::Value::dict();
       d.as_dict().items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d.as_dict().items.emplace_back(it.key(), from_json(it.value(), depth + 1));
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        jinja::Value v = from_json(it.value(), depth + 1);
+        d.as_dict().depth = std::max(d.as_dict().depth, 1 + v.depth());
+        d.as_dict().items.emplace_back(it.key(), std::move(v));  // JSON keys are unique
+      }
       return d;
     }
-    default: CYPRIS_FAIL("chat template input: unsupported JSON value (binary or discarded)");
+    default:
+      CYPRIS_FAIL("chat template input: unsupported JSON value (binary or discarded)");
   }
 }
 
@@ -76,7 +87,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const C
   interp.set_global("documents", from_json(inputs.documents));
   // Extra variables come last so a caller can also replace the standard ones.
   if (inputs.extra.is_object())
-    for (auto it = inputs.extra.begin(); it != inputs.extra.end(); ++it) interp.set_global(it.key(), from_json(it.value()));
+    for (auto it = inputs.extra.begin(); it != inputs.extra.end(); ++it)
+      interp.set_global(it.key(), from_json(it.value()));
   return interp.render();
 }
 

@@ -41,14 +41,14 @@ enum class ExprKind {
 struct Expr {
   ExprKind kind;
   SourcePos pos;
-  Value value;                      // Literal
-  std::string name;                 // Name, Attr, Filter, Test; operator for Unary / Binary
-  ExprPtr object;                   // operand / callee / condition
-  std::vector<ExprPtr> args;        // items, arguments, operands (entries may be null for slices)
-  std::vector<ExprPtr> keys;        // Dict keys
+  Value value;                       // Literal
+  std::string name;                  // Name, Attr, Filter, Test; operator for Unary / Binary
+  ExprPtr object;                    // operand / callee / condition
+  std::vector<ExprPtr> args;         // items, arguments, operands (entries may be null for slices)
+  std::vector<ExprPtr> keys;         // Dict keys
   std::vector<std::string> kwnames;  // Call / Filter keyword names; Compare operators
   std::vector<ExprPtr> kwargs;
-  bool negated = false;             // Test: `is not`
+  bool negated = false;  // Test: `is not`
   FilterFn filter = nullptr;
   TestFn test = nullptr;
 
@@ -56,16 +56,16 @@ struct Expr {
 };
 
 enum class NodeKind {
-  Text,        // text
-  Output,      // {{ expr }}
-  If,          // conditions[i] -> bodies[i]; else_body
-  For,         // for targets in expr [if cond]: body; else_body
-  Set,         // set targets = expr  /  set targets[0].attr = expr
-  SetBlock,    // set targets[0] %}body{% endset  (filters: optional filter chain over the body)
-  Macro,       // macro name(params = defaults): body
-  CallBlock,   // call(params) expr: body  (expr calls a macro with `caller`)
-  FilterBlock, // filter chain: body
-  With,        // with targets = values: body
+  Text,         // text
+  Output,       // {{ expr }}
+  If,           // conditions[i] -> bodies[i]; else_body
+  For,          // for targets in expr [if cond]: body; else_body
+  Set,          // set targets = expr  /  set targets[0].attr = expr
+  SetBlock,     // set targets[0] %}body{% endset  (filters: optional filter chain over the body)
+  Macro,        // macro name(params = defaults): body
+  CallBlock,    // call(params) expr: body  (expr calls a macro with `caller`)
+  FilterBlock,  // filter chain: body
+  With,         // with targets = values: body
   Break,
   Continue,
   Do,          // do expr
@@ -87,11 +87,11 @@ struct Node {
   std::vector<Body> bodies;         // If branches
   Body body;
   Body else_body;
-  std::vector<std::string> targets;     // For / Set / With names
-  std::vector<ExprPtr> values;          // With values
-  std::vector<MacroParam> params;       // Macro / CallBlock
-  bool attribute_target = false;        // Set: `set ns.attr = ...`
-  bool uses_loop = true;                // For: whether the body mentions `loop` (else it is not built)
+  std::vector<std::string> targets;  // For / Set / With names
+  std::vector<ExprPtr> values;       // With values
+  std::vector<MacroParam> params;    // Macro / CallBlock
+  bool attribute_target = false;     // Set: `set ns.attr = ...`
+  bool uses_loop = true;             // For: whether the body mentions `loop` (else it is not built)
 
   Node(NodeKind k, SourcePos p) : kind(k), pos(p) {}
 };

@@ -20,7 +20,9 @@ namespace {
 
 using Args = CallArgs;
 
-const Value* arg(const Args& a, size_t i, std::string_view name) { return a.get(i, name); }
+const Value* arg(const Args& a, size_t i, std::string_view name) {
+  return a.get(i, name);
+}
 
 bool arg_bool(const Args& a, size_t i, std::string_view name, bool dflt) {
   const Value* v = a.get(i, name);
@@ -39,7 +41,9 @@ std::string arg_str(const Args& a, size_t i, std::string_view name, std::string 
   return v && !v->is_none() ? v->str() : dflt;
 }
 
-std::vector<Value> as_items(Interpreter& in, const Value& v, const SourcePos& pos) { return in.iterate(v, pos); }
+std::vector<Value> as_items(Interpreter& in, const Value& v, const SourcePos& pos) {
+  return in.iterate(v, pos);
+}
 
 // `attribute` arguments of map/sort/selectattr/...: dotted path, integer parts index lists.
 Value get_path(Interpreter& in, const Value& v, const std::string& path, const SourcePos& pos) {
@@ -66,8 +70,8 @@ bool less_for_sort(const Value& a, const Value& b, bool case_sensitive, const So
     c = compare_values(a, b, ok);
   }
   if (!ok)
-    throw_template_error(pos, fmt::format("'<' not supported between instances of '{}' and '{}'", a.type_name(),
-                                          b.type_name()));
+    throw_template_error(
+        pos, fmt::format("'<' not supported between instances of '{}' and '{}'", a.type_name(), b.type_name()));
   return c < 0;
 }
 
@@ -75,12 +79,17 @@ bool less_for_sort(const Value& a, const Value& b, bool case_sensitive, const So
 
 Value f_length(Interpreter&, const Value& v, Args&, const SourcePos& pos) {
   switch (v.kind()) {
-    case Value::Kind::String: return Value(static_cast<int64_t>(utf8_length(v.as_string())));
-    case Value::Kind::List: return Value(static_cast<int64_t>(v.as_list().items.size()));
+    case Value::Kind::String:
+      return Value(static_cast<int64_t>(utf8_length(v.as_string())));
+    case Value::Kind::List:
+      return Value(static_cast<int64_t>(v.as_list().items.size()));
     case Value::Kind::Dict:
-    case Value::Kind::Namespace: return Value(static_cast<int64_t>(v.as_dict().items.size()));
-    case Value::Kind::Undefined: return Value(int64_t{0});
-    default: throw_template_error(pos, fmt::format("object of type '{}' has no len()", v.type_name()));
+    case Value::Kind::Namespace:
+      return Value(static_cast<int64_t>(v.as_dict().items.size()));
+    case Value::Kind::Undefined:
+      return Value(int64_t{0});
+    default:
+      throw_template_error(pos, fmt::format("object of type '{}' has no len()", v.type_name()));
   }
 }
 
@@ -136,10 +145,18 @@ Value f_default(Interpreter&, const Value& v, Args& a, const SourcePos&) {
   return v;
 }
 
-Value f_upper(Interpreter&, const Value& v, Args&, const SourcePos&) { return Value(ascii_upper(v.str())); }
-Value f_lower(Interpreter&, const Value& v, Args&, const SourcePos&) { return Value(ascii_lower(v.str())); }
-Value f_title(Interpreter&, const Value& v, Args&, const SourcePos&) { return Value(jinja_title(v.str())); }
-Value f_capitalize(Interpreter&, const Value& v, Args&, const SourcePos&) { return Value(py_capitalize(v.str())); }
+Value f_upper(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return Value(ascii_upper(v.str()));
+}
+Value f_lower(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return Value(ascii_lower(v.str()));
+}
+Value f_title(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return Value(jinja_title(v.str()));
+}
+Value f_capitalize(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return Value(py_capitalize(v.str()));
+}
 
 Value f_replace(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
   const Value* old = arg(a, 0, "old");
@@ -178,27 +195,37 @@ Value select_impl(Interpreter& in, const Value& v, Args& a, const SourcePos& pos
     test_args.positional.assign(a.positional.begin() + static_cast<long>(next) + 1, a.positional.end());
   }
   std::vector<Value> out;
+  if (!v.truthy()) return Value::generator({});  // Jinja: `if seq:` before iterating
   for (const auto& item : as_items(in, v, pos)) {
     Value x = by_attr ? get_path(in, item, attr, pos) : item;
     bool r = test ? test(in, x, test_args, pos) : x.truthy();
     if (r == want) out.push_back(item);
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
-Value f_select(Interpreter& in, const Value& v, Args& a, const SourcePos& p) { return select_impl(in, v, a, p, false, true); }
-Value f_reject(Interpreter& in, const Value& v, Args& a, const SourcePos& p) { return select_impl(in, v, a, p, false, false); }
-Value f_selectattr(Interpreter& in, const Value& v, Args& a, const SourcePos& p) { return select_impl(in, v, a, p, true, true); }
-Value f_rejectattr(Interpreter& in, const Value& v, Args& a, const SourcePos& p) { return select_impl(in, v, a, p, true, false); }
+Value f_select(Interpreter& in, const Value& v, Args& a, const SourcePos& p) {
+  return select_impl(in, v, a, p, false, true);
+}
+Value f_reject(Interpreter& in, const Value& v, Args& a, const SourcePos& p) {
+  return select_impl(in, v, a, p, false, false);
+}
+Value f_selectattr(Interpreter& in, const Value& v, Args& a, const SourcePos& p) {
+  return select_impl(in, v, a, p, true, true);
+}
+Value f_rejectattr(Interpreter& in, const Value& v, Args& a, const SourcePos& p) {
+  return select_impl(in, v, a, p, true, false);
+}
 
 Value f_map(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
   std::vector<Value> out;
+  if (!v.truthy()) return Value::generator({});
   if (const Value* attr = a.get(99, "attribute")) {
     const Value* dflt = a.get(99, "default");
     for (const auto& item : as_items(in, v, pos)) {
       Value x = get_path(in, item, attr->str(), pos);
       out.push_back(x.is_undefined() && dflt ? *dflt : x);
     }
-    return Value::list(std::move(out));
+    return Value::generator(std::move(out));
   }
   if (a.positional.empty()) throw_template_error(pos, "map needs a filter name or attribute=");
   std::string name = a.positional[0].str();
@@ -211,13 +238,14 @@ Value f_map(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
     Args copy = rest;
     out.push_back(f(in, item, copy, pos));
   }
-  return Value::list(std::move(out));
+  return Value::generator(std::move(out));
 }
 
 Value f_indent(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
   const Value* w = arg(a, 0, "width");
-  std::string indention = w && w->is_string() ? w->as_string() : std::string(static_cast<size_t>(std::clamp<int64_t>(
-                                                                          w ? w->to_int() : 4, 0, 1024)), ' ');
+  std::string indention =
+      w && w->is_string() ? w->as_string()
+                          : std::string(static_cast<size_t>(std::clamp<int64_t>(w ? w->to_int() : 4, 0, 1024)), ' ');
   bool first = arg_bool(a, 1, "first", false), blank = arg_bool(a, 2, "blank", false);
   std::vector<std::string> lines = py_splitlines(v.str() + "\n");
   std::string rv;
@@ -233,19 +261,34 @@ Value f_indent(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
   return Value(std::move(rv));
 }
 
-Value f_string(Interpreter&, const Value& v, Args&, const SourcePos&) { return Value(v.str()); }
-Value f_safe(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_string() ? v : Value(v.str()); }
+Value f_string(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return Value(v.str());
+}
+Value f_safe(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_string() ? v : Value(v.str());
+}
 
 Value f_escape(Interpreter&, const Value& v, Args&, const SourcePos&) {
   std::string out;
   for (char c : v.str()) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return Value(std::move(out));
@@ -275,7 +318,9 @@ Value f_float(Interpreter&, const Value& v, Args& a, const SourcePos&) {
   return Value(dflt);
 }
 
-Value f_list(Interpreter& in, const Value& v, Args&, const SourcePos& pos) { return Value::list(as_items(in, v, pos)); }
+Value f_list(Interpreter& in, const Value& v, Args&, const SourcePos& pos) {
+  return Value::list(as_items(in, v, pos));
+}
 
 Value f_unique(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
   bool cs = arg_bool(a, 0, "case_sensitive", false);
@@ -344,6 +389,8 @@ Value f_round(Interpreter&, const Value& v, Args& a, const SourcePos& pos) {
   if (!v.is_number()) throw_template_error(pos, fmt::format("round needs a number, not {}", v.type_name()));
   int64_t precision = arg_int(a, 0, "precision", 0, pos);
   std::string method = arg_str(a, 1, "method", "common");
+  // Python's round() of an int (or bool) with precision >= 0 is that int.
+  if ((v.is_int() || v.is_bool()) && precision >= 0 && method == "common") return Value(v.to_int());
   double scale = std::pow(10.0, static_cast<double>(precision));
   double x = v.to_double() * scale;
   // "common" is Python's round(): halves go to the even neighbour (nearbyint's default mode).
@@ -387,7 +434,8 @@ Value f_attr(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
   const Value* name = arg(a, 0, "name");
   if (!name) throw_template_error(pos, "attr needs a name");
   // Only attributes: a dict's keys are items, not attributes, so d|attr('key') is undefined.
-  if (v.is_dict() && !has_method(v, name->str())) return Value::undefined(fmt::format("no attribute '{}'", name->str()));
+  if (v.is_dict() && !has_method(v, name->str()))
+    return Value::undefined(fmt::format("no attribute '{}'", name->str()));
   return in.get_attr(v, name->str());
 }
 
@@ -404,8 +452,12 @@ Value minmax(Interpreter& in, const Value& v, Args& a, const SourcePos& pos, boo
   }
   return items[best];
 }
-Value f_max(Interpreter& in, const Value& v, Args& a, const SourcePos& p) { return minmax(in, v, a, p, true); }
-Value f_min(Interpreter& in, const Value& v, Args& a, const SourcePos& p) { return minmax(in, v, a, p, false); }
+Value f_max(Interpreter& in, const Value& v, Args& a, const SourcePos& p) {
+  return minmax(in, v, a, p, true);
+}
+Value f_min(Interpreter& in, const Value& v, Args& a, const SourcePos& p) {
+  return minmax(in, v, a, p, false);
+}
 
 Value f_sum(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
   const Value* attr = arg(a, 0, "attribute");
@@ -443,7 +495,6 @@ Value f_truncate(Interpreter&, const Value& v, Args& a, const SourcePos& pos) {
   }
   return Value(head + end);
 }
-
 
 // Python's printf-style `fmt % args`: %s %r %d %i %f %F %e %g %x %o %c %%, with flags, width,
 // precision and %(name)s fields taken from keyword arguments.
@@ -483,7 +534,8 @@ Value f_format(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
     const Value& x = *arg_v;
     char buf[512];
     auto need_number = [&]() {
-      if (!x.is_number()) throw_template_error(pos, fmt::format("format: %{} needs a number, not {}", conv, x.type_name()));
+      if (!x.is_number())
+        throw_template_error(pos, fmt::format("format: %{} needs a number, not {}", conv, x.type_name()));
     };
     switch (conv) {
       case 's':
@@ -523,7 +575,8 @@ Value f_format(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
       case 'c':
         out += x.is_string() ? x.as_string() : std::string(1, static_cast<char>(x.to_int()));
         break;
-      default: throw_template_error(pos, fmt::format("format: unsupported format character '{}'", conv));
+      default:
+        throw_template_error(pos, fmt::format("format: unsupported format character '{}'", conv));
     }
     in.check_string_size(out.size(), pos);
   }
@@ -532,17 +585,39 @@ Value f_format(Interpreter& in, const Value& v, Args& a, const SourcePos& pos) {
 
 // ---------------------------------------------------------------- tests
 
-bool t_defined(Interpreter&, const Value& v, Args&, const SourcePos&) { return !v.is_undefined(); }
-bool t_undefined(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_undefined(); }
-bool t_none(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_none(); }
-bool t_boolean(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_bool(); }
-bool t_true(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_bool() && v.as_bool(); }
-bool t_false(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_bool() && !v.as_bool(); }
-bool t_integer(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_int(); }
-bool t_float(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_float(); }
-bool t_number(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_number(); }
-bool t_string(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_string(); }
-bool t_mapping(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_dict(); }
+bool t_defined(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return !v.is_undefined();
+}
+bool t_undefined(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_undefined();
+}
+bool t_none(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_none();
+}
+bool t_boolean(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_bool();
+}
+bool t_true(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_bool() && v.as_bool();
+}
+bool t_false(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_bool() && !v.as_bool();
+}
+bool t_integer(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_int();
+}
+bool t_float(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_float();
+}
+bool t_number(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_number();
+}
+bool t_string(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_string();
+}
+bool t_mapping(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_dict();
+}
 // Jinja's Undefined is iterable (empty) and a sequence (len 0), so these are true for it.
 bool t_iterable(Interpreter&, const Value& v, Args&, const SourcePos&) {
   return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
@@ -550,44 +625,72 @@ bool t_iterable(Interpreter&, const Value& v, Args&, const SourcePos&) {
 bool t_sequence(Interpreter&, const Value& v, Args&, const SourcePos&) {
   return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
 }
-bool t_callable(Interpreter&, const Value& v, Args&, const SourcePos&) { return v.is_callable(); }
-bool t_escaped(Interpreter&, const Value&, Args&, const SourcePos&) { return false; }
+bool t_callable(Interpreter&, const Value& v, Args&, const SourcePos&) {
+  return v.is_callable();
+}
+bool t_escaped(Interpreter&, const Value&, Args&, const SourcePos&) {
+  return false;
+}
 
 const Value& test_arg(const Args& a, const SourcePos& pos) {
   if (a.positional.empty() && a.keyword.empty()) throw_template_error(pos, "this test needs an argument");
   return a.positional.empty() ? a.keyword[0].second : a.positional[0];
 }
-bool t_eq(Interpreter&, const Value& v, Args& a, const SourcePos& p) { return values_equal(v, test_arg(a, p)); }
-bool t_ne(Interpreter&, const Value& v, Args& a, const SourcePos& p) { return !values_equal(v, test_arg(a, p)); }
+bool t_eq(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
+  return values_equal(v, test_arg(a, p));
+}
+bool t_ne(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
+  return !values_equal(v, test_arg(a, p));
+}
 int cmp(const Value& v, const Args& a, const SourcePos& p) {
   bool ok;
   int c = compare_values(v, test_arg(a, p), ok);
-  if (!ok) throw_template_error(p, fmt::format("cannot compare '{}' and '{}'", v.type_name(), test_arg(a, p).type_name()));
+  if (!ok)
+    throw_template_error(p, fmt::format("cannot compare '{}' and '{}'", v.type_name(), test_arg(a, p).type_name()));
   return c;
 }
-bool t_lt(Interpreter&, const Value& v, Args& a, const SourcePos& p) { return cmp(v, a, p) < 0; }
-bool t_le(Interpreter&, const Value& v, Args& a, const SourcePos& p) { return cmp(v, a, p) <= 0; }
-bool t_gt(Interpreter&, const Value& v, Args& a, const SourcePos& p) { return cmp(v, a, p) > 0; }
-bool t_ge(Interpreter&, const Value& v, Args& a, const SourcePos& p) { return cmp(v, a, p) >= 0; }
-bool t_sameas(Interpreter&, const Value& v, Args& a, const SourcePos& p) { return v.same_object(test_arg(a, p)); }
-bool t_in(Interpreter&, const Value& v, Args& a, const SourcePos& p) { return contains(test_arg(a, p), v, p); }
+bool t_lt(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
+  return cmp(v, a, p) < 0;
+}
+bool t_le(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
+  return cmp(v, a, p) <= 0;
+}
+bool t_gt(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
+  return cmp(v, a, p) > 0;
+}
+bool t_ge(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
+  return cmp(v, a, p) >= 0;
+}
+bool t_sameas(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
+  return v.same_object(test_arg(a, p));
+}
+bool t_in(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
+  return contains(test_arg(a, p), v, p);
+}
 
 int64_t int_operand(const Value& v, const SourcePos& p) {
   if (!v.is_int() && !v.is_bool()) throw_template_error(p, fmt::format("expected an integer, not {}", v.type_name()));
   return v.to_int();
 }
-bool t_odd(Interpreter&, const Value& v, Args&, const SourcePos& p) { return int_operand(v, p) % 2 != 0; }
-bool t_even(Interpreter&, const Value& v, Args&, const SourcePos& p) { return int_operand(v, p) % 2 == 0; }
+bool t_odd(Interpreter&, const Value& v, Args&, const SourcePos& p) {
+  return int_operand(v, p) % 2 != 0;
+}
+bool t_even(Interpreter&, const Value& v, Args&, const SourcePos& p) {
+  return int_operand(v, p) % 2 == 0;
+}
 bool t_divisibleby(Interpreter&, const Value& v, Args& a, const SourcePos& p) {
   int64_t d = int_operand(test_arg(a, p), p);
   if (d == 0) throw_template_error(p, "divisibleby 0");
   return int_operand(v, p) % d == 0;
 }
+// Jinja: str(value).islower() / isupper(): at least one cased character, none of the other case.
 bool t_lower(Interpreter&, const Value& v, Args&, const SourcePos&) {
-  return v.is_string() && ascii_lower(v.as_string()) == v.as_string();
+  std::string s = v.str();
+  return ascii_lower(s) == s && ascii_upper(s) != s;
 }
 bool t_upper(Interpreter&, const Value& v, Args&, const SourcePos&) {
-  return v.is_string() && ascii_upper(v.as_string()) == v.as_string();
+  std::string s = v.str();
+  return ascii_upper(s) == s && ascii_lower(s) != s;
 }
 bool t_filter(Interpreter&, const Value& v, Args&, const SourcePos&) {
   return v.is_string() && find_filter(v.as_string()) != nullptr;
@@ -600,50 +703,28 @@ bool t_test(Interpreter&, const Value& v, Args&, const SourcePos&) {
 
 FilterFn find_filter(std::string_view name) {
   static const std::unordered_map<std::string_view, FilterFn> kFilters = {
-      {"abs", f_abs},
-      {"attr", f_attr},
-      {"batch", f_batch},
-      {"capitalize", f_capitalize},
-      {"center", f_center},
-      {"count", f_length},
-      {"d", f_default},
-      {"default", f_default},
-      {"dictsort", f_dictsort},
-      {"e", f_escape},
-      {"escape", f_escape},
-      {"first", f_first},
-      {"float", f_float},
-      {"forceescape", f_escape},
-      {"format", f_format},
-      {"indent", f_indent},
-      {"int", f_int},
-      {"items", f_items},
-      {"join", f_join},
-      {"last", f_last},
-      {"length", f_length},
-      {"list", f_list},
-      {"lower", f_lower},
-      {"map", f_map},
-      {"max", f_max},
-      {"min", f_min},
-      {"reject", f_reject},
-      {"rejectattr", f_rejectattr},
-      {"replace", f_replace},
-      {"reverse", f_reverse},
-      {"round", f_round},
-      {"safe", f_safe},
-      {"select", f_select},
-      {"selectattr", f_selectattr},
-      {"sort", f_sort},
-      {"string", f_string},
-      {"sum", f_sum},
-      {"title", f_title},
-      {"tojson", f_tojson},
-      {"trim", f_trim},
-      {"truncate", f_truncate},
-      {"unique", f_unique},
-      {"upper", f_upper},
-      {"wordcount", f_wordcount},
+      {"abs", f_abs},           {"attr", f_attr},
+      {"batch", f_batch},       {"capitalize", f_capitalize},
+      {"center", f_center},     {"count", f_length},
+      {"d", f_default},         {"default", f_default},
+      {"dictsort", f_dictsort}, {"e", f_escape},
+      {"escape", f_escape},     {"first", f_first},
+      {"float", f_float},       {"forceescape", f_escape},
+      {"format", f_format},     {"indent", f_indent},
+      {"int", f_int},           {"items", f_items},
+      {"join", f_join},         {"last", f_last},
+      {"length", f_length},     {"list", f_list},
+      {"lower", f_lower},       {"map", f_map},
+      {"max", f_max},           {"min", f_min},
+      {"reject", f_reject},     {"rejectattr", f_rejectattr},
+      {"replace", f_replace},   {"reverse", f_reverse},
+      {"round", f_round},       {"safe", f_safe},
+      {"select", f_select},     {"selectattr", f_selectattr},
+      {"sort", f_sort},         {"string", f_string},
+      {"sum", f_sum},           {"title", f_title},
+      {"tojson", f_tojson},     {"trim", f_trim},
+      {"truncate", f_truncate}, {"unique", f_unique},
+      {"upper", f_upper},       {"wordcount", f_wordcount},
   };
   auto it = kFilters.find(name);
   return it == kFilters.end() ? nullptr : it->second;
@@ -651,16 +732,45 @@ FilterFn find_filter(std::string_view name) {
 
 TestFn find_test(std::string_view name) {
   static const std::unordered_map<std::string_view, TestFn> kTests = {
-      {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},       {"boolean", t_boolean},
-      {"true", t_true},         {"false", t_false},         {"integer", t_integer}, {"float", t_float},
-      {"number", t_number},     {"string", t_string},       {"mapping", t_mapping}, {"iterable", t_iterable},
-      {"sequence", t_sequence}, {"callable", t_callable},   {"escaped", t_escaped}, {"eq", t_eq},
-      {"equalto", t_eq},        {"==", t_eq},               {"ne", t_ne},           {"!=", t_ne},
-      {"lt", t_lt},             {"lessthan", t_lt},         {"<", t_lt},            {"le", t_le},
-      {"<=", t_le},             {"gt", t_gt},               {"greaterthan", t_gt},  {">", t_gt},
-      {"ge", t_ge},             {">=", t_ge},               {"sameas", t_sameas},   {"in", t_in},
-      {"odd", t_odd},           {"even", t_even},           {"divisibleby", t_divisibleby},
-      {"lower", t_lower},       {"upper", t_upper},         {"filter", t_filter},   {"test", t_test},
+      {"defined", t_defined},
+      {"undefined", t_undefined},
+      {"none", t_none},
+      {"boolean", t_boolean},
+      {"true", t_true},
+      {"false", t_false},
+      {"integer", t_integer},
+      {"float", t_float},
+      {"number", t_number},
+      {"string", t_string},
+      {"mapping", t_mapping},
+      {"iterable", t_iterable},
+      {"sequence", t_sequence},
+      {"callable", t_callable},
+      {"escaped", t_escaped},
+      {"eq", t_eq},
+      {"equalto", t_eq},
+      {"==", t_eq},
+      {"ne", t_ne},
+      {"!=", t_ne},
+      {"lt", t_lt},
+      {"lessthan", t_lt},
+      {"<", t_lt},
+      {"le", t_le},
+      {"<=", t_le},
+      {"gt", t_gt},
+      {"greaterthan", t_gt},
+      {">", t_gt},
+      {"ge", t_ge},
+      {">=", t_ge},
+      {"sameas", t_sameas},
+      {"in", t_in},
+      {"odd", t_odd},
+      {"even", t_even},
+      {"divisibleby", t_divisibleby},
+      {"lower", t_lower},
+      {"upper", t_upper},
+      {"filter", t_filter},
+      {"test", t_test},
   };
   auto it = kTests.find(name);
   return it == kTests.end() ? nullptr : it->second;

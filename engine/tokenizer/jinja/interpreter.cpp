@@ -52,8 +52,8 @@ struct DepthGuard {
   DepthGuard(int& d, int limit, const SourcePos& pos, const char* what) : depth(d) {
     if (++depth > limit) {
       --depth;
-      throw_template_error(pos, fmt::format("{} nested too deeply (limit {}); the template may recurse forever",
-                                            what, limit));
+      throw_template_error(
+          pos, fmt::format("{} nested too deeply (limit {}); the template may recurse forever", what, limit));
     }
   }
   ~DepthGuard() { --depth; }
@@ -98,7 +98,8 @@ class MacroCallable : public Callable {
       bool found = false;
       for (size_t i = 0; i < params.size(); ++i) {
         if (params[i].name != k) continue;
-        if (bound[i]) throw_template_error(pos, fmt::format("macro '{}' got multiple values for argument '{}'", name(), k));
+        if (bound[i])
+          throw_template_error(pos, fmt::format("macro '{}' got multiple values for argument '{}'", name(), k));
         scope.set(k, v);
         bound[i] = found = true;
         break;
@@ -111,8 +112,9 @@ class MacroCallable : public Callable {
     }
     for (size_t i = 0; i < params.size(); ++i) {
       if (bound[i]) continue;
-      scope.set(params[i].name, params[i].default_value ? interp.eval(*params[i].default_value, scope)
-                                                        : Value::undefined(fmt::format("'{}' is undefined", params[i].name)));
+      scope.set(params[i].name, params[i].default_value
+                                    ? interp.eval(*params[i].default_value, scope)
+                                    : Value::undefined(fmt::format("'{}' is undefined", params[i].name)));
     }
     scope.set("varargs", Value::list(std::move(varargs), /*is_tuple=*/true));
     scope.set("kwargs", kwargs);
@@ -146,7 +148,14 @@ void Interpreter::Scope::set(const std::string& name, Value v) {
 
 Interpreter::Interpreter(const Template& tmpl, RenderLimits limits) : tmpl_(tmpl), limits_(limits) {}
 
-void Interpreter::set_global(std::string name, Value value) { root_.set(name, std::move(value)); }
+Interpreter::~Interpreter() {
+  for (auto& weak : namespaces_)
+    if (auto ns = weak.lock()) ns->items.clear();
+}
+
+void Interpreter::set_global(std::string name, Value value) {
+  root_.set(name, std::move(value));
+}
 
 std::tm Interpreter::now() const {
   if (clock_) return clock_();
@@ -167,8 +176,8 @@ std::string Interpreter::render() {
 
 void Interpreter::tick(const SourcePos& pos) {
   if (++steps_ > limits_.max_steps)
-    throw_template_error(pos, fmt::format("template exceeded {} evaluation steps; it may loop forever",
-                                          limits_.max_steps));
+    throw_template_error(pos,
+                         fmt::format("template exceeded {} evaluation steps; it may loop forever", limits_.max_steps));
 }
 
 void Interpreter::check_string_size(size_t bytes, const SourcePos& pos) const {
@@ -214,7 +223,9 @@ Interpreter::Flow Interpreter::exec(const Node& node, Scope& scope) {
   tick(node.pos);
   DepthGuard guard(eval_depth_, kMaxEvalDepth, node.pos, "statements");
   switch (node.kind) {
-    case NodeKind::Text: emit(node.text, node.pos); break;
+    case NodeKind::Text:
+      emit(node.text, node.pos);
+      break;
     case NodeKind::Output: {
       Value v = eval(*node.expr, scope);
       if (v.is_string()) {
@@ -233,7 +244,9 @@ Interpreter::Flow Interpreter::exec(const Node& node, Scope& scope) {
       exec_for(node, scope, flow);
       return flow;
     }
-    case NodeKind::Set: exec_set(node, scope); break;
+    case NodeKind::Set:
+      exec_set(node, scope);
+      break;
     case NodeKind::SetBlock: {
       Value v(render_body_to_string(node.body, scope));
       if (node.expr) v = apply_filter(*node.expr, std::move(v), scope);
@@ -243,7 +256,9 @@ Interpreter::Flow Interpreter::exec(const Node& node, Scope& scope) {
     case NodeKind::Macro:
       scope.set(node.text, Value::callable(std::make_shared<MacroCallable>(node)));
       break;
-    case NodeKind::CallBlock: exec_call_block(node, scope); break;
+    case NodeKind::CallBlock:
+      exec_call_block(node, scope);
+      break;
     case NodeKind::FilterBlock: {
       Value v = apply_filter(*node.expr, Value(render_body_to_string(node.body, scope)), scope);
       emit(v.str(), node.pos);
@@ -255,10 +270,15 @@ Interpreter::Flow Interpreter::exec(const Node& node, Scope& scope) {
       for (size_t i = 0; i < node.targets.size(); ++i) inner.set(node.targets[i], eval(*node.values[i], scope));
       return exec_body(node.body, inner);
     }
-    case NodeKind::Break: return Flow::Break;
-    case NodeKind::Continue: return Flow::Continue;
-    case NodeKind::Do: eval(*node.expr, scope); break;
-    case NodeKind::Generation: return exec_body(node.body, scope);
+    case NodeKind::Break:
+      return Flow::Break;
+    case NodeKind::Continue:
+      return Flow::Continue;
+    case NodeKind::Do:
+      eval(*node.expr, scope);
+      break;
+    case NodeKind::Generation:
+      return exec_body(node.body, scope);
   }
   return Flow::Normal;
 }
@@ -322,6 +342,8 @@ void Interpreter::set_loop_variable(Scope& loop_scope, const std::vector<Value>&
     if (i > 0) loop->items.emplace_back("previtem", items[i - 1]);
     if (i + 1 < n) loop->items.emplace_back("nextitem", items[i + 1]);
     loop->items.emplace_back("cycle", Value::callable(std::make_shared<LoopCycle>(i)));
+    if (i > 0) loop->depth = std::max(loop->depth, 1 + items[i - 1].depth());
+    if (i + 1 < n) loop->depth = std::max(loop->depth, 1 + items[i + 1].depth());
     loop_scope.set("loop", Value::namespace_(std::move(loop)));
   }
 }
@@ -363,7 +385,8 @@ Value Interpreter::eval(const Expr& e, Scope& scope) {
   tick(e.pos);
   DepthGuard guard(eval_depth_, kMaxEvalDepth, e.pos, "expressions");
   switch (e.kind) {
-    case ExprKind::Literal: return e.value;
+    case ExprKind::Literal:
+      return e.value;
     case ExprKind::Name: {
       if (const Value* v = scope.find(e.name)) return *v;
       return Value::undefined(fmt::format("'{}' is undefined", e.name));
@@ -385,11 +408,16 @@ Value Interpreter::eval(const Expr& e, Scope& scope) {
       }
       return d;
     }
-    case ExprKind::Attr: return get_attr(eval(*e.object, scope), e.name);
-    case ExprKind::Item: return get_item(eval(*e.object, scope), eval(*e.args[0], scope), e.pos);
-    case ExprKind::Slice: return eval_slice(e, scope);
-    case ExprKind::Call: return eval_call(e, scope);
-    case ExprKind::Filter: return apply_filter(e, eval(*e.object, scope), scope);
+    case ExprKind::Attr:
+      return get_attr(eval(*e.object, scope), e.name);
+    case ExprKind::Item:
+      return get_item(eval(*e.object, scope), eval(*e.args[0], scope), e.pos);
+    case ExprKind::Slice:
+      return eval_slice(e, scope);
+    case ExprKind::Call:
+      return eval_call(e, scope);
+    case ExprKind::Filter:
+      return apply_filter(e, eval(*e.object, scope), scope);
     case ExprKind::Test: {
       Value operand = eval(*e.object, scope);
       CallArgs args;
@@ -404,8 +432,10 @@ Value Interpreter::eval(const Expr& e, Scope& scope) {
       if (v.is_float()) return e.name == "-" ? Value(-v.as_float()) : v;
       throw_template_error(e.pos, fmt::format("bad operand type for unary {}: '{}'", e.name, v.type_name()));
     }
-    case ExprKind::Binary: return eval_binary(e, scope);
-    case ExprKind::Compare: return eval_compare(e, scope);
+    case ExprKind::Binary:
+      return eval_binary(e, scope);
+    case ExprKind::Compare:
+      return eval_compare(e, scope);
     case ExprKind::Condition: {
       if (eval(*e.object, scope).truthy()) return eval(*e.args[0], scope);
       if (e.args[1]) return eval(*e.args[1], scope);
@@ -472,8 +502,10 @@ Value Interpreter::get_attr(const Value& obj, std::string_view name) {
     case Value::Kind::List:
       if (has_method(obj, name)) return Value::callable(std::make_shared<BoundMethod>(obj, std::string(name)));
       break;
-    case Value::Kind::Undefined: return obj;
-    default: break;
+    case Value::Kind::Undefined:
+      return obj;
+    default:
+      break;
   }
   return Value::undefined(fmt::format("'{}' has no attribute '{}'", obj.type_name(), name));
 }
@@ -508,8 +540,10 @@ Value Interpreter::get_item(const Value& obj, const Value& key, const SourcePos&
 
 std::vector<Value> Interpreter::iterate(const Value& v, const SourcePos& pos) {
   switch (v.kind()) {
-    case Value::Kind::Undefined: return {};
-    case Value::Kind::List: return v.as_list().items;
+    case Value::Kind::Undefined:
+      return {};
+    case Value::Kind::List:
+      return v.as_list().items;
     case Value::Kind::Dict: {
       std::vector<Value> keys;
       keys.reserve(v.as_dict().items.size());
@@ -521,7 +555,8 @@ std::vector<Value> Interpreter::iterate(const Value& v, const SourcePos& pos) {
       for (auto c : utf8_chars(v.as_string())) chars.emplace_back(c);
       return chars;
     }
-    default: throw_template_error(pos, fmt::format("'{}' object is not iterable", v.type_name()));
+    default:
+      throw_template_error(pos, fmt::format("'{}' object is not iterable", v.type_name()));
   }
 }
 
@@ -533,7 +568,8 @@ Value Interpreter::eval_slice(const Expr& e, Scope& scope) {
     Value p = eval(*e.args[i], scope);
     if (p.is_none()) continue;
     if (!p.is_int() && !p.is_bool())
-      throw_template_error(e.args[i]->pos, fmt::format("slice indices must be integers or none, not {}", p.type_name()));
+      throw_template_error(e.args[i]->pos,
+                           fmt::format("slice indices must be integers or none, not {}", p.type_name()));
     parts[i] = p.to_int();
   }
   int64_t step = parts[2].value_or(1);
@@ -547,7 +583,7 @@ Value Interpreter::eval_slice(const Expr& e, Scope& scope) {
   } else if (obj.is_list()) {
     n = static_cast<int64_t>(obj.as_list().items.size());
   } else {
-    throw_template_error(e.pos, fmt::format("'{}' object cannot be sliced", obj.type_name()));
+    return Value::undefined(fmt::format("'{}' object cannot be sliced", obj.type_name()));
   }
   // Python's slice.indices().
   int64_t lower = step > 0 ? 0 : -1, upper = step > 0 ? n : n - 1;
@@ -610,15 +646,18 @@ bool contains(const Value& container, const Value& item, const SourcePos& pos) {
   switch (container.kind()) {
     case Value::Kind::String:
       if (!item.is_string())
-        throw_template_error(pos, fmt::format("'in <string>' requires string as left operand, not {}", item.type_name()));
+        throw_template_error(pos,
+                             fmt::format("'in <string>' requires string as left operand, not {}", item.type_name()));
       return container.as_string().find(item.as_string()) != std::string::npos;
     case Value::Kind::List:
       for (const auto& v : container.as_list().items)
         if (values_equal(v, item)) return true;
       return false;
     case Value::Kind::Dict:
-    case Value::Kind::Namespace: return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
-    case Value::Kind::Undefined: return false;
+    case Value::Kind::Namespace:
+      return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
+    case Value::Kind::Undefined:
+      return false;
     default:
       throw_template_error(pos, fmt::format("argument of type '{}' is not iterable", container.type_name()));
   }
@@ -630,8 +669,8 @@ Value binary_op(Interpreter& interp, std::string_view op, const Value& a, const 
       const Value& u = a.is_undefined() ? a : b;
       throw_template_error(pos, u.undefined_hint().empty() ? "operation on an undefined value" : u.undefined_hint());
     }
-    throw_template_error(pos, fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(),
-                                          b.type_name()));
+    throw_template_error(
+        pos, fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
   };
   if (op == "~") {
     std::string s = a.str();
@@ -688,7 +727,8 @@ Value binary_op(Interpreter& interp, std::string_view op, const Value& a, const 
         return Value(std::move(out));
       }
       const auto& items = seq->as_list().items;
-      if (!items.empty()) interp.check_list_size(static_cast<size_t>(std::min<int64_t>(k, INT32_MAX)) * items.size(), pos);
+      if (!items.empty())
+        interp.check_list_size(static_cast<size_t>(std::min<int64_t>(k, INT32_MAX)) * items.size(), pos);
       std::vector<Value> out;
       for (int64_t i = 0; i < k; ++i) out.insert(out.end(), items.begin(), items.end());
       return Value::list(std::move(out), seq->as_list().is_tuple);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +26,7 @@ struct RenderLimits {
 class Interpreter {
  public:
   Interpreter(const Template& tmpl, RenderLimits limits = {});
+  ~Interpreter();
   Interpreter(const Interpreter&) = delete;
   Interpreter& operator=(const Interpreter&) = delete;
 
@@ -44,6 +46,9 @@ class Interpreter {
   void check_string_size(size_t bytes, const SourcePos& pos) const;
   void check_list_size(size_t items, const SourcePos& pos) const;
   std::tm now() const;
+  // namespace() objects are the only mutable values, so the only way to build a reference cycle;
+  // the interpreter breaks such cycles when it is destroyed.
+  void track_namespace(const std::shared_ptr<DictData>& ns) { namespaces_.push_back(ns); }
 
  private:
   struct Scope {
@@ -82,6 +87,7 @@ class Interpreter {
   int call_depth_ = 0;
   int eval_depth_ = 0;
   std::function<std::tm()> clock_;
+  std::vector<std::weak_ptr<DictData>> namespaces_;
 };
 
 // Python semantics of binary operators and `in`, shared with filters (e.g. sum).

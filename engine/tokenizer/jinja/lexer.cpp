@@ -18,10 +18,18 @@ void throw_template_error(const SourcePos& pos, const std::string& msg) {
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+bool is_name_start(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
+}
+bool is_name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
@@ -168,8 +176,10 @@ class Lexer {
 
   size_t lex_raw(size_t start, size_t inner) {
     size_t i = src_.find("%}", inner);
-    char open_mod = src_[i - 1] == '-' ? '-' : 0;
-    size_t body = after_block_end(i + 2, open_mod == '-' ? '-' : src_[i - 1]);
+    // Jinja applies trim_blocks to {% endraw %} but not to {% raw %}: only `-%}` strips here.
+    size_t body = i + 2;
+    if (src_[i - 1] == '-')
+      while (body < src_.size() && is_space(src_[body])) ++body;
     for (size_t k = src_.find("{%", body); k != std::string::npos; k = src_.find("{%", k + 2)) {
       char mod = k + 2 < src_.size() && (src_[k + 2] == '-' || src_[k + 2] == '+') ? src_[k + 2] : 0;
       size_t tag_inner = k + 2 + (mod ? 1 : 0);
@@ -193,7 +203,8 @@ class Lexer {
     while (true) {
       while (i < n && is_space(src_[i])) ++i;
       if (i >= n) {
-        throw_template_error(pos_of(start), is_block ? "unclosed block tag: missing '%}'" : "unclosed '{{': missing '}}'");
+        throw_template_error(pos_of(start),
+                             is_block ? "unclosed block tag: missing '%}'" : "unclosed '{{': missing '}}'");
       }
       if (brackets.empty()) {
         const char* close = is_block ? "%}" : "}}";
@@ -204,8 +215,7 @@ class Lexer {
           at = i + 1;
         }
         if (src_.compare(at, 2, close) == 0) {
-          tokens_.push_back(
-              Token{is_block ? TokenType::BlockEnd : TokenType::VarEnd, {}, 0, 0.0, pos_of(i)});
+          tokens_.push_back(Token{is_block ? TokenType::BlockEnd : TokenType::VarEnd, {}, 0, 0.0, pos_of(i)});
           size_t end = at + 2;
           if (is_block) return after_block_end(end, mod);
           if (mod == '-') {
@@ -230,8 +240,8 @@ class Lexer {
     }
     if (is_digit(c)) return lex_number(i, pos);
     if (c == '\'' || c == '"') return lex_string(i, pos);
-    static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
-                                 "=",  ".",  ",",  ":",  "|",  "(",  ")", "[", "]", "{", "}"};
+    static const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                 ">",  "=",  ".",  ",",  ":",  "|",  "(", ")", "[", "]", "{", "}"};
     for (const char* op : kOps) {
       size_t len = std::strlen(op);
       if (src_.compare(i, len, op) != 0) continue;
@@ -305,17 +315,38 @@ class Lexer {
       char e = src_[j + 1];
       j += 2;
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'v': out += '\v'; break;
-        case 'a': out += '\a'; break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case '\n': break;  // line continuation
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case '\n':
+          break;  // line continuation
         case 'x':
         case 'u':
         case 'U': {
@@ -361,6 +392,8 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> tokenize(std::string_view source, const LexerOptions& opts) { return Lexer(source, opts).run(); }
+std::vector<Token> tokenize(std::string_view source, const LexerOptions& opts) {
+  return Lexer(source, opts).run();
+}
 
 }  // namespace cypris::jinja

@@ -22,7 +22,7 @@ struct Token {
 };
 
 struct LexerOptions {
-  bool trim_blocks = true;   // drop the first newline after a block or comment tag
+  bool trim_blocks = true;    // drop the first newline after a block or comment tag
   bool lstrip_blocks = true;  // drop spaces and tabs before a block or comment tag at line start
   bool keep_trailing_newline = false;
 };

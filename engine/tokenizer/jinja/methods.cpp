@@ -17,10 +17,9 @@ namespace cypris::jinja {
 namespace {
 
 const std::set<std::string_view, std::less<>> kStrMethods = {
-    "strip",   "lstrip",  "rstrip",  "startswith", "endswith",   "split",      "rsplit",  "splitlines",
-    "upper",   "lower",   "title",   "capitalize", "replace",    "format",     "find",    "rfind",
-    "count",   "join",    "isdigit", "isalpha",    "isalnum",    "isspace",    "islower", "isupper",
-    "removeprefix", "removesuffix"};
+    "strip",   "lstrip",  "rstrip",     "startswith", "endswith", "split",   "rsplit",       "splitlines",  "upper",
+    "lower",   "title",   "capitalize", "replace",    "format",   "find",    "rfind",        "count",       "join",
+    "isdigit", "isalpha", "isalnum",    "isspace",    "islower",  "isupper", "removeprefix", "removesuffix"};
 const std::set<std::string_view, std::less<>> kDictMethods = {"items", "keys", "values", "get"};
 
 std::optional<std::string> opt_str_arg(const CallArgs& a, size_t i, std::string_view name) {
@@ -192,14 +191,36 @@ void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   for (size_t i = 0; i < s.size();) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': out += "\\\""; ++i; continue;
-      case '\\': out += "\\\\"; ++i; continue;
-      case '\n': out += "\\n"; ++i; continue;
-      case '\r': out += "\\r"; ++i; continue;
-      case '\t': out += "\\t"; ++i; continue;
-      case '\b': out += "\\b"; ++i; continue;
-      case '\f': out += "\\f"; ++i; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        ++i;
+        continue;
+      case '\\':
+        out += "\\\\";
+        ++i;
+        continue;
+      case '\n':
+        out += "\\n";
+        ++i;
+        continue;
+      case '\r':
+        out += "\\r";
+        ++i;
+        continue;
+      case '\t':
+        out += "\\t";
+        ++i;
+        continue;
+      case '\b':
+        out += "\\b";
+        ++i;
+        continue;
+      case '\f':
+        out += "\\f";
+        ++i;
+        continue;
+      default:
+        break;
     }
     if (c < 0x20) {
       out += fmt::format("\\u{:04x}", c);
@@ -237,15 +258,23 @@ struct JsonWriter {
   void write(const Value& v, int level) {
     if (level > 200) throw_template_error(pos, "tojson: value nested too deeply");
     switch (v.kind()) {
-      case Value::Kind::None: out += "null"; return;
-      case Value::Kind::Bool: out += v.as_bool() ? "true" : "false"; return;
-      case Value::Kind::Int: out += std::to_string(v.as_int()); return;
+      case Value::Kind::None:
+        out += "null";
+        return;
+      case Value::Kind::Bool:
+        out += v.as_bool() ? "true" : "false";
+        return;
+      case Value::Kind::Int:
+        out += std::to_string(v.as_int());
+        return;
       case Value::Kind::Float: {
         double d = v.as_float();
         out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : format_float(d);
         return;
       }
-      case Value::Kind::String: json_string(out, v.as_string(), ensure_ascii); return;
+      case Value::Kind::String:
+        json_string(out, v.as_string(), ensure_ascii);
+        return;
       case Value::Kind::List: {
         const auto& items = v.as_list().items;
         if (items.empty()) {
@@ -265,7 +294,8 @@ struct JsonWriter {
       case Value::Kind::Dict: {
         std::vector<const std::pair<std::string, Value>*> items;
         for (const auto& kv : v.as_dict().items) items.push_back(&kv);
-        if (sort_keys) std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        if (sort_keys)
+          std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
         if (items.empty()) {
           out += "{}";
           return;
@@ -305,7 +335,8 @@ class Builtin : public Callable {
 Value g_range(Interpreter& in, CallArgs& a, const SourcePos& pos) {
   std::vector<int64_t> n;
   for (const auto& v : a.positional) {
-    if (!v.is_int() && !v.is_bool()) throw_template_error(pos, fmt::format("range() needs integers, not {}", v.type_name()));
+    if (!v.is_int() && !v.is_bool())
+      throw_template_error(pos, fmt::format("range() needs integers, not {}", v.type_name()));
     n.push_back(v.to_int());
   }
   if (n.empty() || n.size() > 3) throw_template_error(pos, "range() takes 1 to 3 integer arguments");
@@ -340,6 +371,7 @@ Value g_dict(Interpreter& in, CallArgs& a, const SourcePos& pos) {
 
 Value g_namespace(Interpreter& in, CallArgs& a, const SourcePos& pos) {
   Value d = g_dict(in, a, pos);
+  in.track_namespace(d.dict_ptr());
   return Value::namespace_(d.dict_ptr());
 }
 
@@ -396,26 +428,64 @@ std::string format_time(std::string_view f, const std::tm& tm) {
     }
     auto num = [&](int v, int width) { out += no_pad ? std::to_string(v) : fmt::format("{:0{}d}", v, width); };
     switch (c) {
-      case 'Y': out += std::to_string(tm.tm_year + 1900); break;
-      case 'y': num((tm.tm_year + 1900) % 100, 2); break;
-      case 'm': num(tm.tm_mon + 1, 2); break;
-      case 'd': num(tm.tm_mday, 2); break;
-      case 'e': out += fmt::format("{:2d}", tm.tm_mday); break;
-      case 'H': num(tm.tm_hour, 2); break;
-      case 'I': num(tm.tm_hour % 12 == 0 ? 12 : tm.tm_hour % 12, 2); break;
-      case 'M': num(tm.tm_min, 2); break;
-      case 'S': num(tm.tm_sec, 2); break;
-      case 'j': num(tm.tm_yday + 1, 3); break;
-      case 'p': out += tm.tm_hour < 12 ? "AM" : "PM"; break;
-      case 'a': out += std::string(day, 3); break;
-      case 'A': out += day; break;
+      case 'Y':
+        out += std::to_string(tm.tm_year + 1900);
+        break;
+      case 'y':
+        num((tm.tm_year + 1900) % 100, 2);
+        break;
+      case 'm':
+        num(tm.tm_mon + 1, 2);
+        break;
+      case 'd':
+        num(tm.tm_mday, 2);
+        break;
+      case 'e':
+        out += fmt::format("{:2d}", tm.tm_mday);
+        break;
+      case 'H':
+        num(tm.tm_hour, 2);
+        break;
+      case 'I':
+        num(tm.tm_hour % 12 == 0 ? 12 : tm.tm_hour % 12, 2);
+        break;
+      case 'M':
+        num(tm.tm_min, 2);
+        break;
+      case 'S':
+        num(tm.tm_sec, 2);
+        break;
+      case 'j':
+        num(tm.tm_yday + 1, 3);
+        break;
+      case 'p':
+        out += tm.tm_hour < 12 ? "AM" : "PM";
+        break;
+      case 'a':
+        out += std::string(day, 3);
+        break;
+      case 'A':
+        out += day;
+        break;
       case 'b':
-      case 'h': out += std::string(month, 3); break;
-      case 'B': out += month; break;
-      case 'w': out += std::to_string(tm.tm_wday); break;
-      case 'F': out += fmt::format("{}-{:02d}-{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday); break;
-      case 'T': out += fmt::format("{:02d}:{:02d}:{:02d}", tm.tm_hour, tm.tm_min, tm.tm_sec); break;
-      case '%': out += '%'; break;
+      case 'h':
+        out += std::string(month, 3);
+        break;
+      case 'B':
+        out += month;
+        break;
+      case 'w':
+        out += std::to_string(tm.tm_wday);
+        break;
+      case 'F':
+        out += fmt::format("{}-{:02d}-{:02d}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+        break;
+      case 'T':
+        out += fmt::format("{:02d}:{:02d}:{:02d}", tm.tm_hour, tm.tm_min, tm.tm_sec);
+        break;
+      case '%':
+        out += '%';
+        break;
       default:
         out += '%';
         if (no_pad) out += '-';

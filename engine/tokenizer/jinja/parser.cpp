@@ -47,17 +47,27 @@ class Parser {
   }
   static std::string describe(const Token& tok) {
     switch (tok.type) {
-      case TokenType::Text: return "template text";
-      case TokenType::VarBegin: return "'{{'";
-      case TokenType::VarEnd: return "'}}'";
-      case TokenType::BlockBegin: return "'{%'";
-      case TokenType::BlockEnd: return "'%}'";
-      case TokenType::Name: return "'" + tok.text + "'";
-      case TokenType::String: return "string literal";
+      case TokenType::Text:
+        return "template text";
+      case TokenType::VarBegin:
+        return "'{{'";
+      case TokenType::VarEnd:
+        return "'}}'";
+      case TokenType::BlockBegin:
+        return "'{%'";
+      case TokenType::BlockEnd:
+        return "'%}'";
+      case TokenType::Name:
+        return "'" + tok.text + "'";
+      case TokenType::String:
+        return "string literal";
       case TokenType::Int:
-      case TokenType::Float: return "number " + tok.text;
-      case TokenType::Op: return "'" + tok.text + "'";
-      case TokenType::Eof: return "end of template";
+      case TokenType::Float:
+        return "number " + tok.text;
+      case TokenType::Op:
+        return "'" + tok.text + "'";
+      case TokenType::Eof:
+        return "end of template";
     }
     return "token";
   }
@@ -130,7 +140,8 @@ class Parser {
             throw_template_error(tok.pos, fmt::format("unexpected end of template, expected {}", names));
           }
           return body;
-        default: fail_here("template text or a tag");
+        default:
+          fail_here("template text or a tag");
       }
     }
   }
@@ -168,8 +179,8 @@ class Parser {
       expect_block_end();
       return n;
     }
-    static const char* kEndTags[] = {"elif", "else", "endif", "endfor", "endset", "endmacro", "endcall",
-                                     "endfilter", "endwith", "endraw", "endgeneration"};
+    static const char* kEndTags[] = {"elif",    "else",      "endif",   "endfor", "endset",       "endmacro",
+                                     "endcall", "endfilter", "endwith", "endraw", "endgeneration"};
     for (const char* e : kEndTags)
       if (kw == e) throw_template_error(tag.pos, fmt::format("unexpected '{}' without a matching opening tag", kw));
     throw_template_error(tag.pos, fmt::format("unknown or unsupported tag '{}'", kw));
@@ -393,9 +404,8 @@ class Parser {
     ExprPtr cmp;
     while (true) {
       std::string op;
-      if (cur().type == TokenType::Op &&
-          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" || cur().text == ">" ||
-           cur().text == ">=")) {
+      if (cur().type == TokenType::Op && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                          cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
         op = cur().text;
         advance();
       } else if (is_name("in")) {
@@ -421,7 +431,8 @@ class Parser {
   template <class Next>
   ExprPtr parse_binary_level(std::initializer_list<std::string_view> ops, Next next) {
     ExprPtr e = (this->*next)();
-    while (cur().type == TokenType::Op && std::find(ops.begin(), ops.end(), std::string_view(cur().text)) != ops.end()) {
+    while (cur().type == TokenType::Op &&
+           std::find(ops.begin(), ops.end(), std::string_view(cur().text)) != ops.end()) {
       std::string op = cur().text;
       SourcePos pos = cur().pos;
       advance();
@@ -526,7 +537,8 @@ class Parser {
           return e;
         }
         break;
-      default: break;
+      default:
+        break;
     }
     fail_here("an expression");
   }
@@ -650,9 +662,8 @@ class Parser {
     std::string name;
     if (cur().type == TokenType::Name) {
       name = expect_name();
-    } else if (cur().type == TokenType::Op &&
-               (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == "<=" ||
-                cur().text == ">" || cur().text == ">=")) {
+    } else if (cur().type == TokenType::Op && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
+                                               cur().text == "<=" || cur().text == ">" || cur().text == ">=")) {
       name = cur().text;
       advance();
     } else {
@@ -670,8 +681,8 @@ class Parser {
     } else {
       const Token& t = cur();
       static const char* kStop[] = {"else", "or", "and", "if", "not", "in", "is"};
-      bool stop = t.type == TokenType::Name && std::any_of(std::begin(kStop), std::end(kStop),
-                                                           [&](const char* s) { return t.text == s; });
+      bool stop = t.type == TokenType::Name &&
+                  std::any_of(std::begin(kStop), std::end(kStop), [&](const char* s) { return t.text == s; });
       bool starts_arg = t.type == TokenType::Name || t.type == TokenType::String || t.type == TokenType::Int ||
                         t.type == TokenType::Float || (t.type == TokenType::Op && (t.text == "[" || t.text == "{"));
       if (starts_arg && !stop) e->args.push_back(parse_postfix(parse_primary()));

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/common/error.h"
+
 namespace cypris::jinja {
 
 const Value* DictData::find(std::string_view key) const {
@@ -21,7 +23,20 @@ Value* DictData::find(std::string_view key) {
   return nullptr;
 }
 
+namespace {
+int checked_depth(int depth) {
+  if (depth > kMaxValueDepth)
+    throw Error(fmt::format("chat template: value nested more than {} levels", kMaxValueDepth));
+  return depth;
+}
+
+// repr() of a namespace that contains itself would not end; deeper than this prints "...".
+constexpr int kMaxReprDepth = kMaxValueDepth + 8;
+std::string repr_at(const Value& v, int level);
+}  // namespace
+
 void DictData::set(std::string key, Value value) {
+  depth = std::max(depth, checked_depth(1 + value.depth()));
   if (Value* v = find(key)) {
     *v = std::move(value);
     return;
@@ -38,30 +53,51 @@ const Value* CallArgs::get(size_t index, std::string_view name) const {
 
 Value Value::list(std::vector<Value> items, bool is_tuple) {
   auto d = std::make_shared<ListData>();
+  int depth = 0;
+  for (const auto& v : items) depth = std::max(depth, v.depth());
+  d->depth = checked_depth(depth + 1);
   d->items = std::move(items);
   d->is_tuple = is_tuple;
   return Value(Kind::List, std::move(d));
 }
 
-Value Value::dict() { return Value(Kind::Dict, std::make_shared<DictData>()); }
+Value Value::generator(std::vector<Value> items) {
+  Value v = list(std::move(items));
+  v.as_list().is_generator = true;
+  return v;
+}
 
-Value Value::callable(std::shared_ptr<Callable> c) { return Value(Kind::Callable, std::move(c)); }
+Value Value::dict() {
+  return Value(Kind::Dict, std::make_shared<DictData>());
+}
+
+Value Value::callable(std::shared_ptr<Callable> c) {
+  return Value(Kind::Callable, std::move(c));
+}
 
 double Value::to_double() const {
   switch (kind_) {
-    case Kind::Bool: return as_bool() ? 1.0 : 0.0;
-    case Kind::Int: return static_cast<double>(as_int());
-    case Kind::Float: return as_float();
-    default: return 0.0;
+    case Kind::Bool:
+      return as_bool() ? 1.0 : 0.0;
+    case Kind::Int:
+      return static_cast<double>(as_int());
+    case Kind::Float:
+      return as_float();
+    default:
+      return 0.0;
   }
 }
 
 int64_t Value::to_int() const {
   switch (kind_) {
-    case Kind::Bool: return as_bool() ? 1 : 0;
-    case Kind::Int: return as_int();
-    case Kind::Float: return static_cast<int64_t>(as_float());
-    default: return 0;
+    case Kind::Bool:
+      return as_bool() ? 1 : 0;
+    case Kind::Int:
+      return as_int();
+    case Kind::Float:
+      return static_cast<int64_t>(as_float());
+    default:
+      return 0;
   }
 }
 
@@ -69,53 +105,95 @@ bool Value::same_object(const Value& other) const {
   if (kind_ != other.kind_) return false;
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None: return true;
-    case Kind::List: return &as_list() == &other.as_list();
+    case Kind::None:
+      return true;
+    case Kind::List:
+      return &as_list() == &other.as_list();
     case Kind::Dict:
-    case Kind::Namespace: return &as_dict() == &other.as_dict();
-    case Kind::Callable: return &as_callable() == &other.as_callable();
-    default: return values_equal(*this, other);
+    case Kind::Namespace:
+      return &as_dict() == &other.as_dict();
+    case Kind::Callable:
+      return &as_callable() == &other.as_callable();
+    default:
+      return values_equal(*this, other);
   }
 }
 
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None: return false;
-    case Kind::Bool: return as_bool();
-    case Kind::Int: return as_int() != 0;
-    case Kind::Float: return as_float() != 0.0;
-    case Kind::String: return !as_string().empty();
-    case Kind::List: return !as_list().items.empty();
-    case Kind::Dict: return !as_dict().items.empty();
+    case Kind::None:
+      return false;
+    case Kind::Bool:
+      return as_bool();
+    case Kind::Int:
+      return as_int() != 0;
+    case Kind::Float:
+      return as_float() != 0.0;
+    case Kind::String:
+      return !as_string().empty();
+    case Kind::List:
+      return as_list().is_generator || !as_list().items.empty();
+    case Kind::Dict:
+      return !as_dict().items.empty();
     case Kind::Namespace:
-    case Kind::Callable: return true;
+    case Kind::Callable:
+      return true;
   }
   return false;
 }
 
 std::string Value::str() const {
   switch (kind_) {
-    case Kind::Undefined: return {};
-    case Kind::String: return as_string();
-    default: return repr();
+    case Kind::Undefined:
+      return {};
+    case Kind::String:
+      return as_string();
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
+  return repr_at(*this, 0);
+}
+
+int Value::depth() const {
   switch (kind_) {
-    case Kind::Undefined: return {};
-    case Kind::None: return "None";
-    case Kind::Bool: return as_bool() ? "True" : "False";
-    case Kind::Int: return std::to_string(as_int());
-    case Kind::Float: return format_float(as_float());
-    case Kind::String: return repr_string(as_string());
+    case Kind::List:
+      return as_list().depth;
+    case Kind::Dict:
+    case Kind::Namespace:
+      return as_dict().depth;
+    default:
+      return 0;
+  }
+}
+
+namespace {
+std::string repr_at(const Value& v, int level) {
+  using Kind = Value::Kind;
+  if (level > kMaxReprDepth) return "...";
+  switch (v.kind()) {
+    case Kind::Undefined:
+      return level == 0 ? std::string() : std::string("Undefined");  // str() is "", inside a list "Undefined"
+    case Kind::None:
+      return "None";
+    case Kind::Bool:
+      return v.as_bool() ? "True" : "False";
+    case Kind::Int:
+      return std::to_string(v.as_int());
+    case Kind::Float:
+      return format_float(v.as_float());
+    case Kind::String:
+      return repr_string(v.as_string());
     case Kind::List: {
-      const ListData& l = as_list();
+      const ListData& l = v.as_list();
+      if (l.is_generator) return "<generator object>";
       std::string out = l.is_tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
-        out += l.items[i].repr();
+        out += repr_at(l.items[i], level + 1);
       }
       if (l.is_tuple && l.items.size() == 1) out += ",";
       out += l.is_tuple ? ")" : "]";
@@ -123,35 +201,47 @@ std::string Value::repr() const {
     }
     case Kind::Dict:
     case Kind::Namespace: {
-      std::string out = kind_ == Kind::Namespace ? "<Namespace {" : "{";
+      std::string out = v.kind() == Kind::Namespace ? "<Namespace {" : "{";
       bool first = true;
-      for (const auto& [k, v] : as_dict().items) {
+      for (const auto& [k, val] : v.as_dict().items) {
         if (!first) out += ", ";
         first = false;
         out += repr_string(k);
         out += ": ";
-        out += v.repr();
+        out += repr_at(val, level + 1);
       }
-      out += kind_ == Kind::Namespace ? "}>" : "}";
+      out += v.kind() == Kind::Namespace ? "}>" : "}";
       return out;
     }
-    case Kind::Callable: return "<function " + as_callable().name() + ">";
+    case Kind::Callable:
+      return "<function " + v.as_callable().name() + ">";
   }
   return {};
 }
+}  // namespace
 
 std::string Value::type_name() const {
   switch (kind_) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "NoneType";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Float: return "float";
-    case Kind::String: return "str";
-    case Kind::List: return as_list().is_tuple ? "tuple" : "list";
-    case Kind::Dict: return "dict";
-    case Kind::Namespace: return "Namespace";
-    case Kind::Callable: return "function";
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "NoneType";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::String:
+      return "str";
+    case Kind::List:
+      return as_list().is_tuple ? "tuple" : "list";
+    case Kind::Dict:
+      return "dict";
+    case Kind::Namespace:
+      return "Namespace";
+    case Kind::Callable:
+      return "function";
   }
   return "object";
 }
@@ -164,8 +254,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Value::Kind::Undefined:
-    case Value::Kind::None: return true;
-    case Value::Kind::String: return a.as_string() == b.as_string();
+    case Value::Kind::None:
+      return true;
+    case Value::Kind::String:
+      return a.as_string() == b.as_string();
     case Value::Kind::List: {
       const auto& x = a.as_list().items;
       const auto& y = b.as_list().items;
@@ -174,8 +266,9 @@ bool values_equal(const Value& a, const Value& b) {
         if (!values_equal(x[i], y[i])) return false;
       return true;
     }
-    case Value::Kind::Dict:
-    case Value::Kind::Namespace: {
+    case Value::Kind::Namespace:
+      return a.same_object(b);  // Python compares namespaces by identity
+    case Value::Kind::Dict: {
       const DictData& x = a.as_dict();
       const DictData& y = b.as_dict();
       if (&x == &y) return true;
@@ -186,8 +279,10 @@ bool values_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Value::Kind::Callable: return a.same_object(b);
-    default: return false;
+    case Value::Kind::Callable:
+      return a.same_object(b);
+    default:
+      return false;
   }
 }
 

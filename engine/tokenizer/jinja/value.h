@@ -24,17 +24,26 @@ class Interpreter;
 struct ListData {
   std::vector<Value> items;
   bool is_tuple = false;
+  // Made by select/reject/map: Jinja returns a lazy generator there, which is always truthy
+  // (so `{% if xs|select(...) %}` is true even when nothing is selected) and prints as an object.
+  bool is_generator = false;
+  int depth = 1;  // nesting depth, bounded by kMaxValueDepth
 };
 
 // Keys are strings (JSON objects and Jinja dict literals with string keys); order is insertion
 // order, as in Python 3.7+ dicts, because templates print tools and arguments in input order.
 struct DictData {
   std::vector<std::pair<std::string, Value>> items;
+  int depth = 1;
 
   const Value* find(std::string_view key) const;
   Value* find(std::string_view key);
-  void set(std::string key, Value value);
+  void set(std::string key, Value value);  // throws when the value would nest too deeply
 };
+
+// Values nest at most this deep, so printing, comparing and destroying them cannot exhaust the
+// stack (a namespace attribute can otherwise wrap a list in a list a million times).
+constexpr int kMaxValueDepth = 512;
 
 struct CallArgs {
   std::vector<Value> positional;
@@ -70,6 +79,7 @@ class Value {
   Value(const char* s) : kind_(Kind::String), data_(std::string(s)) {}
   Value(std::string_view s) : kind_(Kind::String), data_(std::string(s)) {}
   static Value list(std::vector<Value> items = {}, bool is_tuple = false);
+  static Value generator(std::vector<Value> items);
   static Value dict();
   static Value dict(std::shared_ptr<DictData> d) { return Value(Kind::Dict, std::move(d)); }
   static Value namespace_(std::shared_ptr<DictData> d) { return Value(Kind::Namespace, std::move(d)); }
@@ -108,6 +118,7 @@ class Value {
   std::string str() const;
   // Python repr(): how values print inside a list or dict.
   std::string repr() const;
+  int depth() const;  // 0 for scalars
   // Python type name, for error messages ("str", "int", "list", ...).
   std::string type_name() const;
 

@@ -15,8 +15,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const nlohmann::ordered_json kConversation = nlohmann::ordered_json::parse(
-    R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])");
+const nlohmann::ordered_json kConversation =
+    nlohmann::ordered_json::parse(R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])");
 
 TEST(ChatTemplateApi, ChatMLFallbackRendersConversation) {
   ChatTemplate tmpl(chatml_fallback_template());
@@ -66,8 +66,9 @@ TEST(ChatTemplateApi, KeepsKeyOrderOfInputs) {
   in.tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f"}}])");
   in.extra = {{"enable_thinking", false}};
   auto msgs = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "x", "aaa": 1}])");
-  EXPECT_EQ(tmpl.render(msgs, in),
-            R"([{"type": "function", "function": {"name": "f"}}]|{"role": "user", "content": "x", "aaa": 1}|None|False)");
+  EXPECT_EQ(
+      tmpl.render(msgs, in),
+      R"([{"type": "function", "function": {"name": "f"}}]|{"role": "user", "content": "x", "aaa": 1}|None|False)");
 }
 
 TEST(ChatTemplateApi, RejectsBadArguments) {

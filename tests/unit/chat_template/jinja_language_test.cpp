@@ -67,13 +67,16 @@ TEST(JinjaLanguage, MacrosWithDefaultsAndCaller) {
 }
 
 TEST(JinjaLanguage, Filters) {
-  EXPECT_EQ(render("{{ '  x  '|trim }}|{{ [3, 1, 2]|sort|join(',') }}|{{ 'abc'|upper|reverse }}|{{ none|default('d') }}"),
-            "x|1,2,3|CBA|None");
+  EXPECT_EQ(
+      render("{{ '  x  '|trim }}|{{ [3, 1, 2]|sort|join(',') }}|{{ 'abc'|upper|reverse }}|{{ none|default('d') }}"),
+      "x|1,2,3|CBA|None");
   EXPECT_EQ(render("{{ ''|default('d', true) }}|{{ [1, 2, 2, 1]|unique|list }}|{{ 'a b'|replace(' ', '_') }}"),
             "d|[1, 2]|a_b");
   EXPECT_EQ(render("{{ ms|selectattr('role', 'equalto', 'user')|map(attribute='content')|join(' ') }}",
-                   {{"ms", {{{"role", "user"}, {"content", "a"}}, {{"role", "bot"}, {"content", "b"}},
-                            {{"role", "user"}, {"content", "c"}}}}}),
+                   {{"ms",
+                     {{{"role", "user"}, {"content", "a"}},
+                      {{"role", "bot"}, {"content", "b"}},
+                      {{"role", "user"}, {"content", "c"}}}}}),
             "a c");
   EXPECT_EQ(render("{{ d|tojson }}", {{"d", {{"z", {1, 2.5, nullptr}}, {"a", "é\"\n"}}}}),
             "{\"z\": [1, 2.5, null], \"a\": \"é\\\"\\n\"}");
@@ -142,6 +145,11 @@ TEST(JinjaLanguage, RunawayTemplatesStopWithAnError) {
               HasSubstr("exceeds"));
   EXPECT_THAT(error_of("{{ 'x' * 10000000000 }}"), HasSubstr("exceeds"));
   EXPECT_THAT(error_of("{{ range(1000000000)|length }}"), HasSubstr("range too big"));
+  // A namespace can wrap a value in itself without end; nesting is capped instead of crashing.
+  EXPECT_THAT(error_of("{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}"),
+              HasSubstr("nested more than"));
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ (ns|string)[:30] }}"),
+            "<Namespace {'me': <Namespace {");
   std::string deep(500, '(');
   EXPECT_THAT(error_of("{{ " + deep + "1" + std::string(500, ')') + " }}"), HasSubstr("nested too deeply"));
 }

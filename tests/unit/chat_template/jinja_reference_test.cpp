@@ -31,7 +31,8 @@ std::string render_with(const std::string& source, const nlohmann::ordered_json&
   in.extra = context;
   in.clock = fixed_time;
   // ChatTemplate always defines messages etc.; snippets that read them pass their own.
-  nlohmann::ordered_json messages = context.contains("messages") ? context["messages"] : nlohmann::ordered_json::array();
+  nlohmann::ordered_json messages =
+      context.contains("messages") ? context["messages"] : nlohmann::ordered_json::array();
   return tmpl.render(messages, in);
 }
 
