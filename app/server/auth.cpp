@@ -49,6 +49,9 @@ std::optional<std::string> presented_key(std::string_view authorization, std::st
 }
 
 AuthResult check_auth(AuthLevel level, const std::optional<std::string>& key, const AuthConfig& cfg) {
+  // Admin routes load models from paths given in the request: never open, even on a server
+  // without keys.
+  if (level == AuthLevel::Admin && !cfg.admin_key) return AuthResult::Forbidden;
   const bool any_key = !cfg.api_keys.empty() || cfg.admin_key.has_value();
   if (level == AuthLevel::Open || !any_key) return AuthResult::Ok;
   bool is_admin = false, is_user = false;

@@ -8,8 +8,8 @@
 // - /v1/* and /api/* need one of --api-keys (or the admin key); /api/* stays open with
 //   --kobold-no-auth because SillyTavern's KoboldAI Classic mode never sends a key;
 // - /v1/model/{load,unload}, /v1/lora/*, /v1/soft_prompt/* need --admin-key (matched exactly,
-//   so /v1/models is not an admin route); without an admin key they are refused (403) once any
-//   API key is configured, and open on a server without keys;
+//   so /v1/models is not an admin route); without --admin-key they are refused (403), since
+//   loading reads paths named by the request;
 // - the key comes from `Authorization: Bearer <key>` or `x-api-key: <key>`.
 #pragma once
 

@@ -84,7 +84,12 @@ void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClie
     p.validate(static_cast<int>(ctx.cfg().model.max_log_probs),
                static_cast<int32_t>(info.vocab_size > 0 ? info.vocab_size : (tok ? tok->vocab_size() : INT32_MAX)));
   } catch (const cypris::Error& e) {
-    throw HttpError(400, e.what());
+    // validate() starts its messages with the parameter's name.
+    std::string msg = e.what();
+    std::string first = msg.substr(0, msg.find_first_of(" :'"));
+    std::optional<std::string> param;
+    if (find_sampling_param(first)) param = first;
+    throw HttpError(400, msg, param);
   }
   if (tok && !p.dry_sequence_breakers.empty()) {
     p.resolve_dry_sequence_breakers([tok](const std::string& s) { return tok->encode(s, false); });

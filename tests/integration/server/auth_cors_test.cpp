@@ -56,10 +56,17 @@ TEST(Auth, AdminRoutes) {
   EXPECT_NE(lora.json["error"]["message"].get<std::string>().find("not supported yet"), std::string::npos);
 }
 
-TEST(Auth, AdminRoutesRefusedWithoutAdminKeyOnAKeyedServer) {
+TEST(Auth, AdminRoutesRefusedWithoutAdminKey) {
   TestServer s([](EngineConfig& c) { c.server.api_keys = {"k"}; });
   auto c = s.client();
-  EXPECT_EQ(to_reply(c.Delete("/v1/model/unload", {{"Authorization", "Bearer k"}})).status, 403);
+  auto r = to_reply(c.Delete("/v1/model/unload", {{"Authorization", "Bearer k"}}));
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(r.body.find("--admin-key"), std::string::npos);
+  TestServer open;  // no keys at all: everything else is open, model loading is not
+  auto o = open.client();
+  EXPECT_EQ(to_reply(o.Delete("/v1/model/unload")).status, 403);
+  EXPECT_EQ(to_reply(o.Post("/v1/model/load", "model: x\n", "application/x-yaml")).status, 403);
+  EXPECT_EQ(get(open, "/v1/models").status, 200);
 }
 
 TEST(ModelSwap, UnloadThenLoadFromYamlAndJson) {

@@ -62,6 +62,9 @@ TEST(HttpErrors, TableOfBadInputs) {
     EXPECT_TRUE(r.json["error"].contains("type"));
     EXPECT_TRUE(r.json["error"].contains("param"));
   }
+  // Sampler range errors name the parameter in "param" too.
+  auto r = post_json(s, "/v1/completions", R"({"prompt":"a","top_p":1.5})");
+  EXPECT_EQ(r.json["error"]["param"], "top_p");
   // Nothing bad reached the engine.
   EXPECT_TRUE(s.engine->submitted().empty());
 }
