@@ -15,7 +15,7 @@ struct BenchServingOptions {
   std::string host = "127.0.0.1";
   int port = 2242;
   std::string endpoint = "/v1/completions";  // or /v1/chat/completions
-  std::string model;                          // empty: the first id of /v1/models
+  std::string model;                         // empty: the first id of /v1/models
   std::string api_key;
   int num_prompts = 100;
   double request_rate = 0.0;  // requests per second, Poisson arrivals; 0 = all at once (inf)

@@ -6,15 +6,24 @@ namespace cypris::server {
 
 std::string error_type_for_status(int status) {
   switch (status) {
-    case 400: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 405: return "method_not_allowed_error";
-    case 413: return "request_too_large_error";
-    case 501: return "not_implemented_error";
-    case 503: return "service_unavailable_error";
-    default: return status >= 500 ? "internal_server_error" : "invalid_request_error";
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 405:
+      return "method_not_allowed_error";
+    case 413:
+      return "request_too_large_error";
+    case 501:
+      return "not_implemented_error";
+    case 503:
+      return "service_unavailable_error";
+    default:
+      return status >= 500 ? "internal_server_error" : "invalid_request_error";
   }
 }
 

@@ -28,6 +28,7 @@ std::string error_type_for_status(int status);
 std::string error_body(int status, const std::string& message, const std::optional<std::string>& param = std::nullopt);
 
 // Just the inner {"message",...} object as JSON text, for an error sent inside an SSE stream.
-std::string error_object(int status, const std::string& message, const std::optional<std::string>& param = std::nullopt);
+std::string error_object(int status, const std::string& message,
+                         const std::optional<std::string>& param = std::nullopt);
 
 }  // namespace cypris::server

@@ -4,7 +4,8 @@
 
 namespace cypris::server {
 
-Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1) {}
 
 void Histogram::observe(double v) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -88,24 +89,26 @@ std::string ServerMetrics::render(const EngineStats& s, const std::string& model
         s.generation_tokens_per_s);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    out += "# HELP aphrodite:request_success_total Count of finished requests by finish reason.\n"
-           "# TYPE aphrodite:request_success_total counter\n";
+    out +=
+        "# HELP aphrodite:request_success_total Count of finished requests by finish reason.\n"
+        "# TYPE aphrodite:request_success_total counter\n";
     out += fmt::format("aphrodite:request_success_total{{{},finished_reason=\"stop\"}} {}\n", labels, finished_stop_);
-    out += fmt::format("aphrodite:request_success_total{{{},finished_reason=\"length\"}} {}\n", labels,
-                       finished_length_);
-    out += fmt::format("aphrodite:request_success_total{{{},finished_reason=\"abort\"}} {}\n", labels,
-                       finished_abort_);
-    out += fmt::format("aphrodite:request_success_total{{{},finished_reason=\"error\"}} {}\n", labels,
-                       finished_error_);
+    out +=
+        fmt::format("aphrodite:request_success_total{{{},finished_reason=\"length\"}} {}\n", labels, finished_length_);
+    out += fmt::format("aphrodite:request_success_total{{{},finished_reason=\"abort\"}} {}\n", labels, finished_abort_);
+    out += fmt::format("aphrodite:request_success_total{{{},finished_reason=\"error\"}} {}\n", labels, finished_error_);
   }
-  out += "# HELP aphrodite:time_to_first_token_seconds Histogram of time to first token in seconds.\n"
-         "# TYPE aphrodite:time_to_first_token_seconds histogram\n";
+  out +=
+      "# HELP aphrodite:time_to_first_token_seconds Histogram of time to first token in seconds.\n"
+      "# TYPE aphrodite:time_to_first_token_seconds histogram\n";
   ttft_.render(out, "aphrodite:time_to_first_token_seconds", labels);
-  out += "# HELP aphrodite:time_per_output_token_seconds Histogram of time per output token in seconds.\n"
-         "# TYPE aphrodite:time_per_output_token_seconds histogram\n";
+  out +=
+      "# HELP aphrodite:time_per_output_token_seconds Histogram of time per output token in seconds.\n"
+      "# TYPE aphrodite:time_per_output_token_seconds histogram\n";
   itl_.render(out, "aphrodite:time_per_output_token_seconds", labels);
-  out += "# HELP aphrodite:e2e_request_latency_seconds Histogram of end to end request latency in seconds.\n"
-         "# TYPE aphrodite:e2e_request_latency_seconds histogram\n";
+  out +=
+      "# HELP aphrodite:e2e_request_latency_seconds Histogram of end to end request latency in seconds.\n"
+      "# TYPE aphrodite:e2e_request_latency_seconds histogram\n";
   e2e_.render(out, "aphrodite:e2e_request_latency_seconds", labels);
   return out;
 }

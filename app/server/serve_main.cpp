@@ -1,7 +1,8 @@
 #include "app/server/serve_main.h"
 
-#include <csignal>
 #include <pthread.h>
+
+#include <csignal>
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
@@ -10,7 +11,8 @@
 
 namespace cypris {
 
-int serve_forever(const EngineConfig& cfg, std::function<std::shared_ptr<EngineClient>(const EngineConfig&)> make_engine) {
+int serve_forever(const EngineConfig& cfg,
+                  std::function<std::shared_ptr<EngineClient>(const EngineConfig&)> make_engine) {
   // Block the signals before any thread exists, so they are delivered only to sigwait below
   // instead of interrupting some engine or HTTP thread.
   sigset_t set;

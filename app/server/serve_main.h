@@ -14,6 +14,7 @@ namespace cypris {
 // engine. Returns the process exit code (0 after a signal, 1 when the engine or the listening
 // socket cannot be set up; the error is logged). Call it from the main thread before starting
 // other threads.
-int serve_forever(const EngineConfig& cfg, std::function<std::shared_ptr<EngineClient>(const EngineConfig&)> make_engine);
+int serve_forever(const EngineConfig& cfg,
+                  std::function<std::shared_ptr<EngineClient>(const EngineConfig&)> make_engine);
 
 }  // namespace cypris

@@ -1,9 +1,9 @@
 #include "app/server/server.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <thread>
-
-#include <sys/socket.h>
 
 #include "app/server/auth.h"
 #include "app/server/errors.h"
@@ -34,7 +34,9 @@ std::string Router::strip_root(const std::string& path) const {
   return path;
 }
 
-bool Router::known_path(const std::string& path) const { return paths_.count(strip_root(path)) > 0; }
+bool Router::known_path(const std::string& path) const {
+  return paths_.count(strip_root(path)) > 0;
+}
 
 static std::string regex_escape(const std::string& s) {
   std::string o;
@@ -64,11 +66,11 @@ Handler Router::wrap(Handler h) {
   };
 }
 
-#define CYPRIS_ROUTE_METHOD(NAME, HTTPLIB)                          \
-  void Router::NAME(const std::string& path, Handler h) {           \
-    paths_.insert(path);                                            \
-    Handler w = wrap(std::move(h));                                 \
-    srv_.HTTPLIB(regex_escape(path), w);                            \
+#define CYPRIS_ROUTE_METHOD(NAME, HTTPLIB)                           \
+  void Router::NAME(const std::string& path, Handler h) {            \
+    paths_.insert(path);                                             \
+    Handler w = wrap(std::move(h));                                  \
+    srv_.HTTPLIB(regex_escape(path), w);                             \
     if (!root_.empty()) srv_.HTTPLIB(regex_escape(root_ + path), w); \
   }
 CYPRIS_ROUTE_METHOD(get, Get)
@@ -85,7 +87,8 @@ void send_json(httplib::Response& res, int status, const nlohmann::json& j) {
   res.set_content(dump_json(j), "application/json");
 }
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::optional<std::string>& param) {
+void send_error(httplib::Response& res, int status, const std::string& message,
+                const std::optional<std::string>& param) {
   res.status = status;
   res.set_content(error_body(status, message, param), "application/json");
 }
@@ -162,7 +165,9 @@ static std::string join(const std::vector<std::string>& v, const char* sep) {
   return o;
 }
 
-static bool has_star(const std::vector<std::string>& v) { return std::find(v.begin(), v.end(), "*") != v.end(); }
+static bool has_star(const std::vector<std::string>& v) {
+  return std::find(v.begin(), v.end(), "*") != v.end();
+}
 
 void Server::Impl::apply_cors(const httplib::Request& req, httplib::Response& res) const {
   const ServerOptions& o = ctx.cfg().server;
@@ -203,8 +208,10 @@ void Server::Impl::configure() {
   if (o.ssl_certfile || o.ssl_keyfile) {
     CYPRIS_CHECK(o.ssl_certfile && o.ssl_keyfile, "--ssl-certfile and --ssl-keyfile must be given together");
     auto s = std::make_unique<httplib::SSLServer>(o.ssl_certfile->c_str(), o.ssl_keyfile->c_str());
-    CYPRIS_CHECK(s->is_valid(), "cannot use --ssl-certfile '{}' with --ssl-keyfile '{}': not a readable PEM "
-                 "certificate and matching private key", *o.ssl_certfile, *o.ssl_keyfile);
+    CYPRIS_CHECK(s->is_valid(),
+                 "cannot use --ssl-certfile '{}' with --ssl-keyfile '{}': not a readable PEM "
+                 "certificate and matching private key",
+                 *o.ssl_certfile, *o.ssl_keyfile);
     http = std::move(s);
   } else {
     http = std::make_unique<httplib::Server>();
@@ -244,12 +251,15 @@ void Server::Impl::configure() {
       case AuthResult::Ok:
         return httplib::Server::HandlerResponse::Unhandled;
       case AuthResult::Unauthorized:
-        send_error(res, 401, key ? "Unauthorized: invalid API key" : "Unauthorized: an API key is required "
-                                   "(Authorization: Bearer <key> or x-api-key: <key>)");
+        send_error(res, 401,
+                   key ? "Unauthorized: invalid API key"
+                       : "Unauthorized: an API key is required "
+                         "(Authorization: Bearer <key> or x-api-key: <key>)");
         return httplib::Server::HandlerResponse::Handled;
       case AuthResult::Forbidden:
-        send_error(res, 403, auth.admin_key ? "Forbidden: this route needs the admin key"
-                                            : "Forbidden: this route needs --admin-key to be set on the server");
+        send_error(res, 403,
+                   auth.admin_key ? "Forbidden: this route needs the admin key"
+                                  : "Forbidden: this route needs --admin-key to be set on the server");
         return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
@@ -262,8 +272,9 @@ void Server::Impl::configure() {
     } else if (res.status == 404) {
       send_error(res, 404, "no route " + req.method + " " + req.path);
     } else if (res.status == 413) {
-      send_error(res, 413, "request body is larger than the limit of " +
-                               std::to_string(ctx.cfg().server.max_request_body_mb) + " MiB (--max-request-body-mb)");
+      send_error(res, 413,
+                 "request body is larger than the limit of " + std::to_string(ctx.cfg().server.max_request_body_mb) +
+                     " MiB (--max-request-body-mb)");
     } else {
       send_error(res, res.status, "HTTP " + std::to_string(res.status));
     }
@@ -288,9 +299,13 @@ void Server::Impl::configure() {
 Server::Server(EngineConfig cfg, EngineFactory factory, std::shared_ptr<EngineClient> engine)
     : impl_(std::make_unique<Impl>(std::move(cfg), std::move(factory), std::move(engine))) {}
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  stop();
+}
 
-std::shared_ptr<EngineClient> Server::engine() const { return impl_->ctx.engine(); }
+std::shared_ptr<EngineClient> Server::engine() const {
+  return impl_->ctx.engine();
+}
 
 int Server::start() {
   CYPRIS_CHECK(!impl_->started, "the server is already started");

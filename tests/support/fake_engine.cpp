@@ -103,7 +103,8 @@ void FakeEngine::Core::step() {
         if (p.logprobs) d.logprobs.push_back(fake_logprobs(id, *p.logprobs));
         std::string next = c.text + w;
         for (const auto& s : p.stop) {
-          size_t pos = s.empty() ? std::string::npos : next.find(s, c.text.size() >= s.size() ? c.text.size() - s.size() + 1 : 0);
+          size_t pos = s.empty() ? std::string::npos
+                                 : next.find(s, c.text.size() >= s.size() ? c.text.size() - s.size() + 1 : 0);
           if (pos != std::string::npos) {
             size_t end = p.include_stop_str_in_output ? pos + s.size() : pos;
             d.finish_reason = "stop";
@@ -112,7 +113,8 @@ void FakeEngine::Core::step() {
             break;
           }
         }
-        if (!d.finish_reason && std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), id) != p.stop_token_ids.end()) {
+        if (!d.finish_reason &&
+            std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), id) != p.stop_token_ids.end()) {
           d.finish_reason = "stop";
           d.stop_reason = std::to_string(id);
         }
@@ -201,9 +203,10 @@ std::shared_ptr<RequestStream> FakeEngine::submit(GenerateRequest req) {
   const int64_t max_len = core_->opts.max_model_len;
   const int64_t max_tokens = p.max_tokens ? *p.max_tokens : max_len - plen;
   if (plen + max_tokens > max_len) {
-    CYPRIS_FAIL("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
-                "messages, {} in the completion). Please reduce the length of the messages or completion.",
-                max_len, plen + max_tokens, plen, max_tokens);
+    CYPRIS_FAIL(
+        "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
+        "messages, {} in the completion). Please reduce the length of the messages or completion.",
+        max_len, plen + max_tokens, plen, max_tokens);
   }
   std::weak_ptr<Core> weak = core_;
   auto stream = std::make_shared<RequestStream>(req.request_id, [weak](const std::string& id) {
@@ -228,7 +231,9 @@ std::shared_ptr<RequestStream> FakeEngine::submit(GenerateRequest req) {
   return stream;
 }
 
-void FakeEngine::abort(const std::string& id) { core_->abort(id); }
+void FakeEngine::abort(const std::string& id) {
+  core_->abort(id);
+}
 
 EngineStats FakeEngine::stats() const {
   std::lock_guard<std::mutex> lock(core_->mu);

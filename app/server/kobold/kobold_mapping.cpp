@@ -23,14 +23,17 @@ KoboldRequest kobold_request_from_json(const json& body, int64_t default_max_len
   }
   r.max_length = get_int(body, "max_length", default_max_length);
   r.max_context_length = get_int(body, "max_context_length", default_context);
-  if (r.max_length < 1) throw HttpError(400, fmt::format("'max_length' must be >= 1, got {}", r.max_length), "max_length");
+  if (r.max_length < 1)
+    throw HttpError(400, fmt::format("'max_length' must be >= 1, got {}", r.max_length), "max_length");
   if (r.max_context_length < 1) {
     throw HttpError(400, fmt::format("'max_context_length' must be >= 1, got {}", r.max_context_length),
                     "max_context_length");
   }
   if (r.max_length > r.max_context_length) {
-    throw HttpError(400, fmt::format("'max_length' ({}) must not be larger than 'max_context_length' ({})",
-                                     r.max_length, r.max_context_length), "max_length");
+    throw HttpError(400,
+                    fmt::format("'max_length' ({}) must not be larger than 'max_context_length' ({})", r.max_length,
+                                r.max_context_length),
+                    "max_length");
   }
   r.use_default_badwordsids = get_bool(body, "use_default_badwordsids", false);
 

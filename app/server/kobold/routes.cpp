@@ -54,8 +54,7 @@ KoboldJob start_generation(ServerContext& ctx, const httplib::Request& req) {
   auto engine = ctx.require_engine();
   const Tokenizer* tok = engine->tokenizer();
   const int64_t model_len = engine->model_info().max_model_len;
-  KoboldRequest kr =
-      kobold_request_from_json(body, ctx.cfg().server.max_length, model_len > 0 ? model_len : 4096);
+  KoboldRequest kr = kobold_request_from_json(body, ctx.cfg().server.max_length, model_len > 0 ? model_len : 4096);
   if (kr.use_default_badwordsids && tok) {
     auto bans = cached_bad_words(*tok);
     kr.params.custom_token_bans.insert(kr.params.custom_token_bans.end(), bans.begin(), bans.end());
@@ -147,45 +146,45 @@ void register_kobold_routes(Router& r) {
   });
 
   r.post("/api/extra/generate/stream", kobold_errors([&ctx](const httplib::Request& req, httplib::Response& res) {
-    KoboldJob job = start_generation(ctx, req);
-    ServerContext* c = &ctx;
-    start_event_stream(
-        req, res,
-        [c, job](const SseWrite& write) {
-          auto& s = job.sub->streams.front();
-          RequestTimer timer(&c->metrics);
-          while (!s->done()) {
-            if (c->stopping()) s->cancel();
-            auto out = s->next(kPollInterval);
-            if (!out) {
-              if (!write("")) {
-                s->cancel();
-                return;
-              }
-              continue;
-            }
-            if (out->error) {
-              timer.finish("error");
-              write(sse_event("message", dump_json({{"token", ""}, {"error", *out->error}})));
-              return;
-            }
-            int64_t new_tokens = 0;
-            for (auto& d : out->outputs) {
-              new_tokens += static_cast<int64_t>(d.token_ids.size());
-              if (d.index != 0) continue;  // Kobold streams carry one output
-              c->kobold.append(job.genkey, d.text);
-              if (d.finish_reason) timer.finish(*d.finish_reason);
-              if (d.text.empty()) continue;
-              if (!write(sse_event("message", dump_json({{"token", d.text}})))) {
-                s->cancel();
-                return;
-              }
-            }
-            timer.on_tokens(new_tokens);
-          }
-        },
-        [c, job] { end_job(*c, job); });
-  }));
+           KoboldJob job = start_generation(ctx, req);
+           ServerContext* c = &ctx;
+           start_event_stream(
+               req, res,
+               [c, job](const SseWrite& write) {
+                 auto& s = job.sub->streams.front();
+                 RequestTimer timer(&c->metrics);
+                 while (!s->done()) {
+                   if (c->stopping()) s->cancel();
+                   auto out = s->next(kPollInterval);
+                   if (!out) {
+                     if (!write("")) {
+                       s->cancel();
+                       return;
+                     }
+                     continue;
+                   }
+                   if (out->error) {
+                     timer.finish("error");
+                     write(sse_event("message", dump_json({{"token", ""}, {"error", *out->error}})));
+                     return;
+                   }
+                   int64_t new_tokens = 0;
+                   for (auto& d : out->outputs) {
+                     new_tokens += static_cast<int64_t>(d.token_ids.size());
+                     if (d.index != 0) continue;  // Kobold streams carry one output
+                     c->kobold.append(job.genkey, d.text);
+                     if (d.finish_reason) timer.finish(*d.finish_reason);
+                     if (d.text.empty()) continue;
+                     if (!write(sse_event("message", dump_json({{"token", d.text}})))) {
+                       s->cancel();
+                       return;
+                     }
+                   }
+                   timer.on_tokens(new_tokens);
+                 }
+               },
+               [c, job] { end_job(*c, job); });
+         }));
 
   auto check = kobold_errors([&ctx](const httplib::Request& req, httplib::Response& res) {
     const std::string key = genkey_of(req);
@@ -197,21 +196,21 @@ void register_kobold_routes(Router& r) {
   r.post("/api/extra/generate/check", check);
 
   r.post("/api/extra/abort", kobold_errors([&ctx](const httplib::Request& req, httplib::Response& res) {
-    const std::string key = genkey_of(req);
-    // No genkey (SillyTavern sends an empty body): stop this client's generations, as KoboldCpp
-    // stops its one running generation.
-    const int n = key.empty() ? ctx.kobold.abort_client(req.remote_addr) : ctx.kobold.abort(key);
-    send_json(res, 200, {{"success", n > 0}, {"aborted", n}});
-  }));
+           const std::string key = genkey_of(req);
+           // No genkey (SillyTavern sends an empty body): stop this client's generations, as KoboldCpp
+           // stops its one running generation.
+           const int n = key.empty() ? ctx.kobold.abort_client(req.remote_addr) : ctx.kobold.abort(key);
+           send_json(res, 200, {{"success", n > 0}, {"aborted", n}});
+         }));
 
   r.post("/api/extra/tokencount", kobold_errors([&ctx](const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_json_body(req);
-    auto engine = ctx.require_engine();
-    auto it = body.find("prompt");
-    if (it == body.end() || !it->is_string()) throw HttpError(400, "'prompt' must be a string", "prompt");
-    auto ids = encode_text(engine->tokenizer(), it->get<std::string>(), true);
-    send_json(res, 200, {{"value", ids.size()}, {"ids", ids}});
-  }));
+           const json body = parse_json_body(req);
+           auto engine = ctx.require_engine();
+           auto it = body.find("prompt");
+           if (it == body.end() || !it->is_string()) throw HttpError(400, "'prompt' must be a string", "prompt");
+           auto ids = encode_text(engine->tokenizer(), it->get<std::string>(), true);
+           send_json(res, 200, {{"value", ids.size()}, {"ids", ids}});
+         }));
 
   kai_get("/model", [&ctx](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"result", "cypris/" + ctx.served_name()}});

@@ -17,7 +17,9 @@ using nlohmann::json;
 
 namespace {
 
-json opt_json(const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); }
+json opt_json(const std::optional<std::string>& s) {
+  return s ? json(*s) : json(nullptr);
+}
 
 struct ChatChoice {
   std::string text;
@@ -183,9 +185,9 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
           json delta = {{"role", role}};
           if (!echo_text.empty()) delta["content"] = echo_text;
           (*choices)[i].role_sent = true;
-          if (!write(chunk(json::array({{{"index", i}, {"delta", delta}, {"logprobs", nullptr},
-                                         {"finish_reason", nullptr}}}),
-                           nullptr))) {
+          if (!write(chunk(
+                  json::array({{{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}}),
+                  nullptr))) {
             s->cancel();
             return;
           }
@@ -215,8 +217,8 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
             if (!d.text.empty() || !d.finish_reason) delta["content"] = d.text;
             json lp = nullptr;
             if (want_logprobs) lp = {{"content", chat_logprobs_content(tok, d.logprobs, top_n)}};
-            json one = {{"index", d.index}, {"delta", delta}, {"logprobs", lp},
-                        {"finish_reason", opt_json(d.finish_reason)}};
+            json one = {
+                {"index", d.index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", opt_json(d.finish_reason)}};
             if (d.finish_reason) one["stop_reason"] = opt_json(d.stop_reason);
             if (d.finish_reason) (*choices)[size_t(d.index)].finish_reason = d.finish_reason;
             if (!write(chunk(json::array({one}), nullptr))) {

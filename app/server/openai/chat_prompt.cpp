@@ -26,8 +26,9 @@ static std::string content_text(const J& content, size_t i) {
       }
       const std::string type = part.value("type", std::string("text"));
       if (type != "text") {
-        throw HttpError(400, fmt::format("'messages[{}].content': part type \"{}\" is not supported (text only)", i,
-                                         type), "messages");
+        throw HttpError(400,
+                        fmt::format("'messages[{}].content': part type \"{}\" is not supported (text only)", i, type),
+                        "messages");
       }
       auto t = part.find("text");
       if (t == part.end() || !t->is_string()) {
@@ -40,7 +41,9 @@ static std::string content_text(const J& content, size_t i) {
   throw HttpError(400, fmt::format("'messages[{}].content' must be a string or a list of parts", i), "messages");
 }
 
-std::string message_text(const json& content, size_t i) { return content_text(content, i); }
+std::string message_text(const json& content, size_t i) {
+  return content_text(content, i);
+}
 
 // Text parts become plain strings: most templates expect content to be a string.
 static ordered_json normalize_messages(const ordered_json& messages) {

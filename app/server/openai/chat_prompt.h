@@ -12,10 +12,10 @@ namespace cypris::server {
 
 struct ChatPromptInputs {
   bool add_generation_prompt = true;
-  std::string template_override;      // the request's chat_template ("" = none)
-  std::string server_template;        // --chat-template: a file or the template text ("" = none)
-  nlohmann::ordered_json tools;       // null = none
-  nlohmann::ordered_json documents;   // null = none
+  std::string template_override;     // the request's chat_template ("" = none)
+  std::string server_template;       // --chat-template: a file or the template text ("" = none)
+  nlohmann::ordered_json tools;      // null = none
+  nlohmann::ordered_json documents;  // null = none
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
 };
 

@@ -62,14 +62,18 @@ std::vector<PreparedPrompt> prompts_from_json(const json& prompt, const Tokenize
         } else if (e.is_array() && !e.empty()) {
           from_ids(e);
         } else {
-          throw HttpError(400, "'prompt' must be a string, a list of strings, a list of token ids or a list of "
-                               "lists of token ids", "prompt");
+          throw HttpError(400,
+                          "'prompt' must be a string, a list of strings, a list of token ids or a list of "
+                          "lists of token ids",
+                          "prompt");
         }
       }
     }
   } else {
-    throw HttpError(400, "'prompt' must be a non-empty string, list of strings, list of token ids or list of lists "
-                         "of token ids", "prompt");
+    throw HttpError(400,
+                    "'prompt' must be a non-empty string, list of strings, list of token ids or list of lists "
+                    "of token ids",
+                    "prompt");
   }
   for (const auto& p : out) {
     if (p.ids.empty()) throw HttpError(400, "'prompt' is empty after tokenization", "prompt");

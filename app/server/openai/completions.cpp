@@ -20,11 +20,13 @@ struct Choice {
   std::vector<PositionLogprobs> logprobs;
   std::optional<std::string> finish_reason;
   std::optional<std::string> stop_reason;
-  size_t offset = 0;       // text_offset of the next token
-  bool started = false;    // echo sent
+  size_t offset = 0;     // text_offset of the next token
+  bool started = false;  // echo sent
 };
 
-json opt_json(const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); }
+json opt_json(const std::optional<std::string>& s) {
+  return s ? json(*s) : json(nullptr);
+}
 
 // stop_reason: Aphrodite sends a stop token id as a number.
 json stop_reason_json(const std::optional<std::string>& s) {

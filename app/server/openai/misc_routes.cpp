@@ -1,11 +1,11 @@
 // The OpenAI-side routes other than generation: models, tokenize/detokenize, health, version,
 // service info, metrics, and the admin routes that load and unload the model.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 
 #include "app/server/errors.h"
 #include "app/server/openai/common.h"
@@ -38,19 +38,18 @@ json model_cards(ServerContext& ctx) {
                     {"root", name},
                     {"parent", nullptr},
                     {"max_model_len", info.max_model_len},
-                    {"permission",
-                     json::array({{{"id", "modelperm-" + name},
-                                   {"object", "model_permission"},
-                                   {"created", created},
-                                   {"allow_create_engine", false},
-                                   {"allow_sampling", true},
-                                   {"allow_logprobs", true},
-                                   {"allow_search_indices", false},
-                                   {"allow_view", true},
-                                   {"allow_fine_tuning", false},
-                                   {"organization", "*"},
-                                   {"group", nullptr},
-                                   {"is_blocking", false}}})}});
+                    {"permission", json::array({{{"id", "modelperm-" + name},
+                                                 {"object", "model_permission"},
+                                                 {"created", created},
+                                                 {"allow_create_engine", false},
+                                                 {"allow_sampling", true},
+                                                 {"allow_logprobs", true},
+                                                 {"allow_search_indices", false},
+                                                 {"allow_view", true},
+                                                 {"allow_fine_tuning", false},
+                                                 {"organization", "*"},
+                                                 {"group", nullptr},
+                                                 {"is_blocking", false}}})}});
   }
   return data;
 }
@@ -179,11 +178,7 @@ void register_openai_routes(Router& r) {
     send_json(res, 200,
               {{"version", 0.2},
                {"software",
-                {{"name", "Cypris"},
-                 {"version", CYPRIS_VERSION},
-                 {"repository", ""},
-                 {"homepage", ""},
-                 {"logo", ""}}},
+                {{"name", "Cypris"}, {"version", CYPRIS_VERSION}, {"repository", ""}, {"homepage", ""}, {"logo", ""}}},
                {"api", api}});
   });
   r.get("/metrics", [&ctx](const httplib::Request&, httplib::Response& res) {
@@ -219,9 +214,8 @@ void register_openai_routes(Router& r) {
     send_json(res, 200, {{"status", "success"}, {"message", "model " + cfg.model.model + " loaded"}});
   });
   auto not_yet = [](const std::string& what) {
-    return [what](const httplib::Request&, httplib::Response&) {
-      throw HttpError(501, what + " is not supported yet");
-    };
+    return
+        [what](const httplib::Request&, httplib::Response&) { throw HttpError(501, what + " is not supported yet"); };
   };
   r.post("/v1/lora/load", not_yet("LoRA loading"));
   r.del("/v1/lora/unload", not_yet("LoRA unloading"));

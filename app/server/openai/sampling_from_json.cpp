@@ -130,7 +130,8 @@ void parse_sampler_order(SamplingParams& p, const std::string& field, const json
 
 }  // namespace
 
-SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defaults, const std::set<std::string>& skip) {
+SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defaults,
+                                  const std::set<std::string>& skip) {
   SamplingParams p;
   p.max_tokens = defaults.max_tokens;
   p.temperature = defaults.temperature;
@@ -194,8 +195,7 @@ SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defa
             try {
               list = json::parse(s);
             } catch (const json::parse_error&) {
-              throw HttpError(400, "'dry_sequence_breakers' must be a list of strings or a JSON string of one",
-                              used);
+              throw HttpError(400, "'dry_sequence_breakers' must be a list of strings or a JSON string of one", used);
             }
           }
           p.dry_sequence_breakers = as_string_list(used, list, false);
@@ -248,7 +248,8 @@ SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defa
 }
 
 void reject_guided_decoding(const json& body) {
-  for (const char* k : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "grammar_string"}) {
+  for (const char* k :
+       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "grammar_string"}) {
     auto it = body.find(k);
     if (it != body.end() && !is_falsy(*it)) {
       throw HttpError(400, fmt::format("'{}': guided decoding is not supported yet", k), std::string(k));

@@ -1,10 +1,11 @@
 // `cypris bench serving` against the in-process server and fake engine: every request completes
 // and the token counts add up (the fake engine generates exactly max_tokens).
+#include "app/cli/bench_serving.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-#include "app/cli/bench_serving.h"
 #include "app/cli/commands.h"
 #include "engine/common/error.h"
 #include "engine/core/sampling_params.h"

@@ -9,11 +9,12 @@ using namespace cypris::test;
 using nlohmann::json;
 
 TEST(HttpErrors, TableOfBadInputs) {
-  TestServer s([](EngineConfig&) {}, [] {
-    fake::FakeEngineOptions o;
-    o.max_model_len = 64;
-    return o;
-  }());
+  TestServer s([](EngineConfig&) {},
+               [] {
+                 fake::FakeEngineOptions o;
+                 o.max_model_len = 64;
+                 return o;
+               }());
   struct Case {
     const char* path;
     std::string body;
@@ -37,11 +38,11 @@ TEST(HttpErrors, TableOfBadInputs) {
       {"/v1/completions", R"({"prompt":"a","stop":["x",""]})", 400, "stop"},
       {"/v1/completions", R"({"prompt":"a","logprobs":50})", 400, "logprobs"},
       {"/v1/completions", R"({"prompt":"a","guided_regex":"[a-z]+"})", 400, "guided_regex"},
-      {"/v1/completions", R"({"prompt":"a","max_tokens":100})", 400, "This model's maximum context length is 64 tokens"},
+      {"/v1/completions", R"({"prompt":"a","max_tokens":100})", 400,
+       "This model's maximum context length is 64 tokens"},
       {"/v1/chat/completions", R"({"messages":"hi"})", 400, "'messages' must be"},
       {"/v1/chat/completions", R"({"messages":[{"content":"x"}]})", 400, "messages[0].role"},
-      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", 400,
-       "top_logprobs"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":3})", 400, "top_logprobs"},
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":1000})", 400,
        "maximum context length"},
       {"/v1/tokenize", R"({"prompt":3})", 400, "'prompt' must be a string"},

@@ -57,7 +57,8 @@ TEST(KoboldRoutes, CheckAndAbortByGenkey) {
   TestServer s([](EngineConfig&) {}, o);
   Reply gen;
   std::thread t([&] {
-    gen = post_json(s, "/api/v1/generate", R"({"prompt":"x","max_length":400,"max_context_length":500,"genkey":"KCPP42"})");
+    gen = post_json(s, "/api/v1/generate",
+                    R"({"prompt":"x","max_length":400,"max_context_length":500,"genkey":"KCPP42"})");
   });
   // Wait until it is generating, then read the partial text and abort it.
   std::string partial;
@@ -82,8 +83,10 @@ TEST(KoboldRoutes, AbortWithoutGenkeyStopsThisClientsGeneration) {
   o.token_delay = std::chrono::milliseconds(2);
   TestServer s([](EngineConfig&) {}, o);
   StreamReply st;
-  std::thread t([&] { st = post_stream(s, "/api/extra/generate/stream", R"({"prompt":"x","max_length":400,
-                                                                          "max_context_length":500})"); });
+  std::thread t([&] {
+    st = post_stream(s, "/api/extra/generate/stream", R"({"prompt":"x","max_length":400,
+                                                                          "max_context_length":500})");
+  });
   // SillyTavern's abort: an empty body from the same client address.
   bool aborted = false;
   for (int i = 0; i < 500 && !aborted; ++i) {

@@ -170,11 +170,12 @@ TEST(OpenAiRoutes, ChatNonStreaming) {
 }
 
 TEST(OpenAiRoutes, ChatWithoutMaxTokensUsesTheRestOfTheContext) {
-  TestServer s([](EngineConfig&) {}, [] {
-    fake::FakeEngineOptions o;
-    o.max_model_len = 40;
-    return o;
-  }());
+  TestServer s([](EngineConfig&) {},
+               [] {
+                 fake::FakeEngineOptions o;
+                 o.max_model_len = 40;
+                 return o;
+               }());
   auto r = post_json(s, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}]})");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.json["usage"]["prompt_tokens"].get<int>() + r.json["usage"]["completion_tokens"].get<int>(), 40);
@@ -206,8 +207,9 @@ TEST(OpenAiRoutes, ChatStreamingRoleChunkThenContentThenDone) {
 
 TEST(OpenAiRoutes, ChatLogprobs) {
   TestServer s;
-  auto r = post_json(s, "/v1/chat/completions",
-                     R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"logprobs":true,"top_logprobs":2})");
+  auto r =
+      post_json(s, "/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"logprobs":true,"top_logprobs":2})");
   ASSERT_EQ(r.status, 200) << r.body;
   const json& c = r.json["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(c.size(), 2u);
@@ -257,19 +259,18 @@ TEST(OpenAiRoutes, HealthVersionServiceInfoMetrics) {
   EXPECT_NE(m.body.find("aphrodite:num_requests_running{model_name=\"fake-model\"}"), std::string::npos);
   EXPECT_NE(m.body.find("aphrodite:gpu_cache_usage_perc{model_name=\"fake-model\"} 0.25"), std::string::npos);
   EXPECT_NE(m.body.find("aphrodite:generation_tokens_total{model_name=\"fake-model\"} 3"), std::string::npos);
-  EXPECT_NE(m.body.find("aphrodite:time_to_first_token_seconds_count{model_name=\"fake-model\"} 1"),
-            std::string::npos);
+  EXPECT_NE(m.body.find("aphrodite:time_to_first_token_seconds_count{model_name=\"fake-model\"} 1"), std::string::npos);
   EXPECT_NE(m.body.find("aphrodite:time_per_output_token_seconds_count{model_name=\"fake-model\"} 2"),
             std::string::npos);
-  EXPECT_NE(m.body.find("aphrodite:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1"),
-            std::string::npos);
+  EXPECT_NE(m.body.find("aphrodite:e2e_request_latency_seconds_count{model_name=\"fake-model\"} 1"), std::string::npos);
 }
 
 TEST(OpenAiRoutes, ChatTemplateSelection) {
   // No template in the tokenizer: ChatML.
   TestServer s;
-  ASSERT_EQ(post_json(s, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1})")
-                .status, 200);
+  ASSERT_EQ(
+      post_json(s, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1})").status,
+      200);
   EXPECT_EQ(s.engine->submitted().back().prompt, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   // The request's chat_template wins; text parts are joined.
   auto r = post_json(s, "/v1/chat/completions", R"({"messages":[{"role":"user","content":[{"type":"text","text":"A"},
@@ -283,8 +284,10 @@ TEST(OpenAiRoutes, ChatTemplateSelection) {
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("roles must alternate"), std::string::npos) << r.body;
   // --chat-template (the text itself) applies to every request.
-  TestServer t([](EngineConfig& c) { c.server.chat_template = "{% for m in messages %}<{{ m.content }}>{% endfor %}"; });
-  ASSERT_EQ(post_json(t, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1})")
-                .status, 200);
+  TestServer t(
+      [](EngineConfig& c) { c.server.chat_template = "{% for m in messages %}<{{ m.content }}>{% endfor %}"; });
+  ASSERT_EQ(
+      post_json(t, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":1})").status,
+      200);
   EXPECT_EQ(t.engine->submitted().back().prompt, "<Hi>");
 }

@@ -61,8 +61,7 @@ TEST(RealTokenizer, ChatUsesTheModelsTemplate) {
     EXPECT_EQ(s.engine->submitted().back().prompt, c["expected"].get<std::string>()) << c["name"];
     // /v1/tokenize with messages counts the same prompt.
     auto t = post_json(s, "/v1/tokenize", body.dump());
-    EXPECT_EQ(t.json["tokens"].get<std::vector<int32_t>>(), s.engine->submitted().back().prompt_token_ids)
-        << c["name"];
+    EXPECT_EQ(t.json["tokens"].get<std::vector<int32_t>>(), s.engine->submitted().back().prompt_token_ids) << c["name"];
     ++checked;
   }
   EXPECT_GE(checked, 5);

@@ -1,15 +1,16 @@
 // serve_forever in a child process: it serves until SIGTERM, then exits 0; a port it cannot bind
 // is exit code 1.
-#include <gtest/gtest.h>
+#include "app/server/serve_main.h"
 
-#include <csignal>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <thread>
 #include <unistd.h>
 
-#include "app/server/serve_main.h"
+#include <csignal>
+#include <thread>
+
 #include "tests/integration/server/server_fixture.h"
 
 using namespace cypris;

@@ -13,12 +13,15 @@ using nlohmann::json;
 TEST(Streaming, ThirtyTwoConcurrentClientsMatchTheirSoloRuns) {
   TestServer s;
   auto body = [](int i) {
-    return json{{"prompt", "client " + std::to_string(i)}, {"max_tokens", 8 + i % 5}, {"n", 1 + i % 2},
-                {"stream", true}}.dump();
+    return json{
+        {"prompt", "client " + std::to_string(i)}, {"max_tokens", 8 + i % 5}, {"n", 1 + i % 2}, {"stream", true}}
+        .dump();
   };
   auto chat_body = [](int i) {
     return json{{"messages", {{{"role", "user"}, {"content", "hi " + std::to_string(i)}}}},
-                {"max_tokens", 6 + i % 3}, {"stream", true}}.dump();
+                {"max_tokens", 6 + i % 3},
+                {"stream", true}}
+        .dump();
   };
   auto path = [](int i) { return i % 4 == 3 ? "/v1/chat/completions" : "/v1/completions"; };
   auto run = [&](int i) {

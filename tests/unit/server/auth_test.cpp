@@ -38,7 +38,7 @@ TEST(Auth, RouteLevels) {
 
 TEST(Auth, Decisions) {
   AuthConfig none;
-  EXPECT_EQ(check_auth(AuthLevel::User, std::nullopt, none), AuthResult::Ok);  // no keys: open server
+  EXPECT_EQ(check_auth(AuthLevel::User, std::nullopt, none), AuthResult::Ok);          // no keys: open server
   EXPECT_EQ(check_auth(AuthLevel::Admin, std::nullopt, none), AuthResult::Forbidden);  // but never admin
 
   AuthConfig cfg;

@@ -14,7 +14,8 @@ TEST(KoboldMapping, SillyTavernClassicBody) {
     "max_length":200,"rep_pen":1.1,"rep_pen_range":1024,"rep_pen_slope":0.9,"temperature":0.7,"tfs":1,"top_a":0,
     "top_k":0,"top_p":0.9,"min_p":0.05,"typical":1,"sampler_order":[6,0,1,3,4,2,5],"singleline":false,
     "use_default_badwordsids":true,"mirostat":0,"grammar":"","stop_sequence":["\nUser:"],"sampler_seed":7,
-    "eps_cutoff":3,"genkey":"KCPP1234"})"), 256, 4096);
+    "eps_cutoff":3,"genkey":"KCPP1234"})"),
+                                    256, 4096);
   EXPECT_EQ(r.prompt, "Hi");
   EXPECT_EQ(r.genkey, "KCPP1234");
   EXPECT_EQ(r.max_context_length, 8192);
@@ -36,8 +37,9 @@ TEST(KoboldMapping, SillyTavernClassicBody) {
 
 TEST(KoboldMapping, GreedyTfsFloorAndDefaults) {
   auto r = kobold_request_from_json(json::parse(R"({"prompt":"x","temperature":0,"n":3,"top_p":0.5,"top_k":40,
-                                                    "tfs":0})"), 80, 2048);
-  EXPECT_EQ(r.max_length, 80);  // --max-length
+                                                    "tfs":0})"),
+                                    80, 2048);
+  EXPECT_EQ(r.max_length, 80);            // --max-length
   EXPECT_EQ(r.max_context_length, 2048);  // the model's
   EXPECT_FLOAT_EQ(r.params.temperature, 0.0f);
   EXPECT_EQ(r.params.n, 1);

@@ -9,7 +9,9 @@ using namespace cypris::server;
 using nlohmann::json;
 
 namespace {
-SamplingParams parse(const std::string& body, SamplingDefaults d = {}) { return sampling_from_json(json::parse(body), d); }
+SamplingParams parse(const std::string& body, SamplingDefaults d = {}) {
+  return sampling_from_json(json::parse(body), d);
+}
 
 // Runs f and returns the HttpError's message ("" when nothing was thrown).
 template <typename F>
@@ -101,8 +103,8 @@ TEST(SamplingFromJson, WrongTypesName400TheField) {
 }
 
 TEST(SamplingFromJson, GuidedDecodingFalsyIgnoredTruthyRejected) {
-  EXPECT_NO_THROW(reject_guided_decoding(json::parse(
-      R"({"guided_json":{},"guided_grammar":"","guided_regex":null,"response_format":{"type":"text"}})")));
+  EXPECT_NO_THROW(reject_guided_decoding(
+      json::parse(R"({"guided_json":{},"guided_grammar":"","guided_regex":null,"response_format":{"type":"text"}})")));
   std::string msg = error_of([] { reject_guided_decoding(json::parse(R"({"guided_regex":"a+"})")); });
   EXPECT_NE(msg.find("guided_regex"), std::string::npos);
   msg = error_of([] { reject_guided_decoding(json::parse(R"({"response_format":{"type":"json_object"}})")); });

@@ -19,8 +19,8 @@ TEST(Sse, KoboldEventFrame) {
 
 TEST(SseParser, ReassemblesEventsSplitAcrossChunks) {
   SseParser p;
-  std::string stream = sse_event("message", "{\"token\":\"hi\"}") + sse_data("a\nb") + ": keepalive\n\n" +
-                       std::string(kSseDone);
+  std::string stream =
+      sse_event("message", "{\"token\":\"hi\"}") + sse_data("a\nb") + ": keepalive\n\n" + std::string(kSseDone);
   std::vector<SseEvent> all;
   for (size_t i = 0; i < stream.size(); i += 3) {  // 3-byte pieces split every line somewhere
     for (auto& e : p.feed(std::string_view(stream).substr(i, 3))) all.push_back(e);
