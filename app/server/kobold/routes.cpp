@@ -17,6 +17,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int kMaxN = 128;  // SamplingParams allows n <= 128
+
 // Kobold clients read detail.msg; OpenAI-style clients error.message. Send both.
 Handler kobold_errors(Handler h) {
   return [h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
@@ -129,6 +131,7 @@ void register_kobold_routes(Router& r) {
       }
       int64_t new_tokens = 0;
       for (auto& d : out->outputs) {
+        if (d.index < 0 || d.index >= kMaxN) continue;
         if (texts.size() <= size_t(d.index)) texts.resize(size_t(d.index) + 1);
         texts[size_t(d.index)] += d.text;
         if (d.index == 0) ctx.kobold.append(job.genkey, d.text);

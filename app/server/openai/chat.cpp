@@ -124,6 +124,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
       }
       int64_t new_tokens = 0;
       for (auto& d : out->outputs) {
+        if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
         ChatChoice& c = (*choices)[size_t(d.index)];
         c.text += d.text;
         c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
@@ -211,6 +212,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
           }
           int64_t new_tokens = 0;
           for (auto& d : out->outputs) {
+            if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
             new_tokens += static_cast<int64_t>(d.token_ids.size());
             if (d.text.empty() && !d.finish_reason && d.logprobs.empty()) continue;
             json delta = json::object();

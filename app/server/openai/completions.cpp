@@ -99,6 +99,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
       if (!out.prompt_logprobs.empty()) prompt_lps[si] = out.prompt_logprobs;
       int64_t new_tokens = 0;
       for (auto& d : out.outputs) {
+        if (d.index < 0 || d.index >= n) continue;  // not one of ours: never index out of range
         Choice& c = (*choices)[si * size_t(n) + size_t(d.index)];
         c.text += d.text;
         c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
@@ -204,6 +205,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
           }
           int64_t new_tokens = 0;
           for (auto& d : out.outputs) {
+            if (d.index < 0 || d.index >= n) continue;
             const size_t ci = si * size_t(n) + size_t(d.index);
             Choice& ch = (*choices)[ci];
             std::string text = d.text;
