@@ -15,10 +15,7 @@ int run_bench(const Args& args) {
   const Args rest(args.begin() + 1, args.end());
   if (sub == "latency") return run_bench_latency(rest);
   if (sub == "throughput") return run_bench_throughput(rest);
-  if (sub == "serving") {
-    std::fprintf(stderr, "cypris bench %s: not supported yet\n", sub.c_str());
-    return 2;
-  }
+  if (sub == "serving") return run_bench_serving(rest);
   std::fprintf(stderr, "cypris bench: unknown benchmark '%s'; choose latency, throughput or serving\n", sub.c_str());
   return 2;
 }

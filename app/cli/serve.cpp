@@ -1,7 +1,10 @@
-// cypris --no-ui [engine flags]: headless serving.
+// cypris --no-ui [engine flags]: load the model and serve the OpenAI and KoboldAI APIs until
+// SIGINT/SIGTERM.
 #include <cstdio>
 
 #include "app/cli/options_cli.h"
+#include "app/server/serve_main.h"
+#include "engine/core/async_engine.h"
 
 namespace cypris::cli {
 
@@ -14,8 +17,9 @@ int run_serve(const Args& args) {
     std::fprintf(stderr, "cypris: error: --model is required with --no-ui (a local folder or a Hugging Face repo id)\n");
     return 2;
   }
-  std::fprintf(stderr, "cypris: error: the HTTP server is not supported yet in this build\n");
-  return 2;
+  return serve_forever(ctx->cfg, [](const EngineConfig& cfg) -> std::shared_ptr<EngineClient> {
+    return std::make_shared<AsyncEngine>(cfg);
+  });
 }
 
 }  // namespace cypris::cli

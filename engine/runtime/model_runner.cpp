@@ -22,7 +22,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
   ranks_.resize(static_cast<size_t>(tp));
-  const Device device = resolve_device(options.device);
+  const Device device = resolve_device(options.device) == "cuda" ? Device::Cuda : Device::Cpu;
   if (tp == 1) {
     build_rank(options, cfg, 0, options.threads);
   } else {

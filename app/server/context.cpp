@@ -1,0 +1,169 @@
+#include "app/server/context.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+#include "app/server/errors.h"
+
+namespace cypris::server {
+
+void KoboldRegistry::add(const std::string& genkey, std::shared_ptr<RequestStream> stream, const std::string& client) {
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_[genkey] = Entry{std::move(stream), "", client};
+}
+
+void KoboldRegistry::append(const std::string& genkey, const std::string& text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(genkey);
+  if (it != entries_.end()) it->second.text += text;
+}
+
+void KoboldRegistry::remove(const std::string& genkey) {
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_.erase(genkey);
+}
+
+bool KoboldRegistry::contains(const std::string& genkey) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.count(genkey) > 0;
+}
+
+std::optional<std::string> KoboldRegistry::partial(const std::string& genkey) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(genkey);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.text;
+}
+
+int KoboldRegistry::abort(const std::string& genkey) {
+  std::shared_ptr<RequestStream> s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(genkey);
+    if (it == entries_.end()) return 0;
+    s = it->second.stream;
+  }
+  s->cancel();  // outside the lock: cancel calls into the engine
+  return 1;
+}
+
+int KoboldRegistry::abort_client(const std::string& client) {
+  std::vector<std::shared_ptr<RequestStream>> hits;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [k, e] : entries_) {
+      if (e.client == client) hits.push_back(e.stream);
+    }
+  }
+  for (auto& s : hits) s->cancel();
+  return static_cast<int>(hits.size());
+}
+
+ServerContext::ServerContext(EngineConfig cfg, EngineFactory factory, std::shared_ptr<EngineClient> engine)
+    : cfg_(std::move(cfg)), factory_(std::move(factory)), engine_(std::move(engine)) {
+  std::random_device rd;
+  next_id_ = (uint64_t(rd()) << 20) & 0xfffffff00000ull;  // distinct ids across restarts
+}
+
+std::shared_ptr<EngineClient> ServerContext::engine() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_;
+}
+
+std::shared_ptr<EngineClient> ServerContext::require_engine() const {
+  auto e = engine();
+  if (!e) throw HttpError(503, "No model is loaded; load one with POST /v1/model/load");
+  return e;
+}
+
+void ServerContext::set_engine(std::shared_ptr<EngineClient> e, std::optional<EngineConfig> cfg) {
+  std::shared_ptr<EngineClient> old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    old = std::move(engine_);
+    engine_ = std::move(e);
+    if (cfg) cfg_.model = cfg->model;  // server options stay: the listening socket does not change
+  }
+  old.reset();  // the old engine goes away here (or when its last in-flight request ends)
+}
+
+EngineConfig ServerContext::engine_config() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cfg_;
+}
+
+std::vector<std::string> ServerContext::served_names() const {
+  std::shared_ptr<EngineClient> e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!cfg_.model.served_model_name.empty()) return cfg_.model.served_model_name;
+    e = engine_;
+    if (!e) return {cfg_.model.model.empty() ? std::string("none") : cfg_.model.model};
+  }
+  ModelInfo info = e->model_info();
+  if (!info.served_names.empty()) return info.served_names;
+  return {info.model.empty() ? std::string("none") : info.model};
+}
+
+std::string ServerContext::new_id(const std::string& prefix) {
+  return fmt::format("{}-{:x}", prefix, next_id_.fetch_add(1));
+}
+
+void ServerContext::track(const std::shared_ptr<RequestStream>& s) {
+  bool cancel = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_.insert(s);
+    cancel = stopping_;
+  }
+  if (cancel) s->cancel();
+}
+
+void ServerContext::untrack(const std::shared_ptr<RequestStream>& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_.erase(s);
+}
+
+void ServerContext::cancel_all() {
+  std::vector<std::shared_ptr<RequestStream>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all.assign(active_.begin(), active_.end());
+  }
+  for (auto& s : all) s->cancel();
+}
+
+std::optional<std::pair<size_t, RequestOutput>> StreamSet::next(std::chrono::milliseconds timeout) {
+  const size_t n = streams_.size();
+  for (size_t k = 0; k < n; ++k) {
+    size_t i = (rr_ + k) % n;
+    if (streams_[i]->done()) continue;
+    if (auto out = streams_[i]->next(std::chrono::milliseconds(0))) {
+      rr_ = (i + 1) % n;
+      return std::make_pair(i, std::move(*out));
+    }
+  }
+  // Nothing ready: wait on the first unfinished stream (the common case is a single stream).
+  for (size_t i = 0; i < n; ++i) {
+    if (streams_[i]->done()) continue;
+    if (auto out = streams_[i]->next(timeout)) return std::make_pair(i, std::move(*out));
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+bool StreamSet::all_done() const {
+  for (auto& s : streams_) {
+    if (!s->done()) return false;
+  }
+  return true;
+}
+
+void StreamSet::cancel_all() {
+  for (auto& s : streams_) {
+    if (!s->done()) s->cancel();
+  }
+}
+
+}  // namespace cypris::server

@@ -1,0 +1,253 @@
+// POST /v1/chat/completions: chat messages rendered with the chat template, then generated like a
+// completion; streaming sends a role chunk per choice, content deltas, and a final chunk with
+// finish_reason, then data: [DONE].
+#include <fmt/format.h>
+
+#include "app/server/errors.h"
+#include "app/server/openai/chat_prompt.h"
+#include "app/server/openai/common.h"
+#include "app/server/openai/routes.h"
+#include "app/server/openai/sampling_from_json.h"
+#include "app/server/router.h"
+#include "app/server/sse.h"
+
+namespace cypris::server {
+
+using nlohmann::json;
+
+namespace {
+
+json opt_json(const std::optional<std::string>& s) {
+  return s ? json(*s) : json(nullptr);
+}
+
+struct ChatChoice {
+  std::string text;
+  std::vector<PositionLogprobs> logprobs;
+  std::optional<std::string> finish_reason, stop_reason;
+  bool role_sent = false;
+};
+
+}  // namespace
+
+// Renders the prompt of a chat request (shared with /v1/tokenize). raw is the body text: the
+// messages and tools are read again in the client's key order.
+std::string chat_prompt_of(const json& body, const std::string& raw, const Tokenizer* tok, const ServerContext& ctx,
+                           bool default_gen_prompt) {
+  if (!body.contains("messages")) throw HttpError(400, "'messages' is required", "messages");
+  const nlohmann::ordered_json ob = nlohmann::ordered_json::parse(raw, nullptr, false);
+  if (ob.is_discarded() || !ob.is_object()) throw HttpError(400, "request body must be a JSON object");
+  ChatPromptInputs in;
+  in.add_generation_prompt = get_bool(body, "add_generation_prompt", default_gen_prompt);
+  in.template_override = get_string(body, "chat_template", "");
+  in.server_template = ctx.cfg().server.chat_template.value_or("");
+  if (auto it = ob.find("tools"); it != ob.end() && it->is_array()) in.tools = *it;
+  if (auto it = ob.find("documents"); it != ob.end() && it->is_array()) in.documents = *it;
+  if (auto it = ob.find("chat_template_kwargs"); it != ob.end() && !it->is_null()) {
+    if (!it->is_object()) throw HttpError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+    in.template_kwargs = *it;
+  }
+  return render_chat_prompt(ob["messages"], tok, in);
+}
+
+void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_json_body(req);
+  reject_guided_decoding(body);
+  auto engine = ctx.require_engine();
+  const Tokenizer* tok = engine->tokenizer();
+  const std::string prompt_text = chat_prompt_of(body, req.body, tok, ctx, true);
+
+  // logprobs is a bool here; top_logprobs says how many alternatives.
+  SamplingParams params = sampling_from_json(body, SamplingDefaults{std::nullopt, 0.7f}, {"logprobs"});
+  const bool want_logprobs = get_bool(body, "logprobs", false);
+  const int64_t top_logprobs = get_int(body, "top_logprobs", 0);
+  if (top_logprobs < 0 || top_logprobs > 20) {
+    throw HttpError(400, fmt::format("'top_logprobs' must be in [0, 20], got {}", top_logprobs), "top_logprobs");
+  }
+  if (top_logprobs > 0 && !want_logprobs) {
+    throw HttpError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  }
+  if (want_logprobs) params.logprobs = static_cast<int>(top_logprobs);
+  const bool stream = get_bool(body, "stream", false);
+  const bool include_usage = stream_include_usage(body);
+  const bool add_special = get_bool(body, "add_special_tokens", false);  // the template writes BOS itself
+  const bool echo = get_bool(body, "echo", false);
+
+  PreparedPrompt prompt;
+  prompt.text = prompt_text;
+  prompt.ids = encode_text(tok, prompt_text, add_special);
+  if (params.truncate_prompt_tokens && prompt.ids.size() > size_t(*params.truncate_prompt_tokens)) {
+    prompt.ids.erase(prompt.ids.begin(), prompt.ids.end() - *params.truncate_prompt_tokens);
+  }
+  const int64_t max_len = engine->model_info().max_model_len;
+  if (!params.max_tokens && max_len > 0) {
+    // No max_tokens: the rest of the context (at least one token so the length error names the prompt).
+    params.max_tokens = static_cast<int>(std::max<int64_t>(1, max_len - static_cast<int64_t>(prompt.ids.size())));
+  }
+  finish_params(params, ctx, *engine);
+  const int n = params.n;
+
+  // echo: the last message's content when it is the assistant's (continuing a reply).
+  std::string echo_text;
+  const std::string role = ctx.cfg().server.response_role;
+  if (echo) {
+    const json& last = body["messages"].back();
+    if (last.value("role", std::string()) == role && last.contains("content")) {
+      echo_text = message_text(last["content"], body["messages"].size() - 1);
+    }
+  }
+
+  const std::string id = ctx.new_id("chatcmpl");
+  const int64_t created = unix_time_now();
+  const std::string model = ctx.served_name();
+  auto sub = std::make_shared<Submitted>(
+      submit_prompts(ctx, *engine, id, {prompt}, std::make_shared<const SamplingParams>(std::move(params))));
+  auto choices = std::make_shared<std::vector<ChatChoice>>(static_cast<size_t>(n));
+  const int top_n = static_cast<int>(top_logprobs);
+
+  if (!stream) {
+    auto alive = connection_probe(req);
+    RequestTimer timer(&ctx.metrics);
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+    std::optional<std::string> error;
+    auto& s = sub->streams.front();
+    while (!s->done()) {
+      auto out = s->next(kPollInterval);
+      if (!out) {
+        if (ctx.stopping() || !alive()) s->cancel();  // nobody to answer: stop generating
+        continue;
+      }
+      if (out->error) {
+        error = out->error;
+        timer.finish("error");
+        break;
+      }
+      int64_t new_tokens = 0;
+      for (auto& d : out->outputs) {
+        if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
+        ChatChoice& c = (*choices)[size_t(d.index)];
+        c.text += d.text;
+        c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+        if (d.finish_reason) c.finish_reason = d.finish_reason;
+        if (d.stop_reason) c.stop_reason = d.stop_reason;
+        new_tokens += static_cast<int64_t>(d.token_ids.size());
+      }
+      timer.on_tokens(new_tokens);
+      if (out->finished) {
+        prompt_tokens = out->num_prompt_tokens;
+        completion_tokens = out->num_generated_tokens;
+        timer.finish((*choices)[0].finish_reason.value_or("stop"));
+      }
+    }
+    untrack_all(ctx, *sub);
+    if (error) throw HttpError(500, *error);
+    json jc = json::array();
+    for (size_t i = 0; i < choices->size(); ++i) {
+      ChatChoice& c = (*choices)[i];
+      json lp = nullptr;
+      if (want_logprobs) lp = {{"content", chat_logprobs_content(tok, c.logprobs, top_n)}};
+      jc.push_back({{"index", i},
+                    {"message", {{"role", role}, {"content", echo_text + c.text}, {"tool_calls", json::array()}}},
+                    {"logprobs", lp},
+                    {"finish_reason", opt_json(c.finish_reason)},
+                    {"stop_reason", opt_json(c.stop_reason)}});
+    }
+    send_json(res, 200,
+              {{"id", id},
+               {"object", "chat.completion"},
+               {"created", created},
+               {"model", model},
+               {"choices", jc},
+               {"usage",
+                {{"prompt_tokens", prompt_tokens},
+                 {"completion_tokens", completion_tokens},
+                 {"total_tokens", prompt_tokens + completion_tokens}}}});
+    return;
+  }
+
+  ServerContext* c = &ctx;
+  start_event_stream(
+      req, res,
+      [c, sub, choices, want_logprobs, top_n, include_usage, id, created, model, tok, engine, role,
+       echo_text](const SseWrite& write) {
+        auto& s = sub->streams.front();
+        RequestTimer timer(&c->metrics);
+        auto chunk = [&](json choices_json, json usage) {
+          json j = {{"id", id},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created},
+                    {"model", model},
+                    {"choices", std::move(choices_json)}};
+          if (!usage.is_null()) j["usage"] = std::move(usage);
+          return sse_data(dump_json(j));
+        };
+        // The role chunk of every choice first, as OpenAI does.
+        for (size_t i = 0; i < choices->size(); ++i) {
+          json delta = {{"role", role}};
+          if (!echo_text.empty()) delta["content"] = echo_text;
+          (*choices)[i].role_sent = true;
+          if (!write(chunk(
+                  json::array({{{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}}),
+                  nullptr))) {
+            s->cancel();
+            return;
+          }
+        }
+        int64_t prompt_tokens = 0, completion_tokens = 0;
+        while (!s->done()) {
+          if (c->stopping()) s->cancel();
+          auto out = s->next(kPollInterval);
+          if (!out) {
+            if (!write("")) {
+              s->cancel();
+              return;
+            }
+            continue;
+          }
+          if (out->error) {
+            timer.finish("error");
+            write(sse_data("{\"error\":" + error_object(500, *out->error) + "}"));
+            write(std::string(kSseDone));
+            return;
+          }
+          int64_t new_tokens = 0;
+          for (auto& d : out->outputs) {
+            if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
+            new_tokens += static_cast<int64_t>(d.token_ids.size());
+            if (d.text.empty() && !d.finish_reason && d.logprobs.empty()) continue;
+            json delta = json::object();
+            if (!d.text.empty() || !d.finish_reason) delta["content"] = d.text;
+            json lp = nullptr;
+            if (want_logprobs) lp = {{"content", chat_logprobs_content(tok, d.logprobs, top_n)}};
+            json one = {
+                {"index", d.index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", opt_json(d.finish_reason)}};
+            if (d.finish_reason) one["stop_reason"] = opt_json(d.stop_reason);
+            if (d.finish_reason) (*choices)[size_t(d.index)].finish_reason = d.finish_reason;
+            if (!write(chunk(json::array({one}), nullptr))) {
+              s->cancel();
+              return;
+            }
+          }
+          timer.on_tokens(new_tokens);
+          if (out->finished) {
+            prompt_tokens = out->num_prompt_tokens;
+            completion_tokens = out->num_generated_tokens;
+            timer.finish((*choices)[0].finish_reason.value_or("stop"));
+          }
+        }
+        if (include_usage) {
+          write(chunk(json::array(), {{"prompt_tokens", prompt_tokens},
+                                      {"completion_tokens", completion_tokens},
+                                      {"total_tokens", prompt_tokens + completion_tokens}}));
+        }
+        write(std::string(kSseDone));
+      },
+      [c, sub] {
+        for (auto& s : sub->streams) {
+          if (!s->done()) s->cancel();
+        }
+        untrack_all(*c, *sub);
+      });
+}
+
+}  // namespace cypris::server

@@ -1,0 +1,31 @@
+// Renders chat messages into the prompt text for /v1/chat/completions and /v1/tokenize.
+// Template choice: the request's chat_template, else --chat-template, else the tokenizer's
+// default template; a model without one gets ChatML.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/tokenizer/tokenizer.h"
+
+namespace cypris::server {
+
+struct ChatPromptInputs {
+  bool add_generation_prompt = true;
+  std::string template_override;     // the request's chat_template ("" = none)
+  std::string server_template;       // --chat-template: a file or the template text ("" = none)
+  nlohmann::ordered_json tools;      // null = none
+  nlohmann::ordered_json documents;  // null = none
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
+};
+
+// Checks the messages (HttpError 400 naming messages[i]) and renders them; a template that fails
+// (raise_exception, runaway) is HttpError 400 with the template's message. Messages are
+// ordered_json so templates print keys in the client's order.
+std::string render_chat_prompt(const nlohmann::ordered_json& messages, const Tokenizer* tok,
+                               const ChatPromptInputs& in);
+
+// The text of a message's content: a string, or the "text" parts of a list of parts.
+std::string message_text(const nlohmann::json& content, size_t index);
+
+}  // namespace cypris::server

@@ -1,0 +1,216 @@
+#include "app/server/openai/common.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "app/server/errors.h"
+#include "app/server/openai/sampling_from_json.h"
+#include "engine/common/error.h"
+#include "engine/core/stats.h"
+
+namespace cypris::server {
+
+using nlohmann::json;
+
+std::vector<int32_t> encode_text(const Tokenizer* tok, const std::string& text, bool add_special) {
+  if (!tok) {
+    throw HttpError(400, "this model was loaded with --skip-tokenizer-init: send the prompt as token ids", "prompt");
+  }
+  return tok->encode(text, add_special);
+}
+
+static std::vector<int32_t> ids_from_json(const json& a, const Tokenizer* tok) {
+  std::vector<int32_t> ids;
+  const int64_t vocab = tok ? tok->vocab_size() : INT32_MAX;
+  for (const auto& e : a) {
+    if (!e.is_number_integer()) throw HttpError(400, "'prompt' token ids must be integers", "prompt");
+    int64_t v = e.get<int64_t>();
+    if (v < 0 || v >= vocab) {
+      throw HttpError(400, fmt::format("'prompt' contains token id {}, outside the vocabulary [0, {})", v, vocab),
+                      "prompt");
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+std::vector<PreparedPrompt> prompts_from_json(const json& prompt, const Tokenizer* tok, bool add_special) {
+  std::vector<PreparedPrompt> out;
+  auto from_ids = [&](const json& a) {
+    PreparedPrompt p;
+    p.ids = ids_from_json(a, tok);
+    if (tok) p.text = tok->decode(p.ids, false);
+    out.push_back(std::move(p));
+  };
+  auto from_text = [&](const std::string& s) {
+    PreparedPrompt p;
+    p.text = s;
+    p.ids = encode_text(tok, s, add_special);
+    out.push_back(std::move(p));
+  };
+  if (prompt.is_string()) {
+    from_text(prompt.get<std::string>());
+  } else if (prompt.is_array() && !prompt.empty()) {
+    if (prompt[0].is_number()) {
+      from_ids(prompt);
+    } else {
+      for (const auto& e : prompt) {
+        if (e.is_string()) {
+          from_text(e.get<std::string>());
+        } else if (e.is_array() && !e.empty()) {
+          from_ids(e);
+        } else {
+          throw HttpError(400,
+                          "'prompt' must be a string, a list of strings, a list of token ids or a list of "
+                          "lists of token ids",
+                          "prompt");
+        }
+      }
+    }
+  } else {
+    throw HttpError(400,
+                    "'prompt' must be a non-empty string, list of strings, list of token ids or list of lists "
+                    "of token ids",
+                    "prompt");
+  }
+  for (const auto& p : out) {
+    if (p.ids.empty()) throw HttpError(400, "'prompt' is empty after tokenization", "prompt");
+  }
+  return out;
+}
+
+void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClient& engine) {
+  const ModelInfo info = engine.model_info();
+  const Tokenizer* tok = engine.tokenizer();
+  try {
+    p.validate(static_cast<int>(ctx.cfg().model.max_log_probs),
+               static_cast<int32_t>(info.vocab_size > 0 ? info.vocab_size : (tok ? tok->vocab_size() : INT32_MAX)));
+  } catch (const cypris::Error& e) {
+    // validate() starts its messages with the parameter's name.
+    std::string msg = e.what();
+    std::string first = msg.substr(0, msg.find_first_of(" :'"));
+    std::optional<std::string> param;
+    if (find_sampling_param(first)) param = first;
+    throw HttpError(400, msg, param);
+  }
+  if (tok && !p.dry_sequence_breakers.empty()) {
+    p.resolve_dry_sequence_breakers([tok](const std::string& s) { return tok->encode(s, false); });
+  }
+}
+
+Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
+                         const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params) {
+  Submitted s;
+  const std::string summary = summarize_params(*params);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateRequest req;
+    req.request_id = prompts.size() == 1 ? base_id : fmt::format("{}-{}", base_id, i);
+    req.prompt_token_ids = prompts[i].ids;
+    req.prompt = prompts[i].text;
+    req.params = params;
+    log_request(ctx.cfg().logging, req.request_id, req.prompt, summary);
+    try {
+      auto stream = engine.submit(std::move(req));
+      if (!stream) throw cypris::Error("the engine did not accept the request");
+      ctx.track(stream);
+      s.streams.push_back(std::move(stream));
+      s.prompt_lens.push_back(static_cast<int64_t>(prompts[i].ids.size()));
+    } catch (const cypris::Error& e) {
+      for (auto& st : s.streams) st->cancel();
+      untrack_all(ctx, s);
+      throw HttpError(400, e.what());
+    } catch (const std::exception& e) {
+      for (auto& st : s.streams) st->cancel();
+      untrack_all(ctx, s);
+      throw HttpError(500, std::string("the engine failed to queue the request: ") + e.what());
+    }
+  }
+  return s;
+}
+
+void untrack_all(ServerContext& ctx, const Submitted& s) {
+  for (auto& st : s.streams) ctx.untrack(st);
+}
+
+std::string token_text(const Tokenizer* tok, int32_t id) {
+  if (!tok) return fmt::format("token_id:{}", id);
+  const int32_t one[1] = {id};
+  return tok->decode(std::span<const int32_t>(one, 1), false);
+}
+
+json completion_logprobs(const Tokenizer* tok, const std::vector<PositionLogprobs>& lps, size_t& offset) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const auto& lp : lps) {
+    std::string t = token_text(tok, lp.token_id);
+    tokens.push_back(t);
+    token_lps.push_back(lp.logprob);
+    json top = json::object();
+    for (const auto& c : lp.top) top[token_text(tok, c.token_id)] = c.logprob;
+    // The sampled token is always listed, as OpenAI does.
+    if (!top.contains(t)) top[t] = lp.logprob;
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += t.size();
+  }
+  return json{{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+static json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(int(c));
+  return b;
+}
+
+json chat_logprobs_content(const Tokenizer* tok, const std::vector<PositionLogprobs>& lps, int top_n) {
+  json content = json::array();
+  for (const auto& lp : lps) {
+    std::string t = token_text(tok, lp.token_id);
+    json top = json::array();
+    for (size_t k = 0; k < lp.top.size() && static_cast<int>(k) < top_n; ++k) {
+      std::string ct = token_text(tok, lp.top[k].token_id);
+      top.push_back({{"token", ct}, {"logprob", lp.top[k].logprob}, {"bytes", bytes_of(ct)}});
+    }
+    content.push_back({{"token", t}, {"logprob", lp.logprob}, {"bytes", bytes_of(t)}, {"top_logprobs", top}});
+  }
+  return content;
+}
+
+int64_t unix_time_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+bool get_bool(const json& body, const char* key, bool def) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return def;
+  if (it->is_boolean()) return it->get<bool>();
+  if (it->is_number_integer() && (it->get<int64_t>() == 0 || it->get<int64_t>() == 1)) return it->get<int64_t>() == 1;
+  throw HttpError(400, fmt::format("'{}' must be a boolean", key), std::string(key));
+}
+
+int64_t get_int(const json& body, const char* key, int64_t def) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return def;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>()) {
+    return static_cast<int64_t>(it->get<double>());
+  }
+  throw HttpError(400, fmt::format("'{}' must be an integer", key), std::string(key));
+}
+
+std::string get_string(const json& body, const char* key, const std::string& def) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return def;
+  if (it->is_string()) return it->get<std::string>();
+  throw HttpError(400, fmt::format("'{}' must be a string", key), std::string(key));
+}
+
+bool stream_include_usage(const json& body) {
+  auto it = body.find("stream_options");
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_object()) throw HttpError(400, "'stream_options' must be an object", "stream_options");
+  return get_bool(*it, "include_usage", false);
+}
+
+}  // namespace cypris::server

@@ -1,0 +1,257 @@
+// POST /v1/completions: the OpenAI legacy completion API with Aphrodite's sampler set, streaming
+// (SSE, always ending with data: [DONE]) and not, n > 1, several prompts, echo and logprobs.
+#include <fmt/format.h>
+
+#include "app/server/errors.h"
+#include "app/server/openai/common.h"
+#include "app/server/openai/routes.h"
+#include "app/server/openai/sampling_from_json.h"
+#include "app/server/router.h"
+#include "app/server/sse.h"
+
+namespace cypris::server {
+
+using nlohmann::json;
+
+namespace {
+
+struct Choice {
+  std::string text;
+  std::vector<PositionLogprobs> logprobs;
+  std::optional<std::string> finish_reason;
+  std::optional<std::string> stop_reason;
+  size_t offset = 0;     // text_offset of the next token
+  bool started = false;  // echo sent
+};
+
+json opt_json(const std::optional<std::string>& s) {
+  return s ? json(*s) : json(nullptr);
+}
+
+// stop_reason: Aphrodite sends a stop token id as a number.
+json stop_reason_json(const std::optional<std::string>& s) {
+  if (!s) return nullptr;
+  if (!s->empty() && s->find_first_not_of("0123456789") == std::string::npos && s->size() < 10) return std::stoi(*s);
+  return *s;
+}
+
+}  // namespace
+
+void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  const json body = parse_json_body(req);
+  if (body.contains("suffix") && !body["suffix"].is_null()) {
+    throw HttpError(400, "'suffix' is not supported", "suffix");
+  }
+  if (!body.contains("prompt")) throw HttpError(400, "'prompt' is required", "prompt");
+  reject_guided_decoding(body);
+  auto engine = ctx.require_engine();
+  const Tokenizer* tok = engine->tokenizer();
+
+  SamplingParams params = sampling_from_json(body, SamplingDefaults{16, 1.0f});
+  const bool stream = get_bool(body, "stream", false);
+  const bool echo = get_bool(body, "echo", false);
+  const bool include_usage = stream_include_usage(body);
+  const bool add_special = get_bool(body, "add_special_tokens", false);  // Aphrodite adds no BOS by default
+  if (echo && params.logprobs && !params.prompt_logprobs) params.prompt_logprobs = params.logprobs;
+
+  std::vector<PreparedPrompt> prompts = prompts_from_json(body["prompt"], tok, add_special);
+  if (params.truncate_prompt_tokens) {
+    for (auto& p : prompts) {
+      const size_t k = static_cast<size_t>(*params.truncate_prompt_tokens);
+      if (p.ids.size() > k) p.ids.erase(p.ids.begin(), p.ids.end() - static_cast<ptrdiff_t>(k));
+    }
+  }
+  finish_params(params, ctx, *engine);
+  const int n = params.n;
+  const int top_n = params.logprobs.value_or(0);
+  const bool want_logprobs = params.logprobs.has_value();
+  auto shared_params = std::make_shared<const SamplingParams>(std::move(params));
+
+  const std::string id = ctx.new_id("cmpl");
+  const int64_t created = unix_time_now();
+  const std::string model = ctx.served_name();
+  auto sub = std::make_shared<Submitted>(submit_prompts(ctx, *engine, id, prompts, shared_params));
+  (void)top_n;
+
+  auto choices = std::make_shared<std::vector<Choice>>(prompts.size() * static_cast<size_t>(n));
+  auto prompt_text = [prompts](size_t choice_idx, int n_) { return prompts[choice_idx / size_t(n_)].text; };
+
+  if (!stream) {
+    auto alive = connection_probe(req);
+    StreamSet set(sub->streams);
+    std::vector<RequestTimer> timers(sub->streams.size(), RequestTimer(&ctx.metrics));
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+    std::vector<std::vector<PositionLogprobs>> prompt_lps(prompts.size());
+    std::optional<std::string> error;
+    while (!set.all_done()) {
+      auto got = set.next(kPollInterval);
+      if (!got) {
+        if (ctx.stopping() || !alive()) set.cancel_all();  // nobody to answer: stop generating
+        continue;
+      }
+      auto& [si, out] = *got;
+      if (out.error) {
+        error = out.error;
+        set.cancel_all();
+        timers[si].finish("error");
+        break;
+      }
+      if (!out.prompt_logprobs.empty()) prompt_lps[si] = out.prompt_logprobs;
+      int64_t new_tokens = 0;
+      for (auto& d : out.outputs) {
+        if (d.index < 0 || d.index >= n) continue;  // not one of ours: never index out of range
+        Choice& c = (*choices)[si * size_t(n) + size_t(d.index)];
+        c.text += d.text;
+        c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+        if (d.finish_reason) c.finish_reason = d.finish_reason;
+        if (d.stop_reason) c.stop_reason = d.stop_reason;
+        new_tokens += static_cast<int64_t>(d.token_ids.size());
+      }
+      timers[si].on_tokens(new_tokens);
+      if (out.finished) {
+        prompt_tokens += out.num_prompt_tokens;
+        completion_tokens += out.num_generated_tokens;
+        timers[si].finish((*choices)[si * size_t(n)].finish_reason.value_or("stop"));
+      }
+    }
+    untrack_all(ctx, *sub);
+    if (error) throw HttpError(500, *error);
+    json jchoices = json::array();
+    for (size_t i = 0; i < choices->size(); ++i) {
+      Choice& c = (*choices)[i];
+      const size_t pi = i / size_t(n);
+      std::string text = echo ? prompts[pi].text + c.text : c.text;
+      json lp = nullptr;
+      if (want_logprobs) {
+        size_t off = 0;
+        std::vector<PositionLogprobs> all;
+        if (echo) {
+          // Prompt positions: the engine gives logprobs for positions after the first.
+          const auto& plp = prompt_lps[pi];
+          const auto& ids = prompts[pi].ids;
+          const size_t first_with = ids.size() >= plp.size() ? ids.size() - plp.size() : 0;
+          for (size_t k = 0; k < ids.size(); ++k) {
+            PositionLogprobs p;
+            p.token_id = ids[k];
+            if (k >= first_with && k - first_with < plp.size()) p = plp[k - first_with];
+            all.push_back(p);
+          }
+          lp = completion_logprobs(tok, all, off);
+          for (size_t k = 0; k < first_with && k < lp["token_logprobs"].size(); ++k) {
+            lp["token_logprobs"][k] = nullptr;
+            lp["top_logprobs"][k] = nullptr;
+          }
+          json gen = completion_logprobs(tok, c.logprobs, off);
+          for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+            for (auto& e : gen[key]) lp[key].push_back(e);
+          }
+        } else {
+          lp = completion_logprobs(tok, c.logprobs, off);
+        }
+      }
+      jchoices.push_back({{"index", i},
+                          {"text", text},
+                          {"logprobs", lp},
+                          {"finish_reason", opt_json(c.finish_reason)},
+                          {"stop_reason", stop_reason_json(c.stop_reason)},
+                          {"prompt_logprobs", nullptr}});
+    }
+    send_json(res, 200,
+              {{"id", id},
+               {"object", "text_completion"},
+               {"created", created},
+               {"model", model},
+               {"choices", jchoices},
+               {"usage",
+                {{"prompt_tokens", prompt_tokens},
+                 {"completion_tokens", completion_tokens},
+                 {"total_tokens", prompt_tokens + completion_tokens}}}});
+    return;
+  }
+
+  ServerContext* c = &ctx;
+  start_event_stream(
+      req, res,
+      [c, sub, choices, n, echo, want_logprobs, include_usage, id, created, model, tok, engine,
+       prompt_text](const SseWrite& write) {
+        StreamSet set(sub->streams);
+        std::vector<RequestTimer> timers(sub->streams.size(), RequestTimer(&c->metrics));
+        int64_t prompt_tokens = 0, completion_tokens = 0;
+        auto chunk = [&](json choices_json, json usage) {
+          return sse_data(dump_json({{"id", id},
+                                     {"object", "text_completion"},
+                                     {"created", created},
+                                     {"model", model},
+                                     {"choices", std::move(choices_json)},
+                                     {"usage", std::move(usage)}}));
+        };
+        while (!set.all_done()) {
+          if (c->stopping()) set.cancel_all();
+          auto got = set.next(kPollInterval);
+          if (!got) {
+            if (!write("")) {  // client gone while the engine is busy
+              set.cancel_all();
+              return;
+            }
+            continue;
+          }
+          auto& [si, out] = *got;
+          if (out.error) {
+            timers[si].finish("error");
+            set.cancel_all();
+            write(sse_data("{\"error\":" + error_object(500, *out.error) + "}"));
+            write(std::string(kSseDone));
+            return;
+          }
+          int64_t new_tokens = 0;
+          for (auto& d : out.outputs) {
+            if (d.index < 0 || d.index >= n) continue;
+            const size_t ci = si * size_t(n) + size_t(d.index);
+            Choice& ch = (*choices)[ci];
+            std::string text = d.text;
+            if (!ch.started) {
+              ch.started = true;
+              if (echo) {
+                text = prompt_text(ci, n) + text;
+                ch.offset = prompt_text(ci, n).size();
+              }
+            }
+            new_tokens += static_cast<int64_t>(d.token_ids.size());
+            // Nothing to say (a held-back stop string) and not the end: skip the chunk.
+            if (text.empty() && !d.finish_reason && d.logprobs.empty()) continue;
+            json lp = nullptr;
+            if (want_logprobs) lp = completion_logprobs(tok, d.logprobs, ch.offset);
+            json one = {{"index", ci},
+                        {"text", text},
+                        {"logprobs", lp},
+                        {"finish_reason", opt_json(d.finish_reason)},
+                        {"stop_reason", stop_reason_json(d.stop_reason)}};
+            if (!write(chunk(json::array({one}), nullptr))) {
+              set.cancel_all();
+              return;
+            }
+            if (d.finish_reason) ch.finish_reason = d.finish_reason;
+          }
+          timers[si].on_tokens(new_tokens);
+          if (out.finished) {
+            prompt_tokens += out.num_prompt_tokens;
+            completion_tokens += out.num_generated_tokens;
+            timers[si].finish((*choices)[si * size_t(n)].finish_reason.value_or("stop"));
+          }
+        }
+        if (include_usage) {
+          write(chunk(json::array(), {{"prompt_tokens", prompt_tokens},
+                                      {"completion_tokens", completion_tokens},
+                                      {"total_tokens", prompt_tokens + completion_tokens}}));
+        }
+        write(std::string(kSseDone));
+      },
+      [c, sub] {
+        for (auto& s : sub->streams) {
+          if (!s->done()) s->cancel();
+        }
+        untrack_all(*c, *sub);
+      });
+}
+
+}  // namespace cypris::server

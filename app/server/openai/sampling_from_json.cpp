@@ -1,0 +1,276 @@
+#include "app/server/openai/sampling_from_json.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "app/server/errors.h"
+#include "engine/common/error.h"
+
+namespace cypris::server {
+
+using nlohmann::json;
+
+namespace {
+
+std::string type_name(const json& v) {
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_array()) return "a list";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+[[noreturn]] void bad(const std::string& field, const std::string& want, const json& v) {
+  throw HttpError(400, fmt::format("'{}' must be {}, got {}", field, want, type_name(v)), field);
+}
+
+double as_number(const std::string& field, const json& v) {
+  if (!v.is_number()) bad(field, "a number", v);
+  return v.get<double>();
+}
+
+double as_integer(const std::string& field, const json& v) {
+  if (!v.is_number()) bad(field, "an integer", v);
+  double d = v.get<double>();
+  if (!std::isfinite(d) || std::floor(d) != d) {
+    throw HttpError(400, fmt::format("'{}' must be an integer, got {}", field, v.dump()), field);
+  }
+  return d;
+}
+
+bool as_bool(const std::string& field, const json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer() && (v.get<int64_t>() == 0 || v.get<int64_t>() == 1)) return v.get<int64_t>() == 1;
+  bad(field, "a boolean", v);
+}
+
+std::vector<int32_t> as_int_list(const std::string& field, const json& v) {
+  if (!v.is_array()) bad(field, "a list of integers", v);
+  std::vector<int32_t> out;
+  for (const auto& e : v) {
+    if (!e.is_number_integer()) bad(field, "a list of integers", e);
+    int64_t x = e.get<int64_t>();
+    if (x < INT32_MIN || x > INT32_MAX) {
+      throw HttpError(400, fmt::format("'{}' contains {}, which is not a token id", field, x), field);
+    }
+    out.push_back(static_cast<int32_t>(x));
+  }
+  return out;
+}
+
+std::vector<std::string> as_string_list(const std::string& field, const json& v, bool allow_single) {
+  if (allow_single && v.is_string()) return {v.get<std::string>()};
+  if (!v.is_array()) bad(field, allow_single ? "a string or a list of strings" : "a list of strings", v);
+  std::vector<std::string> out;
+  for (const auto& e : v) {
+    if (!e.is_string()) bad(field, "a list of strings", e);
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+bool is_falsy(const json& v) {
+  if (v.is_null()) return true;
+  if (v.is_boolean()) return !v.get<bool>();
+  if (v.is_string()) return v.get_ref<const std::string&>().empty();
+  if (v.is_array() || v.is_object()) return v.empty();
+  return false;
+}
+
+// The first of name and its aliases present in the body (and not null); nullptr when none.
+const json* find_field(const json& body, const SamplingParamInfo& info, std::string& used) {
+  auto try_key = [&](std::string_view k) -> const json* {
+    auto it = body.find(std::string(k));
+    if (it == body.end()) return nullptr;
+    used = std::string(k);
+    return &*it;
+  };
+  if (const json* v = try_key(info.name)) return v;
+  std::string_view al = info.aliases;
+  while (!al.empty()) {
+    size_t sp = al.find(' ');
+    std::string_view a = al.substr(0, sp);
+    if (!a.empty()) {
+      if (const json* v = try_key(a)) return v;
+    }
+    if (sp == std::string_view::npos) break;
+    al.remove_prefix(sp + 1);
+  }
+  return nullptr;
+}
+
+void parse_sampler_order(SamplingParams& p, const std::string& field, const json& v, bool strict) {
+  try {
+    if (!v.is_array()) bad(field, "a list of sampler ids or names", v);
+    bool all_int = true, all_str = true;
+    for (const auto& e : v) {
+      all_int = all_int && e.is_number_integer();
+      all_str = all_str && e.is_string();
+    }
+    if (all_int) {
+      std::vector<int> ids;
+      for (const auto& e : v) ids.push_back(e.get<int>());
+      p.sampler_priority = parse_sampler_priority(std::span<const int>(ids));
+    } else if (all_str) {
+      std::vector<std::string> names;
+      for (const auto& e : v) names.push_back(e.get<std::string>());
+      p.sampler_priority = parse_sampler_priority(std::span<const std::string>(names));
+    } else {
+      bad(field, "a list of sampler ids or a list of sampler names", v);
+    }
+  } catch (const HttpError&) {
+    if (strict) throw;
+  } catch (const cypris::Error& e) {
+    if (strict) throw HttpError(400, e.what(), field);
+  }
+}
+
+}  // namespace
+
+SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defaults,
+                                  const std::set<std::string>& skip) {
+  SamplingParams p;
+  p.max_tokens = defaults.max_tokens;
+  p.temperature = defaults.temperature;
+
+  for (const SamplingParamInfo& info : sampling_param_table()) {
+    const std::string name(info.name);
+    if (skip.count(name)) continue;
+    std::string used;
+    const json* v = find_field(body, info, used);
+    if (!v || skip.count(used)) continue;
+    // sampler_order is KoboldCpp's numbering when SillyTavern sends it: use it only if it is a
+    // complete Aphrodite order, otherwise ignore it (sampler_priority itself is strict).
+    if (info.kind == ParamKind::SamplerOrder) {
+      if (!v->is_null()) parse_sampler_order(p, used, *v, used == "sampler_priority");
+      continue;
+    }
+    if (v->is_null()) {
+      if (info.optional && info.set) info.set(p, std::nullopt);
+      continue;
+    }
+    switch (info.kind) {
+      case ParamKind::Float:
+        info.set(p, as_number(used, *v));
+        break;
+      case ParamKind::Int: {
+        if (name == "seed") {
+          double d = as_integer(used, *v);
+          if (d < 0) {
+            p.seed.reset();  // -1: random
+          } else if (v->is_number_unsigned()) {
+            p.seed = v->get<uint64_t>();
+          } else {
+            p.seed = static_cast<uint64_t>(v->get<int64_t>());
+          }
+          break;
+        }
+        double d = as_integer(used, *v);
+        if (name == "top_k" && d == 0) d = -1;  // 0 = off, as clients send it
+        info.set(p, d);
+        break;
+      }
+      case ParamKind::Bool:
+        info.set(p, as_bool(used, *v) ? 1.0 : 0.0);
+        break;
+      case ParamKind::IntList: {
+        auto ids = as_int_list(used, *v);
+        if (name == "custom_token_bans") p.custom_token_bans = std::move(ids);
+        if (name == "stop_token_ids") p.stop_token_ids = std::move(ids);
+        if (name == "allowed_token_ids") p.allowed_token_ids = std::move(ids);
+        break;
+      }
+      case ParamKind::StringList: {
+        if (name == "dry_sequence_breakers") {
+          json list = *v;
+          if (v->is_string()) {  // SillyTavern sends a JSON string of a list
+            const std::string s = v->get<std::string>();
+            if (s.find_first_not_of(" \t\r\n") == std::string::npos) {
+              p.dry_sequence_breakers.clear();
+              break;
+            }
+            try {
+              list = json::parse(s);
+            } catch (const json::parse_error&) {
+              throw HttpError(400, "'dry_sequence_breakers' must be a list of strings or a JSON string of one", used);
+            }
+          }
+          p.dry_sequence_breakers = as_string_list(used, list, false);
+        } else if (name == "stop") {
+          p.stop = as_string_list(used, *v, true);
+        } else if (name == "banned_strings") {
+          p.banned_strings = as_string_list(used, *v, true);
+        }
+        break;
+      }
+      case ParamKind::TokenBiasMap: {
+        if (!v->is_object()) bad(used, "an object of token id to bias", *v);
+        for (const auto& [k, b] : v->items()) {
+          int64_t id = 0;
+          try {
+            size_t pos = 0;
+            id = std::stoll(k, &pos);
+            if (pos != k.size()) throw std::invalid_argument(k);
+          } catch (const std::exception&) {
+            throw HttpError(400, fmt::format("'{}' keys must be token ids, got \"{}\"", used, k), used);
+          }
+          if (id < 0 || id > INT32_MAX) {
+            throw HttpError(400, fmt::format("'{}' key {} is not a token id", used, id), used);
+          }
+          double bias = as_number(used, b);
+          if (bias < -100 || bias > 100) {
+            throw HttpError(400, fmt::format("'{}' values must be in [-100, 100], got {}", used, bias), used);
+          }
+          p.logit_bias[static_cast<int32_t>(id)] = static_cast<float>(bias);
+        }
+        break;
+      }
+      case ParamKind::EarlyStopping: {
+        if (v->is_boolean()) {
+          p.early_stopping = v->get<bool>() ? EarlyStopping::True : EarlyStopping::False;
+        } else if (v->is_string()) {
+          auto e = parse_early_stopping(v->get<std::string>());
+          if (!e) throw HttpError(400, "'early_stopping' must be true, false or \"never\"", used);
+          p.early_stopping = *e;
+        } else {
+          bad(used, "true, false or \"never\"", *v);
+        }
+        break;
+      }
+      case ParamKind::SamplerOrder:
+        break;
+    }
+  }
+  return p;
+}
+
+void reject_guided_decoding(const json& body) {
+  for (const char* k :
+       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "grammar_string"}) {
+    auto it = body.find(k);
+    if (it != body.end() && !is_falsy(*it)) {
+      throw HttpError(400, fmt::format("'{}': guided decoding is not supported yet", k), std::string(k));
+    }
+  }
+  auto it = body.find("response_format");
+  if (it != body.end() && !is_falsy(*it)) {
+    if (it->is_object() && it->value("type", std::string("text")) == "text") return;
+    throw HttpError(400, "'response_format': only {\"type\": \"text\"} is supported (guided decoding is not yet)",
+                    "response_format");
+  }
+}
+
+std::string summarize_params(const SamplingParams& p) {
+  std::ostringstream o;
+  o << "n=" << p.n << ", temperature=" << p.temperature << ", top_p=" << p.top_p << ", top_k=" << p.top_k
+    << ", min_p=" << p.min_p << ", repetition_penalty=" << p.repetition_penalty
+    << ", max_tokens=" << (p.max_tokens ? std::to_string(*p.max_tokens) : std::string("auto"))
+    << ", stop=" << p.stop.size() << " strings";
+  if (p.seed) o << ", seed=" << *p.seed;
+  return o.str();
+}
+
+}  // namespace cypris::server
