@@ -15,10 +15,22 @@ class UiQueue {
  public:
   using Task = std::function<void()>;
 
-  // Any thread. Never blocks for longer than a push onto a deque.
+  // Any thread. Never blocks for longer than a push onto a deque (plus the wake-up call).
   void post(Task task) {
+    std::function<void()> wake;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+      wake = wake_;
+    }
+    if (wake) wake();
+  }
+
+  // Called after every post, from the posting thread: the app wakes its event loop with it
+  // (glfwPostEmptyEvent) so it can sleep while nothing happens. Set before workers start.
+  void set_wake(std::function<void()> wake) {
     std::lock_guard<std::mutex> lock(mu_);
-    tasks_.push_back(std::move(task));
+    wake_ = std::move(wake);
   }
 
   // UI thread, once per frame: runs what was posted before this call, in order. Tasks posted
@@ -42,6 +54,7 @@ class UiQueue {
  private:
   mutable std::mutex mu_;
   std::deque<Task> tasks_;
+  std::function<void()> wake_;
 };
 
 }  // namespace cypris

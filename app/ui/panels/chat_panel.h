@@ -1,0 +1,36 @@
+// Chat panel: the streaming conversation with stop, regenerate, edit and delete, the system
+// prompt, and token counts and tokens/s per reply. Enter sends, Shift+Enter adds a new line, Esc
+// stops the reply.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "app/ui/app_context.h"
+
+namespace cypris {
+
+class ChatPanel {
+ public:
+  explicit ChatPanel(AppContext& ctx) : ctx_(ctx) {}
+  void draw();  // fills the region it is given (the right side of the window)
+
+  // For --ui-script and the shortcuts.
+  void set_input(const std::string& text) { input_ = text; }
+  void send();
+  void stop();
+  void regenerate();
+  void handle_shortcuts();
+
+ private:
+  void draw_messages();
+  void draw_input();
+  AppContext& ctx_;
+  std::string input_;
+  std::optional<size_t> editing_;
+  std::string edit_buffer_;
+  bool focus_input_ = true;
+  size_t last_len_ = 0;  // to follow the reply as it streams
+};
+
+}  // namespace cypris
