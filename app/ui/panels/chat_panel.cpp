@@ -2,6 +2,7 @@
 #include "app/ui/panels/chat_panel.h"
 
 #include <imgui.h>
+#include <imgui_internal.h>
 #include <imgui_stdlib.h>
 
 #include <fmt/format.h>
@@ -14,6 +15,7 @@ void ChatPanel::send() {
   ChatSession& chat = *ctx_.chat;
   if (chat.send(ctx_.engine->engine(), input_)) {
     input_.clear();
+    input_replaced_ = true;  // the box may still hold the sent text
   }
   focus_input_ = true;
 }
@@ -129,7 +131,12 @@ void ChatPanel::draw_input() {
                      ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_KeyPadEnter));
   const bool saved_ctrl = io.KeyCtrl;
   if (enter && io.KeyShift) io.KeyCtrl = true;
-  if (focus_input_) {
+  if (input_replaced_) {
+    // An active text box shows its own copy of the text; drop the focus so it re-reads input_.
+    ImGui::ClearActiveID();
+    input_replaced_ = false;
+    focus_input_ = true;
+  } else if (focus_input_) {
     ImGui::SetKeyboardFocusHere();
     focus_input_ = false;
   }

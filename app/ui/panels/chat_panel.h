@@ -16,7 +16,10 @@ class ChatPanel {
   void draw();  // fills the region it is given (the right side of the window)
 
   // For --ui-script and the shortcuts.
-  void set_input(const std::string& text) { input_ = text; }
+  void set_input(const std::string& text) {
+    input_ = text;
+    input_replaced_ = true;
+  }
   void send();
   void stop();
   void regenerate();
@@ -30,6 +33,7 @@ class ChatPanel {
   std::optional<size_t> editing_;
   std::string edit_buffer_;
   bool focus_input_ = true;
+  bool input_replaced_ = false;  // input_ changed from outside while the text box may be active
   size_t last_len_ = 0;  // to follow the reply as it streams
 };
 

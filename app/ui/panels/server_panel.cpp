@@ -76,8 +76,11 @@ void ServerPanel::draw() {
 
   const ServerSwitch sw = server.status() == ServerSession::Status::Off ? current() : server.active();
   ImGui::Spacing();
-  ImGui::TextUnformatted("In SillyTavern: API Connections > Chat Completion > Custom (OpenAI-compatible),");
-  ImGui::TextUnformatted("and paste this as the Custom Endpoint (Base URL):");
+  ImGui::PushTextWrapPos(0.0f);
+  ImGui::TextUnformatted(
+      "In SillyTavern: API Connections > Chat Completion > Custom (OpenAI-compatible), and paste this as the "
+      "Custom Endpoint (Base URL):");
+  ImGui::PopTextWrapPos();
   const std::string url = openai_base_url(sw);
   ImGui::TextColored(ImVec4(0.55f, 0.75f, 1.0f, 1.0f), "%s", url.c_str());
   ImGui::SameLine();

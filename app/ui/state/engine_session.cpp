@@ -3,6 +3,8 @@
 
 #include <exception>
 
+#include "engine/common/log.h"
+
 namespace cypris {
 
 EngineSession::EngineSession(AppServices& services, UiQueue& queue, BackgroundJobs& jobs)
@@ -50,6 +52,7 @@ void EngineSession::load(const EngineConfig& cfg) {
         return;
       }
       if (!error.empty()) {
+        if (!*cancel) LOG_ERROR("loading {} failed: {}", cfg.model.model, error);
         status_ = *cancel ? Status::Unloaded : Status::Failed;
         error_ = *cancel ? "" : error;
         return;
