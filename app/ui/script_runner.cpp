@@ -108,6 +108,34 @@ std::optional<int> ScriptRunner::step(double now_s) {
           server_.stop();
         }
         break;
+      case K::HubSearch:
+        if (wait_started_ < 0) {
+          wait_started_ = now_s;
+          ctx_.hub->search(a.arg);
+        }
+        if (ctx_.hub->searching()) return std::nullopt;
+        wait_started_ = -1;
+        break;
+      case K::HubRepo:
+        if (wait_started_ < 0) {
+          wait_started_ = now_s;
+          ctx_.hub->select_repo(a.arg);
+        }
+        if (ctx_.hub->listing()) return std::nullopt;
+        wait_started_ = -1;
+        break;
+      case K::Download:
+        ctx_.hub->download();
+        break;
+      case K::WaitDownload:
+        if (wait_started_ < 0) wait_started_ = now_s;
+        if (ctx_.hub->downloading()) {
+          if (now_s - wait_started_ > a.number) return fail(a, "the download did not finish in time", 4);
+          return std::nullopt;
+        }
+        wait_started_ = -1;
+        if (!ctx_.hub->download_error().empty()) return fail(a, "download failed: " + ctx_.hub->download_error(), 6);
+        break;
       case K::Frames:
         if (frames_left_ < 0) frames_left_ = static_cast<int>(a.number);
         if (frames_left_-- > 0) return std::nullopt;

@@ -50,7 +50,8 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
       {"wait_loaded", K::WaitLoaded}, {"type", K::Type},    {"send", K::Send},
       {"stop", K::Stop},       {"regenerate", K::Regenerate}, {"wait_reply", K::WaitReply},
       {"expect_reply", K::ExpectReply}, {"server", K::Server}, {"frames", K::Frames},
-      {"screenshot", K::Screenshot}, {"quit", K::Quit}};
+      {"screenshot", K::Screenshot}, {"quit", K::Quit}, {"hub_search", K::HubSearch},
+      {"hub_repo", K::HubRepo}, {"download", K::Download}, {"wait_download", K::WaitDownload}};
   static const char* kPanels[] = {"models", "options", "chat", "samplers", "server", "stats", "logs"};
 
   std::vector<ScriptAction> out;
@@ -102,8 +103,13 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
         a.arg = rest;
         break;
       case K::Screenshot:
-        CYPRIS_CHECK(!rest.empty(), "{}: 'screenshot' needs a PNG path", at);
+      case K::HubSearch:
+      case K::HubRepo:
+        CYPRIS_CHECK(!rest.empty(), "{}: '{}' needs an argument", at, word);
         a.arg = rest;
+        break;
+      case K::WaitDownload:
+        a.number = number_arg(rest, 600, at);
         break;
       case K::WaitLoaded:
       case K::WaitReply:

@@ -11,6 +11,11 @@
 //   wait_reply [SECONDS]            wait until the reply finished (default 120 s); timeout: exit 4
 //   expect_reply                    the last message must be a non-empty finished reply (else exit 5)
 //   server on | server off          switch the local API
+//   hub_search QUERY                search the hub and wait for the results
+//   hub_repo REPO                   pick a repo (lists its refs and files) and wait for the listing
+//   download                        download the chosen files
+//   wait_download [SECONDS]         wait until the download ends (default 600 s); a failed
+//                                   download ends the script with exit code 6
 //   frames N                        render N more frames
 //   screenshot PATH                 save a PNG of the next frame
 //   quit [CODE]                     exit (default 0)
@@ -24,7 +29,7 @@ namespace cypris {
 struct ScriptAction {
   enum class Kind {
     Open, Close, Set, Sampler, Load, Unload, WaitLoaded, Type, Send, Stop, Regenerate, WaitReply, ExpectReply,
-    Server, Frames, Screenshot, Quit
+    Server, HubSearch, HubRepo, Download, WaitDownload, Frames, Screenshot, Quit
   };
   Kind kind = Kind::Frames;
   std::string arg;    // panel, option key, text, path, "on"/"off"

@@ -84,6 +84,17 @@ TEST(UiScript, ParsesActions) {
   EXPECT_EQ(a[7].line, 9);
 }
 
+TEST(UiScript, HubActions) {
+  auto a = parse_ui_script("hub_search tiny llama\nhub_repo org/m\ndownload\nwait_download\n", "s");
+  ASSERT_EQ(a.size(), 4u);
+  EXPECT_EQ(a[0].kind, ScriptAction::Kind::HubSearch);
+  EXPECT_EQ(a[0].arg, "tiny llama");
+  EXPECT_EQ(a[1].arg, "org/m");
+  EXPECT_EQ(a[3].kind, ScriptAction::Kind::WaitDownload);
+  EXPECT_EQ(a[3].number, 600);
+  EXPECT_THROW(parse_ui_script("hub_repo\n", "s"), std::exception);
+}
+
 TEST(UiScript, ErrorsNameFileAndLine) {
   try {
     parse_ui_script("open chat\nopen kitchen\n", "s.txt");
