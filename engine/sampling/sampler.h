@@ -1,0 +1,122 @@
+// The batched sampler: logits [num_rows, vocab] (fp32, row-major) with per-row SamplingParams and
+// per-row SamplingState in, one token per row (with logprobs) out. Also prompt logprobs.
+//
+// Per row: min_tokens (ban EOS/stop ids), custom_token_bans, allowed_token_ids, logit_bias and
+// banned-string position bans; then the sampler chain (default order, temperature_last, or
+// sampler_priority; Mirostat 2 replaces the chain); then softmax, skew and the draw (argmax when
+// temperature == 0). Rows are independent: a row's result depends only on its logits, params and
+// state, never on the other rows of the batch (each request has its own seeded RNG).
+//
+// Logprobs are log_softmax of the RAW logits, before any processing (like vLLM's default): they
+// describe the model, not the sampler settings, and do not change when a client tweaks top_p.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/core/sampling_params.h"
+
+namespace cypris {
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct SampleOutput {
+  int32_t token = -1;
+  float logprob = 0.0f;                    // of `token` under log_softmax(raw logits)
+  int32_t rank = 0;                        // 1 = most likely under the raw logits; 0 when params.logprobs is unset
+  std::vector<TokenLogprob> top_logprobs;  // most likely first; min(params.logprobs, max_log_probs) entries
+};
+
+// Per-sequence sampling state: token history (prompt + output), the request's RNG and Mirostat's mu.
+class SamplingState {
+ public:
+  SamplingState() = default;
+  // seq_index tells the request's n/best_of sequences apart: each gets its own RNG stream derived
+  // from the seed, so the same seed gives the same tokens whatever else is in the batch.
+  SamplingState(const SamplingParams& params, std::vector<int32_t> prompt_ids, uint32_t seq_index = 0);
+
+  const std::vector<int32_t>& prompt_ids() const { return prompt_ids_; }
+  const std::vector<int32_t>& output_ids() const { return output_ids_; }
+  size_t num_tokens() const { return prompt_ids_.size() + output_ids_.size(); }
+  int32_t token_at(size_t i) const {
+    return i < prompt_ids_.size() ? prompt_ids_[i] : output_ids_[i - prompt_ids_.size()];
+  }
+
+  void append(int32_t token) { output_ids_.push_back(token); }
+  // Drops the last num_tokens output tokens (banned strings). Bans recorded for positions past the
+  // new end are forgotten; bans at the new end stay.
+  void rewind(size_t num_tokens);
+  // Bans `token` at the next output position (after a banned-string rewind); the ban holds until
+  // generation moves past that position, and accumulates over repeated rewinds to it.
+  void ban_at_next_position(int32_t token);
+  std::span<const int32_t> next_position_bans() const;
+
+  std::mt19937_64& rng() { return rng_; }
+  // Uniform double in [0, 1) from the request's RNG (53 bits).
+  double next_uniform();
+  float mirostat_mu() const { return mirostat_mu_; }
+  void set_mirostat_mu(float mu) { mirostat_mu_ = mu; }
+
+ private:
+  std::vector<int32_t> prompt_ids_;
+  std::vector<int32_t> output_ids_;
+  std::map<size_t, std::vector<int32_t>> position_bans_;  // output position -> banned tokens
+  std::mt19937_64 rng_{0};
+  float mirostat_mu_ = 0.0f;
+};
+
+struct SamplerConfig {
+  int32_t vocab_size = 0;
+  int max_log_probs = 10;               // --max-log-probs: cap on top-N logprobs
+  std::optional<int32_t> eos_token_id;  // banned during min_tokens unless ignore_eos
+  int num_threads = 1;                  // rows are spread over this many threads
+};
+
+struct SamplerRow {
+  const SamplingParams* params;
+  SamplingState* state;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(SamplerConfig config);
+  ~Sampler();
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+
+  const SamplerConfig& config() const { return config_; }
+
+  // logits: [rows.size(), vocab_size], row-major, not modified. Each row's sampled token is appended to
+  // its state (and its RNG and Mirostat mu advance).
+  std::vector<SampleOutput> sample(const float* logits, std::span<const SamplerRow> rows);
+
+  // The logits of one row after the pre-chain masks and the sampler chain (masked tokens are -inf),
+  // before softmax, skew and the draw. Advances the RNG exactly as sample() would (XTC's coin).
+  // For tests and debugging. With Mirostat 2 this is the Mirostat mask (the chain is skipped).
+  std::vector<float> process(std::span<const float> logits, const SamplingParams& params, SamplingState& state);
+
+  // Final sampling probabilities of one row (after skew), as sample() draws from them. For tests.
+  std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params, SamplingState& state);
+
+ private:
+  struct Scratch;
+  SamplerConfig config_;
+  std::vector<Scratch*> scratch_;  // one per thread
+};
+
+// Logprob of `token`, its rank and the num_top most likely tokens under log_softmax(logits).
+SampleOutput token_logprobs(std::span<const float> logits, int32_t token, int num_top);
+
+// Prompt logprobs: logits [num_positions, vocab] where row i predicts prompt token next_tokens[i]
+// (i.e. next_tokens = prompt[1..]). num_top is capped by the caller (min(prompt_logprobs, max_log_probs)).
+std::vector<SampleOutput> prompt_logprobs(const float* logits, int32_t vocab_size, std::span<const int32_t> next_tokens,
+                                          int num_top);
+
+}  // namespace cypris
