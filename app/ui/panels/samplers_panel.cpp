@@ -14,23 +14,25 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string list_text(const json& v) {
+std::string item_text(const json& e) {
+  if (!e.is_string()) return e.dump();
+  std::string s = e.get<std::string>();
+  return s == "\n" ? "\\n" : s;
+}
+
+// The text shown in a list field: "a, b", "5:-100, 7:2.5" for a bias map, "" when unset.
+std::string value_text(const json& v) {
   std::string out;
-  for (const auto& e : v) {
-    if (!out.empty()) out += ", ";
-    if (e.is_string()) {
-      std::string s = e.get<std::string>();
-      if (s == "\n") s = "\\n";
-      out += s;
-    } else {
-      out += e.dump();
-    }
+  if (v.is_object()) {
+    for (const auto& [k, b] : v.items()) out += (out.empty() ? "" : ", ") + k + ":" + b.dump();
+  } else if (v.is_array()) {
+    for (const auto& e : v) out += (out.empty() ? "" : ", ") + item_text(e);
   }
   return out;
 }
 
-json parse_list(const std::string& text, bool ints) {
-  json out = json::array();
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
@@ -39,18 +41,39 @@ json parse_list(const std::string& text, bool ints) {
     size_t b = item.find_last_not_of(' ');
     item = a == std::string::npos ? "" : item.substr(a, b - a + 1);
     if (item == "\\n") item = "\n";
-    if (!item.empty()) {
-      if (ints) {
-        size_t used = 0;
-        long long v = std::stoll(item, &used);
-        if (used != item.size()) throw std::invalid_argument("'" + item + "' is not a token id");
-        out.push_back(v);
-      } else {
-        out.push_back(item);
-      }
-    }
+    if (!item.empty()) out.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
+  }
+  return out;
+}
+
+long long parse_int(const std::string& t) {
+  size_t used = 0;
+  long long v = std::stoll(t, &used);
+  if (used != t.size()) throw std::invalid_argument("'" + t + "' is not a whole number");
+  return v;
+}
+
+json parse_text(const std::string& text, const SamplerSpec& spec) {
+  auto items = split_commas(text);
+  if (items.empty() && spec.optional) return nullptr;
+  if (spec.type == SamplerType::TokenBias) {
+    json out = json::object();
+    for (const auto& it : items) {
+      size_t colon = it.find(':');
+      if (colon == std::string::npos) throw std::invalid_argument("expected id:bias");
+      out[std::to_string(parse_int(it.substr(0, colon)))] = std::stod(it.substr(colon + 1));
+    }
+    return out;
+  }
+  json out = json::array();
+  for (const auto& it : items) {
+    if (spec.type == SamplerType::IntList) {
+      out.push_back(parse_int(it));
+    } else {
+      out.push_back(it);
+    }
   }
   return out;
 }
@@ -134,7 +157,7 @@ void SamplersPanel::draw() {
   for (const auto& e : preset_errors_) ui::text_colored_wrapped(ui::kYellow, e);
 
   for (const auto& group : sampler_groups()) {
-    if (!ImGui::TreeNodeEx(group.c_str(), group == "Basic" ? ImGuiTreeNodeFlags_DefaultOpen : 0)) continue;
+    if (!ImGui::TreeNodeEx(group.c_str(), group == "Common" ? ImGuiTreeNodeFlags_DefaultOpen : 0)) continue;
     for (const auto& spec : sampler_table()) {
       if (spec.group == group) draw_param(spec);
     }
@@ -146,7 +169,7 @@ void SamplersPanel::draw() {
 void SamplersPanel::draw_param(const SamplerSpec& spec) {
   SamplerSettings& s = ctx_.chat->samplers();
   ImGui::PushID(spec.key.c_str());
-  const json& v = s.get(spec.key);
+  const json v = s.get(spec.key);
   const float reset_w = ImGui::GetFontSize() * 3.5f;
   ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
   auto set = [&](const json& x) {
@@ -157,30 +180,48 @@ void SamplersPanel::draw_param(const SamplerSpec& spec) {
       // The slider ranges lie within the limits; typed values out of range are not applied.
     }
   };
+  // Optional parameters: a box switches them on (a value) or off (unset: the engine decides).
+  if (spec.optional && (spec.type == SamplerType::Float || spec.type == SamplerType::Int)) {
+    bool on = !v.is_null();
+    if (ImGui::Checkbox("##on", &on)) {
+      if (on) {
+        set(spec.type == SamplerType::Int ? json(static_cast<int64_t>(std::max(0.0, spec.slider_min)))
+                                          : json(std::max(0.0, spec.slider_min)));
+      } else {
+        set(nullptr);
+      }
+    }
+    ui::tooltip(on ? "Set: untick to leave it to the engine" : "Unset: tick to choose a value");
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.5f);
+  }
+  const json& cur_v = s.get(spec.key);
   switch (spec.type) {
     case SamplerType::Float: {
-      float x = static_cast<float>(v.get<double>());
+      float x = cur_v.is_null() ? static_cast<float>(spec.slider_min) : static_cast<float>(cur_v.get<double>());
+      ImGui::BeginDisabled(cur_v.is_null());
       if (ImGui::SliderFloat(spec.label.c_str(), &x, static_cast<float>(spec.slider_min),
                              static_cast<float>(spec.slider_max), "%.3f")) {
         set(static_cast<double>(x));
       }
+      ImGui::EndDisabled();
       break;
     }
     case SamplerType::Int: {
-      int x = static_cast<int>(v.get<int64_t>());
-      if (ImGui::SliderInt(spec.label.c_str(), &x, static_cast<int>(spec.slider_min),
-                           static_cast<int>(spec.slider_max))) {
-        set(int64_t{x});
-      }
+      long long x = cur_v.is_null() ? static_cast<long long>(spec.slider_min) : static_cast<long long>(cur_v.get<int64_t>());
+      long long lo = static_cast<long long>(spec.slider_min), hi = static_cast<long long>(spec.slider_max);
+      ImGui::BeginDisabled(cur_v.is_null());
+      if (ImGui::SliderScalar(spec.label.c_str(), ImGuiDataType_S64, &x, &lo, &hi, "%lld")) set(int64_t{x});
+      ImGui::EndDisabled();
       break;
     }
     case SamplerType::Bool: {
-      bool b = v.get<bool>();
+      bool b = cur_v.get<bool>();
       if (ImGui::Checkbox(spec.label.c_str(), &b)) set(b);
       break;
     }
     case SamplerType::Choice: {
-      std::string cur = v.is_string() ? v.get<std::string>() : v.dump();
+      std::string cur = cur_v.is_string() ? cur_v.get<std::string>() : cur_v.dump();
       if (ImGui::BeginCombo(spec.label.c_str(), cur.c_str())) {
         for (const auto& c : spec.choices) {
           if (ImGui::Selectable(c.c_str(), c == cur)) set(c);
@@ -190,16 +231,19 @@ void SamplersPanel::draw_param(const SamplerSpec& spec) {
       break;
     }
     case SamplerType::StringList:
-    case SamplerType::IntList: {
+    case SamplerType::IntList:
+    case SamplerType::SamplerOrder:
+    case SamplerType::TokenBias: {
       auto it = text_.find(spec.key);
-      if (it == text_.end()) it = text_.emplace(spec.key, list_text(v)).first;
-      ImGui::InputTextWithHint(spec.label.c_str(), "comma separated", &it->second);
+      if (it == text_.end()) it = text_.emplace(spec.key, value_text(cur_v)).first;
+      const char* hint = spec.type == SamplerType::TokenBias ? "id:bias, id:bias" : "comma separated";
+      ImGui::InputTextWithHint(spec.label.c_str(), hint, &it->second);
       if (ImGui::IsItemDeactivatedAfterEdit()) {
         try {
-          set(parse_list(it->second, spec.type == SamplerType::IntList));
+          set(parse_text(it->second, spec));
         } catch (const std::exception&) {
         }
-        it->second = list_text(s.get(spec.key));
+        it->second = value_text(s.get(spec.key));
       }
       break;
     }

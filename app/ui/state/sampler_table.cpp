@@ -6,10 +6,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <span>
 
 #include <fmt/ranges.h>
 
 #include "engine/common/error.h"
+#include "engine/core/sampling_params.h"
 
 namespace cypris {
 
@@ -17,195 +19,129 @@ using json = nlohmann::json;
 
 namespace {
 
-struct Builder {
-  std::vector<SamplerSpec> t;
-  std::string group;
-  SamplerSpec& add(SamplerType type, const std::string& key, const std::string& label, json def, double lo, double hi,
-                   const std::string& help) {
-    SamplerSpec s;
-    s.key = key;
-    s.label = label;
-    s.group = group;
-    s.type = type;
-    s.default_value = std::move(def);
-    s.slider_min = lo;
-    s.slider_max = hi;
-    s.help = help;
-    t.push_back(std::move(s));
-    return t.back();
-  }
-  SamplerSpec& f(const std::string& key, const std::string& label, double def, double lo, double hi,
-                 const std::string& help) {
-    return add(SamplerType::Float, key, label, def, lo, hi, help);
-  }
-  SamplerSpec& i(const std::string& key, const std::string& label, int64_t def, double lo, double hi,
-                 const std::string& help) {
-    return add(SamplerType::Int, key, label, def, lo, hi, help);
-  }
-  SamplerSpec& b(const std::string& key, const std::string& label, bool def, const std::string& help) {
-    return add(SamplerType::Bool, key, label, def, 0, 1, help);
-  }
-};
+// The parameters a hobbyist reaches for first: shown together, open, above the full set.
+const char* const kCommon[] = {"max_tokens", "temperature", "min_p", "top_p", "top_k", "repetition_penalty"};
+// The chat's own default (the engine's 16 tokens is too short for a chat reply).
+constexpr int64_t kChatMaxTokens = 512;
 
-SamplerSpec& limits(SamplerSpec& s, std::optional<double> lo, std::optional<double> hi, bool lo_exclusive = false) {
-  s.min = lo;
-  s.max = hi;
-  s.min_exclusive = lo_exclusive;
+bool is_common(std::string_view name) {
+  for (const char* c : kCommon) {
+    if (name == c) return true;
+  }
+  return false;
+}
+
+// Defaults of the list-valued parameters (the descriptor table holds numbers only).
+json list_default(const SamplingParamInfo& info) {
+  const SamplingParams d;
+  if (info.optional) return nullptr;
+  if (info.name == "dry_sequence_breakers") return d.dry_sequence_breakers;
+  return json::array();
+}
+
+SamplerSpec from_info(const SamplingParamInfo& info) {
+  SamplerSpec s;
+  s.key = std::string(info.name);
+  s.label = s.key;
+  s.group = is_common(info.name) ? "Common" : std::string(info.group);
+  s.optional = info.optional;
+  s.help = std::string(info.help);
+  if (std::isfinite(info.min)) s.min = info.min;
+  if (std::isfinite(info.max)) s.max = info.max;
+  s.min_exclusive = info.min_exclusive;
+  s.max_exclusive = info.max_exclusive;
+  const bool unset = std::isnan(info.default_value);
+  switch (info.kind) {
+    case ParamKind::Float:
+    case ParamKind::Int: {
+      const bool is_int = info.kind == ParamKind::Int;
+      s.type = is_int ? SamplerType::Int : SamplerType::Float;
+      if (unset) {
+        s.default_value = nullptr;
+      } else if (is_int) {
+        s.default_value = static_cast<int64_t>(info.default_value);
+      } else {
+        s.default_value = info.default_value;
+      }
+      // Slider ends inside the allowed range; exclusive ends moved in by one step.
+      const double step = is_int ? 1.0 : 0.01;
+      s.slider_min = std::isfinite(info.min) ? info.min + (info.min_exclusive ? step : 0.0) : -info.ui_max;
+      s.slider_max = std::isfinite(info.max) ? std::min(info.max, info.ui_max) : info.ui_max;
+      if (info.max_exclusive && std::isfinite(info.max) && s.slider_max >= info.max) s.slider_max = info.max - step;
+      if (s.key == "mirostat_mode") {
+        // Only 0 (off) and 2 (Mirostat 2.0) exist.
+        s.type = SamplerType::Choice;
+        s.choices = {"0", "2"};
+      }
+      break;
+    }
+    case ParamKind::Bool:
+      s.type = SamplerType::Bool;
+      s.default_value = info.default_value != 0.0;
+      break;
+    case ParamKind::EarlyStopping:
+      s.type = SamplerType::Choice;
+      s.choices = {"false", "true", "never"};
+      s.default_value = "false";
+      break;
+    case ParamKind::IntList:
+      s.type = SamplerType::IntList;
+      s.default_value = list_default(info);
+      break;
+    case ParamKind::StringList:
+      s.type = SamplerType::StringList;
+      s.default_value = list_default(info);
+      break;
+    case ParamKind::TokenBiasMap:
+      s.type = SamplerType::TokenBias;
+      s.default_value = nullptr;
+      break;
+    case ParamKind::SamplerOrder:
+      s.type = SamplerType::SamplerOrder;
+      s.default_value = nullptr;
+      break;
+  }
+  if (s.key == "max_tokens") s.default_value = kChatMaxTokens;
+  std::string range = info.range_text();
+  if (!range.empty() && (info.kind == ParamKind::Float || info.kind == ParamKind::Int)) s.help += " Allowed: " + range + ".";
   return s;
 }
 
 std::vector<SamplerSpec> build() {
-  Builder b;
-  b.group = "Basic";
-  limits(b.i("max_tokens", "Max tokens", 512, 1, 4096, "The maximum number of tokens to generate for the reply."), 1,
-         std::nullopt);
-  limits(b.i("min_tokens", "Min tokens", 0, 0, 512,
-             "Minimum number of tokens to generate before EOS or stop tokens are allowed."),
-         0, std::nullopt);
-  limits(b.f("temperature", "Temperature", 1.0, 0.0, 3.0,
-             "Randomness of the output: lower is more deterministic, 0 is greedy. Disabled: 1."),
-         0, std::nullopt);
-  limits(b.f("top_p", "Top P", 1.0, 0.0, 1.0, "Keep the smallest set of tokens whose probabilities add up to P. "
-                                                "Disabled: 1."),
-         0, 1, true);
-  limits(b.i("top_k", "Top K", -1, -1, 200, "Keep only the K most likely tokens. Disabled: -1 (or 0)."), -1,
-         std::nullopt);
-  limits(b.f("min_p", "Min P", 0.0, 0.0, 1.0,
-             "Minimum probability of a token, relative to the most likely token. Disabled: 0."),
-         0, 1);
-  limits(b.f("top_a", "Top A", 0.0, 0.0, 1.0,
-             "Threshold relative to the square of the top probability; trims when the model is certain. "
-             "Disabled: 0."),
-         0, std::nullopt);
-  limits(b.i("seed", "Seed", -1, -1, 100000, "Random seed for this request. -1: random."), -1, std::nullopt);
-
-  b.group = "Penalties";
-  limits(b.f("repetition_penalty", "Repetition penalty", 1.0, 1.0, 2.0,
-             "Penalise tokens already in the prompt or the reply; above 1 discourages repeats. Disabled: 1."),
-         0, std::nullopt, true);
-  limits(b.f("presence_penalty", "Presence penalty", 0.0, -2.0, 2.0,
-             "Penalise tokens that appeared in the reply so far; above 0 encourages new tokens. Disabled: 0."),
-         -2, 2);
-  limits(b.f("frequency_penalty", "Frequency penalty", 0.0, -2.0, 2.0,
-             "Penalise tokens by how often they appeared in the reply so far. Disabled: 0."),
-         -2, 2);
-  limits(b.i("no_repeat_ngram_size", "No-repeat n-gram size", 0, 0, 20,
-             "Ban any token that would complete an n-gram of this size already seen. Disabled: 0."),
-         0, std::nullopt);
-
-  b.group = "DRY";
-  limits(b.f("dry_multiplier", "DRY multiplier", 0.0, 0.0, 5.0,
-             "Strength of the DRY (Don't Repeat Yourself) penalty on tokens that extend a repeated sequence. "
-             "Disabled: 0."),
-         0, std::nullopt);
-  limits(b.f("dry_base", "DRY base", 1.75, 1.01, 4.0,
-             "Base of the exponential DRY penalty: multiplier * base^(length - allowed length). Must be above 1."),
-         1, std::nullopt, true);
-  limits(b.i("dry_allowed_length", "DRY allowed length", 2, 0, 20,
-             "Repeated sequences up to this length are not penalised."),
-         0, std::nullopt);
-  limits(b.i("dry_range", "DRY range", 0, 0, 16384, "How many recent tokens DRY looks at. 0: the whole context."), 0,
-         std::nullopt);
-  {
-    auto& s = b.add(SamplerType::StringList, "dry_sequence_breakers", "DRY sequence breakers",
-                    json::array({"\n", ":", "\"", "*"}), 0, 0,
-                    "Strings that break a repeated sequence for DRY (comma separated; \\n for a newline).");
-    (void)s;
+  std::vector<SamplerSpec> common, rest;
+  for (const auto& info : sampling_param_table()) {
+    SamplerSpec s = from_info(info);
+    (s.group == "Common" ? common : rest).push_back(std::move(s));
   }
-
-  b.group = "Truncation";
-  limits(b.f("tfs", "Tail-free sampling", 1.0, 0.0, 1.0,
-             "Tail-Free Sampling: cut low-probability tokens after the plateau of the sorted probabilities. "
-             "Disabled: 1."),
-         0, 1);
-  limits(b.f("typical_p", "Typical P", 1.0, 0.0, 1.0,
-             "Locally typical sampling: keep tokens whose information content is close to the expected. "
-             "Disabled: 1."),
-         0, 1, true);
-  limits(b.f("eta_cutoff", "Eta cutoff", 0.0, 0.0, 20.0,
-             "Eta sampling: entropy-adaptive cutoff, in units of 1e-4. Disabled: 0."),
-         0, std::nullopt);
-  limits(b.f("epsilon_cutoff", "Epsilon cutoff", 0.0, 0.0, 9.0,
-             "Epsilon sampling: fixed probability cutoff, in units of 1e-4. Disabled: 0."),
-         0, std::nullopt);
-  limits(b.f("nsigma", "Top-nsigma", 0.0, 0.0, 5.0,
-             "Mask logits below max_logit - nsigma * std(logits). Disabled: 0."),
-         0, std::nullopt);
-  limits(b.f("xtc_threshold", "XTC threshold", 0.1, 0.0, 0.5,
-             "Exclude Top Choices: tokens above this probability (except the least likely of them) are removed."),
-         0, std::nullopt);
-  limits(b.f("xtc_probability", "XTC probability", 0.0, 0.0, 1.0,
-             "Chance per step that XTC is applied. Disabled: 0."),
-         0, 1);
-
-  b.group = "Temperature";
-  limits(b.f("dynatemp_range", "Dynamic temperature range", 0.0, 0.0, 2.0,
-             "Dynamic temperature between temperature - range and temperature + range, scaled by the entropy. "
-             "Disabled: 0."),
-         0, std::nullopt);
-  limits(b.f("dynatemp_exponent", "Dynamic temperature exponent", 1.0, 0.01, 5.0,
-             "Exponent of dynamic temperature: higher values trend towards lower temperatures."),
-         0, std::nullopt, true);
-  limits(b.f("smoothing_factor", "Smoothing factor", 0.0, 0.0, 5.0, "Quadratic sampling strength. Disabled: 0."), 0,
-         std::nullopt);
-  limits(b.f("smoothing_curve", "Smoothing curve", 1.0, 1.0, 5.0, "Cubic sampling curve. Disabled: 1."), 1,
-         std::nullopt);
-  b.b("temperature_last", "Temperature last", false, "Apply temperature at the end of the sampler chain.");
-  limits(b.f("skew", "Skew", 0.0, 0.0, 5.0, "Skews the cumulative distribution after softmax. Disabled: 0."), 0,
-         std::nullopt);
-
-  b.group = "Mirostat";
-  {
-    auto& s = b.add(SamplerType::Choice, "mirostat_mode", "Mirostat mode", 0, 0, 2,
-                    "Mirostat adaptive decoding: 0 off, 2 Mirostat 2.0 (all other samplers are skipped).");
-    s.choices = {"0", "2"};
+  // Common ones in kCommon's order.
+  std::vector<SamplerSpec> out;
+  for (const char* c : kCommon) {
+    for (auto& s : common) {
+      if (s.key == c) out.push_back(s);
+    }
   }
-  limits(b.f("mirostat_tau", "Mirostat tau", 0.0, 0.0, 10.0, "Target surprise (perplexity) for Mirostat."), 0,
-         std::nullopt);
-  limits(b.f("mirostat_eta", "Mirostat eta", 0.0, 0.0, 1.0, "Learning rate of Mirostat's surprise estimate."), 0,
-         std::nullopt);
-
-  b.group = "Output";
-  limits(b.i("n", "Replies (n)", 1, 1, 8, "Number of replies to generate; the chat shows the first."), 1,
-         std::nullopt);
-  limits(b.i("best_of", "Best of", 1, 1, 8, "Generate this many and return the best n. Default: n."), 1,
-         std::nullopt);
-  b.b("use_beam_search", "Beam search", false, "Use beam search instead of sampling.");
-  b.f("length_penalty", "Length penalty", 1.0, -2.0, 2.0, "Penalise sequences by length (beam search).");
-  {
-    auto& s = b.add(SamplerType::Choice, "early_stopping", "Early stopping", "false", 0, 0,
-                    "Beam search stop condition: true, false (heuristic) or never.");
-    s.choices = {"false", "true", "never"};
-  }
-  b.add(SamplerType::StringList, "stop", "Stop strings", json::array(), 0, 0,
-        "Strings that end the reply (comma separated); they are not included in the reply.");
-  b.add(SamplerType::IntList, "stop_token_ids", "Stop token ids", json::array(), 0, 0,
-        "Token ids that end the reply (comma separated).");
-  b.add(SamplerType::IntList, "custom_token_bans", "Banned token ids", json::array(), 0, 0,
-        "Token ids that are never generated (comma separated).");
-  b.b("include_stop_str_in_output", "Include stop string", false, "Keep the stop string at the end of the reply.");
-  b.b("ignore_eos", "Ignore EOS", false, "Keep generating after the end-of-sequence token.");
-  b.b("skip_special_tokens", "Skip special tokens", true, "Leave special tokens out of the reply text.");
-  b.b("spaces_between_special_tokens", "Spaces between special tokens", true,
-      "Put spaces between special tokens in the reply text.");
-  limits(b.i("logprobs", "Logprobs", 0, 0, 20, "Log probabilities of the top tokens per position (0: none)."), 0,
-         std::nullopt);
-  limits(b.i("prompt_logprobs", "Prompt logprobs", 0, 0, 20, "Log probabilities per prompt token (0: none)."), 0,
-         std::nullopt);
-  return std::move(b.t);
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
 }
 
 std::string where_key(const std::string& where, const std::string& key) { return where + ": '" + key + "'"; }
 
 json checked(const SamplerSpec& s, const json& v, const std::string& where) {
   const std::string at = where_key(where, s.key);
+  if (v.is_null()) {
+    CYPRIS_CHECK(s.optional, "{}: needs a value", at);
+    return v;
+  }
   auto check_range = [&](double x) {
     CYPRIS_CHECK(std::isfinite(x), "{}: {} is not a finite number", at, x);
     if (s.min) {
       bool ok = s.min_exclusive ? x > *s.min : x >= *s.min;
       CYPRIS_CHECK(ok, "{}: {} is too small (must be {} {})", at, x, s.min_exclusive ? ">" : ">=", *s.min);
     }
-    if (s.max) CYPRIS_CHECK(x <= *s.max, "{}: {} is too large (must be <= {})", at, x, *s.max);
+    if (s.max) {
+      bool ok = s.max_exclusive ? x < *s.max : x <= *s.max;
+      CYPRIS_CHECK(ok, "{}: {} is too large (must be {} {})", at, x, s.max_exclusive ? "<" : "<=", *s.max);
+    }
   };
   switch (s.type) {
     case SamplerType::Float:
@@ -229,9 +165,22 @@ json checked(const SamplerSpec& s, const json& v, const std::string& where) {
       return s.default_value.is_number() ? json(std::stoll(text)) : json(text);
     }
     case SamplerType::StringList:
+    case SamplerType::SamplerOrder: {
       CYPRIS_CHECK(v.is_array(), "{}: expected a list of strings, got {}", at, v.dump());
-      for (const auto& e : v) CYPRIS_CHECK(e.is_string(), "{}: expected a list of strings, got {}", at, v.dump());
+      std::vector<std::string> items;
+      for (const auto& e : v) {
+        CYPRIS_CHECK(e.is_string(), "{}: expected a list of strings, got {}", at, v.dump());
+        items.push_back(e.get<std::string>());
+      }
+      if (s.type == SamplerType::SamplerOrder) {
+        try {
+          parse_sampler_priority(std::span<const std::string>(items));
+        } catch (const std::exception& e) {
+          CYPRIS_FAIL("{}: {}", at, e.what());
+        }
+      }
       return v;
+    }
     case SamplerType::IntList:
       CYPRIS_CHECK(v.is_array(), "{}: expected a list of token ids, got {}", at, v.dump());
       for (const auto& e : v) {
@@ -239,6 +188,16 @@ json checked(const SamplerSpec& s, const json& v, const std::string& where) {
                      v.dump());
       }
       return v;
+    case SamplerType::TokenBias: {
+      CYPRIS_CHECK(v.is_object(), "{}: expected an object of token id to bias, got {}", at, v.dump());
+      for (const auto& [k, b] : v.items()) {
+        CYPRIS_CHECK(!k.empty() && k.find_first_not_of("0123456789") == std::string::npos,
+                     "{}: '{}' is not a token id", at, k);
+        CYPRIS_CHECK(b.is_number() && b.get<double>() >= -100 && b.get<double>() <= 100,
+                     "{}: bias {} for token {} is out of range (-100 to 100)", at, b.dump(), k);
+      }
+      return v;
+    }
   }
   return v;
 }
@@ -303,6 +262,7 @@ json SamplerSettings::to_request_json() const {
   for (const auto& s : sampler_table()) {
     const json& v = get(s.key);
     if (s.key == "max_tokens" || v != s.default_value) {
+      if (v.is_null()) continue;                                // unset: the engine decides
       if (s.key == "seed" && v.get<int64_t>() < 0) continue;  // random
       if (s.key == "early_stopping") {
         const std::string e = v.get<std::string>();

@@ -1,8 +1,8 @@
-// The chat's sampler controls: one table of every sampler parameter of Aphrodite's set (name as in
-// the API request body, type, default, slider range, hard limits, help, group), the current values,
-// and presets (resources/sampler_presets/*.json). The Chat panel's sliders are generated from
-// sampler_table(). When SamplingParams grows its own descriptor list (branch `sampling`), this
-// table is the one place to switch over.
+// The chat's sampler controls: every per-request sampling parameter (name as in the API request
+// body, type, default, slider range, hard limits, help, group), generated from SamplingParams'
+// descriptor table (engine/core/sampling_params.h, sampling_param_table()) plus the few choices
+// only the UI makes (the chat's max_tokens default, slider ends); the current values; and presets
+// (resources/sampler_presets/*.json).
 #pragma once
 
 #include <map>
@@ -14,17 +14,19 @@
 
 namespace cypris {
 
-enum class SamplerType { Float, Int, Bool, Choice, StringList, IntList };
+enum class SamplerType { Float, Int, Bool, Choice, StringList, IntList, TokenBias, SamplerOrder };
 
 struct SamplerSpec {
   std::string key;    // request field: "temperature"
   std::string label;  // "Temperature"
   std::string group;  // "Basic", "Penalties", "DRY", ...
   SamplerType type = SamplerType::Float;
-  nlohmann::json default_value;
+  nlohmann::json default_value;  // null: unset by default (optional parameters)
+  bool optional = false;         // may be unset (null): the panel shows an on/off box
   double slider_min = 0.0, slider_max = 1.0;  // the slider's range (Ctrl+click types any valid value)
   std::optional<double> min, max;             // hard limits checked on load
   bool min_exclusive = false;
+  bool max_exclusive = false;
   std::vector<std::string> choices;  // Choice: allowed values (ints written as strings)
   std::string help;
 };
@@ -45,8 +47,9 @@ class SamplerSettings {
   void reset_all();
   bool is_default(const std::string& key) const;
 
-  // The request JSON for AppServices::generate: every value that differs from its default, plus
-  // max_tokens always (the engine's default of 16 is too short for a chat).
+  // The request JSON for AppServices::generate: every value that differs from the engine's default
+  // (unset optional values are left out), plus max_tokens always (the engine's default of 16 is too
+  // short for a chat, so the chat's default is 512).
   nlohmann::json to_request_json() const;
 
   // Presets: {"name": ..., "description": ..., "values": {key: value, ...}}; keys not given keep

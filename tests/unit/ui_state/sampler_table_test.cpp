@@ -1,11 +1,13 @@
-// The sampler table against Aphrodite's documented defaults (aphrodite-engine-options.txt,
-// sampler-notes.md), value checking, request JSON and the shipped presets.
+// The sampler controls against Aphrodite's documented defaults (aphrodite-engine-options.txt,
+// sampler-notes.md: the "disabled" value of each sampler), value checking, request JSON and the
+// shipped presets.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "app/ui/state/sampler_table.h"
+#include "engine/core/sampling_params.h"
 
 namespace cypris {
 namespace {
@@ -17,7 +19,7 @@ TEST(SamplerTable, DefaultsAreTheDisabledValuesOfTheReference) {
       {"temperature", 1.0},      {"top_p", 1.0},          {"top_k", -1},          {"min_p", 0.0},
       {"top_a", 0.0},            {"tfs", 1.0},            {"typical_p", 1.0},     {"eta_cutoff", 0.0},
       {"epsilon_cutoff", 0.0},   {"repetition_penalty", 1.0}, {"presence_penalty", 0.0},
-      {"frequency_penalty", 0.0}, {"dynatemp_range", 0.0}, {"dynatemp_exponent", 1.0},
+      {"frequency_penalty", 0.0}, {"dynatemp_min", 0.0}, {"dynatemp_max", 0.0}, {"dynatemp_exponent", 1.0},
       {"smoothing_factor", 0.0}, {"smoothing_curve", 1.0}, {"mirostat_mode", 0},
       {"xtc_threshold", 0.1},    {"xtc_probability", 0.0}, {"nsigma", 0.0},       {"dry_multiplier", 0.0},
       {"dry_base", 1.75},        {"dry_allowed_length", 2}, {"dry_range", 0},     {"no_repeat_ngram_size", 0},
@@ -29,6 +31,31 @@ TEST(SamplerTable, DefaultsAreTheDisabledValuesOfTheReference) {
     EXPECT_EQ(s.get(k), v) << k;
   }
   EXPECT_EQ(s.get("dry_sequence_breakers"), json::array({"\n", ":", "\"", "*"}));
+  EXPECT_EQ(s.get("max_tokens"), 512);   // the chat's own default
+  EXPECT_TRUE(s.get("logprobs").is_null());  // optional: unset
+}
+
+TEST(SamplerTable, CoversEverySamplingParameterOfTheEngine) {
+  for (const auto& info : sampling_param_table()) {
+    EXPECT_NE(find_sampler(std::string(info.name)), nullptr) << info.name;
+  }
+  EXPECT_EQ(sampler_table().size(), sampling_param_table().size());
+  EXPECT_EQ(sampler_groups().front(), "Common");
+  EXPECT_EQ(sampler_table().front().key, "max_tokens");
+}
+
+TEST(SamplerTable, ListsBiasAndOrderAreChecked) {
+  SamplerSettings s;
+  s.set("logit_bias", json{{"42", -100}, {"7", 2.5}});
+  EXPECT_THROW(s.set("logit_bias", json{{"42", -101}}), std::exception);
+  EXPECT_THROW(s.set("logit_bias", json{{"x", 1}}), std::exception);
+  EXPECT_THROW(s.set("sampler_priority", json::array({"TEMPERATURE"})), std::exception);  // must list all 14
+  EXPECT_THROW(s.set("custom_token_bans", json::array({-1})), std::exception);
+  s.set("logprobs", 5);
+  s.set("logprobs", nullptr);
+  EXPECT_THROW(s.set("temperature", nullptr), std::exception);  // not optional
+  EXPECT_EQ(s.to_request_json().at("logit_bias"), json({{"42", -100}, {"7", 2.5}}));
+  EXPECT_FALSE(s.to_request_json().contains("logprobs"));
 }
 
 TEST(SamplerTable, EverySliderRangeLiesWithinTheHardLimits) {
