@@ -110,7 +110,15 @@ class App {
   std::unique_ptr<ScriptRunner> script_;
   std::optional<int> exit_code_;
   int frame_ = 0;
+  bool escape_pressed_ = false;  // set by the key callback, consumed once per frame
 };
+
+void key_callback(GLFWwindow* window, int key, int, int action, int) {
+  // ImGui's GLFW backend chains to this callback (installed before it).
+  if (key == GLFW_KEY_ESCAPE && action == GLFW_PRESS) {
+    if (auto* flag = static_cast<bool*>(glfwGetWindowUserPointer(window))) *flag = true;
+  }
+}
 
 App::App(const AppLaunch& launch, std::unique_ptr<AppServices> services)
     : launch_(launch),
@@ -265,6 +273,8 @@ bool App::init_window() {
   glfwMakeContextCurrent(window_);
   glfwSwapInterval(1);
   queue_.set_wake([] { glfwPostEmptyEvent(); });
+  glfwSetWindowUserPointer(window_, &escape_pressed_);
+  glfwSetKeyCallback(window_, key_callback);
   ctx_.window = window_;
 
   float xs = 1.0f, ys = 1.0f;
@@ -335,7 +345,8 @@ void App::draw_frame() {
   ImGui::BeginChild("chat", ImVec2(0, -status_h), true);
   chat_panel_->draw();
   ImGui::EndChild();
-  chat_panel_->handle_shortcuts();
+  chat_panel_->handle_shortcuts(escape_pressed_);
+  escape_pressed_ = false;
   if (status_.empty()) {
     ImGui::TextDisabled("Cypris %s   config: %s", CYPRIS_VERSION, ctx_.config_dir.c_str());
   } else {

@@ -74,6 +74,22 @@ std::optional<int> ScriptRunner::step(double now_s) {
       case K::Type:
         chat_.set_input(a.arg);
         break;
+      case K::WaitInput:
+      case K::WaitChatError: {
+        if (wait_started_ < 0) wait_started_ = now_s;
+        const bool ok = a.kind == K::WaitInput ? chat_.input() == a.arg
+                                               : ctx_.chat->last_error().find(a.arg) != std::string::npos;
+        if (!ok) {
+          if (now_s - wait_started_ > a.number) {
+            return fail(a, a.kind == K::WaitInput ? "the chat input is '" + chat_.input() + "'"
+                                                  : "the chat error is '" + ctx_.chat->last_error() + "'",
+                        4);
+          }
+          return std::nullopt;
+        }
+        wait_started_ = -1;
+        break;
+      }
       case K::Send:
         chat_.send();
         if (!ctx_.chat->last_error().empty()) return fail(a, ctx_.chat->last_error(), 5);

@@ -24,8 +24,9 @@ void ChatPanel::stop() { ctx_.chat->stop(); }
 
 void ChatPanel::regenerate() { ctx_.chat->regenerate(ctx_.engine->engine()); }
 
-void ChatPanel::handle_shortcuts() {
-  if (ctx_.chat->transcript().generating() && ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape), false)) stop();
+void ChatPanel::handle_shortcuts(bool escape_pressed) {
+  const bool esc = escape_pressed || ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape), false);
+  if (esc && ctx_.chat->transcript().generating()) stop();
 }
 
 void ChatPanel::draw() {
@@ -130,7 +131,11 @@ void ChatPanel::draw_input() {
   const bool enter = ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Enter)) ||
                      ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_KeyPadEnter));
   const bool saved_ctrl = io.KeyCtrl;
-  if (enter && io.KeyShift) io.KeyCtrl = true;
+  const ImGuiKeyModFlags saved_mods = io.KeyMods;  // ImGui checks the two agree
+  if (enter && io.KeyShift) {
+    io.KeyCtrl = true;
+    io.KeyMods |= ImGuiKeyModFlags_Ctrl;
+  }
   if (input_replaced_) {
     // An active text box shows its own copy of the text; drop the focus so it re-reads input_.
     ImGui::ClearActiveID();
@@ -145,6 +150,7 @@ void ChatPanel::draw_input() {
       "##input", &input_, ImVec2(ImGui::GetContentRegionAvail().x - buttons_w, ImGui::GetTextLineHeight() * 4),
       ImGuiInputTextFlags_CtrlEnterForNewLine | ImGuiInputTextFlags_EnterReturnsTrue);
   io.KeyCtrl = saved_ctrl;
+  io.KeyMods = saved_mods;
   ImGui::SameLine();
   ImGui::BeginGroup();
   if (generating) {

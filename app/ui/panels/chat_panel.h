@@ -16,6 +16,7 @@ class ChatPanel {
   void draw();  // fills the region it is given (the right side of the window)
 
   // For --ui-script and the shortcuts.
+  const std::string& input() const { return input_; }
   void set_input(const std::string& text) {
     input_ = text;
     input_replaced_ = true;
@@ -23,7 +24,9 @@ class ChatPanel {
   void send();
   void stop();
   void regenerate();
-  void handle_shortcuts();
+  // escape_pressed: an Esc press seen by the window's key callback this frame (a press and release
+  // within one frame never reach ImGui 1.86's key state).
+  void handle_shortcuts(bool escape_pressed);
 
  private:
   void draw_messages();

@@ -19,9 +19,11 @@ void LoadBar::draw() {
     case EngineSession::Status::Loaded: {
       const auto& info = engine.model_info();
       ImGui::TextColored(ui::kGreen, "%s", info.model.c_str());
-      ImGui::SameLine();
-      ImGui::TextDisabled("(%s, %s, context %lld)", info.device.c_str(), info.dtype.c_str(),
-                          static_cast<long long>(info.max_model_len));
+      if (!info.device.empty()) {
+        ImGui::SameLine();
+        ImGui::TextDisabled("(%s, %s, context %lld)", info.device.c_str(), info.dtype.c_str(),
+                            static_cast<long long>(info.max_model_len));
+      }
       ImGui::SameLine();
       if (ImGui::Button("Unload")) engine.unload();
       ImGui::SameLine();

@@ -82,8 +82,11 @@ void EngineSession::unload() {
   }
   if (engine_ && on_unloading) on_unloading();
   ++generation_;
-  // The last reference may be held by a generation worker for a moment; the engine is destroyed
-  // when that finishes, off the UI thread's critical path.
+  // Destroying an engine joins its thread and frees its memory: do it on a worker so the window
+  // stays responsive (a generation worker may hold the last reference for a moment instead).
+  if (engine_) {
+    jobs_.run("unload", [old = std::move(engine_)](const std::atomic<bool>&) mutable { old.reset(); });
+  }
   engine_.reset();
   info_ = ModelInfo{};
   status_ = Status::Unloaded;

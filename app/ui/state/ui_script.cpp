@@ -51,7 +51,7 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
       {"stop", K::Stop},       {"regenerate", K::Regenerate}, {"wait_reply", K::WaitReply},
       {"expect_reply", K::ExpectReply}, {"server", K::Server}, {"frames", K::Frames},
       {"screenshot", K::Screenshot}, {"quit", K::Quit}, {"hub_search", K::HubSearch},
-      {"hub_repo", K::HubRepo}, {"download", K::Download}, {"wait_download", K::WaitDownload}};
+      {"hub_repo", K::HubRepo}, {"wait_input", K::WaitInput}, {"wait_chat_error", K::WaitChatError}, {"download", K::Download}, {"wait_download", K::WaitDownload}};
   static const char* kPanels[] = {"models", "options", "chat", "samplers", "server", "stats", "logs"};
 
   std::vector<ScriptAction> out;
@@ -61,7 +61,7 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
   while (std::getline(in, raw)) {
     ++line_no;
     std::string line = raw;
-    if (line.rfind("type ", 0) != 0) {  // '#' may be part of a chat message
+    if (line.rfind("type ", 0) != 0 && line.rfind("wait_input ", 0) != 0) {  // '#' may be in a message
       size_t hash = line.find('#');
       if (hash != std::string::npos) line = line.substr(0, hash);
     }
@@ -95,8 +95,11 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
         break;
       }
       case K::Type:
-        CYPRIS_CHECK(!rest.empty(), "{}: 'type' needs the text to type", at);
+      case K::WaitInput:
+      case K::WaitChatError:
+        CYPRIS_CHECK(!rest.empty(), "{}: '{}' needs the text", at, word);
         a.arg = unescape(rest);
+        a.number = 30;
         break;
       case K::Server:
         CYPRIS_CHECK(rest == "on" || rest == "off", "{}: 'server' takes on or off", at);

@@ -10,6 +10,9 @@
 //   send | stop | regenerate        chat buttons
 //   wait_reply [SECONDS]            wait until the reply finished (default 120 s); timeout: exit 4
 //   expect_reply                    the last message must be a non-empty finished reply (else exit 5)
+//   wait_input TEXT...              wait (up to 30 s) until the chat input holds TEXT (\n: newline);
+//                                   for keyboard tests that type with xdotool. Timeout: exit 4
+//   wait_chat_error TEXT...         wait (up to 30 s) until the chat shows an error containing TEXT
 //   server on | server off          switch the local API
 //   hub_search QUERY                search the hub and wait for the results
 //   hub_repo REPO                   pick a repo (lists its refs and files) and wait for the listing
@@ -29,7 +32,7 @@ namespace cypris {
 struct ScriptAction {
   enum class Kind {
     Open, Close, Set, Sampler, Load, Unload, WaitLoaded, Type, Send, Stop, Regenerate, WaitReply, ExpectReply,
-    Server, HubSearch, HubRepo, Download, WaitDownload, Frames, Screenshot, Quit
+    WaitInput, WaitChatError, Server, HubSearch, HubRepo, Download, WaitDownload, Frames, Screenshot, Quit
   };
   Kind kind = Kind::Frames;
   std::string arg;    // panel, option key, text, path, "on"/"off"
