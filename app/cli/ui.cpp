@@ -39,11 +39,13 @@ int run_ui(const Args& args) {
       app_option("ui-script", &ui_script, "FILE",
                  "Run a script of UI actions (open a panel, set an option, load, type, send, wait for the reply, "
                  "screenshot, quit), one per line. For tests.")};
-  auto ctx = parse_cli(args, "usage: cypris [options]            desktop app\n"
-                             "       cypris --no-ui --model MODEL [options]   headless server\n"
-                             "       cypris generate --model MODEL --prompt TEXT [--max-tokens N]\n"
-                             "       cypris download REPO [--revision R] [--include GLOB]...\n"
-                             "       cypris bench latency|throughput|serving [options]", code, extra);
+  auto ctx = parse_cli(args,
+                       "usage: cypris [options]            desktop app\n"
+                       "       cypris --no-ui --model MODEL [options]   headless server\n"
+                       "       cypris generate --model MODEL --prompt TEXT [--max-tokens N]\n"
+                       "       cypris download REPO [--revision R] [--include GLOB]...\n"
+                       "       cypris bench latency|throughput|serving [options]",
+                       code, extra);
   if (!ctx) return code;
 #ifdef CYPRIS_HAVE_UI
   AppLaunch launch;

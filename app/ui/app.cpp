@@ -1,16 +1,16 @@
 // The desktop app's window, frame loop and layout; see app.h.
 #include "app/ui/app.h"
 
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+#include <imgui_impl_glfw.h>
+#include <imgui_impl_opengl3.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
 #include <vector>
-
-#include <GLFW/glfw3.h>
-#include <imgui.h>
-#include <imgui_impl_glfw.h>
-#include <imgui_impl_opengl3.h>
 
 #include "app/ui/app_context.h"
 #include "app/ui/panels/chat_panel.h"
@@ -51,8 +51,7 @@ std::string find_presets_dir() {
 
 const char* find_font() {
   static const char* kFonts[] = {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-                                 "/usr/share/fonts/TTF/DejaVuSans.ttf",
-                                 "/usr/share/fonts/dejavu/DejaVuSans.ttf"};
+                                 "/usr/share/fonts/TTF/DejaVuSans.ttf", "/usr/share/fonts/dejavu/DejaVuSans.ttf"};
   std::error_code ec;
   for (const char* f : kFonts) {
     if (std::filesystem::exists(f, ec)) return f;
@@ -60,7 +59,9 @@ const char* find_font() {
   return nullptr;
 }
 
-void glfw_error(int code, const char* description) { LOG_WARN("GLFW error {}: {}", code, description); }
+void glfw_error(int code, const char* description) {
+  LOG_WARN("GLFW error {}: {}", code, description);
+}
 
 class App {
  public:
@@ -266,8 +267,9 @@ bool App::init_window() {
   window_ = glfwCreateWindow(static_cast<int>(settings_.window_width), static_cast<int>(settings_.window_height),
                              "Cypris", nullptr, nullptr);
   if (!window_) {
-    std::fprintf(stderr, "cypris: error: cannot create an OpenGL 3.3 window. Run `cypris --no-ui` for the "
-                         "headless server.\n");
+    std::fprintf(stderr,
+                 "cypris: error: cannot create an OpenGL 3.3 window. Run `cypris --no-ui` for the "
+                 "headless server.\n");
     return false;
   }
   glfwMakeContextCurrent(window_);
@@ -311,8 +313,7 @@ void App::setup_style_and_font() {
     ImFontGlyphRangesBuilder builder;
     builder.AddRanges(io.Fonts->GetGlyphRangesDefault());
     builder.AddRanges(io.Fonts->GetGlyphRangesCyrillic());
-    static const ImWchar kExtra[] = {0x0100, 0x024F, 0x0370, 0x03FF, 0x2000, 0x206F, 0x2190, 0x21FF, 0x2500, 0x259F,
-                                     0};
+    static const ImWchar kExtra[] = {0x0100, 0x024F, 0x0370, 0x03FF, 0x2000, 0x206F, 0x2190, 0x21FF, 0x2500, 0x259F, 0};
     builder.AddRanges(kExtra);
     builder.BuildRanges(&ranges);
     if (io.Fonts->AddFontFromFileTTF(font, size, nullptr, ranges.Data)) return;
@@ -379,11 +380,10 @@ void App::save_screenshot(const std::string& path) {
 int App::run() {
   if (!launch_.ui_script.empty()) {
     try {
-      script_ = std::make_unique<ScriptRunner>(
-          ctx_, load_ui_script(launch_.ui_script),
-          std::vector<Panel*>{models_.get(), options_panel_.get(), samplers_.get(), server_panel_.get(), stats_.get(),
-                              logs_.get()},
-          *chat_panel_, *server_panel_);
+      script_ = std::make_unique<ScriptRunner>(ctx_, load_ui_script(launch_.ui_script),
+                                               std::vector<Panel*>{models_.get(), options_panel_.get(), samplers_.get(),
+                                                                   server_panel_.get(), stats_.get(), logs_.get()},
+                                               *chat_panel_, *server_panel_);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "cypris: error: %s\n", e.what());
       return 2;

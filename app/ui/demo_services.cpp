@@ -18,8 +18,9 @@ void DemoServices::start_server(const EngineConfig&, std::shared_ptr<EngineClien
 }
 
 std::vector<HubModelSummary> DemoServices::hub_search(const std::string&) {
-  CYPRIS_FAIL("the Hugging Face Hub client is not available in this build; use a local model folder "
-              "or `cypris download REPO`");
+  CYPRIS_FAIL(
+      "the Hugging Face Hub client is not available in this build; use a local model folder "
+      "or `cypris download REPO`");
 }
 
 std::vector<HubRef> DemoServices::hub_refs(const std::string&) {

@@ -22,8 +22,7 @@ class DemoServices : public AppServices {
   std::vector<HubModelSummary> hub_search(const std::string& query) override;
   std::vector<HubRef> hub_refs(const std::string& repo) override;
   std::vector<HubFile> hub_files(const std::string& repo, const std::string& revision) override;
-  std::string hub_download(const std::string& repo, const std::string& revision,
-                           const std::vector<std::string>& files,
+  std::string hub_download(const std::string& repo, const std::string& revision, const std::vector<std::string>& files,
                            const std::function<void(const FileProgress&)>& progress,
                            const std::atomic<bool>& cancel) override;
   std::vector<CachedModel> cached_models() override { return {}; }

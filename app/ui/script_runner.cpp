@@ -2,7 +2,6 @@
 #include "app/ui/script_runner.h"
 
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 #include "app/ui/panels/chat_panel.h"
@@ -77,12 +76,13 @@ std::optional<int> ScriptRunner::step(double now_s) {
       case K::WaitInput:
       case K::WaitChatError: {
         if (wait_started_ < 0) wait_started_ = now_s;
-        const bool ok = a.kind == K::WaitInput ? chat_.input() == a.arg
-                                               : ctx_.chat->last_error().find(a.arg) != std::string::npos;
+        const bool ok =
+            a.kind == K::WaitInput ? chat_.input() == a.arg : ctx_.chat->last_error().find(a.arg) != std::string::npos;
         if (!ok) {
           if (now_s - wait_started_ > a.number) {
-            return fail(a, a.kind == K::WaitInput ? "the chat input is '" + chat_.input() + "'"
-                                                  : "the chat error is '" + ctx_.chat->last_error() + "'",
+            return fail(a,
+                        a.kind == K::WaitInput ? "the chat input is '" + chat_.input() + "'"
+                                               : "the chat error is '" + ctx_.chat->last_error() + "'",
                         4);
           }
           return std::nullopt;

@@ -19,8 +19,8 @@ class ScriptRunner {
   ScriptRunner(AppContext& ctx, std::vector<ScriptAction> actions, std::vector<Panel*> panels, ChatPanel& chat,
                ServerPanel& server);
 
-  // Called once per frame before the UI is drawn (so what it opens shows in the same frame). Returns the exit code once the script is over
-  // (quit, end of script, or a failed wait/expectation).
+  // Called once per frame before the UI is drawn (so what it opens shows in the same frame). Returns the exit code once
+  // the script is over (quit, end of script, or a failed wait/expectation).
   std::optional<int> step(double now_s);
   // A screenshot the script asked for in this frame (the app saves it after rendering).
   std::optional<std::string> take_screenshot_request();

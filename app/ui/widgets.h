@@ -1,9 +1,9 @@
 // Small ImGui helpers shared by the panels: tooltips, coloured messages, std::string inputs.
 #pragma once
 
-#include <string>
-
 #include <imgui.h>
+
+#include <string>
 
 namespace cypris::ui {
 

@@ -10,7 +10,9 @@ std::shared_ptr<RequestStream> FakeEngineClient::submit(GenerateRequest req) {
   return std::make_shared<RequestStream>(req.request_id);
 }
 
-void FakeEngineClient::abort(const std::string& request_id) { aborted_.push_back(request_id); }
+void FakeEngineClient::abort(const std::string& request_id) {
+  aborted_.push_back(request_id);
+}
 
 std::shared_ptr<EngineClient> FakeServices::load_engine(const EngineConfig& cfg,
                                                         const std::function<void(const LoadProgress&)>& progress,
@@ -34,7 +36,9 @@ void FakeServices::start_server(const EngineConfig& cfg, std::shared_ptr<EngineC
   running_ = true;
 }
 
-void FakeServices::stop_server() { running_ = false; }
+void FakeServices::stop_server() {
+  running_ = false;
+}
 
 std::vector<std::string> FakeServices::take_server_log() {
   std::lock_guard<std::mutex> lock(mu_);

@@ -7,10 +7,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "app/ui/state/services.h"
 #include "engine/core/engine_client.h"
@@ -36,14 +35,14 @@ class FakeServices : public AppServices {
   // ---- what the test sets ----
   std::shared_ptr<EngineClient> engine_to_load;  // nullptr: load fails with load_error
   std::string load_error = "engine not available in this build";
-  std::vector<LoadProgress> load_steps;          // reported before returning
-  std::string server_error;                       // start_server throws this when non-empty
-  std::vector<std::string> server_log_lines;      // handed out by take_server_log()
+  std::vector<LoadProgress> load_steps;       // reported before returning
+  std::string server_error;                   // start_server throws this when non-empty
+  std::vector<std::string> server_log_lines;  // handed out by take_server_log()
   std::vector<HubModelSummary> search_results;
-  std::string hub_error;                          // every hub call throws this when non-empty
-  std::map<std::string, std::vector<HubRef>> refs;                   // repo -> refs
-  std::map<std::string, std::vector<HubFile>> files;                // "repo@revision" -> files
-  int64_t download_chunk = 1000;                                   // bytes per progress report
+  std::string hub_error;                              // every hub call throws this when non-empty
+  std::map<std::string, std::vector<HubRef>> refs;    // repo -> refs
+  std::map<std::string, std::vector<HubFile>> files;  // "repo@revision" -> files
+  int64_t download_chunk = 1000;                      // bytes per progress report
   bool download_blocks_until_cancel = false;
   std::vector<CachedModel> cache;
   std::vector<int32_t> template_ids = {1, 2, 3};
@@ -73,8 +72,7 @@ class FakeServices : public AppServices {
   std::vector<HubModelSummary> hub_search(const std::string& query) override;
   std::vector<HubRef> hub_refs(const std::string& repo) override;
   std::vector<HubFile> hub_files(const std::string& repo, const std::string& revision) override;
-  std::string hub_download(const std::string& repo, const std::string& revision,
-                           const std::vector<std::string>& names,
+  std::string hub_download(const std::string& repo, const std::string& revision, const std::vector<std::string>& names,
                            const std::function<void(const FileProgress&)>& progress,
                            const std::atomic<bool>& cancel) override;
   std::vector<CachedModel> cached_models() override;

@@ -1,11 +1,10 @@
 // The Chat panel; see chat_panel.h.
 #include "app/ui/panels/chat_panel.h"
 
+#include <fmt/format.h>
 #include <imgui.h>
 #include <imgui_internal.h>
 #include <imgui_stdlib.h>
-
-#include <fmt/format.h>
 
 #include "app/ui/widgets.h"
 
@@ -20,9 +19,13 @@ void ChatPanel::send() {
   focus_input_ = true;
 }
 
-void ChatPanel::stop() { ctx_.chat->stop(); }
+void ChatPanel::stop() {
+  ctx_.chat->stop();
+}
 
-void ChatPanel::regenerate() { ctx_.chat->regenerate(ctx_.engine->engine()); }
+void ChatPanel::regenerate() {
+  ctx_.chat->regenerate(ctx_.engine->engine());
+}
 
 void ChatPanel::handle_shortcuts(bool escape_pressed) {
   const bool esc = escape_pressed || ImGui::IsKeyPressed(ImGui::GetKeyIndex(ImGuiKey_Escape), false);

@@ -37,7 +37,7 @@ class ChatPanel {
   std::string edit_buffer_;
   bool focus_input_ = true;
   bool input_replaced_ = false;  // input_ changed from outside while the text box may be active
-  size_t last_len_ = 0;  // to follow the reply as it streams
+  size_t last_len_ = 0;          // to follow the reply as it streams
 };
 
 }  // namespace cypris

@@ -1,9 +1,8 @@
 // The load bar; see load_bar.h.
 #include "app/ui/panels/load_bar.h"
 
-#include <imgui.h>
-
 #include <fmt/format.h>
+#include <imgui.h>
 
 #include "app/ui/widgets.h"
 

@@ -1,10 +1,10 @@
 // The Logs panel; see logs_panel.h.
 #include "app/ui/panels/logs_panel.h"
 
-#include <string>
-
 #include <GLFW/glfw3.h>
 #include <imgui.h>
+
+#include <string>
 
 #include "app/ui/widgets.h"
 
@@ -31,9 +31,12 @@ void LogsPanel::draw() {
                     ImGuiWindowFlags_HorizontalScrollbar);
   for (const auto& l : lines) {
     ImVec4 c = ImGui::GetStyleColorVec4(ImGuiCol_Text);
-    if (l.level >= LogLevel::Error) c = ui::kRed;
-    else if (l.level == LogLevel::Warn) c = ui::kYellow;
-    else if (l.level <= LogLevel::Debug) c = ui::kGrey;
+    if (l.level >= LogLevel::Error)
+      c = ui::kRed;
+    else if (l.level == LogLevel::Warn)
+      c = ui::kYellow;
+    else if (l.level <= LogLevel::Debug)
+      c = ui::kGrey;
     ImGui::TextColored(c, "%s %-7s %s", l.time.c_str(), log_level_name(l.level), l.text.c_str());
   }
   if (follow_) ImGui::SetScrollHereY(1.0f);

@@ -1,12 +1,11 @@
 // The Models panel; see models_panel.h.
 #include "app/ui/panels/models_panel.h"
 
-#include <filesystem>
-
+#include <fmt/format.h>
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
-#include <fmt/format.h>
+#include <filesystem>
 
 #include "app/ui/widgets.h"
 
@@ -133,9 +132,9 @@ void ModelsPanel::draw_download() {
   if (hub.downloading() || !p.files().empty()) {
     std::string rate = format_bytes(static_cast<int64_t>(p.rate_bytes_per_s())) + "/s";
     auto eta = p.eta_seconds();
-    std::string overlay = fmt::format("{} of {}   {}   ETA {}", format_bytes(p.bytes_done()),
-                                      format_bytes(p.bytes_total()), rate,
-                                      eta ? format_duration(*eta) : std::string("?"));
+    std::string overlay =
+        fmt::format("{} of {}   {}   ETA {}", format_bytes(p.bytes_done()), format_bytes(p.bytes_total()), rate,
+                    eta ? format_duration(*eta) : std::string("?"));
     ImGui::ProgressBar(p.fraction(), ImVec2(-1, 0), overlay.c_str());
     if (hub.downloading()) {
       for (const auto& f : p.files()) {

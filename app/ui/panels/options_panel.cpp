@@ -1,12 +1,12 @@
 // The Engine options panel, generated from the option table; see options_panel.h.
 #include "app/ui/panels/options_panel.h"
 
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-
-#include <imgui.h>
-#include <imgui_stdlib.h>
 
 #include "app/ui/widgets.h"
 

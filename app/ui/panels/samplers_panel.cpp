@@ -1,10 +1,10 @@
 // The Samplers panel; see samplers_panel.h.
 #include "app/ui/panels/samplers_panel.h"
 
-#include <filesystem>
-
 #include <imgui.h>
 #include <imgui_stdlib.h>
+
+#include <filesystem>
 
 #include "app/ui/widgets.h"
 
@@ -208,7 +208,8 @@ void SamplersPanel::draw_param(const SamplerSpec& spec) {
       break;
     }
     case SamplerType::Int: {
-      long long x = cur_v.is_null() ? static_cast<long long>(spec.slider_min) : static_cast<long long>(cur_v.get<int64_t>());
+      long long x =
+          cur_v.is_null() ? static_cast<long long>(spec.slider_min) : static_cast<long long>(cur_v.get<int64_t>());
       long long lo = static_cast<long long>(spec.slider_min), hi = static_cast<long long>(spec.slider_max);
       ImGui::BeginDisabled(cur_v.is_null());
       if (ImGui::SliderScalar(spec.label.c_str(), ImGuiDataType_S64, &x, &lo, &hi, "%lld")) set(int64_t{x});
@@ -248,9 +249,9 @@ void SamplersPanel::draw_param(const SamplerSpec& spec) {
       break;
     }
   }
-  ui::tooltip(spec.help + "\n\nRequest field: " + spec.key + "   Default: " + spec.default_value.dump() +
-              (spec.type == SamplerType::Float || spec.type == SamplerType::Int ? "\nCtrl+click to type a value."
-                                                                                : ""));
+  ui::tooltip(
+      spec.help + "\n\nRequest field: " + spec.key + "   Default: " + spec.default_value.dump() +
+      (spec.type == SamplerType::Float || spec.type == SamplerType::Int ? "\nCtrl+click to type a value." : ""));
   if (!s.is_default(spec.key)) {
     ImGui::SameLine(ImGui::GetContentRegionMax().x - reset_w);
     if (ImGui::SmallButton("Reset")) {

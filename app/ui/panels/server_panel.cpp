@@ -23,7 +23,9 @@ void ServerPanel::start() {
   ctx_.server->start(ctx_.engine->loaded_config(), current(), ctx_.engine->engine());
 }
 
-void ServerPanel::stop() { ctx_.server->stop(); }
+void ServerPanel::stop() {
+  ctx_.server->stop();
+}
 
 void ServerPanel::draw() {
   if (!header()) return;

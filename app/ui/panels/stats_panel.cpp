@@ -1,11 +1,10 @@
 // The Stats panel; see stats_panel.h.
 #include "app/ui/panels/stats_panel.h"
 
-#include <algorithm>
-
+#include <fmt/format.h>
 #include <imgui.h>
 
-#include <fmt/format.h>
+#include <algorithm>
 
 namespace cypris {
 

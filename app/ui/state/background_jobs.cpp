@@ -7,7 +7,9 @@ namespace cypris {
 
 BackgroundJobs::BackgroundJobs(std::function<void(const std::string&)> on_error) : on_error_(std::move(on_error)) {}
 
-BackgroundJobs::~BackgroundJobs() { shutdown(); }
+BackgroundJobs::~BackgroundJobs() {
+  shutdown();
+}
 
 void BackgroundJobs::run(const std::string& name, Job job) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <exception>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/core/engine_client.h"
@@ -67,9 +66,7 @@ bool ChatSession::start_reply(const std::shared_ptr<EngineClient>& engine) {
   in_flight_ = flight;
   auto now = now_s_;
   jobs_.run("chat", [this, engine, messages, sampler, request_id, flight, now](const std::atomic<bool>& app_stop) {
-    auto fail = [&](const std::string& msg) {
-      queue_.post([this, msg, now] { transcript_.fail_reply(msg, now()); });
-    };
+    auto fail = [&](const std::string& msg) { queue_.post([this, msg, now] { transcript_.fail_reply(msg, now()); }); };
     std::shared_ptr<RequestStream> stream;
     try {
       auto ids = services_.apply_chat_template(*engine, messages);

@@ -10,7 +10,9 @@ double ChatMessage::tokens_per_s() const {
   return dt > 0 ? static_cast<double>(generated_tokens) / dt : 0.0;
 }
 
-double ChatMessage::time_to_first_token() const { return first_token_s < 0 ? -1.0 : first_token_s - started_s; }
+double ChatMessage::time_to_first_token() const {
+  return first_token_s < 0 ? -1.0 : first_token_s - started_s;
+}
 
 bool ChatTranscript::add_user(const std::string& text) {
   if (generating() || text.find_first_not_of(" \t\r\n") == std::string::npos) return false;

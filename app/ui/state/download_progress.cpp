@@ -1,9 +1,9 @@
 // DownloadProgress; see download_progress.h.
 #include "app/ui/state/download_progress.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace cypris {
 

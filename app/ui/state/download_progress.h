@@ -34,10 +34,10 @@ class DownloadProgress {
   const std::vector<FileRow>& files() const { return files_; }
 
   int64_t bytes_done() const;
-  int64_t bytes_total() const;  // sum of known sizes; -1 if any file size is unknown
-  float fraction() const;       // 0..1 over all files (by bytes when all sizes are known)
-  double rate_bytes_per_s() const;             // 0 until two samples span some time
-  std::optional<double> eta_seconds() const;   // empty while the rate or total is unknown
+  int64_t bytes_total() const;                // sum of known sizes; -1 if any file size is unknown
+  float fraction() const;                     // 0..1 over all files (by bytes when all sizes are known)
+  double rate_bytes_per_s() const;            // 0 until two samples span some time
+  std::optional<double> eta_seconds() const;  // empty while the rate or total is unknown
   bool all_finished() const;
 
  private:

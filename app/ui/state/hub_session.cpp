@@ -97,12 +97,12 @@ std::set<std::string> HubSession::default_choice(const std::vector<HubFile>& fil
   std::set<std::string> out;
   for (const auto& f : files) {
     const std::string name = base_name(f.path);
-    bool weights = ends_with(name, ".safetensors") || ends_with(name, ".safetensors.index.json") ||
-                   (!has_safetensors && (ends_with(name, ".bin") || ends_with(name, ".pt") ||
-                                         ends_with(name, ".bin.index.json")));
+    bool weights =
+        ends_with(name, ".safetensors") || ends_with(name, ".safetensors.index.json") ||
+        (!has_safetensors && (ends_with(name, ".bin") || ends_with(name, ".pt") || ends_with(name, ".bin.index.json")));
     bool meta = ends_with(name, ".json") && !ends_with(name, ".bin.index.json");
-    bool tokenizer = name == "tokenizer.model" || ends_with(name, ".tiktoken") || name == "merges.txt" ||
-                     name == "vocab.txt";
+    bool tokenizer =
+        name == "tokenizer.model" || ends_with(name, ".tiktoken") || name == "merges.txt" || name == "vocab.txt";
     // Training artefacts and other formats are left for the user to tick.
     bool other_format = ends_with(name, ".gguf") || ends_with(name, ".onnx") || ends_with(name, ".h5") ||
                         ends_with(name, ".msgpack") || name == "training_args.bin";
@@ -141,12 +141,13 @@ void HubSession::download() {
   jobs_.run("download", [this, repo, revision, names, cancel](const std::atomic<bool>& stop) {
     std::string path, err;
     try {
-      path = services_.hub_download(repo, revision, names,
-                                    [&](const FileProgress& p) {
-                                      if (stop) *cancel = true;  // the app is closing
-                                      queue_.post([this, p] { progress_.update(p, now_s_()); });
-                                    },
-                                    *cancel);
+      path = services_.hub_download(
+          repo, revision, names,
+          [&](const FileProgress& p) {
+            if (stop) *cancel = true;  // the app is closing
+            queue_.post([this, p] { progress_.update(p, now_s_()); });
+          },
+          *cancel);
     } catch (const std::exception& e) {
       err = *cancel ? "download cancelled" : e.what();
     }

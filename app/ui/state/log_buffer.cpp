@@ -1,21 +1,27 @@
 // LogBuffer and its spdlog sink; see log_buffer.h.
 #include "app/ui/state/log_buffer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <ctime>
-
-#include <fmt/format.h>
 
 namespace cypris {
 
 const char* log_level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::Trace: return "trace";
-    case LogLevel::Debug: return "debug";
-    case LogLevel::Info: return "info";
-    case LogLevel::Warn: return "warning";
-    case LogLevel::Error: return "error";
-    case LogLevel::Critical: return "critical";
+    case LogLevel::Trace:
+      return "trace";
+    case LogLevel::Debug:
+      return "debug";
+    case LogLevel::Info:
+      return "info";
+    case LogLevel::Warn:
+      return "warning";
+    case LogLevel::Error:
+      return "error";
+    case LogLevel::Critical:
+      return "critical";
   }
   return "?";
 }

@@ -2,14 +2,14 @@
 // add_log_sink), with a minimum-level filter. Keeps the newest `capacity` lines; older ones drop.
 #pragma once
 
+#include <spdlog/sinks/base_sink.h>
+
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <spdlog/sinks/base_sink.h>
 
 namespace cypris {
 

@@ -12,7 +12,9 @@ using json = nlohmann::json;
 
 namespace {
 
-bool shown_in_form(const OptionSpec& s) { return s.name != "no-ui" && s.name != "config"; }
+bool shown_in_form(const OptionSpec& s) {
+  return s.name != "no-ui" && s.name != "config";
+}
 
 std::string trim(const std::string& s) {
   size_t a = s.find_first_not_of(" \t\r\n");
@@ -118,7 +120,9 @@ void OptionsForm::reset(const std::string& key) {
   changed();
 }
 
-void OptionsForm::reset_all() { replace(EngineConfig{}); }
+void OptionsForm::reset_all() {
+  replace(EngineConfig{});
+}
 
 std::optional<std::string> OptionsForm::field_error(const std::string& key) const {
   auto it = field_errors_.find(key);
@@ -170,7 +174,9 @@ void OptionsForm::load_profile(const std::string& path) {
   replace(next);
 }
 
-void OptionsForm::changed() { validation_.reset(); }
+void OptionsForm::changed() {
+  validation_.reset();
+}
 
 std::vector<std::string> list_profiles(const std::string& dir) {
   std::vector<std::string> out;

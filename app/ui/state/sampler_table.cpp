@@ -2,13 +2,13 @@
 // the samplers added after mid-2024 in sampler-notes.md), SamplerSettings and presets.
 #include "app/ui/state/sampler_table.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <span>
-
-#include <fmt/ranges.h>
 
 #include "engine/common/error.h"
 #include "engine/core/sampling_params.h"
@@ -103,7 +103,8 @@ SamplerSpec from_info(const SamplingParamInfo& info) {
   }
   if (s.key == "max_tokens") s.default_value = kChatMaxTokens;
   std::string range = info.range_text();
-  if (!range.empty() && (info.kind == ParamKind::Float || info.kind == ParamKind::Int)) s.help += " Allowed: " + range + ".";
+  if (!range.empty() && (info.kind == ParamKind::Float || info.kind == ParamKind::Int))
+    s.help += " Allowed: " + range + ".";
   return s;
 }
 
@@ -124,7 +125,9 @@ std::vector<SamplerSpec> build() {
   return out;
 }
 
-std::string where_key(const std::string& where, const std::string& key) { return where + ": '" + key + "'"; }
+std::string where_key(const std::string& where, const std::string& key) {
+  return where + ": '" + key + "'";
+}
 
 json checked(const SamplerSpec& s, const json& v, const std::string& where) {
   const std::string at = where_key(where, s.key);
@@ -191,8 +194,8 @@ json checked(const SamplerSpec& s, const json& v, const std::string& where) {
     case SamplerType::TokenBias: {
       CYPRIS_CHECK(v.is_object(), "{}: expected an object of token id to bias, got {}", at, v.dump());
       for (const auto& [k, b] : v.items()) {
-        CYPRIS_CHECK(!k.empty() && k.find_first_not_of("0123456789") == std::string::npos,
-                     "{}: '{}' is not a token id", at, k);
+        CYPRIS_CHECK(!k.empty() && k.find_first_not_of("0123456789") == std::string::npos, "{}: '{}' is not a token id",
+                     at, k);
         CYPRIS_CHECK(b.is_number() && b.get<double>() >= -100 && b.get<double>() <= 100,
                      "{}: bias {} for token {} is out of range (-100 to 100)", at, b.dump(), k);
       }
@@ -227,7 +230,9 @@ const SamplerSpec* find_sampler(const std::string& key) {
   return nullptr;
 }
 
-SamplerSettings::SamplerSettings() { reset_all(); }
+SamplerSettings::SamplerSettings() {
+  reset_all();
+}
 
 const json& SamplerSettings::get(const std::string& key) const {
   auto it = values_.find(key);
@@ -262,7 +267,7 @@ json SamplerSettings::to_request_json() const {
   for (const auto& s : sampler_table()) {
     const json& v = get(s.key);
     if (s.key == "max_tokens" || v != s.default_value) {
-      if (v.is_null()) continue;                                // unset: the engine decides
+      if (v.is_null()) continue;                              // unset: the engine decides
       if (s.key == "seed" && v.get<int64_t>() < 0) continue;  // random
       if (s.key == "early_stopping") {
         const std::string e = v.get<std::string>();

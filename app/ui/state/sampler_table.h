@@ -6,11 +6,10 @@
 #pragma once
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace cypris {
 
@@ -21,8 +20,8 @@ struct SamplerSpec {
   std::string label;  // "Temperature"
   std::string group;  // "Basic", "Penalties", "DRY", ...
   SamplerType type = SamplerType::Float;
-  nlohmann::json default_value;  // null: unset by default (optional parameters)
-  bool optional = false;         // may be unset (null): the panel shows an on/off box
+  nlohmann::json default_value;               // null: unset by default (optional parameters)
+  bool optional = false;                      // may be unset (null): the panel shows an on/off box
   double slider_min = 0.0, slider_max = 1.0;  // the slider's range (Ctrl+click types any valid value)
   std::optional<double> min, max;             // hard limits checked on load
   bool min_exclusive = false;

@@ -1,9 +1,9 @@
 // ServerSession; see server_session.h.
 #include "app/ui/state/server_session.h"
 
-#include <exception>
-
 #include <fmt/format.h>
+
+#include <exception>
 
 namespace cypris {
 
@@ -17,8 +17,12 @@ std::string url_host(const std::string& host) {
 
 }  // namespace
 
-std::string openai_base_url(const ServerSwitch& s) { return fmt::format("http://{}:{}/v1", url_host(s.host), s.port); }
-std::string kobold_base_url(const ServerSwitch& s) { return fmt::format("http://{}:{}", url_host(s.host), s.port); }
+std::string openai_base_url(const ServerSwitch& s) {
+  return fmt::format("http://{}:{}/v1", url_host(s.host), s.port);
+}
+std::string kobold_base_url(const ServerSwitch& s) {
+  return fmt::format("http://{}:{}", url_host(s.host), s.port);
+}
 
 std::string check_server_switch(const ServerSwitch& s) {
   if (s.port < 1 || s.port > 65535) return fmt::format("port {} is not valid (1-65535)", s.port);

@@ -15,10 +15,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "engine/config/engine_config.h"
 
@@ -45,7 +44,7 @@ struct HubRef {
 };
 
 struct HubFile {
-  std::string path;  // path inside the repo: "model.safetensors", "tokenizer/vocab.json"
+  std::string path;   // path inside the repo: "model.safetensors", "tokenizer/vocab.json"
   int64_t size = -1;  // bytes; -1 when the hub did not say
 };
 
@@ -119,8 +118,7 @@ class AppServices {
   // field names of app/ui/state/sampler_table.h: {"temperature": 0.7, "max_tokens": 256, ...}),
   // turned into SamplingParams the same way the HTTP API does. Throws for invalid values.
   virtual std::shared_ptr<RequestStream> generate(EngineClient& engine, const std::string& request_id,
-                                                  std::vector<int32_t> prompt_ids,
-                                                  const nlohmann::json& sampler) = 0;
+                                                  std::vector<int32_t> prompt_ids, const nlohmann::json& sampler) = 0;
 };
 
 }  // namespace cypris

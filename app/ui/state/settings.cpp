@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
@@ -22,8 +21,12 @@ std::string config_dir() {
   return ".cypris";
 }
 
-std::string settings_path(const std::string& dir) { return (std::filesystem::path(dir) / "settings.json").string(); }
-std::string profiles_dir(const std::string& dir) { return (std::filesystem::path(dir) / "profiles").string(); }
+std::string settings_path(const std::string& dir) {
+  return (std::filesystem::path(dir) / "settings.json").string();
+}
+std::string profiles_dir(const std::string& dir) {
+  return (std::filesystem::path(dir) / "profiles").string();
+}
 std::string last_options_path(const std::string& dir) {
   return (std::filesystem::path(dir) / "last_options.json").string();
 }
@@ -68,8 +71,8 @@ AppSettings load_settings(const std::string& path) {
   read_key(j, "font_size", s.font_size, path);
   read_key(j, "window_width", s.window_width, path);
   read_key(j, "window_height", s.window_height, path);
-  CYPRIS_CHECK(s.server_port >= 1 && s.server_port <= 65535, "{}: key 'server_port' = {} is not a port (1-65535)",
-               path, s.server_port);
+  CYPRIS_CHECK(s.server_port >= 1 && s.server_port <= 65535, "{}: key 'server_port' = {} is not a port (1-65535)", path,
+               s.server_port);
   CYPRIS_CHECK(s.font_size >= 6 && s.font_size <= 72, "{}: key 'font_size' = {} is out of range (6-72)", path,
                s.font_size);
   return s;

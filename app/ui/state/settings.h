@@ -26,10 +26,10 @@ struct AppSettings {
 
 // The config folder: $XDG_CONFIG_HOME/cypris, else $HOME/.config/cypris, else ./.cypris.
 std::string config_dir();
-std::string settings_path(const std::string& dir);       // dir/settings.json
-std::string profiles_dir(const std::string& dir);        // dir/profiles
-std::string last_options_path(const std::string& dir);   // dir/last_options.json
-std::string user_presets_dir(const std::string& dir);    // dir/sampler_presets
+std::string settings_path(const std::string& dir);      // dir/settings.json
+std::string profiles_dir(const std::string& dir);       // dir/profiles
+std::string last_options_path(const std::string& dir);  // dir/last_options.json
+std::string user_presets_dir(const std::string& dir);   // dir/sampler_presets
 
 // Missing file: defaults. A file that does not parse, or a key of the wrong type, throws
 // cypris::Error naming the file and key (the app then starts with defaults and says so).

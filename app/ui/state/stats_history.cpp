@@ -23,7 +23,9 @@ float RingSeries::at(size_t i) const {
   return data_[(plot_offset() + i) % data_.size()];
 }
 
-float RingSeries::latest() const { return size_ == 0 ? 0.0f : at(size_ - 1); }
+float RingSeries::latest() const {
+  return size_ == 0 ? 0.0f : at(size_ - 1);
+}
 
 float RingSeries::max() const {
   float m = 0.0f;
@@ -45,8 +47,7 @@ void RingSeries::clear() {
 }
 
 StatsHistory::StatsHistory(size_t capacity)
-    : kv_usage(capacity), running(capacity), waiting(capacity), gen_throughput(capacity),
-      prompt_throughput(capacity) {}
+    : kv_usage(capacity), running(capacity), waiting(capacity), gen_throughput(capacity), prompt_throughput(capacity) {}
 
 void StatsHistory::push(const EngineStats& s) {
   latest_ = s;

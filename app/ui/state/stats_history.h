@@ -41,10 +41,10 @@ class StatsHistory {
   bool empty() const { return kv_usage.size() == 0; }
   void clear();
 
-  RingSeries kv_usage;         // percent 0..100
-  RingSeries running;          // requests
-  RingSeries waiting;          // requests
-  RingSeries gen_throughput;   // generated tokens/s
+  RingSeries kv_usage;           // percent 0..100
+  RingSeries running;            // requests
+  RingSeries waiting;            // requests
+  RingSeries gen_throughput;     // generated tokens/s
   RingSeries prompt_throughput;  // prompt tokens/s
 
  private:

@@ -44,14 +44,29 @@ std::string unescape(const std::string& s) {
 
 std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::string& where) {
   using K = ScriptAction::Kind;
-  static const std::map<std::string, K> kinds = {
-      {"open", K::Open},       {"close", K::Close},         {"set", K::Set},
-      {"sampler", K::Sampler}, {"load", K::Load},           {"unload", K::Unload},
-      {"wait_loaded", K::WaitLoaded}, {"type", K::Type},    {"send", K::Send},
-      {"stop", K::Stop},       {"regenerate", K::Regenerate}, {"wait_reply", K::WaitReply},
-      {"expect_reply", K::ExpectReply}, {"server", K::Server}, {"frames", K::Frames},
-      {"screenshot", K::Screenshot}, {"quit", K::Quit}, {"hub_search", K::HubSearch},
-      {"hub_repo", K::HubRepo}, {"wait_input", K::WaitInput}, {"wait_chat_error", K::WaitChatError}, {"download", K::Download}, {"wait_download", K::WaitDownload}};
+  static const std::map<std::string, K> kinds = {{"open", K::Open},
+                                                 {"close", K::Close},
+                                                 {"set", K::Set},
+                                                 {"sampler", K::Sampler},
+                                                 {"load", K::Load},
+                                                 {"unload", K::Unload},
+                                                 {"wait_loaded", K::WaitLoaded},
+                                                 {"type", K::Type},
+                                                 {"send", K::Send},
+                                                 {"stop", K::Stop},
+                                                 {"regenerate", K::Regenerate},
+                                                 {"wait_reply", K::WaitReply},
+                                                 {"expect_reply", K::ExpectReply},
+                                                 {"server", K::Server},
+                                                 {"frames", K::Frames},
+                                                 {"screenshot", K::Screenshot},
+                                                 {"quit", K::Quit},
+                                                 {"hub_search", K::HubSearch},
+                                                 {"hub_repo", K::HubRepo},
+                                                 {"wait_input", K::WaitInput},
+                                                 {"wait_chat_error", K::WaitChatError},
+                                                 {"download", K::Download},
+                                                 {"wait_download", K::WaitDownload}};
   static const char* kPanels[] = {"models", "options", "chat", "samplers", "server", "stats", "logs"};
 
   std::vector<ScriptAction> out;
@@ -81,8 +96,7 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
       case K::Close: {
         bool known = false;
         for (const char* p : kPanels) known = known || rest == p;
-        CYPRIS_CHECK(known, "{}: '{}' needs a panel: models, options, chat, samplers, server, stats or logs", at,
-                     word);
+        CYPRIS_CHECK(known, "{}: '{}' needs a panel: models, options, chat, samplers, server, stats or logs", at, word);
         a.arg = rest;
         break;
       }

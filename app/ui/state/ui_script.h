@@ -31,8 +31,29 @@ namespace cypris {
 
 struct ScriptAction {
   enum class Kind {
-    Open, Close, Set, Sampler, Load, Unload, WaitLoaded, Type, Send, Stop, Regenerate, WaitReply, ExpectReply,
-    WaitInput, WaitChatError, Server, HubSearch, HubRepo, Download, WaitDownload, Frames, Screenshot, Quit
+    Open,
+    Close,
+    Set,
+    Sampler,
+    Load,
+    Unload,
+    WaitLoaded,
+    Type,
+    Send,
+    Stop,
+    Regenerate,
+    WaitReply,
+    ExpectReply,
+    WaitInput,
+    WaitChatError,
+    Server,
+    HubSearch,
+    HubRepo,
+    Download,
+    WaitDownload,
+    Frames,
+    Screenshot,
+    Quit
   };
   Kind kind = Kind::Frames;
   std::string arg;    // panel, option key, text, path, "on"/"off"

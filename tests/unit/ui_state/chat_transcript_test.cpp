@@ -1,7 +1,7 @@
 // The chat transcript: streaming a reply, stop, edit, delete, regenerate, what the template gets.
-#include <gtest/gtest.h>
-
 #include "app/ui/state/chat_transcript.h"
+
+#include <gtest/gtest.h>
 
 namespace cypris {
 namespace {
@@ -32,8 +32,7 @@ TEST(ChatTranscript, StreamsAReplyWithTokenCountsAndRate) {
   EXPECT_EQ(m.prompt_tokens, 7);
   EXPECT_DOUBLE_EQ(m.tokens_per_s(), 1.0);  // 2 tokens over 2 s
   EXPECT_DOUBLE_EQ(m.time_to_first_token(), 0.5);
-  EXPECT_EQ(roles(t.template_messages()),
-            (std::vector<std::string>{"system:Be brief.", "user:Hi", "assistant:Hello"}));
+  EXPECT_EQ(roles(t.template_messages()), (std::vector<std::string>{"system:Be brief.", "user:Hi", "assistant:Hello"}));
 }
 
 TEST(ChatTranscript, NoSecondReplyWhileStreamingAndNoEmptyMessages) {

@@ -1,7 +1,7 @@
 // Download progress aggregation: totals, rate over the window, ETA; hand-computed numbers.
-#include <gtest/gtest.h>
-
 #include "app/ui/state/download_progress.h"
+
+#include <gtest/gtest.h>
 
 namespace cypris {
 namespace {

@@ -1,11 +1,11 @@
 // The options form: per-field checking against the option table, whole-config validation before a
 // load, and profiles.
+#include "app/ui/state/options_form.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include "app/ui/state/options_form.h"
 
 namespace cypris {
 namespace {

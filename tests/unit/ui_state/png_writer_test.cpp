@@ -1,12 +1,12 @@
 // The screenshot PNG encoder: checksums against published check values, and a decode of the file
 // structure (chunks, IHDR, stored deflate blocks) back to the pixels.
+#include "app/ui/state/png_writer.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include "app/ui/state/png_writer.h"
 
 namespace cypris {
 namespace {
@@ -91,7 +91,9 @@ TEST(PngWriter, LargeImageSpansSeveralStoredBlocks) {
   }
 }
 
-TEST(PngWriter, EmptyImageIsAnError) { EXPECT_THROW(encode_png_rgba(nullptr, 0, 10), std::exception); }
+TEST(PngWriter, EmptyImageIsAnError) {
+  EXPECT_THROW(encode_png_rgba(nullptr, 0, 10), std::exception);
+}
 
 }  // namespace
 }  // namespace cypris

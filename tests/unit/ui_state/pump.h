@@ -1,10 +1,10 @@
 // Test helper: runs the UI queue until a condition holds, as the app's frame loop would.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <functional>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "app/ui/state/background_jobs.h"
 #include "app/ui/state/ui_queue.h"

@@ -1,6 +1,5 @@
 // Ring buffers of the Logs and Stats panels: bounded size, order, level filter, PlotLines layout.
 #include <gtest/gtest.h>
-
 #include <spdlog/spdlog.h>
 
 #include "app/ui/state/log_buffer.h"

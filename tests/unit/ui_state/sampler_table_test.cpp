@@ -1,12 +1,13 @@
 // The sampler controls against Aphrodite's documented defaults (aphrodite-engine-options.txt,
 // sampler-notes.md: the "disabled" value of each sampler), value checking, request JSON and the
 // shipped presets.
+#include "app/ui/state/sampler_table.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "app/ui/state/sampler_table.h"
 #include "engine/core/sampling_params.h"
 
 namespace cypris {
@@ -15,23 +16,44 @@ namespace {
 using json = nlohmann::json;
 
 TEST(SamplerTable, DefaultsAreTheDisabledValuesOfTheReference) {
-  const std::map<std::string, json> expected = {
-      {"temperature", 1.0},      {"top_p", 1.0},          {"top_k", -1},          {"min_p", 0.0},
-      {"top_a", 0.0},            {"tfs", 1.0},            {"typical_p", 1.0},     {"eta_cutoff", 0.0},
-      {"epsilon_cutoff", 0.0},   {"repetition_penalty", 1.0}, {"presence_penalty", 0.0},
-      {"frequency_penalty", 0.0}, {"dynatemp_min", 0.0}, {"dynatemp_max", 0.0}, {"dynatemp_exponent", 1.0},
-      {"smoothing_factor", 0.0}, {"smoothing_curve", 1.0}, {"mirostat_mode", 0},
-      {"xtc_threshold", 0.1},    {"xtc_probability", 0.0}, {"nsigma", 0.0},       {"dry_multiplier", 0.0},
-      {"dry_base", 1.75},        {"dry_allowed_length", 2}, {"dry_range", 0},     {"no_repeat_ngram_size", 0},
-      {"skew", 0.0},             {"temperature_last", false}, {"skip_special_tokens", true},
-      {"spaces_between_special_tokens", true}, {"ignore_eos", false}};
+  const std::map<std::string, json> expected = {{"temperature", 1.0},
+                                                {"top_p", 1.0},
+                                                {"top_k", -1},
+                                                {"min_p", 0.0},
+                                                {"top_a", 0.0},
+                                                {"tfs", 1.0},
+                                                {"typical_p", 1.0},
+                                                {"eta_cutoff", 0.0},
+                                                {"epsilon_cutoff", 0.0},
+                                                {"repetition_penalty", 1.0},
+                                                {"presence_penalty", 0.0},
+                                                {"frequency_penalty", 0.0},
+                                                {"dynatemp_min", 0.0},
+                                                {"dynatemp_max", 0.0},
+                                                {"dynatemp_exponent", 1.0},
+                                                {"smoothing_factor", 0.0},
+                                                {"smoothing_curve", 1.0},
+                                                {"mirostat_mode", 0},
+                                                {"xtc_threshold", 0.1},
+                                                {"xtc_probability", 0.0},
+                                                {"nsigma", 0.0},
+                                                {"dry_multiplier", 0.0},
+                                                {"dry_base", 1.75},
+                                                {"dry_allowed_length", 2},
+                                                {"dry_range", 0},
+                                                {"no_repeat_ngram_size", 0},
+                                                {"skew", 0.0},
+                                                {"temperature_last", false},
+                                                {"skip_special_tokens", true},
+                                                {"spaces_between_special_tokens", true},
+                                                {"ignore_eos", false}};
   SamplerSettings s;
   for (const auto& [k, v] : expected) {
     ASSERT_NE(find_sampler(k), nullptr) << k;
     EXPECT_EQ(s.get(k), v) << k;
   }
   EXPECT_EQ(s.get("dry_sequence_breakers"), json::array({"\n", ":", "\"", "*"}));
-  EXPECT_EQ(s.get("max_tokens"), 512);   // the chat's own default
+  EXPECT_EQ(s.get("max_tokens"), 512);       // the chat's own default
   EXPECT_TRUE(s.get("logprobs").is_null());  // optional: unset
 }
 

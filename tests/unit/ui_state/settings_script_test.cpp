@@ -46,22 +46,16 @@ TEST(Settings, BadFilesNameTheKey) {
   auto dir = std::filesystem::temp_directory_path() / "cypris_ui_settings_bad";
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "settings.json").string();
-  {
-    std::ofstream(path) << R"({"server_port": "2242"})";
-  }
+  { std::ofstream(path) << R"({"server_port": "2242"})"; }
   try {
     load_settings(path);
     FAIL();
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("server_port"), std::string::npos) << e.what();
   }
-  {
-    std::ofstream(path) << R"({"server_port": 70000})";
-  }
+  { std::ofstream(path) << R"({"server_port": 70000})"; }
   EXPECT_THROW(load_settings(path), std::exception);
-  {
-    std::ofstream(path) << "{not json";
-  }
+  { std::ofstream(path) << "{not json"; }
   EXPECT_THROW(load_settings(path), std::exception);
   std::filesystem::remove_all(dir);
 }
@@ -93,6 +87,15 @@ TEST(UiScript, HubActions) {
   EXPECT_EQ(a[3].kind, ScriptAction::Kind::WaitDownload);
   EXPECT_EQ(a[3].number, 600);
   EXPECT_THROW(parse_ui_script("hub_repo\n", "s"), std::exception);
+}
+
+TEST(UiScript, KeyboardTestActions) {
+  auto a = parse_ui_script("wait_input a # b\\nc\nwait_chat_error load a model\n", "s");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind, ScriptAction::Kind::WaitInput);
+  EXPECT_EQ(a[0].arg, "a # b\nc");
+  EXPECT_EQ(a[1].kind, ScriptAction::Kind::WaitChatError);
+  EXPECT_EQ(a[1].arg, "load a model");
 }
 
 TEST(UiScript, ErrorsNameFileAndLine) {
