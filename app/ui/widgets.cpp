@@ -16,7 +16,7 @@ bool Panel::header(bool default_open) {
 namespace ui {
 
 void tooltip(const std::string& text) {
-  if (text.empty() || !ImGui::IsItemHovered()) return;
+  if (text.empty() || !ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) return;
   ImGui::BeginTooltip();
   ImGui::PushTextWrapPos(ImGui::GetFontSize() * 32.0f);
   ImGui::TextUnformatted(text.c_str());

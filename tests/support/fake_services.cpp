@@ -135,7 +135,7 @@ std::shared_ptr<RequestStream> FakeServices::generate(EngineClient&, const std::
   {
     std::lock_guard<std::mutex> lock(mu_);
     generate_calls.push_back(sampler);
-    last_stream = stream;
+    last_stream_ = stream;
   }
   if (hold_stream) return stream;
   for (size_t i = 0; i < reply_pieces.size(); ++i) {

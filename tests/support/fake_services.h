@@ -59,7 +59,11 @@ class FakeServices : public AppServices {
   std::vector<nlohmann::json> generate_calls;
   std::vector<std::vector<std::string>> download_calls;
   std::vector<std::pair<std::string, std::string>> delete_calls;
-  std::shared_ptr<RequestStream> last_stream;
+  // The stream of the last generate() (set on a worker thread: read it through this).
+  std::shared_ptr<RequestStream> last_stream() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_stream_;
+  }
   EngineConfig server_cfg;
 
   std::shared_ptr<EngineClient> load_engine(const EngineConfig& cfg,
@@ -85,6 +89,7 @@ class FakeServices : public AppServices {
  private:
   mutable std::mutex mu_;
   std::atomic<bool> running_{false};
+  std::shared_ptr<RequestStream> last_stream_;
 };
 
 }  // namespace cypris::testing

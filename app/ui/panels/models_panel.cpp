@@ -12,7 +12,8 @@
 namespace cypris {
 
 void ModelsPanel::draw() {
-  if (!header()) return;
+  // A first start has no model yet: that is where to begin.
+  if (!header(ctx_.options->config().model.model.empty())) return;
   ImGui::PushID("models");
   if (!cache_loaded_) {
     ctx_.hub->refresh_cache();

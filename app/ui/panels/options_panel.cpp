@@ -36,7 +36,7 @@ std::string help_of(const OptionSpec& s) {
 }  // namespace
 
 void OptionsPanel::draw() {
-  if (!header(true)) return;
+  if (!header(!ctx_.options->config().model.model.empty())) return;
   OptionsForm& form = *ctx_.options;
   ImGui::PushID("options");
 
@@ -203,7 +203,10 @@ void OptionsPanel::draw_option(const OptionSpec& s) {
     }
   }
   ImGui::EndDisabled();
-  if (disabled) ui::tooltip("Not supported yet: " + s.note);
+  if (disabled) {
+    ui::tooltip("Not supported yet: " + s.note);
+    ImGui::TextDisabled("not yet: %s", s.note.c_str());
+  }
   if (auto err = form.field_error(key)) ui::text_colored_wrapped(ui::kRed, *err);
   if (s.support == OptionSupport::NoEffect && changed) ui::text_colored_wrapped(ui::kYellow, "no effect: " + s.note);
 

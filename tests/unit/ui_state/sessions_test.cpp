@@ -112,13 +112,13 @@ TEST_F(ChatSessionTest, StopEndsTheReplyAsStopped) {
   services.hold_stream = true;
   ChatSession chat(services, queue, jobs, now);
   ASSERT_TRUE(chat.send(engine, "Tell me a long story"));
-  pump_until(queue, jobs, [&] { return services.last_stream != nullptr; });
+  pump_until(queue, jobs, [&] { return services.last_stream() != nullptr; });
   RequestOutput part;
   CompletionDelta d;
   d.text = "Once";
   d.token_ids = {5};
   part.outputs.push_back(d);
-  services.last_stream->push(part);
+  services.last_stream()->push(part);
   pump_until(queue, jobs, [&] { return chat.transcript().messages()[1].content == "Once"; });
   chat.stop();
   pump_until(queue, jobs, [&] { return !chat.transcript().generating(); });
