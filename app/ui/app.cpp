@@ -208,6 +208,11 @@ App::~App() {
   hub_.cancel_download();
   chat_.stop();
   jobs_.shutdown();
+  try {
+    if (services_->server_running()) services_->stop_server();
+  } catch (const std::exception& e) {
+    LOG_WARN("stopping the API server: {}", e.what());
+  }
   remove_log_sink(sink_);
   if (imgui_ready_) {
     ImGui_ImplOpenGL3_Shutdown();

@@ -61,6 +61,18 @@ void HubSession::select_repo(const std::string& repo) {
       if (gen != list_gen_) return;
       refs_ = r;
       if (!err.empty()) list_error_ = err;
+      // Not every repo's default branch is "main" (older ones use "master").
+      bool has_main = false;
+      const HubRef* first_branch = nullptr;
+      for (const auto& ref : refs_) {
+        if (ref.kind != HubRef::Kind::Branch) continue;
+        has_main = has_main || ref.name == "main";
+        if (!first_branch) first_branch = &ref;
+      }
+      if (revision_ == "main" && !has_main && first_branch) {
+        list_error_.clear();
+        select_revision(first_branch->name);
+      }
     });
   });
   select_revision("main");

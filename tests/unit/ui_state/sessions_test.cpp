@@ -174,6 +174,16 @@ TEST_F(HubSessionTest, BrowseChooseAndDownload) {
   EXPECT_EQ(hub.files()[0].size, 400);
 }
 
+TEST_F(HubSessionTest, RepoWithoutMainUsesItsBranch) {
+  services.refs["old/model"] = {{HubRef::Kind::Tag, "v1", "a"}, {HubRef::Kind::Branch, "master", "b"}};
+  services.files["old/model@master"] = {{"config.json", 10}};
+  HubSession hub(services, queue, jobs, now);
+  hub.select_repo("old/model");
+  pump_until(queue, jobs, [&] { return !hub.listing() && hub.revision() == "master" && !hub.files().empty(); });
+  EXPECT_EQ(hub.list_error(), "");
+  ASSERT_EQ(hub.files().size(), 1u);
+}
+
 TEST_F(HubSessionTest, ErrorsAndCancelAreReported) {
   services.hub_error = "network unreachable";
   HubSession hub(services, queue, jobs, now);
