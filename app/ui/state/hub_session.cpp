@@ -178,7 +178,8 @@ void HubSession::cancel_download() {
 }
 
 void HubSession::refresh_cache() {
-  jobs_.run("cache", [this](const std::atomic<bool>&) {
+  const uint64_t gen = ++cache_gen_;
+  jobs_.run("cache", [this, gen](const std::atomic<bool>&) {
     std::vector<CachedModel> c;
     std::string err;
     try {
@@ -186,7 +187,8 @@ void HubSession::refresh_cache() {
     } catch (const std::exception& e) {
       err = e.what();
     }
-    queue_.post([this, c, err] {
+    queue_.post([this, c, err, gen] {
+      if (gen != cache_gen_) return;
       cache_ = c;
       cache_error_ = err;
     });

@@ -82,6 +82,7 @@ class HubSession {
   std::string download_error_;
   std::string downloaded_path_;
   std::vector<CachedModel> cache_;
+  uint64_t cache_gen_ = 0;  // refreshes can finish out of order: only the newest result counts
   std::string cache_error_;
 };
 

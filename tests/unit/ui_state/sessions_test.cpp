@@ -186,6 +186,7 @@ TEST_F(HubSessionTest, RepoWithoutMainUsesItsBranch) {
 
 TEST_F(HubSessionTest, ErrorsAndCancelAreReported) {
   services.hub_error = "network unreachable";
+  services.cache = {{"o/m", "main", "/cache/o/m", 10}, {"o/n", "v2", "/cache/o/n", 20}};
   HubSession hub(services, queue, jobs, now);
   hub.search("x");
   pump_until(queue, jobs, [&] { return !hub.searching(); });
@@ -203,7 +204,6 @@ TEST_F(HubSessionTest, ErrorsAndCancelAreReported) {
   pump_until(queue, jobs, [&] { return !hub.downloading(); });
   EXPECT_EQ(hub.download_error(), "download cancelled");
 
-  services.cache = {{"o/m", "main", "/cache/o/m", 10}, {"o/n", "v2", "/cache/o/n", 20}};
   hub.delete_cached("o/m", "main");
   pump_until(queue, jobs, [&] { return hub.cache().size() == 1; });
   EXPECT_EQ(hub.cache()[0].repo, "o/n");
