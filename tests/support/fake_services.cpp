@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <thread>
 
-namespace cypris::testing {
+namespace cypris::fake {
 
 std::shared_ptr<RequestStream> FakeEngineClient::submit(GenerateRequest req) {
   return std::make_shared<RequestStream>(req.request_id);
@@ -153,4 +153,4 @@ std::shared_ptr<RequestStream> FakeServices::generate(EngineClient&, const std::
   return stream;
 }
 
-}  // namespace cypris::testing
+}  // namespace cypris::fake

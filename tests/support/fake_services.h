@@ -15,7 +15,7 @@
 #include "engine/core/engine_client.h"
 #include "engine/core/outputs.h"
 
-namespace cypris::testing {
+namespace cypris::fake {
 
 class FakeEngineClient : public EngineClient {
  public:
@@ -92,4 +92,4 @@ class FakeServices : public AppServices {
   std::shared_ptr<RequestStream> last_stream_;
 };
 
-}  // namespace cypris::testing
+}  // namespace cypris::fake

@@ -9,7 +9,7 @@
 #include "app/ui/state/background_jobs.h"
 #include "app/ui/state/ui_queue.h"
 
-namespace cypris::testing {
+namespace cypris::fake {
 
 // Drains the queue until done() is true. Fails the test instead of hanging when the workers go
 // idle and the queue stays empty without done() becoming true.
@@ -26,4 +26,4 @@ inline bool pump_until(UiQueue& q, BackgroundJobs& jobs, const std::function<boo
   return false;
 }
 
-}  // namespace cypris::testing
+}  // namespace cypris::fake

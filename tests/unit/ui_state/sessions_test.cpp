@@ -14,9 +14,9 @@
 namespace cypris {
 namespace {
 
-using testing::FakeEngineClient;
-using testing::FakeServices;
-using testing::pump_until;
+using fake::FakeEngineClient;
+using fake::FakeServices;
+using fake::pump_until;
 
 struct Fixture : ::testing::Test {
   FakeServices services;
