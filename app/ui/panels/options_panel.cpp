@@ -195,6 +195,7 @@ void OptionsPanel::draw_option(const OptionSpec& s) {
     auto it = text_.find(key);
     if (it == text_.end()) it = text_.emplace(key, form.text(s)).first;
     const char* hint = t == OptionType::StringList ? "comma separated" : (s.binding.nullable ? "(unset)" : "");
+    if (s.name == "model") hint = "Hugging Face repo (org/name) or a local folder";
     ImGui::InputTextWithHint("##v", hint, &it->second);
     if (ImGui::IsItemDeactivatedAfterEdit()) {
       if (form.set_text(key, it->second)) it->second = form.text(s);
