@@ -288,6 +288,7 @@ bool App::init_window() {
   glfwGetWindowContentScale(window_, &xs, &ys);
   scale_ = std::max(1.0f, std::max(xs, ys));
   ctx_.scale = scale_;
+  LOG_INFO("display scale {:.2f} (content scale {:.2f} x {:.2f})", scale_, xs, ys);
 
   IMGUI_CHECKVERSION();
   ImGui::CreateContext();
