@@ -33,7 +33,7 @@ packages=(
   libsentencepiece-dev libpcre2-dev libopenblas-dev
   libimgui-dev libglfw3-dev libgl-dev
   libgtest-dev libgmock-dev
-  xvfb xauth
+  xvfb xauth xdotool fonts-dejavu-core
 )
 
 if [ "$install_deps" = 1 ]; then

@@ -1,0 +1,231 @@
+// The Models panel; see models_panel.h.
+#include "app/ui/panels/models_panel.h"
+
+#include <fmt/format.h>
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include <filesystem>
+
+#include "app/ui/widgets.h"
+
+namespace cypris {
+
+void ModelsPanel::draw() {
+  // A first start has no model yet: that is where to begin.
+  if (!header(ctx_.options->config().model.model.empty())) return;
+  ImGui::PushID("models");
+  if (!cache_loaded_) {
+    ctx_.hub->refresh_cache();
+    cache_loaded_ = true;
+  }
+  draw_search();
+  draw_repo();
+  draw_download();
+  ImGui::Separator();
+  draw_cache();
+  ImGui::Separator();
+  draw_local();
+  ImGui::PopID();
+}
+
+void ModelsPanel::draw_search() {
+  HubSession& hub = *ctx_.hub;
+  ImGui::TextUnformatted("Search the Hugging Face Hub");
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 16);
+  bool go = ImGui::InputTextWithHint("##q", "e.g. llama 8b instruct", &query_, ImGuiInputTextFlags_EnterReturnsTrue);
+  ImGui::SameLine();
+  go = ui::button("Search", !query_.empty() && !hub.searching()) || (go && !query_.empty());
+  if (go) hub.search(query_);
+  if (hub.searching()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("searching...");
+  }
+  if (!hub.search_error().empty()) ui::text_colored_wrapped(ui::kRed, hub.search_error());
+  if (!hub.results().empty()) {
+    const float h = ImGui::GetTextLineHeightWithSpacing() * std::min<float>(8.5f, hub.results().size() + 1.5f);
+    if (ImGui::BeginTable("results", 3, ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter,
+                          ImVec2(0, h))) {
+      ImGui::TableSetupScrollFreeze(0, 1);
+      ImGui::TableSetupColumn("Repository", ImGuiTableColumnFlags_WidthStretch);
+      ImGui::TableSetupColumn("Downloads", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 6);
+      ImGui::TableSetupColumn("Likes", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 4);
+      ImGui::TableHeadersRow();
+      for (const auto& r : hub.results()) {
+        ImGui::TableNextRow();
+        ImGui::TableSetColumnIndex(0);
+        if (ImGui::Selectable(r.repo.c_str(), r.repo == hub.repo(), ImGuiSelectableFlags_SpanAllColumns)) {
+          hub.select_repo(r.repo);
+        }
+        ImGui::TableSetColumnIndex(1);
+        ImGui::Text("%lld", static_cast<long long>(r.downloads));
+        ImGui::TableSetColumnIndex(2);
+        ImGui::Text("%lld", static_cast<long long>(r.likes));
+      }
+      ImGui::EndTable();
+    }
+  }
+}
+
+void ModelsPanel::draw_repo() {
+  HubSession& hub = *ctx_.hub;
+  if (hub.repo().empty()) return;
+  ImGui::Spacing();
+  ImGui::Text("Repository: %s", hub.repo().c_str());
+  ImGui::AlignTextToFramePadding();
+  ImGui::TextUnformatted("Revision");
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10);
+  if (ImGui::BeginCombo("##rev", hub.revision().c_str())) {
+    for (const auto& r : hub.refs()) {
+      const char* kind = r.kind == HubRef::Kind::Branch ? "branch" : (r.kind == HubRef::Kind::Tag ? "tag" : "commit");
+      std::string label = fmt::format("{}  ({})", r.name, kind);
+      if (ImGui::Selectable(label.c_str(), r.name == hub.revision())) hub.select_revision(r.name);
+    }
+    ImGui::EndCombo();
+  }
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10);
+  ImGui::InputTextWithHint("##commit", "or a commit sha", &commit_);
+  ImGui::SameLine();
+  if (ui::button("List files", !commit_.empty())) hub.select_revision(commit_);
+  if (hub.listing()) ImGui::TextDisabled("listing...");
+  if (!hub.list_error().empty()) ui::text_colored_wrapped(ui::kRed, hub.list_error());
+
+  if (hub.files().empty()) return;
+  const float h = ImGui::GetTextLineHeightWithSpacing() * std::min<float>(10.5f, hub.files().size() + 1.5f);
+  if (ImGui::BeginTable("files", 2, ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter,
+                        ImVec2(0, h))) {
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableSetupColumn("File", ImGuiTableColumnFlags_WidthStretch);
+    ImGui::TableSetupColumn("Size", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 6);
+    ImGui::TableHeadersRow();
+    for (const auto& f : hub.files()) {
+      ImGui::TableNextRow();
+      ImGui::TableSetColumnIndex(0);
+      bool on = hub.chosen().count(f.path) > 0;
+      ImGui::PushID(f.path.c_str());
+      if (ImGui::Checkbox(f.path.c_str(), &on)) {
+        if (on) {
+          hub.chosen().insert(f.path);
+        } else {
+          hub.chosen().erase(f.path);
+        }
+      }
+      ImGui::PopID();
+      ImGui::TableSetColumnIndex(1);
+      ImGui::TextUnformatted(format_bytes(f.size).c_str());
+    }
+    ImGui::EndTable();
+  }
+  ImGui::Text("%zu files chosen, %s", hub.chosen().size(), format_bytes(hub.chosen_bytes()).c_str());
+}
+
+void ModelsPanel::draw_download() {
+  HubSession& hub = *ctx_.hub;
+  if (hub.repo().empty() && !hub.downloading()) return;
+  if (!hub.downloading()) {
+    if (ui::button("Download", !hub.chosen().empty() && !hub.listing())) hub.download();
+  } else {
+    if (ImGui::Button("Cancel download")) hub.cancel_download();
+  }
+  const DownloadProgress& p = hub.progress();
+  if (hub.downloading() || !p.files().empty()) {
+    std::string rate = format_bytes(static_cast<int64_t>(p.rate_bytes_per_s())) + "/s";
+    auto eta = p.eta_seconds();
+    std::string overlay =
+        fmt::format("{} of {}   {}   ETA {}", format_bytes(p.bytes_done()), format_bytes(p.bytes_total()), rate,
+                    eta ? format_duration(*eta) : std::string("?"));
+    ImGui::ProgressBar(p.fraction(), ImVec2(-1, 0), overlay.c_str());
+    if (hub.downloading()) {
+      for (const auto& f : p.files()) {
+        ImGui::ProgressBar(f.fraction(), ImVec2(ImGui::GetFontSize() * 8, 0));
+        ImGui::SameLine();
+        ImGui::Text("%s  %s", f.path.c_str(), format_bytes(f.total).c_str());
+      }
+    }
+  }
+  if (!hub.download_error().empty()) ui::text_colored_wrapped(ui::kRed, hub.download_error());
+  if (!hub.downloaded_path().empty()) {
+    ui::text_colored_wrapped(ui::kGreen, "Downloaded to " + hub.downloaded_path());
+    if (ImGui::Button("Use this model")) ctx_.use_model(hub.downloaded_path());
+  }
+}
+
+void ModelsPanel::draw_cache() {
+  HubSession& hub = *ctx_.hub;
+  ImGui::TextUnformatted("Downloaded models (Hugging Face cache)");
+  ImGui::SameLine();
+  if (ImGui::SmallButton("Refresh")) hub.refresh_cache();
+  if (!hub.cache_error().empty()) ui::text_colored_wrapped(ui::kRed, hub.cache_error());
+  if (hub.cache().empty()) {
+    ImGui::TextDisabled("none yet");
+    return;
+  }
+  if (ImGui::BeginTable("cache", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter)) {
+    ImGui::TableSetupColumn("Repository", ImGuiTableColumnFlags_WidthStretch);
+    ImGui::TableSetupColumn("Revision", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 6);
+    ImGui::TableSetupColumn("Size", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 5);
+    ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 7);
+    ImGui::TableHeadersRow();
+    for (const auto& c : hub.cache()) {
+      const std::string id = c.repo + "@" + c.revision;
+      ImGui::PushID(id.c_str());
+      ImGui::TableNextRow();
+      ImGui::TableSetColumnIndex(0);
+      ImGui::TextUnformatted(c.repo.c_str());
+      ui::tooltip(c.path);
+      ImGui::TableSetColumnIndex(1);
+      ImGui::TextUnformatted(c.revision.substr(0, 12).c_str());
+      ImGui::TableSetColumnIndex(2);
+      ImGui::TextUnformatted(format_bytes(c.size_bytes).c_str());
+      ImGui::TableSetColumnIndex(3);
+      if (ImGui::SmallButton("Use")) ctx_.use_model(c.path);
+      ImGui::SameLine();
+      if (confirm_delete_ == id) {
+        if (ImGui::SmallButton("Sure?")) {
+          hub.delete_cached(c.repo, c.revision);
+          confirm_delete_.clear();
+        }
+      } else if (ImGui::SmallButton("Delete")) {
+        confirm_delete_ = id;
+      }
+      ImGui::PopID();
+    }
+    ImGui::EndTable();
+  }
+}
+
+void ModelsPanel::draw_local() {
+  AppSettings& s = *ctx_.settings;
+  ImGui::TextUnformatted("Local model folder");
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 18);
+  ImGui::InputTextWithHint("##local", "/path/to/model (config.json + weights)", &local_path_);
+  ImGui::SameLine();
+  std::error_code ec;
+  const bool exists = !local_path_.empty() && std::filesystem::is_directory(local_path_, ec);
+  if (ui::button("Use folder", exists)) {
+    if (std::find(s.local_folders.begin(), s.local_folders.end(), local_path_) == s.local_folders.end()) {
+      s.local_folders.push_back(local_path_);
+      ctx_.save_settings();
+    }
+    ctx_.use_model(local_path_);
+  }
+  if (!local_path_.empty() && !exists) ui::text_colored_wrapped(ui::kYellow, "no such folder");
+  for (size_t i = 0; i < s.local_folders.size(); ++i) {
+    ImGui::PushID(static_cast<int>(i));
+    if (ImGui::SmallButton("Use")) ctx_.use_model(s.local_folders[i]);
+    ImGui::SameLine();
+    if (ImGui::SmallButton("Forget")) {
+      s.local_folders.erase(s.local_folders.begin() + static_cast<std::ptrdiff_t>(i));
+      ctx_.save_settings();
+      ImGui::PopID();
+      break;
+    }
+    ImGui::SameLine();
+    ImGui::TextUnformatted(s.local_folders[i].c_str());
+    ImGui::PopID();
+  }
+}
+
+}  // namespace cypris

@@ -1,0 +1,32 @@
+// Models panel: search the Hugging Face hub, pick a repo and a revision (branch, tag or commit),
+// choose files (with sizes), download them with per-file and total progress, rate, ETA and
+// cancel; the models already in the cache and local folders, to use or delete.
+#pragma once
+
+#include <string>
+
+#include "app/ui/app_context.h"
+
+namespace cypris {
+
+class ModelsPanel : public Panel {
+ public:
+  explicit ModelsPanel(AppContext& ctx) : Panel(ctx) {}
+  const char* title() const override { return "Models"; }
+  const char* script_name() const override { return "models"; }
+  void draw() override;
+
+ private:
+  void draw_search();
+  void draw_repo();
+  void draw_download();
+  void draw_cache();
+  void draw_local();
+  std::string query_;
+  std::string commit_;
+  std::string local_path_;
+  bool cache_loaded_ = false;
+  std::string confirm_delete_;  // "repo@revision" waiting for confirmation
+};
+
+}  // namespace cypris
