@@ -9,7 +9,7 @@
 
 #ifdef CYPRIS_HAVE_UI
 #include "app/ui/app.h"
-#include "app/ui/demo_services.h"
+#include "app/ui/state/real_services.h"
 #endif
 
 namespace cypris::cli {
@@ -65,7 +65,7 @@ int run_ui(const Args& args) {
   launch.screenshot = screenshot;
   launch.ui_script = ui_script;
   try {
-    return run_desktop_app(launch, std::make_unique<DemoServices>());
+    return run_desktop_app(launch, std::make_unique<RealServices>());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cypris: error: %s\n", e.what());
     return 1;

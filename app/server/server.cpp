@@ -154,6 +154,7 @@ struct Server::Impl {
   bool started = false;
   AuthConfig auth;
   int listen_fd = -1;
+  std::function<void(const std::string&)> access_log;
 
   void configure();
   void apply_cors(const httplib::Request& req, httplib::Response& res) const;
@@ -307,9 +308,16 @@ std::shared_ptr<EngineClient> Server::engine() const {
   return impl_->ctx.engine();
 }
 
+void Server::set_access_log(std::function<void(const std::string&)> log) { impl_->access_log = std::move(log); }
+
 int Server::start() {
   CYPRIS_CHECK(!impl_->started, "the server is already started");
   impl_->configure();
+  if (impl_->access_log) {
+    impl_->http->set_logger([log = impl_->access_log](const httplib::Request& req, const httplib::Response& res) {
+      log(req.method + " " + req.path + " " + std::to_string(res.status));
+    });
+  }
   const ServerOptions& o = impl_->ctx.cfg().server;
   CYPRIS_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in 0..65535, got {}", o.port);
   int port = 0;

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "engine/config/engine_config.h"
 
@@ -33,6 +34,9 @@ class Server {
   void stop();
 
   std::shared_ptr<EngineClient> engine() const;
+  // Called once per finished HTTP request with "METHOD /path STATUS" (from server threads; set it
+  // before start()). The desktop app's request log.
+  void set_access_log(std::function<void(const std::string&)> log);
 
  private:
   struct Impl;

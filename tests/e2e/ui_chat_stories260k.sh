@@ -2,8 +2,6 @@
 # e2e: the whole hobbyist path in the desktop app under Xvfb: set the model (stories260k from the
 # test data), Load, type a message, Enter, wait for the streamed reply, screenshot.
 #   ui_chat_stories260k.sh CYPRIS_BINARY HAVE_UI(ON|OFF) OUT_DIR TESTDATA_DIR
-# NEEDS THE REAL ENGINE: until the lead wires the engine into the app (AppServices), loading fails
-# with "engine not available in this build" and this test reports itself skipped (exit 77).
 set -u
 bin="$1"; have_ui="$2"; out="$3"; testdata="$4"
 [ "$have_ui" = "ON" ] || { echo "SKIP: this build has no desktop UI"; exit 77; }
@@ -30,11 +28,8 @@ export XDG_CONFIG_HOME="$out/config"
 timeout 300 xvfb-run -a -s "-screen 0 1280x800x24" "$bin" --ui-script "$out/chat.txt" > "$out/app.log" 2>&1
 rc=$?
 cat "$out/app.log"
-if [ $rc -eq 3 ] && grep -q "engine not available in this build" "$out/app.log"; then
-  echo "SKIP: the engine is not wired into the desktop app yet"
-  exit 77
-fi
 [ $rc -eq 0 ] || { echo "FAIL: cypris exited with $rc"; exit 1; }
-grep -q "^reply: ." "$out/app.log" || { echo "FAIL: no reply text"; exit 1; }
+# The reply may start with a newline: look for text anywhere after "reply:".
+sed -n '/^reply:/,$p' "$out/app.log" | tr -d ' \n' | grep -q '^reply:.' || { echo "FAIL: no reply text"; exit 1; }
 [ -s "$out/chat.png" ] || { echo "FAIL: no screenshot"; exit 1; }
 echo PASS

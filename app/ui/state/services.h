@@ -1,9 +1,8 @@
 // AppServices: everything the desktop app needs from the rest of Cypris (engine loading, the HTTP
 // server, the Hugging Face hub client, chat templates, sampling parameters), as one interface so
-// the UI is written and tested against fakes. The lead wires the real implementation (AsyncEngine,
-// app/server Server, engine/loader/hub, the Jinja chat templates) after merging; DemoServices
-// (app/ui/demo_services.h) keeps the app runnable before that, FakeServices (tests/support/) drives
-// the unit tests.
+// the UI is written and tested against fakes: RealServices (real_services.h) is the implementation
+// over the AsyncEngine, the HTTP server, the hub client and the chat templates; FakeServices
+// (tests/support/) drives the unit tests.
 //
 // Threading: every call except server_running()/server_address() may block (network, disk, model
 // load) and is only ever made from a background thread, never from the UI thread. Progress
