@@ -45,21 +45,16 @@ struct LatencyFlags {
 };
 
 std::vector<OptionSpec> latency_specs(LatencyFlags& f) {
-  auto spec = [](std::string name, OptionBinding b, std::string help) {
-    OptionSpec s;
-    s.name = std::move(name);
-    s.binding = std::move(b);
-    s.metavar = "N";
-    s.help = std::move(help);
-    s.group = "Benchmark Options";
+  auto spec = [](std::string name, int64_t* target, std::string help) {
+    OptionSpec s = external_option("Benchmark Options", std::move(name), target, "N", std::move(help));
     s.min = 0;
     return s;
   };
-  return {spec("input-len", bind_external(&f.input_len), "Prompt tokens (random ids)."),
-          spec("output-len", bind_external(&f.output_len), "Greedy decode steps."),
-          spec("batch-size", bind_external(&f.batch_size), "Sequences per step (only 1 for now)."),
-          spec("num-iters", bind_external(&f.num_iters), "Timed runs."),
-          spec("num-iters-warmup", bind_external(&f.num_iters_warmup), "Untimed runs first.")};
+  return {spec("input-len", &f.input_len, "Prompt tokens (random ids)."),
+          spec("output-len", &f.output_len, "Greedy decode steps."),
+          spec("batch-size", &f.batch_size, "Sequences per step (only 1 for now)."),
+          spec("num-iters", &f.num_iters, "Timed runs."),
+          spec("num-iters-warmup", &f.num_iters_warmup, "Untimed runs first.")};
 }
 
 int bench(const Args& args) {

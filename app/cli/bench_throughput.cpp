@@ -24,20 +24,14 @@ struct ThroughputFlags {
 };
 
 std::vector<OptionSpec> throughput_specs(ThroughputFlags& f) {
-  auto spec = [](std::string name, OptionBinding b, std::string metavar, std::string help) {
-    OptionSpec s;
-    s.name = std::move(name);
-    s.binding = std::move(b);
-    s.metavar = std::move(metavar);
-    s.help = std::move(help);
-    s.group = "Benchmark Options";
-    return s;
+  auto spec = [](std::string name, auto* target, std::string metavar, std::string help) {
+    return external_option("Benchmark Options", std::move(name), target, std::move(metavar), std::move(help));
   };
   std::vector<OptionSpec> v = {
-      spec("num-prompts", bind_external(&f.num_prompts), "N", "Requests to run."),
-      spec("input-len", bind_external(&f.input_len), "N", "Prompt tokens per request (random ids)."),
-      spec("output-len", bind_external(&f.output_len), "N", "Output tokens per request."),
-      spec("dataset", bind_external(&f.dataset), "FILE",
+      spec("num-prompts", &f.num_prompts, "N", "Requests to run."),
+      spec("input-len", &f.input_len, "N", "Prompt tokens per request (random ids)."),
+      spec("output-len", &f.output_len, "N", "Output tokens per request."),
+      spec("dataset", &f.dataset, "FILE",
            "Prompts to use instead of random ids: one per line (plain text, or JSON lines with a \"prompt\" field).")};
   for (int i = 0; i < 3; ++i) v[static_cast<size_t>(i)].min = 1;
   return v;

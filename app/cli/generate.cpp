@@ -31,28 +31,22 @@ struct GenerateFlags {
 };
 
 std::vector<OptionSpec> generate_specs(GenerateFlags& f) {
-  auto spec = [](std::string name, OptionBinding b, std::string metavar, std::string help) {
-    OptionSpec s;
-    s.name = std::move(name);
-    s.binding = std::move(b);
-    s.metavar = std::move(metavar);
-    s.help = std::move(help);
-    s.group = "Generate Options";
-    return s;
+  auto spec = [](std::string name, auto* target, std::string metavar, std::string help) {
+    return external_option("Generate Options", std::move(name), target, std::move(metavar), std::move(help));
   };
   std::vector<OptionSpec> v;
-  v.push_back(spec("prompt", bind_external(&f.prompt), "TEXT", "The prompt text (encoded with the model's tokenizer)."));
-  v.push_back(spec("prompt-ids", bind_external(&f.prompt_ids), "IDS", "The prompt as token ids: 1,2,3."));
-  v.push_back(spec("max-tokens", bind_external(&f.max_tokens), "N", "Tokens to generate at most."));
+  v.push_back(spec("prompt", &f.prompt, "TEXT", "The prompt text (encoded with the model's tokenizer)."));
+  v.push_back(spec("prompt-ids", &f.prompt_ids, "IDS", "The prompt as token ids: 1,2,3."));
+  v.push_back(spec("max-tokens", &f.max_tokens, "N", "Tokens to generate at most."));
   v.back().min = 1;
-  v.push_back(spec("temperature", bind_external(&f.temperature), "T", "Sampling temperature; 0 is greedy."));
+  v.push_back(spec("temperature", &f.temperature, "T", "Sampling temperature; 0 is greedy."));
   v.back().min = 0;
-  v.push_back(spec("top-p", bind_external(&f.top_p), "P", "Nucleus sampling."));
-  v.push_back(spec("top-k", bind_external(&f.top_k), "K", "Keep the K most likely tokens (-1: all)."));
-  v.push_back(spec("min-p", bind_external(&f.min_p), "P", "Minimum probability relative to the top token."));
-  v.push_back(spec("repetition-penalty", bind_external(&f.repetition_penalty), "R", "Repetition penalty (1: off)."));
-  v.push_back(spec("ignore-eos", bind_external(&f.ignore_eos), "", "Keep generating after the end-of-text token."));
-  v.push_back(spec("debug-dump", bind_external(&f.debug_dump), "DIR",
+  v.push_back(spec("top-p", &f.top_p, "P", "Nucleus sampling."));
+  v.push_back(spec("top-k", &f.top_k, "K", "Keep the K most likely tokens (-1: all)."));
+  v.push_back(spec("min-p", &f.min_p, "P", "Minimum probability relative to the top token."));
+  v.push_back(spec("repetition-penalty", &f.repetition_penalty, "R", "Repetition penalty (1: off)."));
+  v.push_back(spec("ignore-eos", &f.ignore_eos, "", "Keep generating after the end-of-text token."));
+  v.push_back(spec("debug-dump", &f.debug_dump, "DIR",
                    "Write every named intermediate of each forward pass as DIR/f<step>.<name>.npy."));
   return v;
 }

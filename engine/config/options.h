@@ -57,6 +57,18 @@ const OptionSpec* find_option(const std::string& flag_or_key);
 template <typename T>
 OptionBinding bind_external(T* target);
 
+// A subcommand's own option, bound to *target (parsed alongside the table by parse_options).
+template <typename T>
+OptionSpec external_option(std::string group, std::string name, T* target, std::string metavar, std::string help) {
+  OptionSpec s;
+  s.group = std::move(group);
+  s.name = std::move(name);
+  s.binding = bind_external(target);
+  s.metavar = std::move(metavar);
+  s.help = std::move(help);
+  return s;
+}
+
 struct ParseResult {
   std::vector<std::string> positional;  // arguments that are not options
   std::set<std::string> explicit_keys;  // keys set by the CLI, a config file or the environment

@@ -57,7 +57,9 @@ int RealServer::port_ = 0;
 TEST_F(RealServer, CompletionIsTheGreedyStory) {
   httplib::Client c("127.0.0.1", port_);
   c.set_read_timeout(60);
-  json body = {{"model", "anything"}, {"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 0}};
+  // Completions add no BOS unless asked (Aphrodite's default); the story starts after BOS.
+  json body = {{"model", "anything"}, {"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 0},
+               {"add_special_tokens", true}};
   auto r = c.Post("/v1/completions", body.dump(), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -75,7 +77,8 @@ TEST_F(RealServer, CompletionIsTheGreedyStory) {
 TEST_F(RealServer, StreamingDeltasConcatenateToTheSameText) {
   httplib::Client c("127.0.0.1", port_);
   c.set_read_timeout(60);
-  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 0}, {"stream", true}};
+  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 0}, {"stream", true},
+               {"add_special_tokens", true}};
   std::string raw;
   auto r = c.Post("/v1/completions", httplib::Headers{}, body.dump(), "application/json");
   ASSERT_TRUE(r);
