@@ -66,6 +66,8 @@ int bench(const Args& args) {
                        "[--output-len N] [--dataset FILE] [engine flags]",
                        code, specs);
   if (!ctx) return code;
+  // Random-id prompts need no tokenizer: a folder with only config.json (dummy weights) works.
+  if (!f.dataset) ctx->cfg.model.skip_tokenizer_init = true;
   Engine engine(ctx->cfg);
   const int64_t vocab = engine.model_info().vocab_size;
   std::vector<std::vector<int32_t>> prompts;

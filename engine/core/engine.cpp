@@ -134,6 +134,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   SamplerConfig samp;
   samp.vocab_size = static_cast<int32_t>(runner_->config().vocab_size);
   samp.max_log_probs = static_cast<int>(cfg.model.max_log_probs);
+  // Rows are sampled in parallel on the CPU threads (the model is idle meanwhile).
+  samp.num_threads = static_cast<int>(cfg.device.threads.value_or(std::max(1u, std::thread::hardware_concurrency())));
   eos_ids_ = runner_->config().eos_token_ids;
   if (tokenizer_ && tokenizer_->eos_id() &&
       std::find(eos_ids_.begin(), eos_ids_.end(), *tokenizer_->eos_id()) == eos_ids_.end()) {
