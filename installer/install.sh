@@ -27,7 +27,7 @@ build_dir="${BUILD_DIR:-$root/build}"
 jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 packages=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git curl
   nlohmann-json3-dev libfmt-dev libspdlog-dev libyaml-cpp-dev
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev
   libsentencepiece-dev libpcre2-dev libopenblas-dev
