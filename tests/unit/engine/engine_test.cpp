@@ -12,112 +12,23 @@
 #include "engine/common/error.h"
 #include "engine/core/async_engine.h"
 #include "engine/core/sampling_params.h"
+#include "tests/support/engine_jobs.h"
 
 namespace cypris {
 namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kModel = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+using namespace testing_support;
 
-EngineConfig base_config() {
-  EngineConfig cfg;
-  cfg.model.model = kModel;
-  cfg.model.dtype = "float32";
-  cfg.device.device = "cpu";  // the CPU engine; tests/gpu/cuda/engine_test.cpp runs the same on a GPU
-  cfg.device.threads = 2;
-  cfg.logging.disable_log_stats = true;
-  cfg.logging.disable_log_requests = true;
-  cfg.cache.cpu_kvcache_space = 0.05;
-  return cfg;
-}
-
-struct Job {
-  std::string id;
-  std::vector<int32_t> prompt;
-  int max_tokens;
-  int submit_step;  // staggered arrivals
-};
-
-std::vector<Job> make_jobs(int count, uint32_t seed, int shared_prefix_len = 0) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> prefix;
-  for (int i = 0; i < shared_prefix_len; ++i) prefix.push_back(3 + static_cast<int32_t>(rng() % 500));
-  std::vector<Job> jobs;
-  for (int i = 0; i < count; ++i) {
-    Job j;
-    j.id = "req-" + std::to_string(i);
-    // Lengths from 1 to 400, spread out (every bucket appears).
-    int len = 1 + static_cast<int>((static_cast<uint64_t>(i) * 397 + rng() % 7) % 400);
-    j.prompt = {1};  // BOS
-    if (shared_prefix_len > 0) j.prompt.insert(j.prompt.end(), prefix.begin(), prefix.end());
-    while (static_cast<int>(j.prompt.size()) < std::max(len, shared_prefix_len + 2)) {
-      j.prompt.push_back(3 + static_cast<int32_t>(rng() % 500));
-    }
-    j.max_tokens = 1 + static_cast<int>(rng() % 40);
-    if (static_cast<int>(j.prompt.size()) + j.max_tokens > 512) j.max_tokens = 512 - static_cast<int>(j.prompt.size());
-    j.submit_step = static_cast<int>(rng() % 30);
-    jobs.push_back(std::move(j));
-  }
-  return jobs;
-}
-
-GenerateRequest make_request(const Job& j) {
-  auto p = std::make_shared<SamplingParams>();
-  p->temperature = 0.0f;
-  p->max_tokens = j.max_tokens;
-  p->ignore_eos = true;  // fixed lengths make the comparison stricter
-  GenerateRequest r;
-  r.request_id = j.id;
-  r.prompt_token_ids = j.prompt;
-  r.params = p;
-  return r;
-}
-
-// Runs the jobs through one engine with staggered submission; returns id -> generated ids.
-std::map<std::string, std::vector<int32_t>> run_batched(Engine& engine, const std::vector<Job>& jobs) {
-  std::map<std::string, std::shared_ptr<RequestStream>> streams;
-  std::map<std::string, std::vector<int32_t>> out;
-  size_t submitted = 0;
-  std::vector<const Job*> order;
-  for (const auto& j : jobs) order.push_back(&j);
-  std::stable_sort(order.begin(), order.end(), [](auto a, auto b) { return a->submit_step < b->submit_step; });
-  for (int step = 0; submitted < order.size() || engine.has_unfinished_requests(); ++step) {
-    while (submitted < order.size() && order[submitted]->submit_step <= step) {
-      const Job& j = *order[submitted++];
-      streams[j.id] = std::make_shared<RequestStream>(j.id);
-      engine.add_request(make_request(j), streams[j.id]);
-    }
-    engine.step();
-    for (auto& [id, s] : streams) {
-      while (auto o = s->next(std::chrono::milliseconds(0))) {
-        EXPECT_FALSE(o->error.has_value()) << *o->error;
-        for (const auto& d : o->outputs) out[id].insert(out[id].end(), d.token_ids.begin(), d.token_ids.end());
-      }
-    }
-    EXPECT_LT(step, 100000) << "the engine does not finish";
-    if (step >= 100000) break;
-  }
-  return out;
-}
-
-std::map<std::string, std::vector<int32_t>> run_solo(const std::vector<Job>& jobs) {
-  Engine engine(base_config());
-  std::map<std::string, std::vector<int32_t>> out;
-  for (const auto& j : jobs) {
-    Job solo = j;
-    solo.submit_step = 0;
-    auto r = run_batched(engine, {solo});
-    out[j.id] = r[j.id];
-  }
-  return out;
-}
+// The CPU engine; tests/gpu/cuda/engine_test.cpp runs the same on a GPU.
+EngineConfig base_config() { return stories_config(); }
 
 class Equivalence : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     jobs_ = new std::vector<Job>(make_jobs(64, 1234));
-    solo_ = new std::map<std::string, std::vector<int32_t>>(run_solo(*jobs_));
+    solo_ = new std::map<std::string, std::vector<int32_t>>(run_solo(base_config(), *jobs_));
   }
   static void TearDownTestSuite() {
     delete jobs_;
@@ -170,7 +81,7 @@ TEST_F(Equivalence, PreemptionBySwap) {
 
 TEST(PrefixCaching, SharedPrefixesHitTheCacheAndKeepOutputs) {
   auto jobs = make_jobs(16, 99, /*shared_prefix_len=*/200);
-  auto solo = run_solo(jobs);
+  auto solo = run_solo(base_config(), jobs);
   EngineConfig cfg = base_config();
   cfg.cache.enable_prefix_caching = true;
   Engine engine(cfg);

@@ -1,0 +1,98 @@
+#include "tests/support/engine_jobs.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "engine/core/sampling_params.h"
+
+namespace cypris::testing_support {
+
+EngineConfig stories_config(int tensor_parallel_size, const std::string& device) {
+  EngineConfig cfg;
+  cfg.model.model = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  cfg.model.dtype = "float32";
+  cfg.device.device = device;
+  cfg.device.threads = 2;
+  cfg.logging.disable_log_stats = true;
+  cfg.logging.disable_log_requests = true;
+  cfg.cache.cpu_kvcache_space = 0.05;
+  cfg.parallel.tensor_parallel_size = tensor_parallel_size;
+  return cfg;
+}
+
+std::vector<Job> make_jobs(int count, uint32_t seed, int shared_prefix_len) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> prefix;
+  for (int i = 0; i < shared_prefix_len; ++i) prefix.push_back(3 + static_cast<int32_t>(rng() % 500));
+  std::vector<Job> jobs;
+  for (int i = 0; i < count; ++i) {
+    Job j;
+    j.id = "req-" + std::to_string(i);
+    const int len = 1 + static_cast<int>((static_cast<uint64_t>(i) * 397 + rng() % 7) % 400);
+    j.prompt = {1};  // BOS
+    j.prompt.insert(j.prompt.end(), prefix.begin(), prefix.end());
+    while (static_cast<int>(j.prompt.size()) < std::max(len, shared_prefix_len + 2)) {
+      j.prompt.push_back(3 + static_cast<int32_t>(rng() % 500));
+    }
+    j.max_tokens = 1 + static_cast<int>(rng() % 40);
+    if (static_cast<int>(j.prompt.size()) + j.max_tokens > 512) j.max_tokens = 512 - static_cast<int>(j.prompt.size());
+    j.submit_step = static_cast<int>(rng() % 30);
+    jobs.push_back(std::move(j));
+  }
+  return jobs;
+}
+
+GenerateRequest make_greedy_request(const Job& job) {
+  auto p = std::make_shared<SamplingParams>();
+  p->temperature = 0.0f;
+  p->max_tokens = job.max_tokens;
+  p->ignore_eos = true;  // fixed lengths make the comparison stricter
+  GenerateRequest r;
+  r.request_id = job.id;
+  r.prompt_token_ids = job.prompt;
+  r.params = p;
+  return r;
+}
+
+Outputs run_batched(Engine& engine, const std::vector<Job>& jobs) {
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+  Outputs out;
+  std::vector<const Job*> order;
+  for (const auto& j : jobs) order.push_back(&j);
+  std::stable_sort(order.begin(), order.end(), [](auto a, auto b) { return a->submit_step < b->submit_step; });
+  size_t submitted = 0;
+  for (int step = 0; submitted < order.size() || engine.has_unfinished_requests(); ++step) {
+    while (submitted < order.size() && order[submitted]->submit_step <= step) {
+      const Job& j = *order[submitted++];
+      streams[j.id] = std::make_shared<RequestStream>(j.id);
+      engine.add_request(make_greedy_request(j), streams[j.id]);
+    }
+    engine.step();
+    for (auto& [id, s] : streams) {
+      while (auto o = s->next(std::chrono::milliseconds(0))) {
+        EXPECT_FALSE(o->error.has_value()) << *o->error;
+        for (const auto& d : o->outputs) out[id].insert(out[id].end(), d.token_ids.begin(), d.token_ids.end());
+      }
+    }
+    if (step >= 100000) {
+      ADD_FAILURE() << "the engine does not finish";
+      break;
+    }
+  }
+  return out;
+}
+
+Outputs run_solo(const EngineConfig& cfg, const std::vector<Job>& jobs) {
+  Engine engine(cfg);
+  Outputs out;
+  for (const auto& j : jobs) {
+    Job solo = j;
+    solo.submit_step = 0;
+    out[j.id] = run_batched(engine, {solo})[j.id];
+  }
+  return out;
+}
+
+}  // namespace cypris::testing_support

@@ -1,0 +1,43 @@
+// Test support for the engine equivalence tests (CPU, tensor-parallel and GPU): a set of greedy
+// jobs with mixed prompt lengths and staggered arrivals, run batched through one Engine or one at
+// a time, collecting each job's generated ids.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/config/engine_config.h"
+#include "engine/core/engine.h"
+
+namespace cypris::testing_support {
+
+struct Job {
+  std::string id;
+  std::vector<int32_t> prompt;  // starts with BOS (1)
+  int max_tokens = 0;
+  int submit_step = 0;  // the engine step before which the job is submitted
+};
+
+using Outputs = std::map<std::string, std::vector<int32_t>>;
+
+// stories260k (fp32 weights, 2 threads, small CPU KV cache, quiet logs).
+EngineConfig stories_config(int tensor_parallel_size = 1, const std::string& device = "cpu");
+
+// count jobs with prompts of 1 to 400 tokens (every length bucket appears) and up to 40 output
+// tokens within stories260k's 512-token context; shared_prefix_len > 0 starts every prompt with
+// the same tokens after BOS.
+std::vector<Job> make_jobs(int count, uint32_t seed, int shared_prefix_len = 0);
+
+// Greedy, ignore_eos, exactly max_tokens tokens.
+GenerateRequest make_greedy_request(const Job& job);
+
+// Runs the jobs through engine, each submitted at its step; fails the test on an error output or
+// when the engine does not finish.
+Outputs run_batched(Engine& engine, const std::vector<Job>& jobs);
+
+// Each job alone on a fresh engine built from cfg.
+Outputs run_solo(const EngineConfig& cfg, const std::vector<Job>& jobs);
+
+}  // namespace cypris::testing_support
