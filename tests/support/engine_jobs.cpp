@@ -95,4 +95,12 @@ Outputs run_solo(const EngineConfig& cfg, const std::vector<Job>& jobs) {
   return out;
 }
 
+void expect_same_outputs(const std::vector<Job>& jobs, const Outputs& expected, const Outputs& got) {
+  for (const auto& j : jobs) {
+    ASSERT_TRUE(got.count(j.id)) << j.id << " produced nothing";
+    ASSERT_EQ(got.at(j.id).size(), static_cast<size_t>(j.max_tokens)) << j.id;
+    EXPECT_EQ(got.at(j.id), expected.at(j.id)) << j.id << " (prompt " << j.prompt.size() << " tokens)";
+  }
+}
+
 }  // namespace cypris::testing_support

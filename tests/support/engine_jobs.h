@@ -40,4 +40,7 @@ Outputs run_batched(Engine& engine, const std::vector<Job>& jobs);
 // Each job alone on a fresh engine built from cfg.
 Outputs run_solo(const EngineConfig& cfg, const std::vector<Job>& jobs);
 
+// Every job got exactly max_tokens tokens, the same as in expected (its solo run).
+void expect_same_outputs(const std::vector<Job>& jobs, const Outputs& expected, const Outputs& got);
+
 }  // namespace cypris::testing_support

@@ -38,7 +38,7 @@ class CudaEquivalence : public ::testing::Test {
   static void SetUpTestSuite() {
     if (cuda_device_count() == 0) return;
     jobs_ = new std::vector<Job>(make_jobs(48, 1234));
-    solo_ = new std::map<std::string, std::vector<int32_t>>(run_solo("cuda", *jobs_));
+    solo_ = new Outputs(run_solo("cuda", *jobs_));
   }
   static void TearDownTestSuite() {
     delete jobs_;
@@ -46,17 +46,12 @@ class CudaEquivalence : public ::testing::Test {
     jobs_ = nullptr;
     solo_ = nullptr;
   }
-  void expect_same(const std::map<std::string, std::vector<int32_t>>& got) {
-    for (const auto& j : *jobs_) {
-      ASSERT_EQ(got.at(j.id).size(), static_cast<size_t>(j.max_tokens)) << j.id;
-      EXPECT_EQ(got.at(j.id), solo_->at(j.id)) << j.id << " (prompt " << j.prompt.size() << " tokens)";
-    }
-  }
+  void expect_same(const Outputs& got) { expect_same_outputs(*jobs_, *solo_, got); }
   static std::vector<Job>* jobs_;
-  static std::map<std::string, std::vector<int32_t>>* solo_;
+  static Outputs* solo_;
 };
 std::vector<Job>* CudaEquivalence::jobs_ = nullptr;
-std::map<std::string, std::vector<int32_t>>* CudaEquivalence::solo_ = nullptr;
+Outputs* CudaEquivalence::solo_ = nullptr;
 
 TEST_F(CudaEquivalence, SoloOnGpuEqualsSoloOnCpu) {
   CYPRIS_REQUIRE_GPU();

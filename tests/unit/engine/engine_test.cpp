@@ -28,23 +28,18 @@ class Equivalence : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     jobs_ = new std::vector<Job>(make_jobs(64, 1234));
-    solo_ = new std::map<std::string, std::vector<int32_t>>(run_solo(base_config(), *jobs_));
+    solo_ = new Outputs(run_solo(base_config(), *jobs_));
   }
   static void TearDownTestSuite() {
     delete jobs_;
     delete solo_;
   }
-  void expect_same(const std::map<std::string, std::vector<int32_t>>& got) {
-    for (const auto& j : *jobs_) {
-      ASSERT_EQ(got.at(j.id).size(), static_cast<size_t>(j.max_tokens)) << j.id;
-      EXPECT_EQ(got.at(j.id), solo_->at(j.id)) << j.id << " (prompt " << j.prompt.size() << " tokens)";
-    }
-  }
+  void expect_same(const Outputs& got) { expect_same_outputs(*jobs_, *solo_, got); }
   static std::vector<Job>* jobs_;
-  static std::map<std::string, std::vector<int32_t>>* solo_;
+  static Outputs* solo_;
 };
 std::vector<Job>* Equivalence::jobs_ = nullptr;
-std::map<std::string, std::vector<int32_t>>* Equivalence::solo_ = nullptr;
+Outputs* Equivalence::solo_ = nullptr;
 
 TEST_F(Equivalence, ContinuousBatching) {
   Engine engine(base_config());

@@ -30,17 +30,12 @@ class TpEquivalence : public ::testing::Test {
     delete jobs_;
     delete solo_;
   }
-  void expect_same(const std::map<std::string, std::vector<int32_t>>& got) {
-    for (const auto& j : *jobs_) {
-      ASSERT_EQ(got.at(j.id).size(), static_cast<size_t>(j.max_tokens)) << j.id;
-      EXPECT_EQ(got.at(j.id), solo_->at(j.id)) << j.id << " (prompt " << j.prompt.size() << " tokens)";
-    }
-  }
+  void expect_same(const Outputs& got) { expect_same_outputs(*jobs_, *solo_, got); }
   static std::vector<Job>* jobs_;
-  static std::map<std::string, std::vector<int32_t>>* solo_;
+  static Outputs* solo_;
 };
 std::vector<Job>* TpEquivalence::jobs_ = nullptr;
-std::map<std::string, std::vector<int32_t>>* TpEquivalence::solo_ = nullptr;
+Outputs* TpEquivalence::solo_ = nullptr;
 
 TEST_F(TpEquivalence, ContinuousBatchingTp2) {
   Engine engine(config(2));
