@@ -56,7 +56,9 @@ void AsyncEngine::loop() {
     std::deque<Command> cmds;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !commands_.empty() || engine_->has_unfinished_requests(); });
+      // Wakes at least once a second while idle so the stats snapshot (throughput) decays to 0.
+      cv_.wait_for(lock, std::chrono::seconds(1),
+                   [&] { return stop_ || !commands_.empty() || engine_->has_unfinished_requests(); });
       if (stop_) break;
       cmds.swap(commands_);
     }

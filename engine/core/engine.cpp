@@ -235,7 +235,6 @@ void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> str
   log_request(cfg_.logging, g->req.request_id, g->req.prompt,
               fmt::format("prompt tokens: {}, max_tokens: {}, n: {}, temperature: {}", prompt_len, max_tokens,
                           params->n, params->temperature));
-  prompt_tokens_total_ += prompt_len;
   groups_[g->req.request_id] = std::move(g);
 }
 
@@ -327,6 +326,10 @@ void Engine::step() {
   runner_->swap_in(so.blocks_to_swap_in);
   runner_->copy_blocks(so.blocks_to_copy);
 
+  for (const auto& sr : so.scheduled) {  // prompt tokens computed this step (for throughput)
+    const int32_t end = std::min(sr.num_computed_tokens + sr.num_scheduled_tokens, sr.request->num_prompt_tokens());
+    prompt_tokens_total_ += std::max(0, end - sr.num_computed_tokens);
+  }
   const BatchLayout lay = build_batch_layout(so);
   BatchContext bc;
   bc.token_ids = lay.token_ids;
@@ -504,15 +507,18 @@ EngineStats Engine::stats() const {
   s.num_swap_outs_total = swap_outs_total_;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = generation_tokens_total_;
+  // Throughput over windows of at least a second (stats() is read after every step).
   const auto now = std::chrono::steady_clock::now();
   const double dt = std::chrono::duration<double>(now - last_stats_time_).count();
-  if (dt > 0) {
-    s.prompt_tokens_per_s = static_cast<double>(prompt_tokens_total_ - last_prompt_tokens_) / dt;
-    s.generation_tokens_per_s = static_cast<double>(generation_tokens_total_ - last_generation_tokens_) / dt;
+  if (dt >= 1.0) {
+    prompt_rate_ = static_cast<double>(prompt_tokens_total_ - last_prompt_tokens_) / dt;
+    generation_rate_ = static_cast<double>(generation_tokens_total_ - last_generation_tokens_) / dt;
+    last_stats_time_ = now;
+    last_prompt_tokens_ = prompt_tokens_total_;
+    last_generation_tokens_ = generation_tokens_total_;
   }
-  last_stats_time_ = now;
-  last_prompt_tokens_ = prompt_tokens_total_;
-  last_generation_tokens_ = generation_tokens_total_;
+  s.prompt_tokens_per_s = prompt_rate_;
+  s.generation_tokens_per_s = generation_rate_;
   return s;
 }
 

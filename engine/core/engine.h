@@ -78,6 +78,8 @@ class Engine {
   mutable int64_t last_prompt_tokens_ = 0;
   mutable int64_t last_generation_tokens_ = 0;
   mutable std::chrono::steady_clock::time_point last_stats_time_ = std::chrono::steady_clock::now();
+  mutable double prompt_rate_ = 0.0;
+  mutable double generation_rate_ = 0.0;
 };
 
 }  // namespace cypris
