@@ -158,10 +158,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
                {"created", created},
                {"model", model},
                {"choices", jc},
-               {"usage",
-                {{"prompt_tokens", prompt_tokens},
-                 {"completion_tokens", completion_tokens},
-                 {"total_tokens", prompt_tokens + completion_tokens}}}});
+               {"usage", usage_json(prompt_tokens, completion_tokens)}});
     return;
   }
 
@@ -236,18 +233,11 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
           }
         }
         if (include_usage) {
-          write(chunk(json::array(), {{"prompt_tokens", prompt_tokens},
-                                      {"completion_tokens", completion_tokens},
-                                      {"total_tokens", prompt_tokens + completion_tokens}}));
+          write(chunk(json::array(), usage_json(prompt_tokens, completion_tokens)));
         }
         write(std::string(kSseDone));
       },
-      [c, sub] {
-        for (auto& s : sub->streams) {
-          if (!s->done()) s->cancel();
-        }
-        untrack_all(*c, *sub);
-      });
+      [c, sub] { cancel_and_untrack(*c, *sub); });
 }
 
 }  // namespace cypris::server

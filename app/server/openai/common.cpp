@@ -134,6 +134,19 @@ void untrack_all(ServerContext& ctx, const Submitted& s) {
   for (auto& st : s.streams) ctx.untrack(st);
 }
 
+void cancel_and_untrack(ServerContext& ctx, const Submitted& s) {
+  for (auto& st : s.streams) {
+    if (!st->done()) st->cancel();
+  }
+  untrack_all(ctx, s);
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
 std::string token_text(const Tokenizer* tok, int32_t id) {
   if (!tok) return fmt::format("token_id:{}", id);
   const int32_t one[1] = {id};

@@ -38,6 +38,12 @@ struct Submitted {
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
                          const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params);
 void untrack_all(ServerContext& ctx, const Submitted& s);
+// When a streaming response ends (done or the client went away): cancels what is still running
+// and stops tracking the streams.
+void cancel_and_untrack(ServerContext& ctx, const Submitted& s);
+
+// {"prompt_tokens", "completion_tokens", "total_tokens"}
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
 // The text of one token as it would appear in the output.
 std::string token_text(const Tokenizer* tok, int32_t id);
