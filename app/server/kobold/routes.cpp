@@ -118,12 +118,7 @@ void register_kobold_routes(Router& r) {
     std::optional<std::string> error;
     auto alive = connection_probe(req);
     auto& s = job.sub->streams.front();
-    while (!s->done()) {
-      auto out = s->next(kPollInterval);
-      if (!out) {
-        if (ctx.stopping() || !alive()) s->cancel();
-        continue;
-      }
+    while (auto out = next_output(*s, ctx, alive)) {
       if (out->error) {
         error = out->error;
         timer.finish("error");
@@ -156,16 +151,8 @@ void register_kobold_routes(Router& r) {
                [c, job](const SseWrite& write) {
                  auto& s = job.sub->streams.front();
                  RequestTimer timer(&c->metrics);
-                 while (!s->done()) {
-                   if (c->stopping()) s->cancel();
-                   auto out = s->next(kPollInterval);
-                   if (!out) {
-                     if (!write("")) {
-                       s->cancel();
-                       return;
-                     }
-                     continue;
-                   }
+                 // An empty write probes the client while the engine is busy.
+                 while (auto out = next_output(*s, *c, [&] { return write(""); })) {
                    if (out->error) {
                      timer.finish("error");
                      write(sse_event("message", dump_json({{"token", ""}, {"error", *out->error}})));

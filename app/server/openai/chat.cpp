@@ -111,12 +111,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     int64_t prompt_tokens = 0, completion_tokens = 0;
     std::optional<std::string> error;
     auto& s = sub->streams.front();
-    while (!s->done()) {
-      auto out = s->next(kPollInterval);
-      if (!out) {
-        if (ctx.stopping() || !alive()) s->cancel();  // nobody to answer: stop generating
-        continue;
-      }
+    while (auto out = next_output(*s, ctx, alive)) {
       if (out->error) {
         error = out->error;
         timer.finish("error");
@@ -191,16 +186,8 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
           }
         }
         int64_t prompt_tokens = 0, completion_tokens = 0;
-        while (!s->done()) {
-          if (c->stopping()) s->cancel();
-          auto out = s->next(kPollInterval);
-          if (!out) {
-            if (!write("")) {
-              s->cancel();
-              return;
-            }
-            continue;
-          }
+        // An empty write probes the client while the engine is busy.
+        while (auto out = next_output(*s, *c, [&] { return write(""); })) {
           if (out->error) {
             timer.finish("error");
             write(sse_data("{\"error\":" + error_object(500, *out->error) + "}"));

@@ -134,6 +134,19 @@ void untrack_all(ServerContext& ctx, const Submitted& s) {
   for (auto& st : s.streams) ctx.untrack(st);
 }
 
+std::optional<RequestOutput> next_output(RequestStream& s, const ServerContext& ctx,
+                                         const std::function<bool()>& client_alive) {
+  while (!s.done()) {
+    if (ctx.stopping()) s.cancel();
+    if (auto out = s.next(kPollInterval)) return out;
+    if (!client_alive()) {  // nobody to answer: stop generating
+      s.cancel();
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
 void cancel_and_untrack(ServerContext& ctx, const Submitted& s) {
   for (auto& st : s.streams) {
     if (!st->done()) st->cancel();

@@ -67,4 +67,10 @@ bool stream_include_usage(const nlohmann::json& body);
 // How long a handler waits for the next output before checking the connection again.
 inline constexpr std::chrono::milliseconds kPollInterval{20};
 
+// The next output of s, waiting in kPollInterval slices. The request is cancelled when the server
+// is stopping (its final "abort" output still comes) and when client_alive() says the client has
+// gone; then std::nullopt comes back at once, as it does when the stream is finished.
+std::optional<RequestOutput> next_output(RequestStream& s, const ServerContext& ctx,
+                                         const std::function<bool()>& client_alive);
+
 }  // namespace cypris::server
