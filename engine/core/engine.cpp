@@ -39,6 +39,16 @@ int64_t default_max_num_batched_tokens(const EngineConfig& cfg, int64_t max_mode
   return std::max<int64_t>({max_model_len, 2048, cfg.scheduler.max_num_seqs});
 }
 
+// The delta of output `index` in out, added when it has none yet.
+CompletionDelta& delta_for(RequestOutput& out, int index) {
+  for (auto& d : out.outputs) {
+    if (d.index == index) return d;
+  }
+  out.outputs.push_back(CompletionDelta{});
+  out.outputs.back().index = index;
+  return out.outputs.back();
+}
+
 }  // namespace
 
 // One of a request's n (or best_of) sequences.
@@ -257,15 +267,7 @@ void Engine::finish_seq(Seq& s, const std::string& reason, RequestOutput& out) {
   if (s.finished) return;
   s.finished = true;
   s.group->num_finished++;
-  CompletionDelta* d = nullptr;
-  for (auto& o : out.outputs) {
-    if (o.index == s.index) d = &o;
-  }
-  if (!d) {
-    out.outputs.push_back(CompletionDelta{});
-    d = &out.outputs.back();
-    d->index = s.index;
-  }
+  CompletionDelta* d = &delta_for(out, s.index);
   if (s.detok && !(s.stops && s.stops->stopped())) {
     std::string tail = s.detok->finish();
     StopCheck c = s.stops->push(tail);
@@ -330,16 +332,18 @@ void Engine::step() {
     const int32_t end = std::min(sr.num_computed_tokens + sr.num_scheduled_tokens, sr.request->num_prompt_tokens());
     prompt_tokens_total_ += std::max(0, end - sr.num_computed_tokens);
   }
-  const BatchLayout lay = build_batch_layout(so);
+  // The layout's arrays move into the runner's batch; query_start_loc and sampled_requests are
+  // read below, so they stay.
+  BatchLayout lay = build_batch_layout(so);
   BatchContext bc;
-  bc.token_ids = lay.token_ids;
-  bc.positions = lay.positions;
-  bc.slot_mapping = lay.slot_mapping;
+  bc.token_ids = std::move(lay.token_ids);
+  bc.positions = std::move(lay.positions);
+  bc.slot_mapping = std::move(lay.slot_mapping);
   bc.query_start_loc = lay.query_start_loc;
-  bc.seq_lens = lay.seq_lens;
-  bc.block_tables = lay.block_tables;
+  bc.seq_lens = std::move(lay.seq_lens);
+  bc.block_tables = std::move(lay.block_tables);
   bc.max_blocks_per_seq = lay.max_blocks_per_seq;
-  bc.logits_indices = lay.logits_indices;
+  bc.logits_indices = std::move(lay.logits_indices);
   // Prompt logprobs: the rows of scheduled prompt positions whose next token is also in the
   // prompt (row p predicts prompt token p + 1). They follow the sampled rows.
   struct PromptRows {
@@ -429,6 +433,8 @@ void Engine::step() {
     results.push_back(std::move(r));
   }
   const auto updates = scheduler_->update_from_output(so, results);
+  std::unordered_map<const Request*, const RequestUpdate*> update_of;
+  for (const auto& u : updates) update_of[u.request.get()] = &u;
 
   // Group the deltas per client request.
   std::unordered_map<Group*, RequestOutput> outs;
@@ -436,21 +442,13 @@ void Engine::step() {
   for (size_t i = 0; i < sampled_seqs.size(); ++i) {
     Seq& s = *sampled_seqs[i];
     if (s.finished) continue;  // aborted meanwhile
-    const auto& upd_req = s.req;
-    auto uit = std::find_if(updates.begin(), updates.end(), [&](const RequestUpdate& u) { return u.request == upd_req; });
-    if (uit == updates.end() || uit->new_token_ids.empty()) continue;
+    auto found = update_of.find(s.req.get());
+    if (found == update_of.end() || found->second->new_token_ids.empty()) continue;
+    const RequestUpdate* uit = found->second;
     Group& g = *s.group;
     if (!outs.count(&g)) order.push_back(&g);
     RequestOutput& out = outs[&g];
-    CompletionDelta* d = nullptr;
-    for (auto& o : out.outputs) {
-      if (o.index == s.index) d = &o;
-    }
-    if (!d) {
-      out.outputs.push_back(CompletionDelta{});
-      d = &out.outputs.back();
-      d->index = s.index;
-    }
+    CompletionDelta* d = &delta_for(out, s.index);
     if (g.num_cached_prompt_tokens == 0 && s.req->num_cached_tokens() > 0) {
       g.num_cached_prompt_tokens = s.req->num_cached_tokens();
     }
