@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -477,6 +478,9 @@ void options_from_json(const json& j, EngineConfig& cfg, const std::string& sour
 }
 
 void load_options_file(const std::string& path, EngineConfig& cfg, std::set<std::string>* keys) {
+  std::error_code ec;
+  CYPRIS_CHECK(std::filesystem::is_regular_file(path, ec), "--config: '{}' is not a file (expected YAML or JSON options)",
+               path);
   std::ifstream in(path);
   CYPRIS_CHECK(in.good(), "--config: cannot read '{}'", path);
   std::stringstream ss;

@@ -63,7 +63,10 @@ TEST(Log, StatsLineIsPrintedUnlessDisabled) {
       s.kv_cache_usage = 0.5;
       return s;
     });
-    while (calls.load() < 2) std::this_thread::yield();
+    // Bounded: a logger that never fires fails here instead of hanging the suite.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (calls.load() < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    EXPECT_GE(calls.load(), 2);
   }
   opts.disable_log_stats = true;
   int before = calls.load();

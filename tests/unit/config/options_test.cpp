@@ -250,6 +250,7 @@ TEST_F(ConfigFile, ErrorsNameTheFileAndKey) {
   auto bad_json = write("d.json", "{\"model\": ");
   EXPECT_THAT(error_of({"--config", bad_json}), AllOf(HasSubstr("d.json"), HasSubstr("JSON")));
   EXPECT_THAT(error_of({"--config", (dir_ / "missing.yaml").string()}), HasSubstr("missing.yaml"));
+  EXPECT_THAT(error_of({"--config", dir_.string()}), HasSubstr("is not a file"));
 }
 
 TEST_F(ConfigFile, JsonSaveLoadRoundTripsEveryOption) {
