@@ -9,6 +9,7 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/core/engine_setup.h"
+#include "engine/core/engine_state.h"
 #include "engine/core/request.h"
 #include "engine/core/sampling_params.h"
 #include "engine/loader/model_config.h"
@@ -30,6 +31,9 @@ namespace cypris {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+// banned_strings: a sequence that keeps running into banned phrases ends with an error after this
+// many rewinds rather than spend the server's time forever.
+constexpr int kMaxBannedStringRewinds = 4096;
 
 int64_t default_max_num_batched_tokens(const EngineConfig& cfg, int64_t max_model_len) {
   if (cfg.scheduler.max_num_batched_tokens) return *cfg.scheduler.max_num_batched_tokens;
@@ -39,47 +43,7 @@ int64_t default_max_num_batched_tokens(const EngineConfig& cfg, int64_t max_mode
   return std::max<int64_t>({max_model_len, 2048, cfg.scheduler.max_num_seqs});
 }
 
-// The delta of output `index` in out, added when it has none yet.
-CompletionDelta& delta_for(RequestOutput& out, int index) {
-  for (auto& d : out.outputs) {
-    if (d.index == index) return d;
-  }
-  out.outputs.push_back(CompletionDelta{});
-  out.outputs.back().index = index;
-  return out.outputs.back();
-}
-
 }  // namespace
-
-// One of a request's n (or best_of) sequences.
-struct Engine::Seq {
-  Group* group = nullptr;
-  int index = 0;
-  std::shared_ptr<Request> req;
-  SamplingState sampling;
-  std::unique_ptr<IncrementalDetokenizer> detok;
-  std::unique_ptr<StopStringMatcher> stops;
-  double cumulative_logprob = 0.0;
-  size_t prompt_logprobs_done = 0;  // prompt positions whose logprobs were sent (recompute repeats them)
-  std::vector<PositionLogprobs> pending_prompt_logprobs;
-  bool finished = false;
-  // Accumulated for best_of > n, where only the best n are returned at the end.
-  CompletionDelta all;
-};
-
-// One client request.
-struct Engine::Group {
-  GenerateRequest req;
-  std::shared_ptr<RequestStream> stream;
-  std::vector<std::unique_ptr<Seq>> seqs;
-  int n = 1;
-  bool hold_until_done = false;  // best_of > n
-  int num_finished = 0;
-  int64_t num_prompt_tokens = 0;
-  int64_t num_cached_prompt_tokens = 0;
-  int64_t num_generated = 0;
-  bool first_output_sent = false;
-};
 
 Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const auto& mo = cfg.model;
@@ -174,13 +138,24 @@ void Engine::set_debug_hook(std::function<void(const std::string&, const Tensor&
   runner_->set_debug_hook(std::move(hook));
 }
 
+std::unique_ptr<IncrementalDetokenizer> Engine::make_detokenizer(const SamplingParams& p,
+                                                                 std::span<const int32_t> prompt) const {
+  if (!tokenizer_) return nullptr;
+  DetokenizeOptions dopts{p.skip_special_tokens, p.spaces_between_special_tokens};
+  const size_t ctx = std::min(prompt.size(), IncrementalDetokenizer::kDefaultContextTokens);
+  return std::make_unique<IncrementalDetokenizer>(*tokenizer_, dopts, prompt.last(ctx));
+}
+
 void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> stream) {
   CYPRIS_CHECK(req.params != nullptr, "request {} has no sampling parameters", req.request_id);
   CYPRIS_CHECK(!groups_.count(req.request_id), "request id '{}' is already in use", req.request_id);
   auto params = std::make_shared<SamplingParams>(*req.params);
   params->validate(static_cast<int>(cfg_.model.max_log_probs), static_cast<int32_t>(info_.vocab_size));
-  CYPRIS_CHECK(!params->use_beam_search, "use_beam_search: beam search is not supported yet in Cypris");
-  CYPRIS_CHECK(params->banned_strings.empty(), "banned_strings is not supported yet in Cypris");
+  CYPRIS_CHECK(!(params->use_beam_search && !params->banned_strings.empty()),
+               "banned_strings cannot be combined with use_beam_search: give one or the other");
+  CYPRIS_CHECK(!params->use_beam_search || params->effective_best_of() <= cfg_.scheduler.max_num_seqs,
+               "use_beam_search: best_of (the beam width) is {}, more than --max-num-seqs {}",
+               params->effective_best_of(), cfg_.scheduler.max_num_seqs);
   CYPRIS_CHECK(!req.prompt_token_ids.empty(), "the prompt is empty: give at least one token");
   for (int32_t id : req.prompt_token_ids) {
     CYPRIS_CHECK(id >= 0 && id < info_.vocab_size, "prompt token id {} is out of range; this model's vocabulary has {} "
@@ -206,68 +181,86 @@ void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> str
 
   auto g = std::make_unique<Group>();
   g->n = params->n;
-  const int num_seqs = params->effective_best_of();
-  g->hold_until_done = num_seqs > params->n;
   g->num_prompt_tokens = prompt_len;
   g->stream = std::move(stream);
-  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  std::vector<std::shared_ptr<Request>> created;
-  try {
-    for (int i = 0; i < num_seqs; ++i) {
-      auto seq = std::make_unique<Seq>();
-      seq->group = g.get();
-      seq->index = i;
-      const std::string id = num_seqs == 1 ? req.request_id : fmt::format("{}#{}", req.request_id, i);
-      seq->req = std::make_shared<Request>(id, req.prompt_token_ids, static_cast<int32_t>(max_tokens), params,
-                                           req.priority, now);
-      seq->sampling = SamplingState(*params, req.prompt_token_ids, static_cast<uint32_t>(i));
-      if (tokenizer_) {
-        DetokenizeOptions dopts{params->skip_special_tokens, params->spaces_between_special_tokens};
-        const size_t ctx = std::min(req.prompt_token_ids.size(), IncrementalDetokenizer::kDefaultContextTokens);
-        seq->detok = std::make_unique<IncrementalDetokenizer>(
-            *tokenizer_, dopts, std::span<const int32_t>(req.prompt_token_ids).last(ctx));
-        seq->stops = std::make_unique<StopStringMatcher>(params->stop, params->include_stop_str_in_output);
-      }
-      scheduler_->add_request(seq->req);
-      created.push_back(seq->req);
-      seqs_[id] = seq.get();
-      g->seqs.push_back(std::move(seq));
-    }
-  } catch (...) {
-    for (auto& r : created) {
-      scheduler_->abort_request(r->request_id());
-      seqs_.erase(r->request_id());
-    }
-    throw;
-  }
-  req.params = params;
   g->req = std::move(req);
+  g->req.params = params;
+  if (!params->banned_strings.empty()) g->banned = std::make_shared<const BannedStrings>(params->banned_strings);
+  const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  if (params->use_beam_search) {
+    add_beam_request(*g, params, now);
+  } else {
+    const auto& prompt = g->req.prompt_token_ids;
+    const int num_seqs = params->effective_best_of();
+    g->hold_until_done = num_seqs > params->n;
+    std::vector<std::shared_ptr<Request>> created;
+    try {
+      for (int i = 0; i < num_seqs; ++i) {
+        auto seq = std::make_unique<Seq>();
+        seq->group = g.get();
+        seq->index = i;
+        const std::string id = num_seqs == 1 ? g->req.request_id : fmt::format("{}#{}", g->req.request_id, i);
+        seq->req = std::make_shared<Request>(id, prompt, static_cast<int32_t>(max_tokens), params, g->req.priority,
+                                             now);
+        seq->sampling = SamplingState(*params, prompt, static_cast<uint32_t>(i));
+        seq->detok = make_detokenizer(*params, prompt);
+        if (seq->detok) seq->stops = std::make_unique<StopStringMatcher>(params->stop, params->include_stop_str_in_output);
+        if (g->banned) {
+          seq->banned = std::make_unique<BannedStringMatcher>(g->banned);
+          seq->cumulative_at.push_back(0.0);
+        }
+        scheduler_->add_request(seq->req);
+        created.push_back(seq->req);
+        seqs_[id] = seq.get();
+        g->seqs.push_back(std::move(seq));
+      }
+    } catch (...) {
+      for (auto& r : created) {
+        scheduler_->abort_request(r->request_id());
+        seqs_.erase(r->request_id());
+      }
+      throw;
+    }
+  }
   log_request(cfg_.logging, g->req.request_id, g->req.prompt,
-              fmt::format("prompt tokens: {}, max_tokens: {}, n: {}, temperature: {}", prompt_len, max_tokens,
-                          params->n, params->temperature));
+              fmt::format("prompt tokens: {}, max_tokens: {}, n: {}, temperature: {}{}", prompt_len, max_tokens,
+                          params->n, params->temperature,
+                          params->use_beam_search ? fmt::format(", beam width: {}", params->effective_best_of()) : ""));
   groups_[g->req.request_id] = std::move(g);
 }
 
 void Engine::abort_request(const std::string& request_id) {
   auto it = groups_.find(request_id);
   if (it == groups_.end()) return;
-  Group& g = *it->second;
+  fail_group(*it->second, std::nullopt);
+}
+
+bool Engine::has_unfinished_requests() const { return !groups_.empty(); }
+
+void Engine::fail_group(Group& g, std::optional<std::string> error) {
   RequestOutput out;
+  end_group(g, std::move(error), out);
+  emit(g, out);
+}
+
+void Engine::end_group(Group& g, std::optional<std::string> error, RequestOutput& out) {
+  out.error = std::move(error);
+  if (g.beam) {
+    finish_beam(g, "abort", out);
+    return;
+  }
   for (auto& s : g.seqs) {
     if (s->finished) continue;
     scheduler_->abort_request(s->req->request_id());
     finish_seq(*s, "abort", out);
   }
-  emit(g, out);
 }
-
-bool Engine::has_unfinished_requests() const { return !groups_.empty(); }
 
 void Engine::finish_seq(Seq& s, const std::string& reason, RequestOutput& out) {
   if (s.finished) return;
   s.finished = true;
   s.group->num_finished++;
-  CompletionDelta* d = &delta_for(out, s.index);
+  CompletionDelta* d = &out.delta(s.index);
   if (s.detok && !(s.stops && s.stops->stopped())) {
     std::string tail = s.detok->finish();
     StopCheck c = s.stops->push(tail);
@@ -278,10 +271,66 @@ void Engine::finish_seq(Seq& s, const std::string& reason, RequestOutput& out) {
   seqs_.erase(s.req->request_id());
 }
 
+bool Engine::emit_token(Seq& s, int32_t token, std::string_view text, PositionLogprobs* logprobs, RequestOutput& out) {
+  Group& g = *s.group;
+  CompletionDelta& d = out.delta(s.index);
+  d.token_ids.push_back(token);
+  g.num_generated++;
+  if (logprobs) d.logprobs.push_back(std::move(*logprobs));
+  if (!s.stops || s.stops->stopped()) return false;
+  StopCheck c = s.stops->push(text);
+  d.text += c.text;
+  if (!c.stopped()) return false;
+  d.stop_reason = g.req.params->stop[*c.stop_index];
+  scheduler_->finish_request(s.req->request_id(), RequestStatus::FinishedStopped);  // false when it already ended
+  finish_seq(s, "stop", out);
+  return true;
+}
+
+void Engine::release_banned(Seq& s, bool all, RequestOutput& out) {
+  const bool with_logprobs = s.group->req.params->logprobs.has_value();
+  const size_t upto = all ? s.banned->num_tokens() : s.banned->safe_tokens();
+  while (s.banned_sent_tokens < upto && !s.finished) {
+    const size_t j = s.banned_sent_tokens++;
+    std::optional<PositionLogprobs> lp;
+    if (with_logprobs && !s.held_logprobs.empty()) {
+      lp = std::move(s.held_logprobs.front());
+      s.held_logprobs.pop_front();
+    }
+    emit_token(s, s.banned->token_id(j), s.banned->token_text(j), lp ? &*lp : nullptr, out);
+  }
+}
+
+void Engine::rewind_banned(Seq& s, const BannedStringHit& hit, RequestOutput& out) {
+  if (++s.num_rewinds > kMaxBannedStringRewinds) {
+    LOG_WARN("request {}: banned_strings: gave up after {} rewinds", s.group->req.request_id, kMaxBannedStringRewinds);
+    end_group(*s.group,
+              fmt::format("banned_strings: the model kept producing banned phrases; gave up after {} rewinds",
+                          kMaxBannedStringRewinds),
+              out);
+    return;
+  }
+  // The sampled token is in the matcher and the sampler state but not in the request.
+  const size_t k = hit.rewind_tokens;
+  scheduler_->rewind_request(s.req->request_id(), static_cast<int32_t>(k - 1));
+  s.banned->rewind(k);
+  s.sampling.rewind(k);
+  s.sampling.ban_at_next_position(hit.ban_token_id);
+  const size_t kept = s.banned->num_tokens();
+  if (s.banned_sent_tokens > kept) throw std::logic_error("banned strings: a rewind reached tokens already sent");
+  if (s.held_logprobs.size() > kept - s.banned_sent_tokens) s.held_logprobs.resize(kept - s.banned_sent_tokens);
+  s.cumulative_at.resize(kept + 1);
+  s.cumulative_logprob = s.cumulative_at.back();
+  // The detokenizer cannot go back: a new one reads the kept tokens again (their text is known).
+  const SamplingParams& p = *s.group->req.params;
+  s.detok = make_detokenizer(p, s.req->prompt_token_ids());
+  if (s.detok) s.detok->push(s.req->output_token_ids());
+}
+
 void Engine::emit(Group& g, RequestOutput& out) {
-  for (auto& d : out.outputs) {
-    Seq& s = *g.seqs[static_cast<size_t>(d.index)];
-    if (g.hold_until_done) {
+  if (g.hold_until_done) {
+    for (auto& d : out.outputs) {
+      Seq& s = *g.seqs[static_cast<size_t>(d.index)];
       s.all.text += d.text;
       s.all.token_ids.insert(s.all.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
       s.all.logprobs.insert(s.all.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
@@ -289,7 +338,7 @@ void Engine::emit(Group& g, RequestOutput& out) {
       if (d.stop_reason) s.all.stop_reason = d.stop_reason;
     }
   }
-  const bool done = g.num_finished == static_cast<int>(g.seqs.size());
+  const bool done = g.done();
   if (g.hold_until_done) {
     if (!done) return;
     // best_of > n: return the n sequences with the highest cumulative logprob.
@@ -367,18 +416,36 @@ void Engine::step() {
 
   std::vector<StepResult> results;
   std::vector<SampleOutput> samples;
-  std::vector<Seq*> sampled_seqs;
+  std::vector<Seq*> sampled_seqs;  // rows of `samples`
+  std::vector<Group*> beam_groups;  // beam-search requests that got rows this step
   try {
     const Logits logits = runner_->execute(bc);
+    // Sampled rows go to the sampler, except beam-search rows, which the beam search takes.
     std::vector<SamplerRow> rows;
-    for (int32_t k : lay.sampled_requests) {
-      Seq* s = seqs_.at(so.scheduled[static_cast<size_t>(k)].request->request_id());
-      const auto& params = *s->group->req.params;
-      rows.push_back(SamplerRow{&params, &s->sampling});
+    std::vector<int64_t> row_of;
+    for (size_t j = 0; j < lay.sampled_requests.size(); ++j) {
+      Seq* s = seqs_.at(so.scheduled[static_cast<size_t>(lay.sampled_requests[j])].request->request_id());
+      if (s->group->beam) {
+        take_beam_row(*s, logits.row(static_cast<int64_t>(j)));
+        if (std::find(beam_groups.begin(), beam_groups.end(), s->group) == beam_groups.end()) {
+          beam_groups.push_back(s->group);
+        }
+        continue;
+      }
+      rows.push_back(SamplerRow{s->group->req.params.get(), &s->sampling});
+      row_of.push_back(static_cast<int64_t>(j));
       sampled_seqs.push_back(s);
     }
-    if (!rows.empty()) samples = sampler_->sample(logits.data.data(), rows);
-    int64_t row = static_cast<int64_t>(rows.size());
+    if (!rows.empty() && rows.size() == lay.sampled_requests.size()) {
+      samples = sampler_->sample(logits.data.data(), rows);
+    } else if (!rows.empty()) {
+      std::vector<float> packed(rows.size() * static_cast<size_t>(logits.vocab));
+      for (size_t i = 0; i < rows.size(); ++i) {
+        std::copy_n(logits.row(row_of[i]), logits.vocab, packed.begin() + static_cast<std::ptrdiff_t>(i * logits.vocab));
+      }
+      samples = sampler_->sample(packed.data(), rows);
+    }
+    int64_t row = static_cast<int64_t>(lay.sampled_requests.size());
     for (const auto& pr : prompt_rows) {
       const auto prompt = pr.seq->req->prompt_token_ids();
       const auto next = prompt.subspan(static_cast<size_t>(pr.first_pos) + 1, static_cast<size_t>(pr.count));
@@ -401,22 +468,14 @@ void Engine::step() {
     for (const auto& sr : so.scheduled) {
       auto it = seqs_.find(sr.request->request_id());
       if (it == seqs_.end()) continue;
-      Seq& s = *it->second;
-      scheduler_->finish_request(sr.request->request_id(), RequestStatus::FinishedError);
-      RequestOutput out;
-      out.error = fmt::format("the model step failed: {}", e.what());
-      Group& g = *s.group;
-      for (auto& other : g.seqs) {
-        if (!other->finished) {
-          if (other.get() != &s) scheduler_->abort_request(other->req->request_id());
-          finish_seq(*other, "abort", out);
-        }
-      }
-      emit(g, out);
+      fail_group(*it->second->group, fmt::format("the model step failed: {}", e.what()));
     }
     return;
   }
 
+  // banned_strings: a token that completes a banned phrase is not appended; its sequence rewinds.
+  std::vector<std::pair<Seq*, BannedStringHit>> rewinds;
+  std::vector<std::string> texts(sampled_seqs.size());  // banned-strings rows: the text each token added
   for (size_t i = 0; i < sampled_seqs.size(); ++i) {
     Seq& s = *sampled_seqs[i];
     const SamplingParams& p = *s.group->req.params;
@@ -424,11 +483,20 @@ void Engine::step() {
     r.request_id = s.req->request_id();
     const int32_t tok = samples[i].token;
     r.sampled_token_ids = {tok};
+    generation_tokens_total_++;
     const int64_t num_out = s.req->num_output_tokens() + 1;
     if (num_out >= p.min_tokens) {
       const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
       const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
       if ((is_eos && !p.ignore_eos) || is_stop_id) r.finish = RequestStatus::FinishedStopped;
+    }
+    if (s.banned && !s.finished) {
+      texts[i] = s.detok ? s.detok->push(tok) : std::string();
+      if (auto hit = s.banned->push(tok, texts[i])) {
+        r.sampled_token_ids.clear();
+        r.finish = RequestStatus::Running;
+        rewinds.emplace_back(&s, *hit);
+      }
     }
     results.push_back(std::move(r));
   }
@@ -439,6 +507,13 @@ void Engine::step() {
   // Group the deltas per client request.
   std::unordered_map<Group*, RequestOutput> outs;
   std::vector<Group*> order;
+  auto out_for = [&](Group& g) -> RequestOutput& {
+    if (!outs.count(&g)) order.push_back(&g);
+    return outs[&g];
+  };
+  for (auto& [s, hit] : rewinds) {
+    if (!s->finished) rewind_banned(*s, hit, out_for(*s->group));
+  }
   for (size_t i = 0; i < sampled_seqs.size(); ++i) {
     Seq& s = *sampled_seqs[i];
     if (s.finished) continue;  // aborted meanwhile
@@ -446,50 +521,43 @@ void Engine::step() {
     if (found == update_of.end() || found->second->new_token_ids.empty()) continue;
     const RequestUpdate* uit = found->second;
     Group& g = *s.group;
-    if (!outs.count(&g)) order.push_back(&g);
-    RequestOutput& out = outs[&g];
-    CompletionDelta* d = &delta_for(out, s.index);
+    RequestOutput& out = out_for(g);
     if (g.num_cached_prompt_tokens == 0 && s.req->num_cached_tokens() > 0) {
       g.num_cached_prompt_tokens = s.req->num_cached_tokens();
     }
     const SamplingParams& p = *g.req.params;
     const SampleOutput& so_i = samples[i];
     s.cumulative_logprob += so_i.logprob;
-    for (int32_t tok : uit->new_token_ids) {
-      d->token_ids.push_back(tok);
-      g.num_generated++;
-      generation_tokens_total_++;
-      if (p.logprobs) {
-        PositionLogprobs lp;
-        lp.token_id = tok;
-        lp.logprob = so_i.logprob;
-        lp.rank = so_i.rank;
-        for (const auto& t : so_i.top_logprobs) lp.top.push_back(TokenLogprob{t.token_id, t.logprob});
-        d->logprobs.push_back(std::move(lp));
-      }
-      if (s.detok && !s.stops->stopped()) {
-        StopCheck c = s.stops->push(s.detok->push(tok));
-        d->text += c.text;
-        if (c.stopped()) {
-          d->stop_reason = p.stop[*c.stop_index];
-          if (!uit->finished()) scheduler_->finish_request(s.req->request_id(), RequestStatus::FinishedStopped);
-          finish_seq(s, "stop", out);
-          break;
-        }
-      }
+    std::optional<PositionLogprobs> lp;
+    if (p.logprobs) {
+      lp.emplace();
+      lp->token_id = so_i.token;
+      lp->logprob = so_i.logprob;
+      lp->rank = so_i.rank;
+      for (const auto& t : so_i.top_logprobs) lp->top.push_back(TokenLogprob{t.token_id, t.logprob});
+    }
+    const int32_t tok = uit->new_token_ids.front();  // one token per step
+    if (s.banned) {
+      s.cumulative_at.push_back(s.cumulative_logprob);
+      if (lp) s.held_logprobs.push_back(std::move(*lp));
+      release_banned(s, /*all=*/uit->finished(), out);
+    } else {
+      const std::string text = s.detok ? s.detok->push(tok) : std::string();
+      emit_token(s, tok, text, lp ? &*lp : nullptr, out);
     }
     if (!s.finished && uit->finished()) {
       const bool stopped = uit->status == RequestStatus::FinishedStopped;
-      if (stopped && !d->token_ids.empty()) {
-        const int32_t last = d->token_ids.back();
-        if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), last) != p.stop_token_ids.end()) {
-          d->stop_reason = std::to_string(last);
-        }
+      CompletionDelta& d = out.delta(s.index);
+      if (stopped && std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end()) {
+        d.stop_reason = std::to_string(tok);
       }
       finish_seq(s, stopped ? "stop" : uit->status == RequestStatus::FinishedLength ? "length" : "abort", out);
     }
   }
-  for (Group* g : order) emit(*g, outs[g]);
+  for (Group* g : beam_groups) {
+    if (!g->beam->done) advance_beam(*g, out_for(*g));
+  }
+  for (Group* g : order) emit(*g, outs[g]);  // erases the finished groups
 }
 
 EngineStats Engine::stats() const {

@@ -8,7 +8,10 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -20,8 +23,11 @@
 
 namespace cypris {
 
+class IncrementalDetokenizer;
 class ModelRunner;
 class Scheduler;
+struct BannedStringHit;
+struct SamplingParams;
 class Sampler;
 class Tokenizer;
 struct SchedulerOutput;
@@ -54,12 +60,34 @@ class Engine {
   void set_debug_hook(std::function<void(const std::string&, const Tensor&)> hook);
 
  private:
+  // engine_state.h
   struct Seq;
   struct Group;
+  struct BeamState;
 
+  std::unique_ptr<IncrementalDetokenizer> make_detokenizer(const SamplingParams& p,
+                                                           std::span<const int32_t> prompt) const;
   void finish_seq(Seq& seq, const std::string& reason, RequestOutput& out);
   void emit(Group& g, RequestOutput& out);
-  void fail_all(const std::string& message);
+  // Ends every sequence of the request; the client gets `error` (or finish_reason abort without).
+  void fail_group(Group& g, std::optional<std::string> error);
+  // The same without sending: the ended sequences go into out.
+  void end_group(Group& g, std::optional<std::string> error, RequestOutput& out);
+  // One output token (text already past the banned-strings hold) to the stop strings and the
+  // client's delta. True when a stop string ended the sequence.
+  bool emit_token(Seq& s, int32_t token, std::string_view text, PositionLogprobs* logprobs, RequestOutput& out);
+  // banned_strings: passes on the tokens that are safe now (all of them when `all`).
+  void release_banned(Seq& s, bool all, RequestOutput& out);
+  // banned_strings: the sampled token completed a banned phrase (it was not appended).
+  void rewind_banned(Seq& s, const BannedStringHit& hit, RequestOutput& out);
+
+  // Beam search (engine_beam.cpp).
+  void add_beam_request(Group& g, const std::shared_ptr<SamplingParams>& params, double now);
+  void take_beam_row(Seq& s, const float* logits);
+  // Steps the search once every running beam has its row; forks and drops beams to match.
+  void advance_beam(Group& g, RequestOutput& out);
+  void drop_beam(Seq& s);
+  void finish_beam(Group& g, const std::string& reason, RequestOutput& out);
 
   EngineConfig cfg_;
   ModelInfo info_;

@@ -2,6 +2,15 @@
 
 namespace cypris {
 
+CompletionDelta& RequestOutput::delta(int index) {
+  for (auto& d : outputs) {
+    if (d.index == index) return d;
+  }
+  outputs.push_back(CompletionDelta{});
+  outputs.back().index = index;
+  return outputs.back();
+}
+
 void RequestStream::push(RequestOutput out) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -48,6 +48,8 @@ struct RequestOutput {
   // With the first output, when asked for: prompt tokens 1..P-1 (the first token has none).
   std::vector<PositionLogprobs> prompt_logprobs;
   std::optional<std::string> error;      // the request failed; finished is true
+  // The delta of output `index`, added when there is none yet.
+  CompletionDelta& delta(int index);
 };
 
 // One request's outputs, in order. The engine thread pushes; one consumer pops.

@@ -1,6 +1,7 @@
 // Request: status names and the small mutations that need checks.
 #include "engine/core/request.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace cypris {
@@ -57,6 +58,12 @@ void Request::replace_last_output_token(int32_t token_id) {
   // Block hashes stay valid: the KV-cache manager only hashes blocks that end before the last
   // token (computed blocks, or prefix-cache lookups, which never cover the last token).
   tokens_.back() = token_id;
+}
+
+void Request::truncate_output(int32_t count) {
+  const int32_t drop = std::clamp(count, 0, num_output_tokens());
+  tokens_.resize(tokens_.size() - size_t(drop));
+  num_computed_tokens_ = std::min(num_computed_tokens_, num_tokens());
 }
 
 std::shared_ptr<Request> Request::fork(std::string child_id) const {

@@ -56,6 +56,9 @@ class Request {
   // For n > 1 / beam search after fork: a child replaces the token it copied from its parent
   // with its own sample. Only the last token, and only while it has no KV yet.
   void replace_last_output_token(int32_t token_id);
+  // banned_strings: drops the last `count` output tokens (at most all of them). The caller
+  // (Scheduler::rewind_request) fixes num_computed_tokens and the KV cache.
+  void truncate_output(int32_t count);
 
   // Tokens whose KV is in the cache. The step computes [num_computed_tokens, num_tokens).
   int32_t num_computed_tokens() const { return num_computed_tokens_; }

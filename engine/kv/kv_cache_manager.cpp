@@ -169,6 +169,23 @@ void KvCacheManager::free(Request& request) {
   tables_.erase(it);
 }
 
+void KvCacheManager::truncate(Request& request, int32_t num_tokens_to_keep) {
+  if (num_tokens_to_keep % block_size_ != 0)
+    throw std::logic_error("KvCacheManager::truncate: the kept length must be a multiple of the block size");
+  auto it = tables_.find(request.request_id());
+  if (it == tables_.end()) return;
+  if (it->second.on_cpu) throw std::logic_error("KvCacheManager::truncate: request " + request.request_id() + " is swapped out");
+  Table& table = it->second;
+  const size_t keep = size_t(num_tokens_to_keep / block_size_);
+  if (table.blocks.size() > keep) {
+    std::vector<int32_t> order(table.blocks.rbegin(), table.blocks.rend() - std::ptrdiff_t(keep));
+    gpu_.free(order);
+    table.blocks.resize(keep);
+  }
+  table.num_hashed = std::min(table.num_hashed, int32_t(keep));
+  if (request.block_hashes().size() > keep) request.block_hashes().resize(keep);
+}
+
 void KvCacheManager::fork(const Request& parent, const Request& child) {
   auto it = tables_.find(parent.request_id());
   if (it == tables_.end() || it->second.on_cpu)

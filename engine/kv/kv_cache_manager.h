@@ -106,6 +106,12 @@ class KvCacheManager {
   // Release the request's blocks (GPU or CPU). Full hashed GPU blocks stay cached for reuse.
   void free(Request& request);
 
+  // banned_strings rewind: keep only the request's first num_tokens_to_keep tokens of KV, a multiple
+  // of the block size. Later blocks go back to the pool; the kept ones are never written into
+  // again, so a block shared with another request or the prefix cache stays intact (the rewound
+  // tokens are recomputed into fresh blocks). The request must hold GPU blocks.
+  void truncate(Request& request, int32_t num_tokens_to_keep);
+
   // The child shares all of the parent's blocks (ref counts +1). The first of them to write into
   // a shared partially filled block gets a private copy (SlotAllocation::copies).
   void fork(const Request& parent, const Request& child);

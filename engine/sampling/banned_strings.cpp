@@ -122,4 +122,8 @@ size_t BannedStringMatcher::safe_length() const {
   return offsets_[token_at_offset(hold_from)];
 }
 
+size_t BannedStringMatcher::safe_tokens() const {
+  return static_cast<size_t>(std::lower_bound(offsets_.begin(), offsets_.end(), safe_length()) - offsets_.begin());
+}
+
 }  // namespace cypris

@@ -76,6 +76,15 @@ class BannedStringMatcher {
   const std::string& text() const { return text_; }
   // Bytes of text() that can be streamed now.
   size_t safe_length() const;
+  // Leading tokens that can be streamed now: those whose text lies before safe_length(). A token
+  // with empty text at that point is held back too (a phrase may still begin at its offset).
+  size_t safe_tokens() const;
+  int32_t token_id(size_t i) const { return ids_[i]; }
+  // The text token i added.
+  std::string_view token_text(size_t i) const {
+    const size_t end = i + 1 < offsets_.size() ? offsets_[i + 1] : text_.size();
+    return std::string_view(text_).substr(offsets_[i], end - offsets_[i]);
+  }
 
  private:
   size_t token_at_offset(size_t offset) const;

@@ -65,7 +65,8 @@ bool BeamSearch::should_stop(const BeamHypothesis& best_running, const BeamHypot
   return worst >= best_possible;
 }
 
-void BeamSearch::step(const float* logprobs, int32_t vocab) {
+void BeamSearch::step(const float* logprobs, int32_t vocab,
+                      const std::function<void(int32_t beam, int32_t token, BeamHypothesis& child)>& extend) {
   CYPRIS_CHECK(!done_, "beam search: step() after the search is done");
   const size_t width = static_cast<size_t>(config_.beam_width);
   const size_t want = 2 * width;
@@ -101,6 +102,8 @@ void BeamSearch::step(const float* logprobs, int32_t vocab) {
     BeamHypothesis h;
     h.tokens = running_[b].tokens;
     h.tokens.push_back(t);
+    h.logprobs = running_[b].logprobs;
+    if (extend) extend(b, t, h);
     h.cum_logprob = cum;
     h.parent = b;
     const int total = config_.prompt_len + static_cast<int>(h.tokens.size());

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
+#include "engine/core/outputs.h"  // PositionLogprobs
 #include "engine/core/sampling_params.h"
 
 namespace cypris {
@@ -17,6 +19,7 @@ struct BeamHypothesis {
   double cum_logprob = 0.0;
   bool finished = false;  // ended with EOS / a stop token id, or reached max_tokens
   int32_t parent = -1;    // index into the previous running() list (-1 before the first step)
+  std::vector<PositionLogprobs> logprobs;  // per token, filled by step()'s `extend` callback when given
 };
 
 struct BeamSearchConfig {
@@ -53,7 +56,10 @@ class BeamSearch {
   // logprobs: [running().size(), vocab] next-token log-probabilities (log_softmax of the processed
   // logits, see log_softmax_rows()). Takes the 2 * beam_width best (beam, token) continuations by
   // cumulative logprob; finished ones join finished(), the best beam_width others continue.
-  void step(const float* logprobs, int32_t vocab);
+  // extend(beam, token, child), when given, is called for each new hypothesis (running or finished)
+  // made from running()[beam] + token, e.g. to append the token's logprobs to child.logprobs.
+  void step(const float* logprobs, int32_t vocab,
+            const std::function<void(int32_t beam, int32_t token, BeamHypothesis& child)>& extend = {});
 
   double score(const BeamHypothesis& h) const;
   // The best n results, best first: finished hypotheses, then running ones if too few finished.

@@ -361,6 +361,25 @@ std::vector<float> Sampler::process(std::span<const float> logits, const Samplin
   return dense;
 }
 
+std::vector<float> Sampler::beam_logprobs(std::span<const float> logits, const SamplingParams& params,
+                                          const SamplingState& state) {
+  CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size,
+               "sampler: a row has {} logits, the vocabulary has {}", logits.size(), config_.vocab_size);
+  std::vector<float> x(logits.begin(), logits.end());
+  sampling_detail::RowLogits row(x.data(), config_.vocab_size, scratch_[0]->buf);
+  sampling_detail::apply_pre_chain(row, params, state, config_.eos_token_id, nullptr);
+  sampling_detail::apply_penalties(row, params, state);
+  row.densify();
+  float max_v = sampling_detail::kNegInf;
+  for (float v : x) max_v = std::max(max_v, v);
+  if (max_v == sampling_detail::kNegInf) return x;  // everything masked: no continuation
+  double z = 0.0;
+  for (float v : x) z += std::exp(static_cast<double>(v) - max_v);
+  const double lz = std::log(z) + max_v;
+  for (float& v : x) v = static_cast<float>(v - lz);
+  return x;
+}
+
 std::vector<float> Sampler::probabilities(std::span<const float> logits, const SamplingParams& params,
                                           SamplingState& state) {
   CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size,

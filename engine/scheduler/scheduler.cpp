@@ -113,7 +113,7 @@ bool Scheduler::finish_request(const std::string& request_id, RequestStatus stat
 std::shared_ptr<Request> Scheduler::fork_request(const std::string& parent_id, std::string child_id) {
   auto parent = find(parent_id);
   if (!parent || parent->status() != RequestStatus::Running || !kv_.has_blocks(parent_id)) return nullptr;
-  if (int32_t(running_.size()) >= config_.max_num_seqs) return nullptr;
+  if (num_active_running() >= config_.max_num_seqs) return nullptr;
   CYPRIS_CHECK(!requests_.count(child_id), "request id '{}' is already in use", child_id);
   auto child = parent->fork(std::move(child_id));
   child->set_arrival_seq(next_arrival_seq_++);
@@ -122,6 +122,23 @@ std::shared_ptr<Request> Scheduler::fork_request(const std::string& parent_id, s
   running_.push_back(child);
   forked_unscheduled_.insert(child->request_id());
   return child;
+}
+
+int32_t Scheduler::num_active_running() const {
+  return int32_t(std::count_if(running_.begin(), running_.end(),
+                               [](const auto& r) { return r->num_computed_tokens() < r->num_tokens(); }));
+}
+
+bool Scheduler::rewind_request(const std::string& request_id, int32_t num_tokens) {
+  auto request = find(request_id);
+  if (!request || request->status() != RequestStatus::Running) return false;
+  request->truncate_output(num_tokens);
+  // At least the new last token is recomputed: its logits pick the next token.
+  const int32_t bs = config_.block_size;
+  const int32_t keep = (std::min(request->num_computed_tokens(), request->num_tokens() - 1) / bs) * bs;
+  kv_.truncate(*request, keep);
+  request->set_num_computed_tokens(keep);
+  return true;
 }
 
 void Scheduler::preempt_last_running(SchedulerOutput& out, bool allow_swap) {
@@ -156,7 +173,7 @@ void Scheduler::priority_preemption(SchedulerOutput& out, int32_t budget) {
     const Request& top = *waiting_.front();
     if (!before(top, *running_.back())) return;
     int32_t first_chunk = config_.enable_chunked_prefill ? std::min(top.num_tokens(), budget) : top.num_tokens();
-    bool fits = int32_t(running_.size()) < config_.max_num_seqs &&
+    bool fits = num_active_running() < config_.max_num_seqs &&
                 KvCacheManager::blocks_for_tokens(first_chunk, config_.block_size) <= kv_.num_free_blocks();
     if (fits) return;
     preempt_last_running(out, /*allow_swap=*/false);
@@ -225,9 +242,12 @@ SchedulerOutput Scheduler::schedule() {
     ++i;
   }
 
+  // Running requests with nothing to compute (beams waiting for their siblings, see
+  // num_active_running) hold blocks but no batch slot: they do not count against max_num_seqs.
+  int32_t active = num_active_running();
   // 2. Swapped requests come back before anything new is admitted. Not in a step that just
   // preempted: the blocks were freed for the running requests.
-  while (!preempted_now && !swapped_.empty() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs) {
+  while (!preempted_now && !swapped_.empty() && budget > 0 && active < config_.max_num_seqs) {
     std::shared_ptr<Request> request = swapped_.front();
     int32_t num_new = request->num_tokens() - request->num_computed_tokens();
     if (!chunked && num_new > budget) break;
@@ -241,6 +261,7 @@ SchedulerOutput Scheduler::schedule() {
     request->set_status(RequestStatus::Running);
     running_.push_back(request);
     out.swapped_in_ids.push_back(request->request_id());
+    if (num_new > 0) ++active;
     if (num_new > 0) {
       add_scheduled(out, request, num_new, *allocation, true);
       budget -= num_new;
@@ -251,7 +272,7 @@ SchedulerOutput Scheduler::schedule() {
   // keeps the order fair.
   bool admitted_prompt = false;
   while (may_admit && !preempted_now && swapped_.empty() && !waiting_.empty() && budget > 0 &&
-         int32_t(running_.size()) < config_.max_num_seqs) {
+         active < config_.max_num_seqs) {
     std::shared_ptr<Request> request = waiting_.front();
     ComputedBlocks hit = kv_.get_computed_blocks(*request);
     int32_t num_new = request->num_tokens() - hit.num_tokens;
@@ -266,6 +287,7 @@ SchedulerOutput Scheduler::schedule() {
     running_.push_back(request);
     add_scheduled(out, request, num_new, *allocation, true);
     budget -= num_new;
+    ++active;
     admitted_prompt = true;
   }
   prev_prompt_ = admitted_prompt;

@@ -56,6 +56,12 @@ class Scheduler {
   // the parent is not running.
   std::shared_ptr<Request> fork_request(const std::string& parent_id, std::string child_id);
 
+  // banned_strings: drop the last num_tokens output tokens of a running request (call after
+  // update_from_output()). Its KV is kept up to the block holding its new last token; the rest is
+  // recomputed by the next steps, which then sample the position after the new last token again.
+  // False if the request is unknown or not running.
+  bool rewind_request(const std::string& request_id, int32_t num_tokens);
+
   SchedulerOutput schedule();
   // Advance every scheduled request by its scheduled tokens, append sampled tokens when its
   // last known token was computed, apply finish flags and length limits, free finished
@@ -82,6 +88,9 @@ class Scheduler {
   void add_scheduled(SchedulerOutput& out, const std::shared_ptr<Request>& request, int32_t num_new_tokens,
                      const SlotAllocation& allocation, bool is_new);
   bool passed_delay(double now);
+  // Running requests with tokens left to compute. A running request whose tokens all have KV and
+  // that got no new token (a beam-search beam waiting for its siblings' logits) is idle.
+  int32_t num_active_running() const;
   void finish(const std::shared_ptr<Request>& request, RequestStatus status);
 
   SchedulerConfig config_;
