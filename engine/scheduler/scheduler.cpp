@@ -220,7 +220,9 @@ SchedulerOutput Scheduler::schedule() {
 
   // 1. Running requests: decodes and the next chunk of partly prefilled prompts.
   bool preempted_now = false;
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+  // Never more than max_num_seqs in one batch: idle requests that got a new token (beams after a
+  // search step) may have pushed the running set past it; the latest wait a step.
+  for (size_t i = 0; i < running_.size() && budget > 0 && int32_t(out.scheduled.size()) < config_.max_num_seqs;) {
     std::shared_ptr<Request> request = running_[i];
     int32_t num_new = request->num_tokens() - request->num_computed_tokens();
     if (num_new <= 0 || (!chunked && num_new > budget)) {

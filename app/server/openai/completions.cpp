@@ -65,6 +65,8 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   const int n = params.n;
   const int top_n = params.logprobs.value_or(0);
   const bool want_logprobs = params.logprobs.has_value();
+  // Aphrodite: with best_of != n or beam search, the whole response comes as one event.
+  const bool one_event = params.use_beam_search || params.effective_best_of() != params.n;
   auto shared_params = std::make_shared<const SamplingParams>(std::move(params));
 
   const std::string id = ctx.new_id("cmpl");
@@ -169,7 +171,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   ServerContext* c = &ctx;
   start_event_stream(
       req, res,
-      [c, sub, choices, n, echo, want_logprobs, include_usage, id, created, model, tok, engine,
+      [c, sub, choices, n, echo, want_logprobs, include_usage, one_event, id, created, model, tok, engine,
        prompt_text](const SseWrite& write) {
         StreamSet set(sub->streams);
         std::vector<RequestTimer> timers(sub->streams.size(), RequestTimer(&c->metrics));
@@ -201,6 +203,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
             return;
           }
           int64_t new_tokens = 0;
+          json together = json::array();  // one_event: this output's choices in one chunk
           for (auto& d : out.outputs) {
             if (d.index < 0 || d.index >= n) continue;
             const size_t ci = si * size_t(n) + size_t(d.index);
@@ -223,11 +226,17 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
                         {"logprobs", lp},
                         {"finish_reason", opt_json(d.finish_reason)},
                         {"stop_reason", stop_reason_json(d.stop_reason)}};
-            if (!write(chunk(json::array({one}), nullptr))) {
+            if (d.finish_reason) ch.finish_reason = d.finish_reason;
+            if (one_event) {
+              together.push_back(std::move(one));
+            } else if (!write(chunk(json::array({one}), nullptr))) {
               set.cancel_all();
               return;
             }
-            if (d.finish_reason) ch.finish_reason = d.finish_reason;
+          }
+          if (!together.empty() && !write(chunk(std::move(together), nullptr))) {
+            set.cancel_all();
+            return;
           }
           timers[si].on_tokens(new_tokens);
           if (out.finished) {

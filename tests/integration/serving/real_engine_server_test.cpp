@@ -165,5 +165,64 @@ TEST_F(RealServer, ConcurrentStreamsMatchTheirSoloRuns) {
   EXPECT_EQ(together, solo);
 }
 
+// The data: payloads of an SSE body, up to [DONE] (which must come).
+std::vector<json> sse_events(const std::string& body) {
+  std::vector<json> events;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    const std::string payload = body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (payload == "[DONE]") return events;
+    events.push_back(json::parse(payload));
+  }
+  ADD_FAILURE() << "no [DONE] in " << body;
+  return events;
+}
+
+TEST_F(RealServer, BeamSearchAnswersOnceWithNChoices) {
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(60);
+  // SillyTavern sends its sampler values along (temperature 0.7 here); beam search ignores them.
+  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"use_beam_search", true}, {"best_of", 3},
+               {"n", 2}, {"temperature", 0.7}, {"early_stopping", "never"}, {"add_special_tokens", true}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_NE(j["choices"][0]["text"], j["choices"][1]["text"]);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+
+  body["stream"] = true;
+  auto rs = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(rs);
+  ASSERT_EQ(rs->status, 200);
+  const auto events = sse_events(rs->body);
+  ASSERT_EQ(events.size(), 1u) << rs->body;  // Aphrodite: one full response, then [DONE]
+  ASSERT_EQ(events[0]["choices"].size(), 2u);
+  for (int i : {0, 1}) EXPECT_EQ(events[0]["choices"][i]["text"], j["choices"][i]["text"]);
+}
+
+TEST_F(RealServer, BannedStringsNeverReachTheClient) {
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(60);
+  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 40},  {"temperature", 0},
+               {"banned_strings", {"Lily", "park"}}, {"stream", true}, {"add_special_tokens", true},
+               {"ignore_eos", true}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::string text;
+  for (const auto& e : sse_events(r->body)) {
+    if (!e["choices"].empty()) text += e["choices"][0]["text"].get<std::string>();
+  }
+  // Without the bans the greedy story names Lily within these tokens (checked on the story).
+  ASSERT_NE(story().substr(0, 120).find("Lily"), std::string::npos);
+  EXPECT_GT(text.size(), 40u);
+  EXPECT_EQ(text.find("Lily"), std::string::npos) << text;
+  EXPECT_EQ(text.find("park"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace cypris

@@ -47,7 +47,7 @@ struct Sim {
   }
   SchedulerOutput step(const std::set<std::string>& stop = {}) {
     SchedulerOutput out = sched.schedule();
-    testing::check_invariants(sched, out);
+    testing::check_invariants(sched, out, allow_idle);
     auto results = runner.execute(out, stop);
     updates = sched.update_from_output(out, results);
     return out;
@@ -62,6 +62,7 @@ struct Sim {
   }
 
   double now = 0.0;
+  bool allow_idle = false;  // the test leaves requests idle (see check_invariants)
   Scheduler sched;
   testing::FakeRunner runner;
   std::map<std::string, std::shared_ptr<Request>> all;
@@ -366,6 +367,59 @@ TEST(Scheduler, ForkSharesBlocksAndCopiesOnWrite) {
     EXPECT_EQ(a->output_token_ids()[size_t(i)], fake_token("A", 10 + i));
   }
   EXPECT_EQ(sim.sched.kv_cache().num_free_blocks(), 64);
+}
+
+TEST(Scheduler, RewindDropsTokensAndRecomputesFromTheBlockStart) {
+  // banned_strings: the engine drops output tokens of a running request; its KV is kept up to
+  // the block holding the new last token and the rest is recomputed before the next sample.
+  SchedulerConfig c = base_config();
+  c.enable_prefix_caching = true;
+  Sim sim(c);
+  auto a = sim.add("A", 10, 20);
+  while (a->num_output_tokens() < 10) sim.step();
+  ASSERT_EQ(sim.sched.kv_cache().block_ids("A").size(), 3u);  // 20 tokens in blocks of 8
+  ASSERT_TRUE(sim.sched.rewind_request("A", 5));
+  EXPECT_EQ(a->num_tokens(), 15);
+  EXPECT_EQ(a->num_computed_tokens(), 8);  // block 0 kept; block 1 (tokens 8..15) recomputed
+  EXPECT_EQ(sim.sched.kv_cache().block_ids("A").size(), 1u);
+  EXPECT_EQ(a->block_hashes().size(), 1u);
+  auto out = sim.step();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].num_computed_tokens, 8);
+  EXPECT_EQ(out.scheduled[0].num_scheduled_tokens, 7);
+  EXPECT_TRUE(out.scheduled[0].samples);
+  EXPECT_EQ(a->num_output_tokens(), 6);
+  EXPECT_FALSE(sim.sched.rewind_request("nobody", 1));
+  while (sim.sched.has_unfinished_requests()) sim.step();
+  EXPECT_EQ(a->num_output_tokens(), 20);
+  sim.expect_outputs_match_model();
+  EXPECT_EQ(sim.sched.kv_cache().num_free_blocks(), 64);
+}
+
+TEST(Scheduler, IdleRequestsDoNotCountAgainstMaxNumSeqs) {
+  // A beam waiting for its siblings' logits got no token: it holds its blocks but no batch slot.
+  SchedulerConfig c = base_config();
+  c.max_num_seqs = 2;
+  Sim sim(c);
+  sim.allow_idle = true;
+  auto a = sim.add("A", 4, 8);
+  auto b = sim.add("B", 4, 8);
+  SchedulerOutput out = sim.sched.schedule();
+  auto results = sim.runner.execute(out, {});
+  results.erase(std::remove_if(results.begin(), results.end(), [](const auto& r) { return r.request_id == "A"; }),
+                results.end());
+  sim.sched.update_from_output(out, results);
+  ASSERT_EQ(a->num_output_tokens(), 0);
+  ASSERT_EQ(a->num_computed_tokens(), a->num_tokens());
+  sim.add("C", 4, 8);
+  out = sim.step();
+  EXPECT_EQ(testing::to_text(testing::plan_of(out)), "{B:1 C:4 }");
+  EXPECT_EQ(sim.sched.stats().num_running, 3);
+  a->append_output_token(5);  // the beam continues; the batch stays within max_num_seqs
+  out = sim.step();
+  EXPECT_EQ(testing::to_text(testing::plan_of(out)), "{A:1 B:1 }");
+  out = sim.step();
+  EXPECT_EQ(testing::to_text(testing::plan_of(out)), "{A:1 B:1 }") << "C waits while A and B, older, run";
 }
 
 TEST(Scheduler, DelayFactorHoldsNewPromptsBack) {

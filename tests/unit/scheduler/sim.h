@@ -96,12 +96,14 @@ class FakeRunner {
 };
 
 // Structural invariants of the scheduler and its KV cache, checked after every schedule().
-inline void check_invariants(const Scheduler& s, const SchedulerOutput& out) {
+inline void check_invariants(const Scheduler& s, const SchedulerOutput& out, bool allow_idle = false) {
   const auto& c = s.config();
   const auto& kv = s.kv_cache();
   EXPECT_LE(out.total_num_scheduled_tokens, c.max_num_batched_tokens);
   EXPECT_LE(int32_t(out.scheduled.size()), c.max_num_seqs);
-  EXPECT_LE(int32_t(s.running().size()), c.max_num_seqs);
+  // Idle running requests (beams waiting for their siblings) may push the running set past
+  // max_num_seqs (tests that make some say so); a batch never is.
+  if (!allow_idle) EXPECT_LE(int32_t(s.running().size()), c.max_num_seqs);
   int32_t sum = 0;
   std::set<std::string> ids;
   for (const auto& r : out.scheduled) {
