@@ -193,9 +193,9 @@ const std::vector<SamplingParamInfo>& table() {
        "Token ids that are never generated.", CYPRIS_NONSCALAR},
       {"allowed_token_ids", K::IntList, "Tokens", kUnset, -kInf, kInf, false, false, true, 0, "",
        "When given, only these token ids can be generated.", CYPRIS_NONSCALAR},
-      {"banned_strings", K::StringList, "Tokens", kUnset, -kInf, kInf, false, false, false, 0, "",
+      {"banned_strings", K::StringList, "Tokens", kUnset, -kInf, kInf, false, false, false, 0, "banned_tokens",
        "Phrases that must not appear in the output: when one is generated, generation rewinds to the token "
-       "where it began and bans that token there.",
+       "where it began and bans that token there (KoboldCpp's name: banned_tokens).",
        CYPRIS_NONSCALAR},
 
       {"stop", K::StringList, "Stopping", kUnset, -kInf, kInf, false, false, false, 0, "stop_sequence stopping_strings",

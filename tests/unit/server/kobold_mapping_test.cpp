@@ -14,7 +14,7 @@ TEST(KoboldMapping, SillyTavernClassicBody) {
     "max_length":200,"rep_pen":1.1,"rep_pen_range":1024,"rep_pen_slope":0.9,"temperature":0.7,"tfs":1,"top_a":0,
     "top_k":0,"top_p":0.9,"min_p":0.05,"typical":1,"sampler_order":[6,0,1,3,4,2,5],"singleline":false,
     "use_default_badwordsids":true,"mirostat":0,"grammar":"","stop_sequence":["\nUser:"],"sampler_seed":7,
-    "eps_cutoff":3,"genkey":"KCPP1234"})"),
+    "eps_cutoff":3,"genkey":"KCPP1234","banned_tokens":["Lily","said"]})"),
                                     256, 4096);
   EXPECT_EQ(r.prompt, "Hi");
   EXPECT_EQ(r.genkey, "KCPP1234");
@@ -33,6 +33,7 @@ TEST(KoboldMapping, SillyTavernClassicBody) {
   EXPECT_EQ(p.stop, std::vector<std::string>{"\nUser:"});
   EXPECT_EQ(p.seed, 7u);
   EXPECT_FALSE(p.sampler_priority.has_value());
+  EXPECT_EQ(p.banned_strings, (std::vector<std::string>{"Lily", "said"}));  // KoboldCpp's name for them
 }
 
 TEST(KoboldMapping, GreedyTfsFloorAndDefaults) {
