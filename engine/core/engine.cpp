@@ -475,7 +475,6 @@ void Engine::step() {
 
   // banned_strings: a token that completes a banned phrase is not appended; its sequence rewinds.
   std::vector<std::pair<Seq*, BannedStringHit>> rewinds;
-  std::vector<std::string> texts(sampled_seqs.size());  // banned-strings rows: the text each token added
   for (size_t i = 0; i < sampled_seqs.size(); ++i) {
     Seq& s = *sampled_seqs[i];
     const SamplingParams& p = *s.group->req.params;
@@ -491,8 +490,8 @@ void Engine::step() {
       if ((is_eos && !p.ignore_eos) || is_stop_id) r.finish = RequestStatus::FinishedStopped;
     }
     if (s.banned && !s.finished) {
-      texts[i] = s.detok ? s.detok->push(tok) : std::string();
-      if (auto hit = s.banned->push(tok, texts[i])) {
+      const std::string text = s.detok ? s.detok->push(tok) : std::string();
+      if (auto hit = s.banned->push(tok, text)) {
         r.sampled_token_ids.clear();
         r.finish = RequestStatus::Running;
         rewinds.emplace_back(&s, *hit);
