@@ -18,6 +18,7 @@
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/runtime/cuda/nccl_communicator.h"
 #endif
+#include "engine/sampling/gpu_sampling.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/batch_layout.h"
 #include "engine/scheduler/scheduler.h"
@@ -369,7 +370,6 @@ void Engine::step() {
   std::vector<SampleOutput> samples;
   std::vector<Seq*> sampled_seqs;
   try {
-    const Logits logits = runner_->execute(bc);
     std::vector<SamplerRow> rows;
     for (int32_t k : lay.sampled_requests) {
       Seq* s = seqs_.at(so.scheduled[static_cast<size_t>(k)].request->request_id());
@@ -377,7 +377,19 @@ void Engine::step() {
       rows.push_back(SamplerRow{&params, &s->sampling});
       sampled_seqs.push_back(s);
     }
-    if (!rows.empty()) samples = sampler_->sample(logits.data.data(), rows);
+    // GPU sampling: when every row qualifies (and no prompt-logprob rows need the full logits), the
+    // logits stay on the device and only tokens and logprobs come back.
+    const int max_lp = static_cast<int>(cfg_.model.max_log_probs);
+    const bool on_device = !rows.empty() && prompt_rows.empty() && runner_->can_sample_on_device() &&
+                           std::all_of(rows.begin(), rows.end(),
+                                       [&](const SamplerRow& r) { return gpu_sampling_supported(r, max_lp); });
+    Logits logits;
+    if (on_device) {
+      samples = runner_->execute_and_sample(bc, rows, max_lp);
+    } else {
+      logits = runner_->execute(bc);
+      if (!rows.empty()) samples = sampler_->sample(logits.data.data(), rows);
+    }
     int64_t row = static_cast<int64_t>(rows.size());
     for (const auto& pr : prompt_rows) {
       const auto prompt = pr.seq->req->prompt_token_ids();
