@@ -98,7 +98,7 @@ std::vector<double> draw_weights(const std::vector<float>& x, const SamplingRowP
     }
   }
   auto live1 = [&](int32_t i) { return live(x[i]) && x[i] >= lo; };
-  auto e_of = [&](float v) { return static_cast<double>(std::exp(v - m)); };
+  auto e_of = [&](float v) { return std::exp(static_cast<double>(v - m)); };
   // top-p: the value tau of the token where the sorted cumulative mass reaches top_p, and how many
   // tokens equal to tau stay
   const bool top_p_on = p.top_p < 1.0f;
@@ -137,7 +137,7 @@ std::vector<double> draw_weights(const std::vector<float>& x, const SamplingRowP
     }
     ties_keep = top_p_ties_to_keep(above, above_count, e_of(tau), ties, target);
   }
-  const float thr = p.min_p > 0.0f ? m + std::log(p.min_p) : -INFINITY;
+  const float thr = p.min_p > 0.0f ? m + static_cast<float>(std::log(static_cast<double>(p.min_p))) : -INFINITY;
   std::vector<double> w(static_cast<size_t>(V), 0.0);
   for (int32_t i = 0; i < V; ++i) {
     if (!live1(i) || x[i] < thr) continue;
@@ -182,7 +182,7 @@ void logprobs_row(const SamplingBatch& b, const SamplingRowParams& p, int32_t r,
   const float m = top >= 0 ? raw[top] : 0.0f;
   double z = 0.0;
   for (int32_t i = 0; i < V; ++i) {
-    if (!std::isnan(raw[i])) z += static_cast<double>(std::exp(raw[i] - m));
+    if (!std::isnan(raw[i])) z += std::exp(static_cast<double>(raw[i] - m));
   }
   const double log_z = std::log(z);
   auto lp = [&](int32_t id) { return static_cast<float>(static_cast<double>(raw[id]) - m - log_z); };

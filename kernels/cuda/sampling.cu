@@ -29,6 +29,9 @@
 //      logit plus ties in id order, sorted by one thread (N <= 64).
 // Temperature 0 takes the argmax after step 2 (bias and penalties can change it). Everything
 // depends only on the row's own inputs, so a seeded row gives the same token in any batch.
+// exp and log are taken in double (then the same IEEE float/double operations as the reference, no
+// FMA contraction where it would round differently), so the GPU and the CPU reference see the same
+// weights and thresholds and pick the same token for the same uniform, short of double rounding.
 // Cost: about 14 passes over the row (12 without top-p), all L2-friendly for one row per block.
 #include <climits>
 #include <cub/block/block_reduce.cuh>
@@ -224,7 +227,7 @@ __device__ float select_mass_threshold(int32_t V, double target, float m, Get ge
       if ((key & mask) != prefix) continue;
       const uint32_t bin = (key >> shift) & 255u;
       atomicAdd(&sm.count[bin], 1u);
-      atomicAdd(&sm.mass[bin], static_cast<double>(expf(v - m)));
+      atomicAdd(&sm.mass[bin], exp(static_cast<double>(v - m)));
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -276,7 +279,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
   double zs = 0.0;
   for (int32_t i = tid; i < V; i += kSampleThreads) {
     const float v = raw[i];
-    if (!isnan(v)) zs += static_cast<double>(expf(v - m_raw));
+    if (!isnan(v)) zs += exp(static_cast<double>(v - m_raw));
   }
   const double log_z = log(block_sum(zs, sm));
   const int32_t fallback = raw_top.i >= 0 ? raw_top.i : 0;
@@ -313,7 +316,8 @@ static __global__ void __launch_bounds__(kSampleThreads)
       float v = x[t];
       if (v == -INFINITY) continue;
       if (p.repetition_penalty != 1.0f) v = v > 0.0f ? v / p.repetition_penalty : v * p.repetition_penalty;
-      v -= p.frequency_penalty * static_cast<float>(c) + (c > 0 ? p.presence_penalty : 0.0f);
+      // no FMA contraction: the same roundings as the CPU
+      v -= __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(c)), c > 0 ? p.presence_penalty : 0.0f);
       x[t] = v;
     }
   }
@@ -353,7 +357,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
     if (top_p_on) {
       double z = 0.0;
       for (int32_t i = tid; i < V; i += kSampleThreads) {
-        if (live1(x[i])) z += static_cast<double>(expf(x[i] - m));
+        if (live1(x[i])) z += exp(static_cast<double>(x[i] - m));
       }
       const double target = static_cast<double>(p.top_p) * block_sum(z, sm);
       tau = select_mass_threshold(V, target, m, get_x, live1, sm);
@@ -363,7 +367,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
         const float v = x[i];
         if (!live1(v)) continue;
         if (v > tau) {
-          above += static_cast<double>(expf(v - m));
+          above += exp(static_cast<double>(v - m));
           ++above_count;
         } else if (v == tau) {
           ++ties;
@@ -372,10 +376,10 @@ static __global__ void __launch_bounds__(kSampleThreads)
       above = block_sum(above, sm);
       above_count = block_count(above_count, sm);
       ties_total = block_count(ties, sm);
-      ties_keep = top_p_ties_to_keep(above, above_count, static_cast<double>(expf(tau - m)), ties_total, target);
+      ties_keep = top_p_ties_to_keep(above, above_count, exp(static_cast<double>(tau - m)), ties_total, target);
     }
     // 5. min-p
-    const float thr = p.min_p > 0.0f ? m + logf(p.min_p) : -INFINITY;
+    const float thr = p.min_p > 0.0f ? m + static_cast<float>(log(static_cast<double>(p.min_p))) : -INFINITY;
     // 6. the draw, in vocabulary order over contiguous chunks
     const bool need_rank = top_p_on && ties_keep < ties_total;
     int32_t tie_base = 0;
@@ -395,7 +399,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
     for (int32_t i = cb; i < ce; ++i) {
       const float v = x[i];
       if (!keep(v, seen)) continue;
-      const double e = static_cast<double>(expf(v - m));
+      const double e = exp(static_cast<double>(v - m));
       if (e <= 0.0) continue;
       mine += e;
       last = i;
@@ -415,7 +419,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
       for (int32_t i = cb; i < ce; ++i) {
         const float v = x[i];
         if (!keep(v, seen)) continue;
-        const double e = static_cast<double>(expf(v - m));
+        const double e = exp(static_cast<double>(v - m));
         if (e <= 0.0) continue;
         cum += e;
         if (target < cum) {

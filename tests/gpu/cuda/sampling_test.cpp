@@ -8,15 +8,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "tests/gpu/cuda/gpu_test_util.h"
 
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/core/engine.h"
+#include "engine/core/sampling_params.h"
 #include "kernels/cuda/sampling.h"
 #include "tests/support/engine_jobs.h"
 #endif
@@ -243,6 +248,56 @@ TEST(CudaSamplingEngine, GreedyOutputsSameWithGpuSamplingOnAndOff) {
   ::unsetenv("CYPRIS_GPU_SAMPLING");
   Engine engine(cfg);
   expect_same_outputs(jobs, off, run_batched(engine, jobs));
+}
+// Runs the requests to completion on one engine (all submitted up front); tokens per request id.
+std::map<std::string, std::vector<int32_t> > run_requests(Engine& engine, const std::vector<GenerateRequest>& reqs) {
+  std::map<std::string, std::shared_ptr<RequestStream> > streams;
+  for (const auto& r : reqs) {
+    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
+    engine.add_request(r, streams[r.request_id]);
+  }
+  std::map<std::string, std::vector<int32_t> > out;
+  for (int step = 0; engine.has_unfinished_requests() && step < 100000; ++step) {
+    engine.step();
+    for (auto& [id, st] : streams) {
+      while (auto o = st->next(std::chrono::milliseconds(0))) {
+        EXPECT_FALSE(o->error.has_value()) << *o->error;
+        for (const auto& d : o->outputs) out[id].insert(out[id].end(), d.token_ids.begin(), d.token_ids.end());
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CudaSamplingEngine, SeededRequestIgnoresItsBatch) {
+  CYPRIS_REQUIRE_GPU();
+  using namespace testing_support;
+  ::unsetenv("CYPRIS_GPU_SAMPLING");
+  EngineConfig cfg = stories_config(1, "cuda");
+  cfg.cache.num_gpu_blocks_override = 2000;
+  const auto jobs = make_jobs(12, 99);
+  GenerateRequest seeded = make_greedy_request(jobs[0]);
+  seeded.request_id = "seeded";
+  auto p = std::make_shared<SamplingParams>(*seeded.params);
+  p->temperature = 0.9f;
+  p->top_p = 0.9f;
+  p->min_p = 0.02f;
+  p->repetition_penalty = 1.1f;
+  p->seed = 42;
+  p->max_tokens = 40;
+  seeded.params = p;
+  std::vector<int32_t> alone;
+  {
+    Engine engine(cfg);
+    alone = run_requests(engine, {seeded})["seeded"];
+  }
+  std::vector<GenerateRequest> batch;
+  for (size_t i = 1; i < jobs.size(); ++i) batch.push_back(make_greedy_request(jobs[i]));
+  batch.insert(batch.begin() + 5, seeded);
+  Engine engine(cfg);
+  const auto got = run_requests(engine, batch);
+  ASSERT_EQ(alone.size(), 40u);
+  EXPECT_EQ(got.at("seeded"), alone);
 }
 #endif
 
