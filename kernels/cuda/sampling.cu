@@ -15,7 +15,8 @@
 //      to 0 and the one thread that gets the non-zero value applies the penalty once -- the scratch
 //      is all zero again afterwards, so it is zeroed only when allocated;
 //   3. top-k: the k-th largest value by a 4 x 8-bit radix select on order-preserving keys (a 256-bin
-//      shared histogram per pass), keep everything >= it (ties stay, as in the CPU sampler);
+//      shared histogram per pass, warp-aggregated adds), keep everything >= it (ties stay, as in
+//      the CPU sampler);
 //   4. top-p: the same radix walk with a histogram of probability mass (double shared atomics)
 //      finds tau, the value where the descending cumulative mass reaches top_p * Z; tokens above
 //      tau stay, tokens equal to tau stay in vocabulary order while the mass ahead is < target
@@ -173,6 +174,21 @@ __device__ double block_exclusive_sum(double v, double& total, Smem& sm) {
   return out;
 }
 
+// Histogram add with warp aggregation: most values of a row share the top key byte, so plain
+// shared atomics would serialise on one or two bins. Lanes of a warp with the same bin combine
+// first and one of them adds (count, and mass when given).
+__device__ __forceinline__ void hist_add(uint32_t* count, double* mass, uint32_t bin, double e) {
+  const unsigned active = __activemask();
+  const unsigned peers = __match_any_sync(active, bin);
+  const bool leader = (threadIdx.x & 31) == static_cast<unsigned>(__ffs(peers) - 1);
+  if (mass) {
+    double s = 0.0;
+    for (unsigned m = peers; m; m &= m - 1) s += __shfl_sync(peers, e, __ffs(m) - 1);
+    if (leader) atomicAdd(&mass[bin], s);
+  }
+  if (leader) atomicAdd(&count[bin], static_cast<uint32_t>(__popc(peers)));
+}
+
 // The k-th largest (1-based) of the values get(i) with pred(v), by a radix select over the
 // order-preserving keys, 8 bits per pass. At least k values must satisfy pred.
 template <class Get, class Pred>
@@ -186,7 +202,7 @@ __device__ float select_kth_largest(int32_t V, int32_t k, Get get, Pred pred, Sm
       const float v = get(i);
       if (!pred(v)) continue;
       const uint32_t key = order_key(v);
-      if ((key & mask) == prefix) atomicAdd(&sm.count[(key >> shift) & 255u], 1u);
+      if ((key & mask) == prefix) hist_add(sm.count, nullptr, (key >> shift) & 255u, 0.0);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -225,9 +241,7 @@ __device__ float select_mass_threshold(int32_t V, double target, float m, Get ge
       if (!pred(v)) continue;
       const uint32_t key = order_key(v);
       if ((key & mask) != prefix) continue;
-      const uint32_t bin = (key >> shift) & 255u;
-      atomicAdd(&sm.count[bin], 1u);
-      atomicAdd(&sm.mass[bin], exp(static_cast<double>(v - m)));
+      hist_add(sm.count, sm.mass, (key >> shift) & 255u, exp(static_cast<double>(v - m)));
     }
     __syncthreads();
     if (threadIdx.x == 0) {
