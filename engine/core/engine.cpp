@@ -19,6 +19,7 @@
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/runtime/cuda/nccl_communicator.h"
 #endif
+#include "engine/sampling/gpu_sampling.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/batch_layout.h"
 #include "engine/scheduler/scheduler.h"
@@ -419,33 +420,50 @@ void Engine::step() {
   std::vector<Seq*> sampled_seqs;  // rows of `samples`
   std::vector<Group*> beam_groups;  // beam-search requests that got rows this step
   try {
-    const Logits logits = runner_->execute(bc);
     // Sampled rows go to the sampler, except beam-search rows, which the beam search takes.
     std::vector<SamplerRow> rows;
     std::vector<int64_t> row_of;
+    std::vector<std::pair<Seq*, int64_t>> beam_rows;
     for (size_t j = 0; j < lay.sampled_requests.size(); ++j) {
       Seq* s = seqs_.at(so.scheduled[static_cast<size_t>(lay.sampled_requests[j])].request->request_id());
       if (s->group->beam) {
-        take_beam_row(*s, logits.row(static_cast<int64_t>(j)));
-        if (std::find(beam_groups.begin(), beam_groups.end(), s->group) == beam_groups.end()) {
-          beam_groups.push_back(s->group);
-        }
+        beam_rows.emplace_back(s, static_cast<int64_t>(j));
         continue;
       }
       rows.push_back(SamplerRow{s->group->req.params.get(), &s->sampling});
       row_of.push_back(static_cast<int64_t>(j));
       sampled_seqs.push_back(s);
     }
-    if (!rows.empty() && rows.size() == lay.sampled_requests.size()) {
-      samples = sampler_->sample(logits.data.data(), rows);
-    } else if (!rows.empty()) {
-      std::vector<float> packed(rows.size() * static_cast<size_t>(logits.vocab));
-      for (size_t i = 0; i < rows.size(); ++i) {
-        std::copy_n(logits.row(row_of[i]), logits.vocab, packed.begin() + static_cast<std::ptrdiff_t>(i * logits.vocab));
+    // GPU sampling: when every row qualifies (and no prompt-logprob or beam rows need the full
+    // logits), the logits stay on the device and only tokens and logprobs come back.
+    const int max_lp = static_cast<int>(cfg_.model.max_log_probs);
+    const bool on_device = !rows.empty() && beam_rows.empty() && prompt_rows.empty() &&
+                           runner_->can_sample_on_device() &&
+                           std::all_of(rows.begin(), rows.end(),
+                                       [&](const SamplerRow& r) { return gpu_sampling_supported(r, max_lp); });
+    Logits logits;
+    if (on_device) {
+      samples = runner_->execute_and_sample(bc, rows, max_lp);
+    } else {
+      logits = runner_->execute(bc);
+      for (const auto& [s, j] : beam_rows) {
+        take_beam_row(*s, logits.row(j));
+        if (std::find(beam_groups.begin(), beam_groups.end(), s->group) == beam_groups.end()) {
+          beam_groups.push_back(s->group);
+        }
       }
-      samples = sampler_->sample(packed.data(), rows);
+      if (!rows.empty() && rows.size() == lay.sampled_requests.size()) {
+        samples = sampler_->sample(logits.data.data(), rows);
+      } else if (!rows.empty()) {
+        std::vector<float> packed(rows.size() * static_cast<size_t>(logits.vocab));
+        for (size_t i = 0; i < rows.size(); ++i) {
+          std::copy_n(logits.row(row_of[i]), logits.vocab,
+                      packed.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(logits.vocab)));
+        }
+        samples = sampler_->sample(packed.data(), rows);
+      }
     }
-    int64_t row = static_cast<int64_t>(lay.sampled_requests.size());
+    int64_t row = static_cast<int64_t>(lay.sampled_requests.size());  // prompt-logprob rows follow
     for (const auto& pr : prompt_rows) {
       const auto prompt = pr.seq->req->prompt_token_ids();
       const auto next = prompt.subspan(static_cast<size_t>(pr.first_pos) + 1, static_cast<size_t>(pr.count));

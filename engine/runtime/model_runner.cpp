@@ -1,12 +1,19 @@
 #include "engine/runtime/model_runner.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <thread>
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/runtime/backend_factory.h"
 #include "engine/runtime/tp_workers.h"
+#include "engine/runtime/cuda/device_sampler.h"  // no CUDA headers; defined only in CUDA builds
+#include "engine/sampling/gpu_sampling.h"
+#if CYPRIS_HAVE_CUDA
+#include "engine/runtime/cuda/cuda_backend.h"
+#endif
 #include "models/registry/registry.h"
 
 namespace cypris {
@@ -47,7 +54,10 @@ ModelRunner::~ModelRunner() {
   if (!workers_) return;
   // Each rank frees its shard on its own thread (a GPU rank's memory belongs to its device).
   try {
-    workers_->run([&](int rank) { ranks_[static_cast<size_t>(rank)] = Rank{}; });
+    workers_->run([&](int rank) {
+      if (rank == 0) device_sampler_.reset();  // its buffers belong to rank 0's device
+      ranks_[static_cast<size_t>(rank)] = Rank{};
+    });
   } catch (const std::exception& e) {
     LOG_ERROR("freeing the tensor parallel ranks: {}", e.what());
   }
@@ -189,10 +199,49 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, Logits* out) {
   in.attn.max_seq_len = max_seq_len;
   DeviceTensor logits = r.model->forward(in, r.kv_cache);
   if (!out) return;
+  if (logits_consumer_) return logits_consumer_(logits.view);  // GPU sampling: no download
   out->rows = logits.view.shape[0];
   out->vocab = logits.view.shape[1];
   out->data.resize(static_cast<size_t>(out->rows * out->vocab));
   be.download(logits.view, out->data.data());
+}
+
+// ------------------------------------------------------------------------------------------------
+// GPU sampling
+
+bool ModelRunner::can_sample_on_device() const {
+#if CYPRIS_HAVE_CUDA
+  const char* env = std::getenv("CYPRIS_GPU_SAMPLING");  // read each step: tests switch it
+  return !(env && std::string_view(env) == "0") && ranks_.front().backend->device() == Device::Cuda;
+#else
+  return false;
+#endif
+}
+
+std::vector<SampleOutput> ModelRunner::execute_and_sample(const BatchContext& b, std::span<const SamplerRow> rows,
+                                                          int max_log_probs) {
+#if CYPRIS_HAVE_CUDA
+  CYPRIS_CHECK(can_sample_on_device(), "GPU sampling needs a CUDA backend");
+  CYPRIS_CHECK(b.logits_indices.size() == rows.size(), "GPU sampling: {} logits rows for {} sampling rows",
+               b.logits_indices.size(), rows.size());
+  const GpuSamplingInputs in = build_gpu_sampling_inputs(rows, max_log_probs);
+  GpuSamplingOutputs res;
+  // Runs on rank 0's thread (its device is current there).
+  logits_consumer_ = [&](const Tensor& logits) {
+    if (!device_sampler_) device_sampler_ = std::make_unique<DeviceSampler>(static_cast<CudaBackend&>(backend()));
+    res = device_sampler_->run(logits, in);
+  };
+  try {
+    execute(b);
+  } catch (...) {
+    logits_consumer_ = nullptr;
+    throw;
+  }
+  logits_consumer_ = nullptr;
+  return finish_gpu_sampling(rows, in, res);
+#else
+  CYPRIS_FAIL("GPU sampling: this build has no CUDA backend ({} rows)", rows.size());
+#endif
 }
 
 }  // namespace cypris

@@ -20,6 +20,9 @@
 namespace cypris {
 
 class TpWorkers;
+class DeviceSampler;
+struct SampleOutput;
+struct SamplerRow;
 
 struct ModelRunnerOptions {
   std::filesystem::path model_dir;  // a local folder with config.json (+ weights unless load_format is dummy)
@@ -53,6 +56,16 @@ class ModelRunner {
 
   // Writes the batch's K/V into the cache and returns logits [logits_indices.size(), vocab].
   Logits execute(const BatchContext& batch);
+
+  // GPU sampling (engine/sampling/gpu_sampling.h): true when rank 0 runs on a CUDA device and the
+  // environment does not switch it off (CYPRIS_GPU_SAMPLING=0, for comparisons).
+  bool can_sample_on_device() const;
+  // Like execute(), but rank 0's logits stay on the device: row i of the logits is sampled for
+  // rows[i] by the GPU sampler and only tokens and logprobs come back (as Sampler::sample returns
+  // them; each token is appended to its row's state). The batch must have exactly rows.size()
+  // logits rows, and every row must pass gpu_sampling_supported (Error otherwise).
+  std::vector<SampleOutput> execute_and_sample(const BatchContext& batch, std::span<const SamplerRow> rows,
+                                               int max_log_probs);
 
   const ModelConfig& config() const { return rank0_model()->config(); }
   DType weight_dtype() const { return weight_dtype_; }
@@ -104,6 +117,10 @@ class ModelRunner {
   int block_size_ = 16;
   int64_t num_blocks_ = 0;
   int64_t num_swap_blocks_ = 0;
+  // GPU sampling: set by execute_and_sample for one step; forward_rank hands rank 0's device
+  // logits to it instead of downloading them. Declared last: destroyed before the ranks.
+  std::function<void(const Tensor&)> logits_consumer_;
+  std::unique_ptr<DeviceSampler> device_sampler_;
 };
 
 }  // namespace cypris

@@ -37,7 +37,8 @@ SamplingState::SamplingState(const SamplingParams& params, std::vector<int32_t> 
   uint64_t seed =
       params.seed ? *params.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   // Mix the sequence index in so a request's sequences differ, and seed 0/1/2 are far apart.
-  rng_.seed(splitmix64(seed ^ splitmix64(0xC1A55ull + seq_index)));
+  stream_key_ = splitmix64(seed ^ splitmix64(0xC1A55ull + seq_index));
+  rng_.seed(stream_key_);
   mirostat_mu_ = 2.0f * params.mirostat_tau;
 }
 

@@ -57,6 +57,9 @@ class SamplingState {
   std::mt19937_64& rng() { return rng_; }
   // Uniform double in [0, 1) from the request's RNG (53 bits).
   double next_uniform();
+  // Key of the request's counter-based (Philox) stream for the GPU sampler: derived from the seed
+  // and seq_index like rng(), fixed for the request's life (the counter is the output position).
+  uint64_t stream_key() const { return stream_key_; }
   float mirostat_mu() const { return mirostat_mu_; }
   void set_mirostat_mu(float mu) { mirostat_mu_ = mu; }
 
@@ -65,6 +68,7 @@ class SamplingState {
   std::vector<int32_t> output_ids_;
   std::map<size_t, std::vector<int32_t>> position_bans_;  // output position -> banned tokens
   std::mt19937_64 rng_{0};
+  uint64_t stream_key_ = 0;
   float mirostat_mu_ = 0.0f;
 };
 
