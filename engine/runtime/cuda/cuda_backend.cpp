@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
+#include <map>
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
@@ -26,11 +26,16 @@ namespace {
 using backend_checks::require_contiguous;
 
 // A caching allocator: a step allocates the same activation sizes every time, and cudaMalloc /
-// cudaFree synchronise the device, so freed blocks wait in per-size lists. All work runs on one
+// cudaFree synchronise the device, so freed blocks wait in size-keyed lists. All work runs on one
 // stream, so a block handed out again is only touched by work queued after its last use.
+// The main pool reuses blocks of the exact (rounded) size. The CUDA graphs' private pool is
+// best-fit (a block up to twice the request), so the smaller graphs, captured after the largest,
+// run in the largest one's memory instead of each keeping their own. It never frees during a
+// capture (cudaFree would break it). Bytes handed out are counted, with their peak, for the
+// memory profile behind --gpu-memory-utilization.
 class DevicePool {
  public:
-  explicit DevicePool(int device) : device_(device) {}
+  DevicePool(int device, bool best_fit) : device_(device), best_fit_(best_fit) {}
   ~DevicePool() {
     cudaSetDevice(device_);
     for (auto& [bytes, list] : free_) {
@@ -48,20 +53,24 @@ class DevicePool {
     return (bytes + step - 1) / step * step;
   }
 
-  void* get(size_t bytes) {
+  // A block of at least `bytes` (already rounded); *got is its real size, to hand back to put().
+  void* get(size_t bytes, size_t* got) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(bytes);
-      if (it != free_.end() && !it->second.empty()) {
+      auto it = best_fit_ ? free_.lower_bound(bytes) : free_.find(bytes);
+      while (it != free_.end() && it->second.empty() && best_fit_ && it->first <= 2 * bytes) ++it;
+      if (it != free_.end() && !it->second.empty() && it->first <= 2 * bytes) {
         void* p = it->second.back();
         it->second.pop_back();
-        cached_ -= bytes;
+        *got = it->first;
+        cached_ -= it->first;
+        note_get(it->first);
         return p;
       }
     }
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, bytes);
-    if (err != cudaSuccess) {
+    if (err != cudaSuccess && !best_fit_) {
       cudaGetLastError();  // clear the sticky-free allocation error and retry after emptying the cache
       release_cached();
       err = cudaMalloc(&p, bytes);
@@ -69,6 +78,10 @@ class DevicePool {
     CYPRIS_CHECK(err == cudaSuccess, "CUDA out of memory: cannot allocate {:.1f} MiB on device {} ({}); lower "
                  "--gpu-memory-utilization, --max-num-batched-tokens or --max-model-len",
                  static_cast<double>(bytes) / (1 << 20), device_, cudaGetErrorString(err));
+    std::lock_guard<std::mutex> lock(mu_);
+    reserved_ += bytes;
+    *got = bytes;
+    note_get(bytes);
     return p;
   }
 
@@ -76,6 +89,7 @@ class DevicePool {
     std::lock_guard<std::mutex> lock(mu_);
     free_[bytes].push_back(p);
     cached_ += bytes;
+    in_use_ -= bytes;
   }
 
   void release_cached() {
@@ -83,19 +97,43 @@ class DevicePool {
     cudaDeviceSynchronize();
     for (auto& [bytes, list] : free_) {
       for (void* p : list) cudaFree(p);
+      reserved_ -= bytes * list.size();
       list.clear();
     }
     cached_ = 0;
   }
 
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    baseline_ = peak_ = in_use_;
+  }
+  size_t peak_since_reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_ - baseline_;
+  }
+  size_t reserved() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reserved_;
+  }
+
  private:
+  void note_get(size_t bytes) {
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+  }
+
   int device_;
+  bool best_fit_;
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t cached_ = 0;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;    // in the free lists
+  size_t reserved_ = 0;  // from cudaMalloc, in all
+  size_t in_use_ = 0;    // handed out
+  size_t peak_ = 0, baseline_ = 0;
 };
 
 constexpr const char* kName = "cuda backend";
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 void require_device(const Tensor& t, const char* what) {
   CYPRIS_CHECK(t.device == Device::Cuda || t.numel() == 0, "cuda backend: {} is not in device memory", what);
@@ -109,17 +147,20 @@ struct CudaBackend::Impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   std::shared_ptr<DevicePool> pool;
+  std::shared_ptr<DevicePool> graph_pool;  // CUDA graphs' activations (cuda_graphs.cpp), made on first use
+  bool use_graph_pool = false;
+  void* cublas_workspace = nullptr;
 
   DeviceTensor pooled(DType dtype, const std::vector<int64_t>& shape) {
     Tensor view(nullptr, dtype, shape, Device::Cuda);
     view.device_index = device;
     const size_t bytes = view.nbytes();
     if (bytes == 0) return DeviceTensor{view, nullptr};
-    const size_t rounded = DevicePool::round_up(bytes);
-    void* p = pool->get(rounded);
+    std::shared_ptr<DevicePool> from = use_graph_pool ? graph_pool : pool;
+    size_t got = 0;
+    void* p = from->get(DevicePool::round_up(bytes), &got);
     view.data = p;
-    std::shared_ptr<DevicePool> keep = pool;
-    return DeviceTensor{view, std::shared_ptr<void>(p, [keep, rounded](void* q) { keep->put(q, rounded); })};
+    return DeviceTensor{view, std::shared_ptr<void>(p, [from, got](void* q) { from->put(q, got); })};
   }
 
   // Scratch memory for one call, returned to the pool when the call's work has been queued.
@@ -150,7 +191,12 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_un
   CYPRIS_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLAS initialisation failed: {}", cublasGetStatusString(st));
   cublasSetStream(impl_->cublas, impl_->stream);
   cublasSetMathMode(impl_->cublas, CUBLAS_DEFAULT_MATH);  // no TF32: fp32 GEMMs stay fp32
-  impl_->pool = std::make_shared<DevicePool>(options.device);
+  impl_->pool = std::make_shared<DevicePool>(options.device, false);
+  // cuBLAS gets its workspace up front: allocating one lazily inside a graph capture would fail,
+  // and the memory profile then counts it with the weights.
+  CUDA_CHECK(cudaMalloc(&impl_->cublas_workspace, kCublasWorkspaceBytes));
+  const cublasStatus_t ws = cublasSetWorkspace(impl_->cublas, impl_->cublas_workspace, kCublasWorkspaceBytes);
+  CYPRIS_CHECK(ws == CUBLAS_STATUS_SUCCESS, "cuBLAS workspace: {}", cublasGetStatusString(ws));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
   LOG_INFO("CUDA backend on device {}: {} (sm_{}{}, {} SMs, {:.1f} GiB)", options.device, prop.name, prop.major,
@@ -160,8 +206,20 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_un
 CudaBackend::~CudaBackend() {
   if (impl_->stream) cudaStreamSynchronize(impl_->stream);
   if (impl_->cublas) cublasDestroy(impl_->cublas);
+  if (impl_->cublas_workspace) cudaFree(impl_->cublas_workspace);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
+
+void CudaBackend::reset_peak_memory() { impl_->pool->reset_peak(); }
+
+size_t CudaBackend::peak_memory_bytes() { return impl_->pool->peak_since_reset(); }
+
+void CudaBackend::set_graph_pool(bool on) {
+  if (on && !impl_->graph_pool) impl_->graph_pool = std::make_shared<DevicePool>(impl_->device, true);
+  impl_->use_graph_pool = on;
+}
+
+size_t CudaBackend::graph_pool_bytes() const { return impl_->graph_pool ? impl_->graph_pool->reserved() : 0; }
 
 void* CudaBackend::stream() const { return impl_->stream; }
 
