@@ -10,6 +10,7 @@
 
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/common/error.h"
+#include "engine/runtime/cuda/cuda_backend.h"
 #include "engine/runtime/model_runner.h"
 #endif
 
@@ -154,6 +155,19 @@ TEST(CudaGraphs, ProfiledKvCacheLeavesRoomOrNamesTheFlag) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--gpu-memory-utilization"), std::string::npos) << e.what();
   }
+}
+
+TEST(CudaGraphs, AllocatorPeakIsTheMostInUseAtOnceSinceTheReset) {
+  CYPRIS_REQUIRE_GPU();
+  CudaBackend be;
+  DeviceTensor held = be.empty(DType::F32, {1 << 18});  // 1 MiB, in use before the reset
+  be.reset_peak_memory();
+  {
+    DeviceTensor a = be.empty(DType::F32, {3 << 18});  // 3 MiB -> a 4 MiB block (2 MiB steps)
+    DeviceTensor b = be.empty(DType::F32, {1 << 10});  // 4 KiB
+  }
+  DeviceTensor c = be.empty(DType::F32, {1 << 10});  // reuses b's block: no new peak
+  EXPECT_EQ(be.peak_memory_bytes(), (size_t{4} << 20) + 4096);
 }
 
 #endif  // CYPRIS_HAVE_CUDA
