@@ -35,6 +35,13 @@ struct DecodeGraphPolicy {
 // one logits row per sequence.
 bool is_graph_eligible(const BatchContext& b, const DecodeGraphPolicy& policy);
 
+// The batch a graph of `size` rows runs for the eligible batch b: b's rows, then padding rows
+// (token 0 at position 0, slot -1 so no KV is written, a context of 1 token in block 0 - any valid
+// block, their outputs are dropped), block tables `width` entries wide (b's used entries, zeros
+// after), and logits indices b's then the padding rows'. The first b.logits_indices.size() logits
+// rows are b's.
+BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, int block_size);
+
 // Captures one graph per capture size over persistent input buffers and replays them. Lives on
 // one backend (one GPU); every call must come from the thread that uses that backend.
 class DecodeGraphRunner {

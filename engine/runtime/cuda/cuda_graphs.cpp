@@ -16,8 +16,9 @@ namespace cypris {
 namespace {
 
 // Why the capture is safe: the forward of a decode batch of a fixed size allocates the same
-// sizes in the same order each time, so the warm-up run before each capture leaves every block
-// the capture asks for in the graphs' private pool (no cudaMalloc, no cudaFree while capturing);
+// sizes in the same order each time, so the warm-up run before each capture leaves the blocks the
+// capture asks for in the graphs' private pool (a miss would cudaMalloc, which capture allows; the
+// graphs' pool never calls cudaFree);
 // every kernel takes its launch shape from host values that are fixed per size (num_tokens,
 // num_seqs, max_query_len 1, and max_seq_len = max_seq_len_to_capture for paged attention's
 // split-K); cuBLAS has a preset workspace; nothing downloads (no debug hook, tp 1 only: the
@@ -138,45 +139,25 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
     return t;
   }
 
-  // Writes the inputs of `size` rows into the pinned staging buffer and queues their copy. Rows
-  // past the batch (all rows when b is null, for capture) are padding: token 0 at position 0,
-  // slot -1 (reshape_and_cache skips it, so no block is written), context 1 in block 0 (any
-  // valid block: the row's output is dropped), and logits indices that the caller never reads.
+  // Writes the padded batch (pad_decode_batch; all padding when b is null, for capture) into the
+  // pinned staging buffer and queues its copy.
   void stage(const BatchContext* b, int size) {
+    const BatchContext none;
+    const BatchContext p = pad_decode_batch(b ? *b : none, size, width_, block_size_);
     CUDA_CHECK(cudaEventSynchronize(copied_));  // the previous copy has left the staging buffer
-    const int n = b ? b->num_seqs() : 0;
-    const int r = b ? static_cast<int>(b->logits_indices.size()) : 0;
-    int64_t* slots = host_at<int64_t>(0);
-    int32_t* tokens = host_at<int32_t>(off_tokens_);
-    int32_t* positions = host_at<int32_t>(off_positions_);
-    int32_t* qsl = host_at<int32_t>(off_qsl_);
-    int32_t* lens = host_at<int32_t>(off_lens_);
-    int32_t* lidx = host_at<int32_t>(off_lidx_);
-    int32_t* tables = host_at<int32_t>(off_tables_);
-    for (int i = 0; i < size; ++i) {
-      const bool real = i < n;
-      slots[i] = real ? b->slot_mapping[i] : -1;
-      tokens[i] = real ? b->token_ids[i] : 0;
-      positions[i] = real ? b->positions[i] : 0;
-      qsl[i] = i;
-      lens[i] = real ? b->seq_lens[i] : 1;
-      lidx[i] = i < r ? b->logits_indices[i] : i;
-      int32_t* row = tables + static_cast<size_t>(i) * width_;
-      if (real) {
-        // Only the blocks the context uses are read; is_graph_eligible bounds them by width_.
-        const int64_t used = (static_cast<int64_t>(b->seq_lens[i]) + block_size_ - 1) / block_size_;
-        std::memcpy(row, b->block_tables.data() + static_cast<size_t>(i) * b->max_blocks_per_seq,
-                    static_cast<size_t>(used) * 4);
-      } else {
-        row[0] = 0;
-      }
-    }
-    qsl[size] = size;
+    const size_t n = static_cast<size_t>(size);
+    std::memcpy(host_at<int64_t>(0), p.slot_mapping.data(), n * 8);
+    std::memcpy(host_at<int32_t>(off_tokens_), p.token_ids.data(), n * 4);
+    std::memcpy(host_at<int32_t>(off_positions_), p.positions.data(), n * 4);
+    std::memcpy(host_at<int32_t>(off_qsl_), p.query_start_loc.data(), (n + 1) * 4);
+    std::memcpy(host_at<int32_t>(off_lens_), p.seq_lens.data(), n * 4);
+    std::memcpy(host_at<int32_t>(off_lidx_), p.logits_indices.data(), n * 4);
+    std::memcpy(host_at<int32_t>(off_tables_), p.block_tables.data(), p.block_tables.size() * 4);
     cudaStream_t stream = static_cast<cudaStream_t>(be_.stream());
     // Two copies: the fixed-size prefix, then only the table rows in use.
     CUDA_CHECK(cudaMemcpyAsync(device_.view.data, host_, off_tables_, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(device_.view.data) + off_tables_, host_at<char>(off_tables_),
-                               static_cast<size_t>(size) * width_ * 4, cudaMemcpyHostToDevice, stream));
+                               p.block_tables.size() * 4, cudaMemcpyHostToDevice, stream));
     CUDA_CHECK(cudaEventRecord(copied_, stream));
   }
 

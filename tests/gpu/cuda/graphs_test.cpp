@@ -42,39 +42,42 @@ ModelRunnerOptions options(const std::string& dir, bool eager) {
 
 // Sequence s owns blocks [s * kBlocksPerSeq, (s + 1) * kBlocksPerSeq): block 0 belongs to
 // sequence 0, so a padding row writing into it would show in later steps.
-BatchContext decode_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& lens) {
+BatchContext decode_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& lens,
+                          int blocks_per_seq = kBlocksPerSeq) {
   BatchContext b;
-  b.max_blocks_per_seq = kBlocksPerSeq;
+  b.max_blocks_per_seq = blocks_per_seq;
   b.query_start_loc.push_back(0);
   for (size_t s = 0; s < tokens.size(); ++s) {
     const int32_t pos = lens[s] - 1;
     b.token_ids.push_back(tokens[s]);
     b.positions.push_back(pos);
-    b.slot_mapping.push_back(static_cast<int64_t>(s) * kBlocksPerSeq * kBlockSize + pos);
+    b.slot_mapping.push_back(static_cast<int64_t>(s) * blocks_per_seq * kBlockSize + pos);
     b.query_start_loc.push_back(static_cast<int32_t>(s + 1));
     b.seq_lens.push_back(lens[s]);
-    for (int k = 0; k < kBlocksPerSeq; ++k) b.block_tables.push_back(static_cast<int32_t>(s) * kBlocksPerSeq + k);
+    for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(static_cast<int32_t>(s) * blocks_per_seq + k);
     b.logits_indices.push_back(static_cast<int32_t>(s));
   }
   return b;
 }
 
 // Prefills `n` sequences of different prompt lengths (eagerly, one batch each), then runs decode
-// steps of all n together; returns the logits of every decode step.
-std::vector<std::vector<float>> run(ModelRunner& runner, int n, int steps) {
+// steps of all n together; returns the logits of every decode step. Prompts have base_len + 0..19
+// tokens, fewer where the rotary table is short (the fixtures' 12 positions).
+std::vector<std::vector<float>> run(ModelRunner& runner, int n, int steps, int blocks_per_seq = kBlocksPerSeq,
+                                    int32_t base_len = 2) {
   const int64_t vocab = runner.config().vocab_size;
   std::vector<int32_t> next(n), lens(n);
-  // Prompts of 2..21 tokens, shorter where the rotary table is (the fixtures' 12 positions).
-  const int32_t span = static_cast<int32_t>(std::clamp<int64_t>(runner.config().max_model_len - steps - 2, 1, 20));
+  const int32_t span =
+      static_cast<int32_t>(std::clamp<int64_t>(runner.config().max_model_len - steps - base_len, 1, 20));
   for (int s = 0; s < n; ++s) {
-    const int32_t len = 2 + (s * 5) % span;
+    const int32_t len = base_len + (s * 5) % span;
     std::vector<int32_t> prompt;
     for (int32_t i = 0; i < len; ++i) prompt.push_back(static_cast<int32_t>(1 + (s * 31 + i * 7) % (vocab - 1)));
     BatchContext b = make_single_sequence_batch(prompt, 0, kBlockSize);
-    b.max_blocks_per_seq = kBlocksPerSeq;
+    b.max_blocks_per_seq = blocks_per_seq;
     b.block_tables.clear();
-    for (int k = 0; k < kBlocksPerSeq; ++k) b.block_tables.push_back(s * kBlocksPerSeq + k);
-    for (auto& slot : b.slot_mapping) slot += static_cast<int64_t>(s) * kBlocksPerSeq * kBlockSize;
+    for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(s * blocks_per_seq + k);
+    for (auto& slot : b.slot_mapping) slot += static_cast<int64_t>(s) * blocks_per_seq * kBlockSize;
     const Logits l = runner.execute(b);
     next[s] = static_cast<int32_t>(std::max_element(l.row(0), l.row(0) + l.vocab) - l.row(0));
     lens[s] = len;
@@ -82,7 +85,7 @@ std::vector<std::vector<float>> run(ModelRunner& runner, int n, int steps) {
   std::vector<std::vector<float>> out;
   for (int step = 0; step < steps; ++step) {
     for (int s = 0; s < n; ++s) ++lens[s];
-    const Logits l = runner.execute(decode_batch(next, lens));
+    const Logits l = runner.execute(decode_batch(next, lens, blocks_per_seq));
     EXPECT_EQ(l.rows, n);
     out.push_back(l.data);
     for (int s = 0; s < n; ++s) {
@@ -122,6 +125,31 @@ TEST_P(CudaGraphFixture, DecodeLogitsEqualEager) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphFixture, ::testing::ValuesIn(fixture_dirs()),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// A capture bound of 2048 makes the graphs' paged attention split the keys into 512-key parts
+// (split-K sized from the bound, not the batch); eager sizes them from the batch's longest context.
+TEST(CudaGraphs, SplitKDecodeOverLongContextsEqualsEager) {
+  CYPRIS_REQUIRE_GPU();
+  const std::string dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  auto opts = [&](bool eager) {
+    ModelRunnerOptions o = options(dir, eager);
+    o.load.overrides.rope_scaling_json = R"({"rope_type":"linear","factor":4.0})";
+    o.load.overrides.max_model_len = 2048;
+    o.max_seq_len_to_capture = 2048;
+    o.num_blocks = 3 * 64;
+    return o;
+  };
+  ModelRunner eager(opts(true));
+  ModelRunner graphs(opts(false));
+  ASSERT_GT(graphs.num_cuda_graphs(), 0);
+  for (int n : {1, 3}) {
+    const auto want = run(eager, n, 2, 64, 700);  // contexts of 700..720 tokens
+    const auto got = run(graphs, n, 2, 64, 700);
+    for (size_t step = 0; step < want.size(); ++step) {
+      EXPECT_LT(norm_err(got[step], want[step]), 1e-5) << "batch " << n << " step " << step;
+    }
+  }
+}
 
 TEST(CudaGraphs, LongContextsAndPrefillsRunEagerlyWithTheSameResult) {
   CYPRIS_REQUIRE_GPU();

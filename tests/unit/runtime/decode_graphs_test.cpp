@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
+#include "engine/common/error.h"
 #include "engine/runtime/model_runner.h"
 
 namespace cypris {
@@ -98,6 +100,72 @@ TEST(GraphEligibility, PrefillAndMixedBatchesRunEagerly) {
   EXPECT_FALSE(is_graph_eligible(mixed, policy()));
   // A one-token prompt at position 0 is a decode-shaped step and may replay.
   EXPECT_TRUE(is_graph_eligible(make_single_sequence_batch(std::vector<int32_t>{7}, 0, 16), policy()));
+}
+
+TEST(PadDecodeBatch, PaddingRowsWriteNoKvAndKeepTheBatchsRowsFirst) {
+  BatchContext b = decode_batch({5, 20, 17}, 16);  // 1, 2, 2 blocks used
+  b.block_tables = {7, -1, 3, 4, 9, 2};
+  b.slot_mapping = {116, 52, 32};
+  b.logits_indices = {0, 2};  // the middle sequence wants no logits
+  const BatchContext p = pad_decode_batch(b, 4, 3, 16);
+  EXPECT_EQ(p.token_ids, (std::vector<int32_t>{1, 1, 1, 0}));
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{4, 19, 16, 0}));
+  EXPECT_EQ(p.slot_mapping, (std::vector<int64_t>{116, 52, 32, -1}));
+  EXPECT_EQ(p.query_start_loc, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(p.seq_lens, (std::vector<int32_t>{5, 20, 17, 1}));
+  EXPECT_EQ(p.max_blocks_per_seq, 3);
+  EXPECT_EQ(p.block_tables, (std::vector<int32_t>{7, 0, 0, 3, 4, 0, 9, 2, 0, 0, 0, 0}));
+  EXPECT_EQ(p.logits_indices, (std::vector<int32_t>{0, 2, 2, 3}));
+  EXPECT_NO_THROW(p.validate(10, 16));
+  EXPECT_THROW(pad_decode_batch(b, 2, 3, 16), Error);  // fewer rows than sequences
+  EXPECT_THROW(pad_decode_batch(b, 4, 1, 16), Error);  // a 20-token context needs 2 table entries
+}
+
+// What a replayed graph computes, on the CPU: the padded batch gives the batch's logits, and its
+// padding rows leave the cache alone (block 0 belongs to sequence 0 here, so a stray write would
+// change the next step).
+TEST(PadDecodeBatch, PaddedBatchGivesTheSameLogitsOnTheCpu) {
+  ModelRunnerOptions o;
+  o.model_dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  o.load.dtype = "float32";
+  o.threads = 1;
+  o.num_blocks = 12;
+  ModelRunner plain(o), padded(o);
+  constexpr int kSeqs = 3, kBlocks = 4, kBs = 16;
+  std::vector<int32_t> lens(kSeqs);
+  for (ModelRunner* r : {&plain, &padded}) {
+    for (int s = 0; s < kSeqs; ++s) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 5 + 7 * s; ++i) prompt.push_back(1 + (s * 31 + i * 7) % 500);
+      BatchContext b = make_single_sequence_batch(prompt, 0, kBs);
+      b.max_blocks_per_seq = kBlocks;
+      b.block_tables.clear();
+      for (int k = 0; k < kBlocks; ++k) b.block_tables.push_back(s * kBlocks + k);
+      for (auto& slot : b.slot_mapping) slot += s * kBlocks * kBs;
+      r->execute(b);
+      lens[s] = static_cast<int32_t>(prompt.size());
+    }
+  }
+  for (int step = 0; step < 3; ++step) {
+    for (auto& l : lens) ++l;
+    BatchContext b = decode_batch(lens, kBs);
+    b.max_blocks_per_seq = kBlocks;
+    b.block_tables.clear();
+    for (int s = 0; s < kSeqs; ++s) {
+      b.token_ids[s] = 3 + 11 * s + step;
+      b.slot_mapping[s] = s * kBlocks * kBs + lens[s] - 1;
+      for (int k = 0; k < kBlocks; ++k) b.block_tables.push_back(s * kBlocks + k);
+    }
+    const Logits want = plain.execute(b);
+    const Logits got = padded.execute(pad_decode_batch(b, 8, 6, kBs));
+    ASSERT_EQ(got.rows, 8);
+    for (int s = 0; s < kSeqs; ++s) {
+      for (int64_t v = 0; v < want.vocab; ++v) {
+        ASSERT_NEAR(got.row(s)[v], want.row(s)[v], 1e-5f * (1.0f + std::abs(want.row(s)[v])))
+            << "step " << step << " seq " << s << " token " << v;
+      }
+    }
+  }
 }
 
 // No graphs on the CPU backend: --enforce-eager false there runs the same eager forward.
