@@ -169,7 +169,12 @@ size_t ModelRunner::profile_peak(const ModelConfig& cfg, const BatchContext& b) 
     r.backend->synchronize();
   });
   const size_t peak = backend().peak_memory_bytes();
-  for_each_rank([&](Rank& r) { r.kv_cache.clear(); });
+  for_each_rank([&](Rank& r) {
+    r.kv_cache.clear();
+    // The budget counts the peak, not what the exact-size pool happens to cache after two
+    // differently shaped runs: hand the cache back (vLLM's empty_cache after profiling).
+    r.backend->release_cached_memory();
+  });
   return peak;
 }
 

@@ -214,6 +214,8 @@ void CudaBackend::reset_peak_memory() { impl_->pool->reset_peak(); }
 
 size_t CudaBackend::peak_memory_bytes() { return impl_->pool->peak_since_reset(); }
 
+void CudaBackend::release_cached_memory() { impl_->pool->release_cached(); }
+
 void CudaBackend::set_graph_pool(bool on) {
   if (on && !impl_->graph_pool) impl_->graph_pool = std::make_shared<DevicePool>(impl_->device, true);
   impl_->use_graph_pool = on;

@@ -52,6 +52,7 @@ class CudaBackend : public Backend {
 
   void reset_peak_memory() override;
   size_t peak_memory_bytes() override;
+  void release_cached_memory() override;
 
   // While on, activations come from the CUDA graphs' private pool (best-fit, kept for replays)
   // instead of the main one: memory a graph uses between replays is then never handed to
