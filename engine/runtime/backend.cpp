@@ -43,8 +43,7 @@ void check_linear(const char* backend, const Tensor& x, const Tensor& w, const T
                "{}: linear shapes x {} w {} out {}", backend, x.shape_str(), w.shape_str(), out.shape_str());
   if (bias) {
     require(backend, *bias, DType::F32, 1, "linear bias");
-    CYPRIS_CHECK(bias->shape[0] == w.shape[0], "{}: bias {} for weight {}", backend, bias->shape_str(),
-                 w.shape_str());
+    CYPRIS_CHECK(bias->shape[0] == w.shape[0], "{}: bias {} for weight {}", backend, bias->shape_str(), w.shape_str());
   }
 }
 
@@ -67,8 +66,8 @@ void check_fused_add_rms_norm(const char* backend, const Tensor& x, const Tensor
                backend, x.shape_str(), residual.shape_str());
 }
 
-void check_rotary(const char* backend, const Tensor& q, const Tensor& k, const Tensor& positions,
-                  const Tensor& cos_sin, int head_dim) {
+void check_rotary(const char* backend, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
+                  int head_dim) {
   require(backend, q, DType::F32, 2, "rotary q");
   require(backend, k, DType::F32, 2, "rotary k");
   require(backend, positions, DType::I32, 1, "rotary positions");
@@ -119,8 +118,8 @@ void check_gather_rows(const char* backend, const Tensor& x, const Tensor& indic
   require(backend, indices, DType::I32, 1, "gather indices");
   require_contiguous(backend, x, "gather input");
   require_contiguous(backend, out, "gather output");
-  CYPRIS_CHECK(out.shape[0] == indices.shape[0] && out.shape[1] == x.shape[1], "{}: gather shapes x {} out {}",
-               backend, x.shape_str(), out.shape_str());
+  CYPRIS_CHECK(out.shape[0] == indices.shape[0] && out.shape[1] == x.shape[1], "{}: gather shapes x {} out {}", backend,
+               x.shape_str(), out.shape_str());
 }
 
 }  // namespace cypris::backend_checks

@@ -18,8 +18,8 @@ void check_embedding(const char* backend, const Tensor& ids, const Tensor& table
 void check_linear(const char* backend, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
 void check_rms_norm(const char* backend, const Tensor& x, const Tensor& w, const Tensor& out);
 void check_fused_add_rms_norm(const char* backend, const Tensor& x, const Tensor& residual, const Tensor& w);
-void check_rotary(const char* backend, const Tensor& q, const Tensor& k, const Tensor& positions,
-                  const Tensor& cos_sin, int head_dim);
+void check_rotary(const char* backend, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
+                  int head_dim);
 // Returns the width of one cache row (num_kv_heads * head_dim).
 int64_t check_write_kv_cache(const char* backend, const Tensor& k, const Tensor& v, const AttentionMetadata& meta,
                              const Tensor& k_cache, const Tensor& v_cache);

@@ -26,7 +26,7 @@ int padded_graph_batch_size(const std::vector<int>& sizes, int batch_size);
 
 struct DecodeGraphPolicy {
   bool enforce_eager = true;
-  std::vector<int> sizes;               // ascending, from graph_capture_sizes
+  std::vector<int> sizes;              // ascending, from graph_capture_sizes
   int64_t max_seq_len_to_capture = 0;  // longest context (tokens) a graph's block tables hold
 };
 

@@ -36,9 +36,13 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   graph_policy_.max_seq_len_to_capture = std::min<int64_t>(options.max_seq_len_to_capture, cfg.max_model_len);
   graph_policy_.sizes = graph_capture_sizes(options.max_num_seqs);
   graph_policy_.enforce_eager = options.enforce_eager || device != Device::Cuda || tp > 1;
-  if (!options.enforce_eager && graph_policy_.enforce_eager) {
-    LOG_INFO("--enforce-eager false: CUDA graphs need the CUDA backend at --tensor-parallel-size 1 (the "
-             "vocab-parallel embedding reads token ids on the host); running eagerly");
+  if (!options.enforce_eager && device != Device::Cuda) {
+    LOG_INFO("--enforce-eager false: CUDA graphs are for the CUDA backend; running eagerly on the CPU");
+  } else if (!options.enforce_eager && tp > 1) {
+    LOG_WARN(
+        "--enforce-eager false: no CUDA graphs at --tensor-parallel-size {} yet (the vocab-parallel embedding "
+        "reads token ids on the host); running eagerly",
+        tp);
   }
   // The cache is sized once the weights are in place (on a GPU, from the memory left).
   num_blocks_ = options.num_blocks > 0 ? options.num_blocks : (cfg.max_model_len + block_size_ - 1) / block_size_;
@@ -131,8 +135,8 @@ int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const Mod
   m.bytes_per_block = kv_cache_bytes_per_block() / tensor_parallel_size();
   if (m.utilization > 0 && m.utilization <= 1.0) {
     const int64_t tokens = std::max<int64_t>(1, options.max_num_batched_tokens);
-    m.activation_peak = profile_peak(
-        cfg, make_profile_prefill_batch(tokens, options.max_num_seqs, cfg.max_model_len, block_size_));
+    m.activation_peak =
+        profile_peak(cfg, make_profile_prefill_batch(tokens, options.max_num_seqs, cfg.max_model_len, block_size_));
     if (!graph_policy_.enforce_eager) {
       // The graphs' private pool holds about the largest graph's activations; its best-fit reuse
       // (blocks up to twice a request) can need up to that again for the smaller sizes.
@@ -145,11 +149,12 @@ int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const Mod
   }
   const int64_t blocks = kv_cache_blocks(m);
   constexpr double kGiB = 1 << 30;
-  LOG_INFO("GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the weights, activation peak {:.2f} GiB (profiled), "
-           "{:.2f} GiB kept for CUDA graphs; KV cache gets {} blocks ({:.2f} GiB)",
-           static_cast<double>(m.total_bytes) / kGiB, static_cast<double>(m.used_bytes) / kGiB,
-           static_cast<double>(m.activation_peak) / kGiB, static_cast<double>(m.graph_reserve) / kGiB, blocks,
-           static_cast<double>(blocks) * static_cast<double>(m.bytes_per_block) / kGiB);
+  LOG_INFO(
+      "GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the weights, activation peak {:.2f} GiB (profiled), "
+      "{:.2f} GiB kept for CUDA graphs; KV cache gets {} blocks ({:.2f} GiB)",
+      static_cast<double>(m.total_bytes) / kGiB, static_cast<double>(m.used_bytes) / kGiB,
+      static_cast<double>(m.activation_peak) / kGiB, static_cast<double>(m.graph_reserve) / kGiB, blocks,
+      static_cast<double>(blocks) * static_cast<double>(m.bytes_per_block) / kGiB);
   return blocks;
 }
 
@@ -195,10 +200,11 @@ void ModelRunner::capture_graphs() {
     graph_policy_.enforce_eager = true;
     return;
   }
-  LOG_INFO("captured {} CUDA graphs for decode batches of 1..{} sequences with contexts up to {} tokens in {:.2f} s "
-           "({:.1f} MiB of graph memory)",
-           r.graphs->num_graphs(), graph_policy_.sizes.back(), graph_policy_.max_seq_len_to_capture, seconds,
-           static_cast<double>(r.graphs->pool_bytes()) / (1 << 20));
+  LOG_INFO(
+      "captured {} CUDA graphs for decode batches of 1..{} sequences with contexts up to {} tokens in {:.2f} s "
+      "({:.1f} MiB of graph memory)",
+      r.graphs->num_graphs(), graph_policy_.sizes.back(), graph_policy_.max_seq_len_to_capture, seconds,
+      static_cast<double>(r.graphs->pool_bytes()) / (1 << 20));
 }
 
 Logits ModelRunner::execute(const BatchContext& b) {

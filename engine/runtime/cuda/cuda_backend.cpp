@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 #include <map>
+#include <mutex>
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
@@ -210,18 +210,26 @@ CudaBackend::~CudaBackend() {
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
 
-void CudaBackend::reset_peak_memory() { impl_->pool->reset_peak(); }
+void CudaBackend::reset_peak_memory() {
+  impl_->pool->reset_peak();
+}
 
-size_t CudaBackend::peak_memory_bytes() { return impl_->pool->peak_since_reset(); }
+size_t CudaBackend::peak_memory_bytes() {
+  return impl_->pool->peak_since_reset();
+}
 
-void CudaBackend::release_cached_memory() { impl_->pool->release_cached(); }
+void CudaBackend::release_cached_memory() {
+  impl_->pool->release_cached();
+}
 
 void CudaBackend::set_graph_pool(bool on) {
   if (on && !impl_->graph_pool) impl_->graph_pool = std::make_shared<DevicePool>(impl_->device, true);
   impl_->use_graph_pool = on;
 }
 
-size_t CudaBackend::graph_pool_bytes() const { return impl_->graph_pool ? impl_->graph_pool->reserved() : 0; }
+size_t CudaBackend::graph_pool_bytes() const {
+  return impl_->graph_pool ? impl_->graph_pool->reserved() : 0;
+}
 
 void* CudaBackend::stream() const { return impl_->stream; }
 

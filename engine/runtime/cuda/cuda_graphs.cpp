@@ -184,8 +184,8 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
   int64_t width_ = 0;  // block-table entries per row: max_seq_len_to_capture / block_size, rounded up
   size_t off_tokens_ = 0, off_positions_ = 0, off_qsl_ = 0, off_lens_ = 0, off_lidx_ = 0, off_tables_ = 0;
   size_t bytes_ = 0;
-  DeviceTensor device_;     // the persistent inputs
-  void* host_ = nullptr;    // pinned staging of the same layout
+  DeviceTensor device_;   // the persistent inputs
+  void* host_ = nullptr;  // pinned staging of the same layout
   cudaEvent_t copied_ = nullptr;
   std::vector<Graph> graphs_;  // ascending by size
 };

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #ifdef CYPRIS_HAVE_CUDA

@@ -20,7 +20,9 @@ namespace {
 using namespace gpu_test;
 
 #ifndef CYPRIS_HAVE_CUDA
-TEST(CudaGraphs, SkippedWithoutCuda) { CYPRIS_REQUIRE_GPU(); }
+TEST(CudaGraphs, SkippedWithoutCuda) {
+  CYPRIS_REQUIRE_GPU();
+}
 #else
 
 constexpr int kBlockSize = 16;
@@ -63,8 +65,8 @@ BatchContext decode_batch(const std::vector<int32_t>& tokens, const std::vector<
 // Prefills `n` sequences of different prompt lengths (eagerly, one batch each), then runs decode
 // steps of all n together; returns the logits of every decode step. Prompts have base_len + 0..19
 // tokens, fewer where the rotary table is short (the fixtures' 12 positions).
-std::vector<std::vector<float>> run(ModelRunner& runner, int n, int steps, int blocks_per_seq = kBlocksPerSeq,
-                                    int32_t base_len = 2) {
+std::vector<std::vector<float> > run(ModelRunner& runner, int n, int steps, int blocks_per_seq = kBlocksPerSeq,
+                                     int32_t base_len = 2) {
   const int64_t vocab = runner.config().vocab_size;
   std::vector<int32_t> next(n), lens(n);
   const int32_t span =
@@ -82,7 +84,7 @@ std::vector<std::vector<float>> run(ModelRunner& runner, int n, int steps, int b
     next[s] = static_cast<int32_t>(std::max_element(l.row(0), l.row(0) + l.vocab) - l.row(0));
     lens[s] = len;
   }
-  std::vector<std::vector<float>> out;
+  std::vector<std::vector<float> > out;
   for (int step = 0; step < steps; ++step) {
     for (int s = 0; s < n; ++s) ++lens[s];
     const Logits l = runner.execute(decode_batch(next, lens, blocks_per_seq));

@@ -50,9 +50,9 @@ TEST(ProfileBatch, SplitsTheTokenBudgetOverTheSequences) {
   EXPECT_EQ(b.seq_lens, (std::vector<int32_t>{3, 3, 2, 2}));
   EXPECT_EQ(b.query_start_loc, (std::vector<int32_t>{0, 3, 6, 8, 10}));
   EXPECT_EQ(b.logits_indices, (std::vector<int32_t>{2, 5, 7, 9}));
-  EXPECT_EQ(b.positions[3], 0);  // each sequence starts at position 0
+  EXPECT_EQ(b.positions[3], 0);                            // each sequence starts at position 0
   for (int64_t slot : b.slot_mapping) EXPECT_LT(slot, 0);  // no KV is written
-  EXPECT_NO_THROW(b.validate(1, 16));                       // a one-block cache runs it
+  EXPECT_NO_THROW(b.validate(1, 16));                      // a one-block cache runs it
 }
 
 TEST(ProfileBatch, NoMoreSequencesThanTokensAndPositionsStayInTheRotaryTable) {
