@@ -88,11 +88,11 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
           throw;
         }
         CUDA_CHECK(cudaStreamEndCapture(stream, &g.graph));
-        CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
         // The logits block goes back to the pool: the next capture may use it, but a replay
         // writes it again and the caller reads it before anything else replays.
         g.logits = logits.view;
-        graphs_.push_back(g);
+        graphs_.push_back(g);  // before instantiating, so that the destructor frees the graph either way
+        CUDA_CHECK(cudaGraphInstantiate(&graphs_.back().exec, graphs_.back().graph, 0));
       } catch (...) {
         be_.set_graph_pool(false);
         throw;
