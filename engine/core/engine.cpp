@@ -67,7 +67,9 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
       2.0 * mc.num_hidden_layers * ro.block_size * kv_heads_per_rank(mc.num_key_value_heads, tp) * tp * mc.head_dim * 4;
   ro.device = device;
   if (device == "cuda") {
-    if (!mo.enforce_eager) LOG_WARN("--enforce-eager false: CUDA graphs are not implemented yet; running eagerly");
+    // Decode CUDA graphs are captured once the cache exists (model_runner.cpp, decode_graphs.h).
+    ro.enforce_eager = mo.enforce_eager;
+    ro.max_seq_len_to_capture = mo.max_context_len_to_capture.value_or(mo.max_seq_len_to_capture);
     // The runner sizes the cache from device memory once the weights are loaded.
     ro.num_blocks = cfg.cache.num_gpu_blocks_override.value_or(0);
     ro.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;

@@ -70,6 +70,13 @@ class Backend {
   // Waits until all work queued on the device is done (no-op on the CPU).
   virtual void synchronize() = 0;
   virtual DeviceMemoryInfo memory_info() = 0;
+  // The memory profile behind --gpu-memory-utilization: the most activation memory in use at
+  // once since reset_peak_memory(), beyond what was in use at the reset (0 on the CPU).
+  virtual void reset_peak_memory() {}
+  virtual size_t peak_memory_bytes() { return 0; }
+  // Gives the allocator's cached free blocks back to the device (after the profile run, so that
+  // the KV cache and the CUDA graphs find the memory the budget left them); no-op on the CPU.
+  virtual void release_cached_memory() {}
 
   // out[t] = table[ids[t]]; ids I32 [T], table [vocab, hidden], out F32 [T, hidden].
   virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;

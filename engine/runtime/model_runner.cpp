@@ -8,6 +8,7 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/runtime/backend_factory.h"
+#include "engine/runtime/memory_profile.h"
 #include "engine/runtime/tp_workers.h"
 #include "engine/runtime/cuda/device_sampler.h"  // no CUDA headers; defined only in CUDA builds
 #include "engine/sampling/gpu_sampling.h"
@@ -39,12 +40,24 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     workers_ = make_tp_workers(device, tp);
     workers_->run([&](int rank) { build_rank(options, cfg, rank, per_rank); });
   }
+  graph_policy_.max_seq_len_to_capture = std::min<int64_t>(options.max_seq_len_to_capture, cfg.max_model_len);
+  graph_policy_.sizes = graph_capture_sizes(options.max_num_seqs);
+  graph_policy_.enforce_eager = options.enforce_eager || device != Device::Cuda || tp > 1;
+  if (!options.enforce_eager && device != Device::Cuda) {
+    LOG_INFO("--enforce-eager false: CUDA graphs are for the CUDA backend; running eagerly on the CPU");
+  } else if (!options.enforce_eager && tp > 1) {
+    LOG_WARN(
+        "--enforce-eager false: no CUDA graphs at --tensor-parallel-size {} yet (the vocab-parallel embedding "
+        "reads token ids on the host); running eagerly",
+        tp);
+  }
   // The cache is sized once the weights are in place (on a GPU, from the memory left).
   num_blocks_ = options.num_blocks > 0 ? options.num_blocks : (cfg.max_model_len + block_size_ - 1) / block_size_;
   if (options.num_blocks <= 0 && backend().device() == Device::Cuda && options.gpu_memory_utilization > 0) {
     num_blocks_ = blocks_from_device_memory(cfg, options);
   }
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
+  if (!graph_policy_.enforce_eager) capture_graphs();
   LOG_INFO("loaded {} ({} layers, weights {}, {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens",
            resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_),
            device == Device::Cuda ? "cuda" : "cpu", tp, options.model_dir.string(), num_blocks_, block_size_);
@@ -99,6 +112,7 @@ void ModelRunner::for_each_rank(const std::function<void(Rank&)>& fn) {
 }
 
 void ModelRunner::set_debug_hook(DebugHook hook) {
+  debug_hook_ = static_cast<bool>(hook);
   Rank& r0 = ranks_.front();
   if (!hook || r0.backend->device() == Device::Cpu) {
     r0.model->set_debug_hook(std::move(hook));
@@ -118,33 +132,89 @@ void ModelRunner::set_debug_hook(DebugHook hook) {
 }
 
 int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options) {
-  // Not a profiled peak (vLLM runs a dummy forward): an estimate of one step's fp32 activations
-  // (residual, hidden, qkv, attention, gate_up, act and GEMM scratch per token, logits per
-  // sequence), doubled for the allocator's rounding, plus room for cuBLAS and the CUDA context.
-  // Rank 0's device stands for all (the ranks hold equal shards).
+  // vLLM's profile run: what the weights left in use, then the peak of the largest step the
+  // scheduler can build and, with graphs, of the largest graph's decode batch. Rank 0's device
+  // stands for all (the ranks hold equal shards).
   Backend& be = backend();
   be.synchronize();
   const DeviceMemoryInfo mem = be.memory_info();
-  CYPRIS_CHECK(options.gpu_memory_utilization <= 1.0, "--gpu-memory-utilization {} must be in (0, 1]",
-               options.gpu_memory_utilization);
-  const double tp = static_cast<double>(ranks_.size());
-  const double per_token = 4.0 * (3.0 * cfg.hidden_size + 2.0 * cfg.num_attention_heads * cfg.head_dim / tp +
-                                  2.0 * cfg.num_key_value_heads * cfg.head_dim / tp + 4.0 * cfg.intermediate_size / tp);
-  const double activations = 2.0 * (per_token * static_cast<double>(options.max_num_batched_tokens) +
-                                    4.0 * static_cast<double>(cfg.vocab_size) * static_cast<double>(options.max_num_seqs));
-  const double reserve = activations + 512.0 * (1 << 20);
-  const double used = static_cast<double>(mem.total_bytes - mem.free_bytes);
-  const double budget = options.gpu_memory_utilization * static_cast<double>(mem.total_bytes) - used - reserve;
-  const double per_block_per_rank = static_cast<double>(kv_cache_bytes_per_block()) / tp;
-  const int64_t blocks = static_cast<int64_t>(budget / per_block_per_rank);
-  CYPRIS_CHECK(blocks >= 1,
-               "--gpu-memory-utilization {}: no room for the KV cache ({:.2f} GiB in use of {:.2f} GiB after loading "
-               "the weights, {:.2f} GiB kept for activations); raise it or lower --max-num-batched-tokens",
-               options.gpu_memory_utilization, used / (1 << 30), static_cast<double>(mem.total_bytes) / (1 << 30),
-               reserve / (1 << 30));
-  LOG_INFO("GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the weights; KV cache gets {} blocks",
-           static_cast<double>(mem.total_bytes) / (1 << 30), used / (1 << 30), blocks);
+  GpuMemoryBudget m;
+  m.utilization = options.gpu_memory_utilization;
+  m.total_bytes = mem.total_bytes;
+  m.used_bytes = mem.total_bytes - mem.free_bytes;
+  m.bytes_per_block = kv_cache_bytes_per_block() / tensor_parallel_size();
+  if (m.utilization > 0 && m.utilization <= 1.0) {
+    const int64_t tokens = std::max<int64_t>(1, options.max_num_batched_tokens);
+    m.activation_peak =
+        profile_peak(cfg, make_profile_prefill_batch(tokens, options.max_num_seqs, cfg.max_model_len, block_size_));
+    if (!graph_policy_.enforce_eager) {
+      // The graphs' private pool holds about the largest graph's activations; its best-fit reuse
+      // (blocks up to twice a request) can need up to that again for the smaller sizes.
+      constexpr size_t kPerGraph = size_t{1} << 20;  // instantiated graph, rough
+      const size_t decode = profile_peak(
+          cfg, make_profile_decode_batch(graph_policy_.sizes.back(),
+                                         static_cast<int32_t>(graph_policy_.max_seq_len_to_capture), block_size_));
+      m.graph_reserve = 2 * decode + kPerGraph * graph_policy_.sizes.size();
+    }
+  }
+  const int64_t blocks = kv_cache_blocks(m);
+  constexpr double kGiB = 1 << 30;
+  LOG_INFO(
+      "GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the weights, activation peak {:.2f} GiB (profiled), "
+      "{:.2f} GiB kept for CUDA graphs; KV cache gets {} blocks ({:.2f} GiB)",
+      static_cast<double>(m.total_bytes) / kGiB, static_cast<double>(m.used_bytes) / kGiB,
+      static_cast<double>(m.activation_peak) / kGiB, static_cast<double>(m.graph_reserve) / kGiB, blocks,
+      static_cast<double>(blocks) * static_cast<double>(m.bytes_per_block) / kGiB);
   return blocks;
+}
+
+size_t ModelRunner::profile_peak(const ModelConfig& cfg, const BatchContext& b) {
+  b.validate(1, block_size_);
+  for_each_rank([&](Rank& r) {
+    // The profile batches write no K/V and read every context through block 0.
+    r.kv_cache.resize(cfg.num_hidden_layers);
+    const std::vector<int64_t> shape = {1, block_size_, r.model->num_kv_heads(), r.model->head_dim()};
+    for (auto& layer : r.kv_cache) {
+      layer.k = r.backend->zeros(DType::F32, shape);
+      layer.v = r.backend->zeros(DType::F32, shape);
+    }
+    r.backend->synchronize();
+    r.backend->reset_peak_memory();
+    forward_rank(r, b, nullptr);
+    r.backend->synchronize();
+  });
+  const size_t peak = backend().peak_memory_bytes();
+  for_each_rank([&](Rank& r) {
+    r.kv_cache.clear();
+    // The budget counts the peak, not what the exact-size pool happens to cache after two
+    // differently shaped runs: hand the cache back (vLLM's empty_cache after profiling).
+    r.backend->release_cached_memory();
+  });
+  return peak;
+}
+
+void ModelRunner::capture_graphs() {
+  Rank& r = ranks_.front();
+  r.graphs = make_decode_graph_runner(*r.backend, graph_policy_, block_size_);
+  if (!r.graphs) {
+    graph_policy_.enforce_eager = true;
+    return;
+  }
+  double seconds = 0;
+  try {
+    seconds = r.graphs->capture(*r.model, r.kv_cache);
+  } catch (const std::exception& e) {
+    // Eager decode is always correct: a failed capture costs speed, not the server.
+    LOG_WARN("CUDA graph capture failed ({}); running eagerly", e.what());
+    r.graphs.reset();
+    graph_policy_.enforce_eager = true;
+    return;
+  }
+  LOG_INFO(
+      "captured {} CUDA graphs for decode batches of 1..{} sequences with contexts up to {} tokens in {:.2f} s "
+      "({:.1f} MiB of graph memory)",
+      r.graphs->num_graphs(), graph_policy_.sizes.back(), graph_policy_.max_seq_len_to_capture, seconds,
+      static_cast<double>(r.graphs->pool_bytes()) / (1 << 20));
 }
 
 Logits ModelRunner::execute(const BatchContext& b) {
@@ -162,6 +232,19 @@ Logits ModelRunner::execute(const BatchContext& b) {
     }
   }
   Logits out;
+  if (!debug_hook_ && is_graph_eligible(b, graph_policy_)) {
+    Backend& be = backend();
+    const Tensor logits = ranks_.front().graphs->replay(b);
+    if (logits_consumer_) {  // GPU sampling reads the replay's logits where they are
+      logits_consumer_(logits);
+      return out;
+    }
+    out.rows = logits.shape[0];
+    out.vocab = logits.shape[1];
+    out.data.resize(static_cast<size_t>(out.rows * out.vocab));
+    be.download(logits, out.data.data());
+    return out;
+  }
   if (!workers_) {
     forward_rank(ranks_.front(), b, &out);
   } else {

@@ -15,6 +15,7 @@
 #include "engine/kv/kv_cache_manager.h"  // BlockCopy
 #include "engine/loader/weights.h"
 #include "engine/runtime/batch_context.h"
+#include "engine/runtime/decode_graphs.h"
 #include "models/model.h"
 
 namespace cypris {
@@ -34,10 +35,15 @@ struct ModelRunnerOptions {
   std::string device = "cpu";   // auto | cuda | cpu (backend_factory.h)
   bool cuda_fp32_gemm = false;  // CUDA: fp32 GEMMs for 16-bit weights (CPU numerics; for tests)
   // CUDA with num_blocks == 0: the KV cache takes what is left of this fraction of device memory
-  // after the weights and an estimate of the activations of max_num_batched_tokens tokens.
+  // after the weights, the profiled activations of a step of max_num_batched_tokens tokens over
+  // min(max_num_seqs, tokens) sequences, and the CUDA graphs' memory (memory_profile.h).
   double gpu_memory_utilization = 0.9;
   int64_t max_num_batched_tokens = 2048;
   int64_t max_num_seqs = 256;
+  // CUDA at tp 1 without enforce_eager: decode batches of up to max_num_seqs sequences with
+  // contexts up to max_seq_len_to_capture replay CUDA graphs captured at load (decode_graphs.h).
+  bool enforce_eager = true;
+  int64_t max_seq_len_to_capture = 8192;
 };
 
 // Logits of the requested rows, fp32 on the host.
@@ -72,6 +78,8 @@ class ModelRunner {
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
   int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
+  // Number of decode CUDA graphs captured (0 when running eagerly).
+  int num_cuda_graphs() const { return ranks_.front().graphs ? ranks_.front().graphs->num_graphs() : 0; }
   // K and V of every layer for one block, summed over the ranks (fp32 on the CPU): for sizing the
   // cache from a memory budget.
   int64_t kv_cache_bytes_per_block() const {
@@ -101,11 +109,15 @@ class ModelRunner {
     std::unique_ptr<Model> model;
     std::vector<KvCacheLayer> kv_cache;
     std::vector<DeviceTensor> swap_k, swap_v;  // per layer [num_swap_blocks, block_size, kv_heads, head_dim], host
+    std::unique_ptr<DecodeGraphRunner> graphs;  // last: released before the backend and the cache
   };
   const Model* rank0_model() const { return ranks_.front().model.get(); }
   void build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads);
   void allocate_kv_cache(Rank& r, const ModelConfig& cfg);
   int64_t blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options);
+  // Peak activation bytes (rank 0) of one eager forward of b over a one-block cache per layer.
+  size_t profile_peak(const ModelConfig& cfg, const BatchContext& b);
+  void capture_graphs();
   // Runs the batch on one rank; fills *out with the logits when out is not null (rank 0).
   void forward_rank(Rank& r, const BatchContext& batch, Logits* out);
   // Runs fn(rank) on every rank: on the worker threads at tp > 1, else right here.
@@ -117,6 +129,8 @@ class ModelRunner {
   int block_size_ = 16;
   int64_t num_blocks_ = 0;
   int64_t num_swap_blocks_ = 0;
+  DecodeGraphPolicy graph_policy_;  // enforce_eager unless graphs are in use
+  bool debug_hook_ = false;         // a hook reads intermediates: graphs cannot replay
   // GPU sampling: set by execute_and_sample for one step; forward_rank hands rank 0's device
   // logits to it instead of downloading them. Declared last: destroyed before the ranks.
   std::function<void(const Tensor&)> logits_consumer_;

@@ -5,11 +5,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/runtime/backend_checks.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/cuda_check.h"
@@ -22,12 +23,19 @@
 namespace cypris {
 namespace {
 
+using backend_checks::require_contiguous;
+
 // A caching allocator: a step allocates the same activation sizes every time, and cudaMalloc /
-// cudaFree synchronise the device, so freed blocks wait in per-size lists. All work runs on one
+// cudaFree synchronise the device, so freed blocks wait in size-keyed lists. All work runs on one
 // stream, so a block handed out again is only touched by work queued after its last use.
+// The main pool reuses blocks of the exact (rounded) size. The CUDA graphs' private pool is
+// best-fit (a block up to twice the request), so the smaller graphs, captured after the largest,
+// run in the largest one's memory instead of each keeping their own. It never frees during a
+// capture (cudaFree would break it). Bytes handed out are counted, with their peak, for the
+// memory profile behind --gpu-memory-utilization.
 class DevicePool {
  public:
-  explicit DevicePool(int device) : device_(device) {}
+  DevicePool(int device, bool best_fit) : device_(device), best_fit_(best_fit) {}
   ~DevicePool() {
     cudaSetDevice(device_);
     for (auto& [bytes, list] : free_) {
@@ -45,20 +53,24 @@ class DevicePool {
     return (bytes + step - 1) / step * step;
   }
 
-  void* get(size_t bytes) {
+  // A block of at least `bytes` (already rounded); *got is its real size, to hand back to put().
+  void* get(size_t bytes, size_t* got) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = free_.find(bytes);
-      if (it != free_.end() && !it->second.empty()) {
+      auto it = best_fit_ ? free_.lower_bound(bytes) : free_.find(bytes);
+      while (it != free_.end() && it->second.empty() && best_fit_ && it->first <= 2 * bytes) ++it;
+      if (it != free_.end() && !it->second.empty() && it->first <= 2 * bytes) {
         void* p = it->second.back();
         it->second.pop_back();
-        cached_ -= bytes;
+        *got = it->first;
+        cached_ -= it->first;
+        note_get(it->first);
         return p;
       }
     }
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, bytes);
-    if (err != cudaSuccess) {
+    if (err != cudaSuccess && !best_fit_) {
       cudaGetLastError();  // clear the sticky-free allocation error and retry after emptying the cache
       release_cached();
       err = cudaMalloc(&p, bytes);
@@ -66,6 +78,10 @@ class DevicePool {
     CYPRIS_CHECK(err == cudaSuccess, "CUDA out of memory: cannot allocate {:.1f} MiB on device {} ({}); lower "
                  "--gpu-memory-utilization, --max-num-batched-tokens or --max-model-len",
                  static_cast<double>(bytes) / (1 << 20), device_, cudaGetErrorString(err));
+    std::lock_guard<std::mutex> lock(mu_);
+    reserved_ += bytes;
+    *got = bytes;
+    note_get(bytes);
     return p;
   }
 
@@ -73,6 +89,7 @@ class DevicePool {
     std::lock_guard<std::mutex> lock(mu_);
     free_[bytes].push_back(p);
     cached_ += bytes;
+    in_use_ -= bytes;
   }
 
   void release_cached() {
@@ -80,27 +97,43 @@ class DevicePool {
     cudaDeviceSynchronize();
     for (auto& [bytes, list] : free_) {
       for (void* p : list) cudaFree(p);
+      reserved_ -= bytes * list.size();
       list.clear();
     }
     cached_ = 0;
   }
 
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    baseline_ = peak_ = in_use_;
+  }
+  size_t peak_since_reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_ - baseline_;
+  }
+  size_t reserved() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reserved_;
+  }
+
  private:
+  void note_get(size_t bytes) {
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+  }
+
   int device_;
+  bool best_fit_;
   std::mutex mu_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  size_t cached_ = 0;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;    // in the free lists
+  size_t reserved_ = 0;  // from cudaMalloc, in all
+  size_t in_use_ = 0;    // handed out
+  size_t peak_ = 0, baseline_ = 0;
 };
 
-void require(const Tensor& t, DType dtype, int ndim, const char* what) {
-  CYPRIS_CHECK(t.dtype == dtype && t.ndim() == ndim, "cuda backend: {} must be {} with {} dims, got {} {}", what,
-               dtype_name(dtype), ndim, dtype_name(t.dtype), t.shape_str());
-}
-
-void require_contiguous(const Tensor& t, const char* what) {
-  CYPRIS_CHECK(t.contiguous() || (t.ndim() == 2 && row_stride(t) == t.shape[1]), "cuda backend: {} must be contiguous",
-               what);
-}
+constexpr const char* kName = "cuda backend";
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 void require_device(const Tensor& t, const char* what) {
   CYPRIS_CHECK(t.device == Device::Cuda || t.numel() == 0, "cuda backend: {} is not in device memory", what);
@@ -114,17 +147,20 @@ struct CudaBackend::Impl {
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   std::shared_ptr<DevicePool> pool;
+  std::shared_ptr<DevicePool> graph_pool;  // CUDA graphs' activations (cuda_graphs.cpp), made on first use
+  bool use_graph_pool = false;
+  void* cublas_workspace = nullptr;
 
   DeviceTensor pooled(DType dtype, const std::vector<int64_t>& shape) {
     Tensor view(nullptr, dtype, shape, Device::Cuda);
     view.device_index = device;
     const size_t bytes = view.nbytes();
     if (bytes == 0) return DeviceTensor{view, nullptr};
-    const size_t rounded = DevicePool::round_up(bytes);
-    void* p = pool->get(rounded);
+    std::shared_ptr<DevicePool> from = use_graph_pool ? graph_pool : pool;
+    size_t got = 0;
+    void* p = from->get(DevicePool::round_up(bytes), &got);
     view.data = p;
-    std::shared_ptr<DevicePool> keep = pool;
-    return DeviceTensor{view, std::shared_ptr<void>(p, [keep, rounded](void* q) { keep->put(q, rounded); })};
+    return DeviceTensor{view, std::shared_ptr<void>(p, [from, got](void* q) { from->put(q, got); })};
   }
 
   // Scratch memory for one call, returned to the pool when the call's work has been queued.
@@ -155,7 +191,12 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_un
   CYPRIS_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLAS initialisation failed: {}", cublasGetStatusString(st));
   cublasSetStream(impl_->cublas, impl_->stream);
   cublasSetMathMode(impl_->cublas, CUBLAS_DEFAULT_MATH);  // no TF32: fp32 GEMMs stay fp32
-  impl_->pool = std::make_shared<DevicePool>(options.device);
+  impl_->pool = std::make_shared<DevicePool>(options.device, false);
+  // cuBLAS gets its workspace up front: allocating one lazily inside a graph capture would fail,
+  // and the memory profile then counts it with the weights.
+  CUDA_CHECK(cudaMalloc(&impl_->cublas_workspace, kCublasWorkspaceBytes));
+  const cublasStatus_t ws = cublasSetWorkspace(impl_->cublas, impl_->cublas_workspace, kCublasWorkspaceBytes);
+  CYPRIS_CHECK(ws == CUBLAS_STATUS_SUCCESS, "cuBLAS workspace: {}", cublasGetStatusString(ws));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
   LOG_INFO("CUDA backend on device {}: {} (sm_{}{}, {} SMs, {:.1f} GiB)", options.device, prop.name, prop.major,
@@ -165,7 +206,29 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_un
 CudaBackend::~CudaBackend() {
   if (impl_->stream) cudaStreamSynchronize(impl_->stream);
   if (impl_->cublas) cublasDestroy(impl_->cublas);
+  if (impl_->cublas_workspace) cudaFree(impl_->cublas_workspace);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+void CudaBackend::reset_peak_memory() {
+  impl_->pool->reset_peak();
+}
+
+size_t CudaBackend::peak_memory_bytes() {
+  return impl_->pool->peak_since_reset();
+}
+
+void CudaBackend::release_cached_memory() {
+  impl_->pool->release_cached();
+}
+
+void CudaBackend::set_graph_pool(bool on) {
+  if (on && !impl_->graph_pool) impl_->graph_pool = std::make_shared<DevicePool>(impl_->device, true);
+  impl_->use_graph_pool = on;
+}
+
+size_t CudaBackend::graph_pool_bytes() const {
+  return impl_->graph_pool ? impl_->graph_pool->reserved() : 0;
 }
 
 void* CudaBackend::stream() const { return impl_->stream; }
@@ -214,7 +277,7 @@ DeviceTensor CudaBackend::upload_weight(HostTensor&& host) {
 }
 
 void CudaBackend::download(const Tensor& t, void* dst) {
-  require_contiguous(t, "download source");
+  require_contiguous(kName, t, "download source");
   if (!t.nbytes()) return;
   CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.nbytes(), cudaMemcpyDefault, impl_->stream));
   CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
@@ -240,26 +303,15 @@ DeviceMemoryInfo CudaBackend::memory_info() {
 }
 
 void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
-  require(ids, DType::I32, 1, "embedding ids");
-  require(out, DType::F32, 2, "embedding output");
-  require_contiguous(out, "embedding output");
+  backend_checks::check_embedding(kName, ids, table, out);
   require_device(table, "embedding table");
-  CYPRIS_CHECK(table.ndim() == 2 && table.shape[1] == out.shape[1] && out.shape[0] == ids.shape[0],
-               "cuda backend: embedding shapes {} {} {}", ids.shape_str(), table.shape_str(), out.shape_str());
   embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1],
                  out.as<float>(), impl_->stream);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  require(x, DType::F32, 2, "linear input");
-  require(out, DType::F32, 2, "linear output");
+  backend_checks::check_linear(kName, x, w, bias, out);
   require_device(w, "linear weight");
-  CYPRIS_CHECK(w.ndim() == 2 && w.shape[1] == x.shape[1] && out.shape[0] == x.shape[0] && out.shape[1] == w.shape[0],
-               "cuda backend: linear shapes x {} w {} out {}", x.shape_str(), w.shape_str(), out.shape_str());
-  if (bias) {
-    require(*bias, DType::F32, 1, "linear bias");
-    CYPRIS_CHECK(bias->shape[0] == w.shape[0], "cuda backend: bias {} for weight {}", bias->shape_str(), w.shape_str());
-  }
   const GemmPrecision precision = impl_->fp32_gemm ? GemmPrecision::Fp32 : GemmPrecision::Fast;
   const int64_t m = x.shape[0], k = x.shape[1], n = w.shape[0];
   const size_t scratch_bytes = gemm_scratch_bytes(m, k, n, w.dtype, precision);
@@ -270,33 +322,18 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
-  require(x, DType::F32, 2, "rms_norm input");
-  require(w, DType::F32, 1, "rms_norm weight");
-  require_contiguous(x, "rms_norm input");
-  require_contiguous(out, "rms_norm output");
-  CYPRIS_CHECK(w.shape[0] == x.shape[1] && out.shape == x.shape, "cuda backend: rms_norm shapes");
+  backend_checks::check_rms_norm(kName, x, w, out);
   rms_norm_cuda(x.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], out.as<float>(), impl_->stream);
 }
 
 void CudaBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
-  require(x, DType::F32, 2, "rms_norm input");
-  require(residual, DType::F32, 2, "rms_norm residual");
-  require(w, DType::F32, 1, "rms_norm weight");
-  require_contiguous(x, "rms_norm input");
-  require_contiguous(residual, "rms_norm residual");
-  CYPRIS_CHECK(w.shape[0] == x.shape[1] && residual.shape == x.shape, "cuda backend: fused_add_rms_norm shapes");
+  backend_checks::check_fused_add_rms_norm(kName, x, residual, w);
   fused_add_rms_norm_cuda(x.as<float>(), residual.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1],
                           impl_->stream);
 }
 
 void CudaBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) {
-  require(q, DType::F32, 2, "rotary q");
-  require(k, DType::F32, 2, "rotary k");
-  require(positions, DType::I32, 1, "rotary positions");
-  require(cos_sin, DType::F32, 2, "rotary cos/sin table");
-  CYPRIS_CHECK(q.shape[0] == positions.shape[0] && k.shape[0] == positions.shape[0] && q.shape[1] % head_dim == 0 &&
-                   k.shape[1] % head_dim == 0 && cos_sin.shape[1] <= head_dim,
-               "cuda backend: rotary shapes");
+  backend_checks::check_rotary(kName, q, k, positions, cos_sin, head_dim);
   rotary_cuda(q.as<float>(), row_stride(q), static_cast<int>(q.shape[1] / head_dim), k.as<float>(), row_stride(k),
               static_cast<int>(k.shape[1] / head_dim), head_dim, static_cast<int>(cos_sin.shape[1]),
               positions.as<int32_t>(), positions.shape[0], cos_sin.as<float>(), cos_sin.shape[0], impl_->stream);
@@ -304,13 +341,7 @@ void CudaBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Te
 
 void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                                  Tensor& v_cache) {
-  require(k, DType::F32, 2, "cache write k");
-  require(v, DType::F32, 2, "cache write v");
-  require(k_cache, DType::F32, 4, "k cache");
-  require(v_cache, DType::F32, 4, "v cache");
-  const int64_t width = k_cache.shape[2] * k_cache.shape[3];
-  CYPRIS_CHECK(k.shape[1] == width && v.shape[1] == width && meta.slot_mapping.shape[0] == k.shape[0],
-               "cuda backend: cache write shapes k {} cache {}", k.shape_str(), k_cache.shape_str());
+  const int64_t width = backend_checks::check_write_kv_cache(kName, k, v, meta, k_cache, v_cache);
   reshape_and_cache_cuda(k.as<float>(), row_stride(k), v.as<float>(), row_stride(v), k.shape[0],
                          meta.slot_mapping.as<int64_t>(), width, k_cache.as<float>(), v_cache.as<float>(),
                          k_cache.shape[0] * k_cache.shape[1], impl_->stream);
@@ -318,10 +349,7 @@ void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const Attenti
 
 void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                   const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out) {
-  require(q, DType::F32, 2, "attention q");
-  require(out, DType::F32, 2, "attention output");
-  require(k_cache, DType::F32, 4, "k cache");
-  require(v_cache, DType::F32, 4, "v cache");
+  backend_checks::check_paged_attention(kName, q, k_cache, v_cache, meta, out);
   PagedAttentionCudaParams p;
   p.q = q.as<float>();
   p.ldq = row_stride(q);
@@ -331,11 +359,6 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const 
   p.block_size = static_cast<int>(k_cache.shape[1]);
   p.num_kv_heads = static_cast<int>(k_cache.shape[2]);
   p.head_dim = static_cast<int>(k_cache.shape[3]);
-  CYPRIS_CHECK(q.shape[1] % p.head_dim == 0 && out.shape == q.shape, "cuda backend: attention shapes q {} out {}",
-               q.shape_str(), out.shape_str());
-  CYPRIS_CHECK(meta.query_start_loc.numel() == meta.num_seqs + 1,
-               "cuda backend: attention metadata has {} query starts for {} sequences", meta.query_start_loc.numel(),
-               meta.num_seqs);
   p.num_heads = static_cast<int>(q.shape[1] / p.head_dim);
   p.query_start_loc = meta.query_start_loc.as<int32_t>();
   p.seq_lens = meta.seq_lens.as<int32_t>();
@@ -355,20 +378,12 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const 
 }
 
 void CudaBackend::silu_and_mul(const Tensor& x, Tensor& out) {
-  require(x, DType::F32, 2, "silu_and_mul input");
-  require(out, DType::F32, 2, "silu_and_mul output");
-  require_contiguous(x, "silu_and_mul input");
-  require_contiguous(out, "silu_and_mul output");
-  CYPRIS_CHECK(x.shape[0] == out.shape[0] && x.shape[1] == 2 * out.shape[1], "cuda backend: silu_and_mul shapes");
+  backend_checks::check_silu_and_mul(kName, x, out);
   silu_and_mul_cuda(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), impl_->stream);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) {
-  require(x, DType::F32, 2, "gather input");
-  require(indices, DType::I32, 1, "gather indices");
-  require_contiguous(x, "gather input");
-  require_contiguous(out, "gather output");
-  CYPRIS_CHECK(out.shape[0] == indices.shape[0] && out.shape[1] == x.shape[1], "cuda backend: gather shapes");
+  backend_checks::check_gather_rows(kName, x, indices, out);
   gather_rows_cuda(x.as<float>(), x.shape[0], x.shape[1], indices.as<int32_t>(), indices.shape[0], out.as<float>(),
                    impl_->stream);
 }

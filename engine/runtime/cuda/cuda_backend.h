@@ -50,6 +50,17 @@ class CudaBackend : public Backend {
   void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) override;
   void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) override;
 
+  void reset_peak_memory() override;
+  size_t peak_memory_bytes() override;
+  void release_cached_memory() override;
+
+  // While on, activations come from the CUDA graphs' private pool (best-fit, kept for replays)
+  // instead of the main one: memory a graph uses between replays is then never handed to
+  // anything that outlives a replay. cuda_graphs.cpp turns it on around warm-up and capture.
+  void set_graph_pool(bool on);
+  // Device memory the graphs' pool holds.
+  size_t graph_pool_bytes() const;
+
   // Device memory outside the caching pool (weights, KV cache): exact size, freed on release.
   DeviceTensor empty_exact(DType dtype, const std::vector<int64_t>& shape);
   // The stream all work runs on (a cudaStream_t).

@@ -97,6 +97,15 @@ TEST_F(CudaEquivalence, PreemptionBySwap) {
   EXPECT_GT(engine.stats().num_swap_outs_total, 0);
 }
 
+TEST_F(CudaEquivalence, CudaGraphsGiveTheEagerOutputs) {
+  CYPRIS_REQUIRE_GPU();
+  EngineConfig cfg = config("cuda");
+  cfg.model.enforce_eager = false;  // decode steps replay CUDA graphs; the solo reference ran eagerly
+  cfg.scheduler.max_num_seqs = 24;
+  Engine engine(cfg);
+  expect_same(run_batched(engine, *jobs_));
+}
+
 TEST(CudaEngine, SizesTheKvCacheFromGpuMemory) {
   CYPRIS_REQUIRE_GPU();
   EngineConfig cfg = config("cuda");

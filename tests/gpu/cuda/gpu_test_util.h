@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
 
 #ifdef CYPRIS_HAVE_CUDA
@@ -28,6 +30,16 @@
 #endif
 
 namespace cypris::gpu_test {
+
+// The tiny model fixtures (tests/fixtures/models/*/config.json), sorted, for parameterised tests.
+inline std::vector<std::string> fixture_dirs() {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(CYPRIS_FIXTURES_DIR) + "/models")) {
+    if (std::filesystem::exists(e.path() / "config.json")) out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 g(seed);

@@ -71,15 +71,6 @@ TEST(CudaModel, Stories260kGreedyEqualsCpu) {
   EXPECT_EQ(g.tokens, c.tokens);
 }
 
-std::vector<std::string> fixture_dirs() {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(CYPRIS_FIXTURES_DIR) + "/models")) {
-    if (std::filesystem::exists(e.path() / "config.json")) out.push_back(e.path().filename().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 class CudaFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaFixture, GreedyEqualsCpu) {

@@ -1,0 +1,74 @@
+#include "engine/runtime/decode_graphs.h"
+
+#include <algorithm>
+
+#include "engine/common/error.h"
+
+namespace cypris {
+
+std::vector<int> graph_capture_sizes(int64_t max_num_seqs) {
+  // vLLM's _BATCH_SIZES_TO_CAPTURE: [1, 2, 4] + [8 * i for i in 1..32].
+  std::vector<int> all = {1, 2, 4};
+  for (int i = 1; i <= 32; ++i) all.push_back(8 * i);
+  std::vector<int> out;
+  for (int s : all) {
+    out.push_back(s);
+    if (s >= max_num_seqs) break;
+  }
+  return out;
+}
+
+int padded_graph_batch_size(const std::vector<int>& sizes, int batch_size) {
+  if (batch_size < 1) return 0;
+  const auto it = std::lower_bound(sizes.begin(), sizes.end(), batch_size);
+  return it == sizes.end() ? 0 : *it;
+}
+
+bool is_graph_eligible(const BatchContext& b, const DecodeGraphPolicy& policy) {
+  const int n = b.num_seqs();
+  if (policy.enforce_eager || n < 1 || b.num_tokens() != n) return false;
+  if (padded_graph_batch_size(policy.sizes, n) == 0) return false;
+  if (b.logits_indices.size() > static_cast<size_t>(n)) return false;
+  if (b.query_start_loc.size() != static_cast<size_t>(n) + 1) return false;
+  for (int s = 0; s < n; ++s) {
+    if (b.query_start_loc[s + 1] - b.query_start_loc[s] != 1) return false;
+    if (b.seq_lens[s] < 1 || b.seq_lens[s] > policy.max_seq_len_to_capture) return false;
+  }
+  return true;
+}
+
+BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, int block_size) {
+  const int n = b.num_seqs();
+  const size_t r = b.logits_indices.size();
+  CYPRIS_CHECK(b.num_tokens() == n && size >= n && r <= static_cast<size_t>(size) && width >= 1 && block_size >= 1,
+               "CUDA graphs: cannot pad a batch of {} sequences and {} tokens to {} rows", n, b.num_tokens(), size);
+  BatchContext p;
+  p.max_blocks_per_seq = static_cast<int32_t>(width);
+  p.block_tables.assign(static_cast<size_t>(size) * static_cast<size_t>(width), 0);
+  p.query_start_loc.push_back(0);
+  for (int i = 0; i < size; ++i) {
+    const bool real = i < n;
+    p.token_ids.push_back(real ? b.token_ids[i] : 0);
+    p.positions.push_back(real ? b.positions[i] : 0);
+    p.slot_mapping.push_back(real ? b.slot_mapping[i] : -1);
+    p.query_start_loc.push_back(i + 1);
+    p.seq_lens.push_back(real ? b.seq_lens[i] : 1);
+    p.logits_indices.push_back(static_cast<size_t>(i) < r ? b.logits_indices[i] : i);
+    if (!real) continue;
+    // Only the blocks the context uses are read.
+    const int64_t used = (static_cast<int64_t>(b.seq_lens[i]) + block_size - 1) / block_size;
+    CYPRIS_CHECK(used <= width && used <= b.max_blocks_per_seq,
+                 "CUDA graphs: a context of {} tokens does not fit block tables of {} entries", b.seq_lens[i], width);
+    std::copy_n(b.block_tables.begin() + static_cast<int64_t>(i) * b.max_blocks_per_seq, used,
+                p.block_tables.begin() + static_cast<int64_t>(i) * width);
+  }
+  return p;
+}
+
+#ifndef CYPRIS_HAVE_CUDA
+std::unique_ptr<DecodeGraphRunner> make_decode_graph_runner(Backend&, const DecodeGraphPolicy&, int) {
+  return nullptr;
+}
+#endif
+
+}  // namespace cypris

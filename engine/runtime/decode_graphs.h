@@ -1,0 +1,66 @@
+// CUDA graphs for decode steps (vLLM's scheme), as the ModelRunner sees them: which batches may
+// replay a captured graph and at which padded size (pure logic, unit-tested on the CPU), and the
+// DecodeGraphRunner interface the CUDA implementation (engine/runtime/cuda/cuda_graphs.cpp)
+// provides.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/runtime/backend.h"
+#include "engine/runtime/batch_context.h"
+
+namespace cypris {
+
+class Model;
+struct KvCacheLayer;
+
+// vLLM's batch sizes to capture, 1, 2, 4, 8, 16, 24, ..., 256, up to and including the first one
+// that holds max_num_seqs (a batch never has more sequences, so larger graphs would never run).
+std::vector<int> graph_capture_sizes(int64_t max_num_seqs);
+
+// The smallest capture size (sizes ascending) that holds batch_size sequences; 0 when none does.
+int padded_graph_batch_size(const std::vector<int>& sizes, int batch_size);
+
+struct DecodeGraphPolicy {
+  bool enforce_eager = true;
+  std::vector<int> sizes;              // ascending, from graph_capture_sizes
+  int64_t max_seq_len_to_capture = 0;  // longest context (tokens) a graph's block tables hold
+};
+
+// A batch replays a graph when graphs are on, every sequence has exactly one new token, the
+// padded size exists, no context is longer than max_seq_len_to_capture, and it asks for at most
+// one logits row per sequence.
+bool is_graph_eligible(const BatchContext& b, const DecodeGraphPolicy& policy);
+
+// The batch a graph of `size` rows runs for the eligible batch b: b's rows, then padding rows
+// (token 0 at position 0, slot -1 so no KV is written, a context of 1 token in block 0 - any valid
+// block, their outputs are dropped), block tables `width` entries wide (b's used entries, zeros
+// after), and logits indices b's then the padding rows'. The first b.logits_indices.size() logits
+// rows are b's.
+BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, int block_size);
+
+// Captures one graph per capture size over persistent input buffers and replays them. Lives on
+// one backend (one GPU); every call must come from the thread that uses that backend.
+class DecodeGraphRunner {
+ public:
+  virtual ~DecodeGraphRunner() = default;
+  // Warms up and captures every size of the policy, largest first. The KV cache must be in
+  // place: the graphs bake in its addresses. Returns the seconds it took.
+  virtual double capture(Model& model, std::vector<KvCacheLayer>& kv_cache) = 0;
+  // Copies an eligible batch into the input buffers (padding rows write no KV and their logits
+  // are dropped), replays the graph of its padded size and returns its logits
+  // [logits_indices.size(), vocab] on the device, valid until the next replay.
+  virtual Tensor replay(const BatchContext& b) = 0;
+  virtual int num_graphs() const = 0;
+  // Device memory the graphs' private pool holds (their activations).
+  virtual size_t pool_bytes() const = 0;
+};
+
+// A runner for a CUDA backend; null for any other backend or in a build without CUDA.
+std::unique_ptr<DecodeGraphRunner> make_decode_graph_runner(Backend& backend, const DecodeGraphPolicy& policy,
+                                                            int block_size);
+
+}  // namespace cypris

@@ -1,0 +1,206 @@
+// CUDA graphs for decode: the logits of decode batches replayed through graphs (padded to the
+// next capture size) must equal the eager logits, step after step, on stories260k and every tiny
+// fixture; and the profiled KV sizing must leave room or say which flag to change. Skips itself
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "tests/gpu/cuda/gpu_test_util.h"
+
+#ifdef CYPRIS_HAVE_CUDA
+#include "engine/common/error.h"
+#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/runtime/model_runner.h"
+#endif
+
+namespace cypris {
+namespace {
+
+using namespace gpu_test;
+
+#ifndef CYPRIS_HAVE_CUDA
+TEST(CudaGraphs, SkippedWithoutCuda) {
+  CYPRIS_REQUIRE_GPU();
+}
+#else
+
+constexpr int kBlockSize = 16;
+constexpr int kBlocksPerSeq = 8;  // contexts up to 128 tokens
+
+ModelRunnerOptions options(const std::string& dir, bool eager) {
+  ModelRunnerOptions o;
+  o.model_dir = dir;
+  o.load.dtype = "auto";
+  o.device = "cuda";
+  o.cuda_fp32_gemm = true;
+  o.block_size = kBlockSize;
+  o.num_blocks = 17 * kBlocksPerSeq;
+  o.max_num_seqs = 17;  // capture sizes 1, 2, 4, 8, 16, 24
+  o.enforce_eager = eager;
+  o.max_seq_len_to_capture = 96;
+  return o;
+}
+
+// Sequence s owns blocks [s * kBlocksPerSeq, (s + 1) * kBlocksPerSeq): block 0 belongs to
+// sequence 0, so a padding row writing into it would show in later steps.
+BatchContext decode_batch(const std::vector<int32_t>& tokens, const std::vector<int32_t>& lens,
+                          int blocks_per_seq = kBlocksPerSeq) {
+  BatchContext b;
+  b.max_blocks_per_seq = blocks_per_seq;
+  b.query_start_loc.push_back(0);
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    const int32_t pos = lens[s] - 1;
+    b.token_ids.push_back(tokens[s]);
+    b.positions.push_back(pos);
+    b.slot_mapping.push_back(static_cast<int64_t>(s) * blocks_per_seq * kBlockSize + pos);
+    b.query_start_loc.push_back(static_cast<int32_t>(s + 1));
+    b.seq_lens.push_back(lens[s]);
+    for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(static_cast<int32_t>(s) * blocks_per_seq + k);
+    b.logits_indices.push_back(static_cast<int32_t>(s));
+  }
+  return b;
+}
+
+// Prefills `n` sequences of different prompt lengths (eagerly, one batch each), then runs decode
+// steps of all n together; returns the logits of every decode step. Prompts have base_len + 0..19
+// tokens, fewer where the rotary table is short (the fixtures' 12 positions).
+std::vector<std::vector<float> > run(ModelRunner& runner, int n, int steps, int blocks_per_seq = kBlocksPerSeq,
+                                     int32_t base_len = 2) {
+  const int64_t vocab = runner.config().vocab_size;
+  std::vector<int32_t> next(n), lens(n);
+  const int32_t span =
+      static_cast<int32_t>(std::clamp<int64_t>(runner.config().max_model_len - steps - base_len, 1, 20));
+  for (int s = 0; s < n; ++s) {
+    const int32_t len = base_len + (s * 5) % span;
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < len; ++i) prompt.push_back(static_cast<int32_t>(1 + (s * 31 + i * 7) % (vocab - 1)));
+    BatchContext b = make_single_sequence_batch(prompt, 0, kBlockSize);
+    b.max_blocks_per_seq = blocks_per_seq;
+    b.block_tables.clear();
+    for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(s * blocks_per_seq + k);
+    for (auto& slot : b.slot_mapping) slot += static_cast<int64_t>(s) * blocks_per_seq * kBlockSize;
+    const Logits l = runner.execute(b);
+    next[s] = static_cast<int32_t>(std::max_element(l.row(0), l.row(0) + l.vocab) - l.row(0));
+    lens[s] = len;
+  }
+  std::vector<std::vector<float> > out;
+  for (int step = 0; step < steps; ++step) {
+    for (int s = 0; s < n; ++s) ++lens[s];
+    const Logits l = runner.execute(decode_batch(next, lens, blocks_per_seq));
+    EXPECT_EQ(l.rows, n);
+    out.push_back(l.data);
+    for (int s = 0; s < n; ++s) {
+      next[s] = static_cast<int32_t>(std::max_element(l.row(s), l.row(s) + l.vocab) - l.row(s));
+    }
+  }
+  return out;
+}
+
+void expect_graph_logits_equal_eager(const std::string& dir) {
+  ModelRunner eager(options(dir, true));
+  ModelRunner graphs(options(dir, false));
+  EXPECT_EQ(eager.num_cuda_graphs(), 0);
+  ASSERT_EQ(graphs.num_cuda_graphs(), 6);
+  for (int n : {1, 3, 8, 17}) {
+    // Fresh sequences each round (prefill overwrites their blocks), three decode steps each.
+    const auto want = run(eager, n, 3);
+    const auto got = run(graphs, n, 3);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t step = 0; step < want.size(); ++step) {
+      EXPECT_LT(norm_err(got[step], want[step]), 1e-5) << dir << " batch " << n << " step " << step;
+    }
+  }
+}
+
+TEST(CudaGraphs, Stories260kDecodeLogitsEqualEager) {
+  CYPRIS_REQUIRE_GPU();
+  expect_graph_logits_equal_eager(std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k");
+}
+
+class CudaGraphFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGraphFixture, DecodeLogitsEqualEager) {
+  CYPRIS_REQUIRE_GPU();
+  expect_graph_logits_equal_eager(std::string(CYPRIS_FIXTURES_DIR) + "/models/" + GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphFixture, ::testing::ValuesIn(fixture_dirs()),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// A capture bound of 2048 makes the graphs' paged attention split the keys into 512-key parts
+// (split-K sized from the bound, not the batch); eager sizes them from the batch's longest context.
+TEST(CudaGraphs, SplitKDecodeOverLongContextsEqualsEager) {
+  CYPRIS_REQUIRE_GPU();
+  const std::string dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  auto opts = [&](bool eager) {
+    ModelRunnerOptions o = options(dir, eager);
+    o.load.overrides.rope_scaling_json = R"({"rope_type":"linear","factor":4.0})";
+    o.load.overrides.max_model_len = 2048;
+    o.max_seq_len_to_capture = 2048;
+    o.num_blocks = 3 * 64;
+    return o;
+  };
+  ModelRunner eager(opts(true));
+  ModelRunner graphs(opts(false));
+  ASSERT_GT(graphs.num_cuda_graphs(), 0);
+  for (int n : {1, 3}) {
+    const auto want = run(eager, n, 2, 64, 700);  // contexts of 700..720 tokens
+    const auto got = run(graphs, n, 2, 64, 700);
+    for (size_t step = 0; step < want.size(); ++step) {
+      EXPECT_LT(norm_err(got[step], want[step]), 1e-5) << "batch " << n << " step " << step;
+    }
+  }
+}
+
+TEST(CudaGraphs, LongContextsAndPrefillsRunEagerlyWithTheSameResult) {
+  CYPRIS_REQUIRE_GPU();
+  const std::string dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  ModelRunner eager(options(dir, true));
+  ModelRunner graphs(options(dir, false));
+  // Contexts past max_seq_len_to_capture (96) take the eager path inside the graph runner.
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 100; ++i) prompt.push_back(1 + (i * 13) % 400);
+  const Logits a = eager.execute(make_single_sequence_batch(prompt, 0, kBlockSize));
+  const Logits b = graphs.execute(make_single_sequence_batch(prompt, 0, kBlockSize));
+  EXPECT_LT(norm_err(b.data, a.data), 1e-5);
+  const int32_t tok[] = {7};
+  const Logits c = eager.execute(make_single_sequence_batch(tok, 100, kBlockSize));
+  const Logits d = graphs.execute(make_single_sequence_batch(tok, 100, kBlockSize));
+  EXPECT_LT(norm_err(d.data, c.data), 1e-5);
+}
+
+TEST(CudaGraphs, ProfiledKvCacheLeavesRoomOrNamesTheFlag) {
+  CYPRIS_REQUIRE_GPU();
+  const std::string dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  ModelRunnerOptions o = options(dir, false);
+  o.num_blocks = 0;
+  o.gpu_memory_utilization = 0.2;
+  ModelRunner runner(o);
+  EXPECT_GT(runner.num_blocks(), 1000);
+  o.gpu_memory_utilization = 1e-4;  // less than the CUDA context alone
+  try {
+    ModelRunner tiny(o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--gpu-memory-utilization"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaGraphs, AllocatorPeakIsTheMostInUseAtOnceSinceTheReset) {
+  CYPRIS_REQUIRE_GPU();
+  CudaBackend be;
+  DeviceTensor held = be.empty(DType::F32, {1 << 18});  // 1 MiB, in use before the reset
+  be.reset_peak_memory();
+  {
+    DeviceTensor a = be.empty(DType::F32, {3 << 18});  // 3 MiB -> a 4 MiB block (2 MiB steps)
+    DeviceTensor b = be.empty(DType::F32, {1 << 10});  // 4 KiB
+  }
+  DeviceTensor c = be.empty(DType::F32, {1 << 10});  // reuses b's block: no new peak
+  EXPECT_EQ(be.peak_memory_bytes(), (size_t{4} << 20) + 4096);
+}
+
+#endif  // CYPRIS_HAVE_CUDA
+
+}  // namespace
+}  // namespace cypris

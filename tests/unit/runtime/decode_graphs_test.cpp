@@ -1,0 +1,188 @@
+// The pure parts of CUDA-graph decode: capture sizes, padding, and which batches may replay a graph;
+// and that the CPU backend runs eagerly when graphs are asked for.
+#include "engine/runtime/decode_graphs.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine/common/error.h"
+#include "engine/runtime/model_runner.h"
+
+namespace cypris {
+namespace {
+
+TEST(GraphCaptureSizes, FollowsVllmListAndStopsAtMaxNumSeqs) {
+  const std::vector<int> all = graph_capture_sizes(256);
+  ASSERT_EQ(all.size(), 35u);  // 1, 2, 4 and 8 * (1..32)
+  EXPECT_EQ(all[0], 1);
+  EXPECT_EQ(all[1], 2);
+  EXPECT_EQ(all[2], 4);
+  EXPECT_EQ(all[3], 8);
+  EXPECT_EQ(all[4], 16);
+  EXPECT_EQ(all[5], 24);
+  EXPECT_EQ(all.back(), 256);
+  EXPECT_EQ(graph_capture_sizes(1000), all);  // never beyond 256
+  EXPECT_EQ(graph_capture_sizes(1), (std::vector<int>{1}));
+  EXPECT_EQ(graph_capture_sizes(3), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(graph_capture_sizes(8), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_EQ(graph_capture_sizes(17), (std::vector<int>{1, 2, 4, 8, 16, 24}));
+}
+
+TEST(GraphCaptureSizes, PadsToTheNextSize) {
+  const std::vector<int> sizes = graph_capture_sizes(256);
+  EXPECT_EQ(padded_graph_batch_size(sizes, 1), 1);
+  EXPECT_EQ(padded_graph_batch_size(sizes, 3), 4);
+  EXPECT_EQ(padded_graph_batch_size(sizes, 5), 8);
+  EXPECT_EQ(padded_graph_batch_size(sizes, 8), 8);
+  EXPECT_EQ(padded_graph_batch_size(sizes, 17), 24);
+  EXPECT_EQ(padded_graph_batch_size(sizes, 249), 256);
+  EXPECT_EQ(padded_graph_batch_size(sizes, 257), 0);
+  EXPECT_EQ(padded_graph_batch_size(sizes, 0), 0);
+  EXPECT_EQ(padded_graph_batch_size(graph_capture_sizes(3), 5), 0);
+}
+
+// `n` sequences decoding one token each, with the given context lengths.
+BatchContext decode_batch(const std::vector<int32_t>& lens, int block_size = 16) {
+  BatchContext b;
+  int32_t max_blocks = 0;
+  for (int32_t l : lens) max_blocks = std::max(max_blocks, (l + block_size - 1) / block_size);
+  b.max_blocks_per_seq = max_blocks;
+  b.query_start_loc.push_back(0);
+  for (size_t s = 0; s < lens.size(); ++s) {
+    b.token_ids.push_back(1);
+    b.positions.push_back(lens[s] - 1);
+    b.slot_mapping.push_back(0);
+    b.query_start_loc.push_back(static_cast<int32_t>(s + 1));
+    b.seq_lens.push_back(lens[s]);
+    for (int32_t k = 0; k < max_blocks; ++k) b.block_tables.push_back(0);
+    b.logits_indices.push_back(static_cast<int32_t>(s));
+  }
+  return b;
+}
+
+DecodeGraphPolicy policy(int64_t max_num_seqs = 256, int64_t max_len = 100) {
+  DecodeGraphPolicy p;
+  p.enforce_eager = false;
+  p.sizes = graph_capture_sizes(max_num_seqs);
+  p.max_seq_len_to_capture = max_len;
+  return p;
+}
+
+TEST(GraphEligibility, DecodeBatchesWithinBoundsReplay) {
+  EXPECT_TRUE(is_graph_eligible(decode_batch({5}), policy()));
+  EXPECT_TRUE(is_graph_eligible(decode_batch({5, 100, 17}), policy()));
+  EXPECT_TRUE(is_graph_eligible(decode_batch(std::vector<int32_t>(256, 3)), policy()));
+}
+
+TEST(GraphEligibility, EagerFlagTooManySeqsOrTooLongRunEagerly) {
+  DecodeGraphPolicy eager = policy();
+  eager.enforce_eager = true;
+  EXPECT_FALSE(is_graph_eligible(decode_batch({5}), eager));
+  EXPECT_FALSE(is_graph_eligible(decode_batch(std::vector<int32_t>(257, 3)), policy()));
+  EXPECT_FALSE(is_graph_eligible(decode_batch({5, 5, 5, 5, 5}), policy(4)));
+  EXPECT_FALSE(is_graph_eligible(decode_batch({5, 101}), policy()));  // longer than max_seq_len_to_capture
+  EXPECT_FALSE(is_graph_eligible(BatchContext{}, policy()));
+}
+
+TEST(GraphEligibility, PrefillAndMixedBatchesRunEagerly) {
+  // One sequence with a 3-token prompt chunk.
+  BatchContext prefill = make_single_sequence_batch(std::vector<int32_t>{1, 2, 3}, 0, 16);
+  EXPECT_FALSE(is_graph_eligible(prefill, policy()));
+  // A decode next to a 2-token chunk: 3 tokens for 2 sequences.
+  BatchContext mixed = decode_batch({5, 9});
+  mixed.token_ids.push_back(1);
+  mixed.positions.push_back(9);
+  mixed.slot_mapping.push_back(0);
+  mixed.query_start_loc = {0, 1, 3};
+  EXPECT_FALSE(is_graph_eligible(mixed, policy()));
+  // A one-token prompt at position 0 is a decode-shaped step and may replay.
+  EXPECT_TRUE(is_graph_eligible(make_single_sequence_batch(std::vector<int32_t>{7}, 0, 16), policy()));
+}
+
+TEST(PadDecodeBatch, PaddingRowsWriteNoKvAndKeepTheBatchsRowsFirst) {
+  BatchContext b = decode_batch({5, 20, 17}, 16);  // 1, 2, 2 blocks used
+  b.block_tables = {7, -1, 3, 4, 9, 2};
+  b.slot_mapping = {116, 52, 32};
+  b.logits_indices = {0, 2};  // the middle sequence wants no logits
+  const BatchContext p = pad_decode_batch(b, 4, 3, 16);
+  EXPECT_EQ(p.token_ids, (std::vector<int32_t>{1, 1, 1, 0}));
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{4, 19, 16, 0}));
+  EXPECT_EQ(p.slot_mapping, (std::vector<int64_t>{116, 52, 32, -1}));
+  EXPECT_EQ(p.query_start_loc, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(p.seq_lens, (std::vector<int32_t>{5, 20, 17, 1}));
+  EXPECT_EQ(p.max_blocks_per_seq, 3);
+  EXPECT_EQ(p.block_tables, (std::vector<int32_t>{7, 0, 0, 3, 4, 0, 9, 2, 0, 0, 0, 0}));
+  EXPECT_EQ(p.logits_indices, (std::vector<int32_t>{0, 2, 2, 3}));
+  EXPECT_NO_THROW(p.validate(10, 16));
+  EXPECT_THROW(pad_decode_batch(b, 2, 3, 16), Error);  // fewer rows than sequences
+  EXPECT_THROW(pad_decode_batch(b, 4, 1, 16), Error);  // a 20-token context needs 2 table entries
+}
+
+// What a replayed graph computes, on the CPU: the padded batch gives the batch's logits, and its
+// padding rows leave the cache alone (block 0 belongs to sequence 0 here, so a stray write would
+// change the next step).
+TEST(PadDecodeBatch, PaddedBatchGivesTheSameLogitsOnTheCpu) {
+  ModelRunnerOptions o;
+  o.model_dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  o.load.dtype = "float32";
+  o.threads = 1;
+  o.num_blocks = 12;
+  ModelRunner plain(o), padded(o);
+  constexpr int kSeqs = 3, kBlocks = 4, kBs = 16;
+  std::vector<int32_t> lens(kSeqs);
+  for (ModelRunner* r : {&plain, &padded}) {
+    for (int s = 0; s < kSeqs; ++s) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 5 + 7 * s; ++i) prompt.push_back(1 + (s * 31 + i * 7) % 500);
+      BatchContext b = make_single_sequence_batch(prompt, 0, kBs);
+      b.max_blocks_per_seq = kBlocks;
+      b.block_tables.clear();
+      for (int k = 0; k < kBlocks; ++k) b.block_tables.push_back(s * kBlocks + k);
+      for (auto& slot : b.slot_mapping) slot += s * kBlocks * kBs;
+      r->execute(b);
+      lens[s] = static_cast<int32_t>(prompt.size());
+    }
+  }
+  for (int step = 0; step < 3; ++step) {
+    for (auto& l : lens) ++l;
+    BatchContext b = decode_batch(lens, kBs);
+    b.max_blocks_per_seq = kBlocks;
+    b.block_tables.clear();
+    for (int s = 0; s < kSeqs; ++s) {
+      b.token_ids[s] = 3 + 11 * s + step;
+      b.slot_mapping[s] = s * kBlocks * kBs + lens[s] - 1;
+      for (int k = 0; k < kBlocks; ++k) b.block_tables.push_back(s * kBlocks + k);
+    }
+    const Logits want = plain.execute(b);
+    const Logits got = padded.execute(pad_decode_batch(b, 8, 6, kBs));
+    ASSERT_EQ(got.rows, 8);
+    for (int s = 0; s < kSeqs; ++s) {
+      for (int64_t v = 0; v < want.vocab; ++v) {
+        ASSERT_NEAR(got.row(s)[v], want.row(s)[v], 1e-5f * (1.0f + std::abs(want.row(s)[v])))
+            << "step " << step << " seq " << s << " token " << v;
+      }
+    }
+  }
+}
+
+// No graphs on the CPU backend: --enforce-eager false there runs the same eager forward.
+TEST(GraphEligibility, CpuRunnerRunsEagerlyWithGraphsRequested) {
+  ModelRunnerOptions o;
+  o.model_dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  o.load.dtype = "float32";
+  o.threads = 1;
+  ModelRunner eager(o);
+  o.enforce_eager = false;
+  ModelRunner requested(o);
+  EXPECT_EQ(requested.num_cuda_graphs(), 0);
+  const int32_t tok[] = {1};
+  const Logits a = eager.execute(make_single_sequence_batch(tok, 0, eager.block_size()));
+  const Logits b = requested.execute(make_single_sequence_batch(tok, 0, requested.block_size()));
+  EXPECT_EQ(a.data, b.data);
+}
+
+}  // namespace
+}  // namespace cypris
