@@ -6,6 +6,7 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/runtime/backend_factory.h"
+#include "engine/runtime/kv_cache_scales.h"
 #include "engine/runtime/tp_workers.h"
 #include "models/registry/registry.h"
 
@@ -21,6 +22,9 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   check_tensor_parallel(cfg, tp);
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
+  kv_cache_dtype_ = options.kv_cache_dtype;
+  CYPRIS_CHECK(kv_cache_dtype_ == DType::F32 || kv_cache_dtype_ == DType::F8E4M3 || kv_cache_dtype_ == DType::F8E5M2,
+               "KV cache dtype {} is not one of float32, fp8_e4m3, fp8_e5m2", dtype_name(kv_cache_dtype_));
   ranks_.resize(static_cast<size_t>(tp));
   const Device device = resolve_device(options.device) == "cuda" ? Device::Cuda : Device::Cpu;
   if (tp == 1) {
@@ -38,9 +42,19 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     num_blocks_ = blocks_from_device_memory(cfg, options);
   }
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
-  LOG_INFO("loaded {} ({} layers, weights {}, {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens",
+  LOG_INFO("loaded {} ({} layers, weights {}, {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens, {}",
            resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_),
-           device == Device::Cuda ? "cuda" : "cpu", tp, options.model_dir.string(), num_blocks_, block_size_);
+           device == Device::Cuda ? "cuda" : "cpu", tp, options.model_dir.string(), num_blocks_, block_size_,
+           dtype_name(kv_cache_dtype_));
+  if (kv_cache_dtype_ != DType::F32) {
+    LOG_INFO("KV cache dtype {} (1 byte per element); K/V scales from {}", dtype_name(kv_cache_dtype_),
+             kv_scales_source_);
+  } else {
+    if (!options.quantization_param_path.empty()) {
+      LOG_WARN("--quantization-param-path {} has no effect without an fp8 --kv-cache-dtype",
+               options.quantization_param_path);
+    }
+  }
 }
 
 ModelRunner::~ModelRunner() {
@@ -68,15 +82,22 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   build.parallel = {rank, static_cast<int>(ranks_.size())};
   build.comm = workers_ ? &workers_->comm(rank) : nullptr;
   r.model = build_model(cfg, *weights, *r.backend, build);
+  ResolvedKvScales scales =
+      resolve_kv_cache_scales(kv_cache_dtype_, options.load.load_format == "dummy" ? nullptr : weights.get(),
+                              options.quantization_param_path, cfg.num_hidden_layers, rank);
+  r.kv_scales = std::move(scales.layers);
+  if (rank == 0) kv_scales_source_ = std::move(scales.source);
 }
 
 void ModelRunner::allocate_kv_cache(Rank& r, const ModelConfig& cfg) {
   const std::vector<int64_t> shape = {num_blocks_, block_size_, r.model->num_kv_heads(), r.model->head_dim()};
   r.kv_cache.resize(cfg.num_hidden_layers);
-  for (auto& layer : r.kv_cache) {
+  for (size_t l = 0; l < r.kv_cache.size(); ++l) {
+    KvCacheLayer& layer = r.kv_cache[l];
     // Uninitialised: attention reads only slots written earlier, and untouched pages cost no RAM.
-    layer.k = r.backend->empty(DType::F32, shape);
-    layer.v = r.backend->empty(DType::F32, shape);
+    layer.k = r.backend->empty(kv_cache_dtype_, shape);
+    layer.v = r.backend->empty(kv_cache_dtype_, shape);
+    layer.scales = r.kv_scales.at(l);
   }
 }
 

@@ -100,8 +100,12 @@ CYPRIS_FP8_HD float decode_finite(uint8_t c) {
 constexpr float kFp8E4M3Max = 448.0f;
 constexpr float kFp8E5M2Max = 57344.0f;
 
-CYPRIS_FP8_HD uint8_t f32_to_fp8_e4m3(float x) { return fp8_detail::encode<3, 7, 0x7eu, 0x7fu>(x); }
-CYPRIS_FP8_HD uint8_t f32_to_fp8_e5m2(float x) { return fp8_detail::encode<2, 15, 0x7bu, 0x7fu>(x); }
+CYPRIS_FP8_HD uint8_t f32_to_fp8_e4m3(float x) {
+  return fp8_detail::encode<3, 7, 0x7eu, 0x7fu>(x);
+}
+CYPRIS_FP8_HD uint8_t f32_to_fp8_e5m2(float x) {
+  return fp8_detail::encode<2, 15, 0x7bu, 0x7fu>(x);
+}
 
 CYPRIS_FP8_HD float fp8_e4m3_to_f32(uint8_t c) {
   if ((c & 0x7fu) == 0x7fu) return fp8_detail::bits_f32(0x7fc00000u | (static_cast<uint32_t>(c & 0x80u) << 24));

@@ -106,6 +106,15 @@ void require_device(const Tensor& t, const char* what) {
   CYPRIS_CHECK(t.device == Device::Cuda || t.numel() == 0, "cuda backend: {} is not in device memory", what);
 }
 
+void require_kv_cache(const Tensor& k_cache, const Tensor& v_cache) {
+  const DType t = k_cache.dtype;
+  CYPRIS_CHECK((t == DType::F32 || t == DType::F8E4M3 || t == DType::F8E5M2) && k_cache.ndim() == 4 &&
+                   v_cache.dtype == t && v_cache.shape == k_cache.shape,
+               "cuda backend: K/V caches must be F32, F8E4M3 or F8E5M2 [blocks, block_size, kv_heads, head_dim] of "
+               "the same type and shape, got {} {} and {} {}",
+               dtype_name(k_cache.dtype), k_cache.shape_str(), dtype_name(v_cache.dtype), v_cache.shape_str());
+}
+
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -303,30 +312,32 @@ void CudaBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Te
 }
 
 void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
-                                 Tensor& v_cache) {
+                                 Tensor& v_cache, const KvCacheScales& kv_scales) {
   require(k, DType::F32, 2, "cache write k");
   require(v, DType::F32, 2, "cache write v");
-  require(k_cache, DType::F32, 4, "k cache");
-  require(v_cache, DType::F32, 4, "v cache");
+  require_kv_cache(k_cache, v_cache);
   const int64_t width = k_cache.shape[2] * k_cache.shape[3];
   CYPRIS_CHECK(k.shape[1] == width && v.shape[1] == width && meta.slot_mapping.shape[0] == k.shape[0],
                "cuda backend: cache write shapes k {} cache {}", k.shape_str(), k_cache.shape_str());
   reshape_and_cache_cuda(k.as<float>(), row_stride(k), v.as<float>(), row_stride(v), k.shape[0],
-                         meta.slot_mapping.as<int64_t>(), width, k_cache.as<float>(), v_cache.as<float>(),
-                         k_cache.shape[0] * k_cache.shape[1], impl_->stream);
+                         meta.slot_mapping.as<int64_t>(), width, k_cache.data, v_cache.data,
+                         k_cache.shape[0] * k_cache.shape[1], impl_->stream, k_cache.dtype, kv_scales.k, kv_scales.v);
 }
 
 void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                  const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out) {
+                                  const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
+                                  const KvCacheScales& kv_scales) {
   require(q, DType::F32, 2, "attention q");
   require(out, DType::F32, 2, "attention output");
-  require(k_cache, DType::F32, 4, "k cache");
-  require(v_cache, DType::F32, 4, "v cache");
+  require_kv_cache(k_cache, v_cache);
   PagedAttentionCudaParams p;
   p.q = q.as<float>();
   p.ldq = row_stride(q);
-  p.k_cache = k_cache.as<float>();
-  p.v_cache = v_cache.as<float>();
+  p.k_cache = k_cache.data;
+  p.v_cache = v_cache.data;
+  p.cache_dtype = k_cache.dtype;
+  p.k_scale = kv_scales.k;
+  p.v_scale = kv_scales.v;
   p.num_blocks = k_cache.shape[0];
   p.block_size = static_cast<int>(k_cache.shape[1]);
   p.num_kv_heads = static_cast<int>(k_cache.shape[2]);
