@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
 #include "engine/core/engine.h"
@@ -193,6 +194,86 @@ TEST_F(ScalesFile, ScalesAreAppliedOnWriteAndRead) {
   EXPECT_GT(fp8_agreement(DType::F8E4M3, write("small.json", uniform_json("0.01"))).mean_err, 0.2);
 }
 
+// A copy of stories260k whose checkpoint also holds {k,v}_scale tensors (shape [], F32) named with
+// `prefix` ("self_attn." or "self_attn.attn."), in a second shard listed by an index file.
+std::filesystem::path model_with_scales(const std::filesystem::path& dir, const std::string& prefix,
+                                        const std::vector<float>& scales) {
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(kDir + "/config.json", dir / "config.json");
+  std::filesystem::create_symlink(kDir + "/model.safetensors", dir / "model.safetensors");
+  std::ifstream in(kDir + "/model.safetensors", std::ios::binary);
+  uint64_t len = 0;
+  in.read(reinterpret_cast<char*>(&len), 8);  // little-endian on every machine we build for
+  std::string header(len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(len));
+  nlohmann::json index, shard = nlohmann::json::object();
+  const nlohmann::json original = nlohmann::json::parse(header);
+  for (const auto& [name, _] : original.items()) {
+    if (name != "__metadata__") index["weight_map"][name] = "model.safetensors";
+  }
+  std::string data;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    for (const char* kv : {"k_scale", "v_scale"}) {
+      const std::string name = "model.layers." + std::to_string(i) + "." + prefix + kv;
+      shard[name] = {
+          {"dtype", "F32"}, {"shape", nlohmann::json::array()}, {"data_offsets", {data.size(), data.size() + 4}}};
+      data.append(reinterpret_cast<const char*>(&scales[i]), 4);
+      index["weight_map"][name] = "scales.safetensors";
+    }
+  }
+  std::string h = shard.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  const uint64_t hlen = h.size();
+  std::ofstream out(dir / "scales.safetensors", std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&hlen), 8);
+  out << h << data;
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  return dir;
+}
+
+std::vector<Logits> teacher_forced(ModelRunnerOptions o, int steps) {
+  ModelRunner r(o);
+  std::vector<int32_t> fed;
+  return run_steps(r, steps, &fed, &fp32_reference().tokens);
+}
+
+bool same_logits(const std::vector<Logits>& a, const std::vector<Logits>& b) {
+  for (size_t s = 0; s < a.size(); ++s) {
+    if (a[s].data != b[s].data) return false;
+  }
+  return a.size() == b.size();
+}
+
+TEST_F(ScalesFile, CheckpointScalesComeFirst) {
+  const std::vector<float> scales = {2.0f, 0.5f, 4.0f, 1.5f, 0.25f};
+  std::string js = R"({"kv_cache": {"dtype": "float8_e4m3fn", "scaling_factor": {"0": {)";
+  for (size_t i = 0; i < scales.size(); ++i)
+    js += (i ? ", \"" : "\"") + std::to_string(i) + "\": " + std::to_string(scales[i]);
+  const std::string same_json = write("same.json", js + "}}}}");
+  ModelRunnerOptions o = runner_opts(DType::F8E4M3, same_json);
+  const std::vector<Logits> from_json = teacher_forced(o, 3);
+  const std::vector<Logits> unscaled = teacher_forced(runner_opts(DType::F8E4M3), 3);
+  ASSERT_FALSE(same_logits(from_json, unscaled));
+  for (const std::string prefix : {"self_attn.", "self_attn.attn."}) {
+    SCOPED_TRACE(prefix);
+    ModelRunnerOptions c = runner_opts(DType::F8E4M3);
+    c.model_dir = model_with_scales(dir_ / prefix, prefix, scales);
+    // The checkpoint's k_scale = v_scale = s gives exactly the JSON's factor s.
+    EXPECT_TRUE(same_logits(teacher_forced(c, 3), from_json));
+    // Given both, the checkpoint wins over the file.
+    c.quantization_param_path = write("tiny.json", uniform_json("0.001"));
+    EXPECT_TRUE(same_logits(teacher_forced(c, 3), from_json));
+  }
+  ModelRunnerOptions bad = runner_opts(DType::F8E4M3);
+  bad.model_dir = model_with_scales(dir_ / "neg", "self_attn.", {1.0f, -1.0f, 1.0f, 1.0f, 1.0f});
+  try {
+    ModelRunner r(bad);
+    ADD_FAILURE() << "a negative checkpoint scale was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("model.layers.1.self_attn.k_scale"), HasSubstr("positive")));
+  }
+}
+
 TEST_F(ScalesFile, BadFilesAreRejectedNamingTheFileAndField) {
   auto error_of = [&](const std::string& path) -> std::string {
     try {
@@ -217,6 +298,32 @@ TEST_F(ScalesFile, BadFilesAreRejectedNamingTheFileAndField) {
               HasSubstr("rank 0"));
   EXPECT_THAT(error_of(write("dtype.json", R"({"kv_cache": {"dtype": "int8", "scaling_factor": {}}})")),
               AllOf(HasSubstr("kv_cache.dtype"), HasSubstr("float8_e4m3fn")));
+}
+
+TEST_F(ScalesFile, EachTensorParallelRankReadsItsOwnScales) {
+  // vLLM's outer key is the TP rank: at --tensor-parallel-size 2 the file needs "0" and "1".
+  ModelRunnerOptions o = runner_opts(DType::F8E4M3, write("rank0.json", uniform_json("1.0")));
+  o.parallel.world_size = 2;
+  try {
+    ModelRunner r(o);
+    ADD_FAILURE() << "a file without rank 1 was accepted at tensor parallel 2";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank 1"));
+  }
+  std::string both = R"({"kv_cache": {"dtype": "float8_e4m3fn", "scaling_factor": {)";
+  for (int r = 0; r < 2; ++r) {
+    both += std::string(r ? ", " : "") + "\"" + std::to_string(r) + "\": {";
+    for (int i = 0; i < 5; ++i) both += (i ? ", \"" : "\"") + std::to_string(i) + "\": 2.0";
+    both += "}";
+  }
+  o.quantization_param_path = write("ranks.json", both + "}}}");
+  // Same scales on both ranks as on one: the TP run sees the one-rank run's cache values.
+  const Agreement tp = [&] {
+    ModelRunner r(o);
+    std::vector<int32_t> fed;
+    return compare(run_steps(r, 20, &fed, &fp32_reference().tokens), fp32_reference());
+  }();
+  EXPECT_LT(tp.mean_err, 0.1);
 }
 
 TEST(KvCacheDtype, NamesMapToTypesAndBadNamesListTheChoices) {
