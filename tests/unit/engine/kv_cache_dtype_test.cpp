@@ -378,5 +378,22 @@ TEST(EngineKvCacheDtype, Fp8RunsAndHoldsFourTimesTheBlocks) {
   EXPECT_NEAR(u32 / u_e5m2, 4.0, 0.1);
 }
 
+// Swapping and copying blocks move the 1-byte elements intact: with an fp8 cache, preemption by swap
+// and batching give every request its solo fp8 output (as the fp32 equivalence tests in engine_test.cpp).
+TEST(EngineKvCacheDtype, SwapPreemptionAndBatchingKeepFp8Outputs) {
+  using namespace testing_support;
+  EngineConfig cfg = stories_config();
+  cfg.quant.kv_cache_dtype = "fp8_e5m2";
+  const std::vector<Job> jobs = make_jobs(64, 1234);
+  const Outputs solo = run_solo(cfg, jobs);
+  EngineConfig tight = cfg;
+  tight.cache.num_gpu_blocks_override = 40;  // 640 tokens: far less than the batch wants
+  tight.scheduler.preemption_mode = "swap";
+  tight.cache.swap_space = 0.01;
+  Engine engine(tight);
+  expect_same_outputs(jobs, solo, run_batched(engine, jobs));
+  EXPECT_GT(engine.stats().num_swap_outs_total, 0) << engine.stats().num_preemptions_total;
+}
+
 }  // namespace
 }  // namespace cypris
