@@ -49,11 +49,9 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   if (kv_cache_dtype_ != DType::F32) {
     LOG_INFO("KV cache dtype {} (1 byte per element); K/V scales from {}", dtype_name(kv_cache_dtype_),
              kv_scales_source_);
-  } else {
-    if (!options.quantization_param_path.empty()) {
-      LOG_WARN("--quantization-param-path {} has no effect without an fp8 --kv-cache-dtype",
-               options.quantization_param_path);
-    }
+  } else if (!options.quantization_param_path.empty()) {
+    LOG_WARN("--quantization-param-path {} has no effect without an fp8 --kv-cache-dtype",
+             options.quantization_param_path);
   }
 }
 
@@ -77,16 +75,17 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   r.backend = make_backend(bo);
   // Each rank opens the checkpoint itself and reads only its slices.
   auto weights = open_weight_source(options.model_dir, cfg, options.load);
-  ModelBuildOptions build;
-  build.weight_dtype = weight_dtype_;
-  build.parallel = {rank, static_cast<int>(ranks_.size())};
-  build.comm = workers_ ? &workers_->comm(rank) : nullptr;
-  r.model = build_model(cfg, *weights, *r.backend, build);
+  // fp8 cache scales first: a bad --quantization-param-path fails before the weights are read.
   ResolvedKvScales scales =
       resolve_kv_cache_scales(kv_cache_dtype_, options.load.load_format == "dummy" ? nullptr : weights.get(),
                               options.quantization_param_path, cfg.num_hidden_layers, rank);
   r.kv_scales = std::move(scales.layers);
   if (rank == 0) kv_scales_source_ = std::move(scales.source);
+  ModelBuildOptions build;
+  build.weight_dtype = weight_dtype_;
+  build.parallel = {rank, static_cast<int>(ranks_.size())};
+  build.comm = workers_ ? &workers_->comm(rank) : nullptr;
+  r.model = build_model(cfg, *weights, *r.backend, build);
 }
 
 void ModelRunner::allocate_kv_cache(Rank& r, const ModelConfig& cfg) {
