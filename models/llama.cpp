@@ -94,8 +94,9 @@ class LlamaModel : public Model {
       backend_.rotary(q, k, in.positions, cos_sin_.view, d_);
       dump(p + "q_rot", q);
       dump(p + "k_rot", k);
-      backend_.write_kv_cache(k, v, in.attn, kv[i].k.view, kv[i].v.view);
-      backend_.paged_attention(q, kv[i].k.view, kv[i].v.view, in.attn, scale, L.sliding_window, attn.view);
+      backend_.write_kv_cache(k, v, in.attn, kv[i].k.view, kv[i].v.view, kv[i].scales);
+      backend_.paged_attention(q, kv[i].k.view, kv[i].v.view, in.attn, scale, L.sliding_window, attn.view,
+                               kv[i].scales);
       dump(p + "attn", attn.view);
       backend_.linear(attn.view, L.o.view, row_parallel_bias(L.o_bias), hidden.view);
       all_reduce(hidden.view);

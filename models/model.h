@@ -14,10 +14,12 @@ namespace cypris {
 
 class Communicator;
 
-// One layer's cache: K and V, each [num_blocks, block_size, num_kv_heads (this rank), head_dim].
+// One layer's cache: K and V, each [num_blocks, block_size, num_kv_heads (this rank), head_dim],
+// F32 or fp8 (F8E4M3 / F8E5M2) with the layer's scales.
 struct KvCacheLayer {
   DeviceTensor k;
   DeviceTensor v;
+  KvCacheScales scales;
 };
 
 // The batch on the backend's device.

@@ -160,10 +160,10 @@ std::vector<OptionSpec> build_table() {
 
   group = "Quantization Options";
   add(Opt("kv-cache-dtype", bind_field(FIELD(quant.kv_cache_dtype)), "{auto,fp8,fp8_e5m2,fp8_e4m3}",
-          "The data type for KV cache. \"auto\" uses the model's data type; \"fp8\" (= fp8_e4m3) stores it in "
-          "8 bits.")
-          .choices({"auto", "fp8", "fp8_e5m2", "fp8_e4m3"})
-          .not_yet("the fp8 KV cache"));
+          "The data type for KV cache. \"auto\" keeps it in float32 (Cypris computes in fp32); \"fp8\" (= "
+          "fp8_e4m3) and \"fp8_e5m2\" store it in 8 bits, 4x the blocks in the same memory, with per-layer scales "
+          "from the checkpoint or --quantization-param-path.")
+          .choices({"auto", "fp8", "fp8_e5m2", "fp8_e4m3"}));
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
           "The method used to quantize the weights. Inferred from the model when possible.")
           .alias("-q")
@@ -180,8 +180,8 @@ std::vector<OptionSpec> build_table() {
           "Load the 32/16bit model in 8bit, using BitsAndBytes.")
           .not_yet("quantized weights"));
   add(Opt("quantization-param-path", bind_field(FIELD(quant.quantization_param_path)), "PATH",
-          "Path to the JSON file containing the KV cache scaling factors for FP8.")
-          .not_yet("the fp8 KV cache"));
+          "Path to the JSON file containing the KV cache scaling factors for FP8 (vLLM's format). Used when the "
+          "checkpoint has no k_scale/v_scale tensors; without either, the scales are 1.0."));
 
   group = "KV Cache Options";
   add(Opt("block-size", bind_field(FIELD(cache.block_size)), "{8,16,32}",

@@ -64,7 +64,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const int64_t max_model_len = mc.max_model_len;
   // Every rank holds its KV heads (replicated ones count on each rank that holds them).
   const double block_bytes =
-      2.0 * mc.num_hidden_layers * ro.block_size * kv_heads_per_rank(mc.num_key_value_heads, tp) * tp * mc.head_dim * 4;
+      2.0 * mc.num_hidden_layers * ro.block_size * kv_heads_per_rank(mc.num_key_value_heads, tp) * tp * mc.head_dim *
+      static_cast<double>(dtype_size(ro.kv_cache_dtype));
   ro.device = device;
   if (device == "cuda") {
     // Decode CUDA graphs are captured once the cache exists (model_runner.cpp, decode_graphs.h).

@@ -5,6 +5,7 @@
 #include "engine/common/error.h"
 #include "engine/loader/hub/hub.h"
 #include "engine/runtime/backend_factory.h"
+#include "engine/runtime/kv_cache_scales.h"
 
 namespace cypris {
 
@@ -40,6 +41,8 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
                "--tensor-parallel-size {} must be in [1, 256]", cfg.parallel.tensor_parallel_size);
   ro.parallel.world_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
   ro.device = resolve_device(cfg.device.device);
+  ro.kv_cache_dtype = parse_kv_cache_dtype(cfg.quant.kv_cache_dtype);
+  ro.quantization_param_path = cfg.quant.quantization_param_path.value_or("");
   return ro;
 }
 

@@ -1,6 +1,7 @@
 #include "engine/runtime/backend.h"
 
 #include "engine/common/error.h"
+#include "kernels/cpu/attention.h"  // is_kv_cache_dtype
 
 namespace cypris {
 
@@ -78,12 +79,19 @@ void check_rotary(const char* backend, const Tensor& q, const Tensor& k, const T
                positions.shape_str(), cos_sin.shape_str(), head_dim);
 }
 
+void require_kv_cache(const char* backend, const Tensor& k_cache, const Tensor& v_cache) {
+  CYPRIS_CHECK(is_kv_cache_dtype(k_cache.dtype) && k_cache.ndim() == 4 && v_cache.dtype == k_cache.dtype &&
+                   v_cache.shape == k_cache.shape,
+               "{}: K/V caches must be F32, F8E4M3 or F8E5M2 [blocks, block_size, kv_heads, head_dim] of the same "
+               "type and shape, got {} {} and {} {}",
+               backend, dtype_name(k_cache.dtype), k_cache.shape_str(), dtype_name(v_cache.dtype), v_cache.shape_str());
+}
+
 int64_t check_write_kv_cache(const char* backend, const Tensor& k, const Tensor& v, const AttentionMetadata& meta,
                              const Tensor& k_cache, const Tensor& v_cache) {
   require(backend, k, DType::F32, 2, "cache write k");
   require(backend, v, DType::F32, 2, "cache write v");
-  require(backend, k_cache, DType::F32, 4, "k cache");
-  require(backend, v_cache, DType::F32, 4, "v cache");
+  require_kv_cache(backend, k_cache, v_cache);
   const int64_t width = k_cache.shape[2] * k_cache.shape[3];
   CYPRIS_CHECK(k.shape[1] == width && v.shape[1] == width && meta.slot_mapping.shape[0] == k.shape[0],
                "{}: cache write shapes k {} cache {}", backend, k.shape_str(), k_cache.shape_str());
@@ -94,8 +102,7 @@ void check_paged_attention(const char* backend, const Tensor& q, const Tensor& k
                            const AttentionMetadata& meta, const Tensor& out) {
   require(backend, q, DType::F32, 2, "attention q");
   require(backend, out, DType::F32, 2, "attention output");
-  require(backend, k_cache, DType::F32, 4, "k cache");
-  require(backend, v_cache, DType::F32, 4, "v cache");
+  require_kv_cache(backend, k_cache, v_cache);
   CYPRIS_CHECK(k_cache.shape[3] > 0 && q.shape[1] % k_cache.shape[3] == 0 && out.shape == q.shape,
                "{}: attention shapes q {} out {} cache {}", backend, q.shape_str(), out.shape_str(),
                k_cache.shape_str());

@@ -44,6 +44,13 @@ struct AttentionMetadata {
   int max_seq_len = 0;
 };
 
+// fp8 KV cache scales of one layer (vLLM semantics): the cache holds fp8(x / scale) and attention
+// reads fp32(stored) * scale. Ignored for an fp32 cache.
+struct KvCacheScales {
+  float k = 1.0f;
+  float v = 1.0f;
+};
+
 // Free and total bytes of the backend's device memory (both 0 on the CPU).
 struct DeviceMemoryInfo {
   size_t free_bytes = 0;
@@ -88,12 +95,15 @@ class Backend {
   virtual void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
   // Neox rotary in place on q [T, Hq*D] and k [T, Hkv*D]; cos_sin F32 [max_pos, rot_dim].
   virtual void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) = 0;
-  // Stores k, v [T, Hkv*D] at meta.slot_mapping in the caches [num_blocks, block_size, Hkv, D].
+  // Stores k, v [T, Hkv*D] at meta.slot_mapping in the caches [num_blocks, block_size, Hkv, D]
+  // (F32, or F8E4M3 / F8E5M2 quantised with kv_scales).
   virtual void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
-                              Tensor& v_cache) = 0;
+                              Tensor& v_cache, const KvCacheScales& kv_scales = {}) = 0;
   // Causal attention of q [T, Hq*D] over the cached context; out [T, Hq*D]. window 0 = full.
+  // scale is the softmax scale; kv_scales dequantise an fp8 cache.
   virtual void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                               const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out) = 0;
+                               const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
+                               const KvCacheScales& kv_scales = {}) = 0;
   // out = silu(x[:, :I]) * x[:, I:]; x [T, 2I], out [T, I].
   virtual void silu_and_mul(const Tensor& x, Tensor& out) = 0;
   // out[r] = x[indices[r]]; x F32 [T, H], indices I32 [R], out F32 [R, H].

@@ -9,6 +9,7 @@
 #include "engine/common/log.h"
 #include "engine/runtime/backend_factory.h"
 #include "engine/runtime/memory_profile.h"
+#include "engine/runtime/kv_cache_scales.h"
 #include "engine/runtime/tp_workers.h"
 #include "engine/runtime/cuda/device_sampler.h"  // no CUDA headers; defined only in CUDA builds
 #include "engine/sampling/gpu_sampling.h"
@@ -29,6 +30,9 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   check_tensor_parallel(cfg, tp);
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
+  kv_cache_dtype_ = options.kv_cache_dtype;
+  CYPRIS_CHECK(kv_cache_dtype_ == DType::F32 || kv_cache_dtype_ == DType::F8E4M3 || kv_cache_dtype_ == DType::F8E5M2,
+               "KV cache dtype {} is not one of float32, fp8_e4m3, fp8_e5m2", dtype_name(kv_cache_dtype_));
   ranks_.resize(static_cast<size_t>(tp));
   const Device device = resolve_device(options.device) == "cuda" ? Device::Cuda : Device::Cpu;
   if (tp == 1) {
@@ -58,9 +62,17 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   }
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
   if (!graph_policy_.enforce_eager) capture_graphs();
-  LOG_INFO("loaded {} ({} layers, weights {}, {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens",
+  LOG_INFO("loaded {} ({} layers, weights {}, {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens, {}",
            resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_),
-           device == Device::Cuda ? "cuda" : "cpu", tp, options.model_dir.string(), num_blocks_, block_size_);
+           device == Device::Cuda ? "cuda" : "cpu", tp, options.model_dir.string(), num_blocks_, block_size_,
+           dtype_name(kv_cache_dtype_));
+  if (kv_cache_dtype_ != DType::F32) {
+    LOG_INFO("KV cache dtype {} (1 byte per element); K/V scales from {}", dtype_name(kv_cache_dtype_),
+             kv_scales_source_);
+  } else if (!options.quantization_param_path.empty()) {
+    LOG_WARN("--quantization-param-path {} has no effect without an fp8 --kv-cache-dtype",
+             options.quantization_param_path);
+  }
 }
 
 ModelRunner::~ModelRunner() {
@@ -86,6 +98,12 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   r.backend = make_backend(bo);
   // Each rank opens the checkpoint itself and reads only its slices.
   auto weights = open_weight_source(options.model_dir, cfg, options.load);
+  // fp8 cache scales first: a bad --quantization-param-path fails before the weights are read.
+  ResolvedKvScales scales =
+      resolve_kv_cache_scales(kv_cache_dtype_, options.load.load_format == "dummy" ? nullptr : weights.get(),
+                              options.quantization_param_path, cfg.num_hidden_layers, rank);
+  r.kv_scales = std::move(scales.layers);
+  if (rank == 0) kv_scales_source_ = std::move(scales.source);
   ModelBuildOptions build;
   build.weight_dtype = weight_dtype_;
   build.parallel = {rank, static_cast<int>(ranks_.size())};
@@ -96,10 +114,12 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
 void ModelRunner::allocate_kv_cache(Rank& r, const ModelConfig& cfg) {
   const std::vector<int64_t> shape = {num_blocks_, block_size_, r.model->num_kv_heads(), r.model->head_dim()};
   r.kv_cache.resize(cfg.num_hidden_layers);
-  for (auto& layer : r.kv_cache) {
+  for (size_t l = 0; l < r.kv_cache.size(); ++l) {
+    KvCacheLayer& layer = r.kv_cache[l];
     // Uninitialised: attention reads only slots written earlier, and untouched pages cost no RAM.
-    layer.k = r.backend->empty(DType::F32, shape);
-    layer.v = r.backend->empty(DType::F32, shape);
+    layer.k = r.backend->empty(kv_cache_dtype_, shape);
+    layer.v = r.backend->empty(kv_cache_dtype_, shape);
+    layer.scales = r.kv_scales.at(l);
   }
 }
 

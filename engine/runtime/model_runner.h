@@ -44,6 +44,10 @@ struct ModelRunnerOptions {
   // contexts up to max_seq_len_to_capture replay CUDA graphs captured at load (decode_graphs.h).
   bool enforce_eager = true;
   int64_t max_seq_len_to_capture = 8192;
+  // KV cache element type: F32, or F8E4M3 / F8E5M2 (parse_kv_cache_dtype in kv_cache_scales.h), and
+  // --quantization-param-path for the fp8 scales ("" = none).
+  DType kv_cache_dtype = DType::F32;
+  std::string quantization_param_path;
 };
 
 // Logits of the requested rows, fp32 on the host.
@@ -80,11 +84,12 @@ class ModelRunner {
   int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
   // Number of decode CUDA graphs captured (0 when running eagerly).
   int num_cuda_graphs() const { return ranks_.front().graphs ? ranks_.front().graphs->num_graphs() : 0; }
-  // K and V of every layer for one block, summed over the ranks (fp32 on the CPU): for sizing the
-  // cache from a memory budget.
+  DType kv_cache_dtype() const { return kv_cache_dtype_; }
+  // K and V of every layer for one block, summed over the ranks (4 bytes per element for fp32, 1 for
+  // fp8): for sizing the cache from a memory budget.
   int64_t kv_cache_bytes_per_block() const {
     return int64_t{2} * rank0_model()->num_layers() * block_size_ * rank0_model()->num_kv_heads() *
-           rank0_model()->head_dim() * 4 * tensor_parallel_size();
+           rank0_model()->head_dim() * static_cast<int64_t>(dtype_size(kv_cache_dtype_)) * tensor_parallel_size();
   }
   // Rank 0's backend and model shard.
   Backend& backend() { return *ranks_.front().backend; }
@@ -108,6 +113,7 @@ class ModelRunner {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Model> model;
     std::vector<KvCacheLayer> kv_cache;
+    std::vector<KvCacheScales> kv_scales;  // per layer (fp8 cache)
     std::vector<DeviceTensor> swap_k, swap_v;  // per layer [num_swap_blocks, block_size, kv_heads, head_dim], host
     std::unique_ptr<DecodeGraphRunner> graphs;  // last: released before the backend and the cache
   };
@@ -127,6 +133,8 @@ class ModelRunner {
   std::unique_ptr<TpWorkers> workers_;  // null at world size 1
   DType weight_dtype_ = DType::F32;
   int block_size_ = 16;
+  DType kv_cache_dtype_ = DType::F32;
+  std::string kv_scales_source_;  // rank 0's, for the load log
   int64_t num_blocks_ = 0;
   int64_t num_swap_blocks_ = 0;
   DecodeGraphPolicy graph_policy_;  // enforce_eager unless graphs are in use

@@ -6,19 +6,52 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "kernels/common/fp8.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
 
+bool is_kv_cache_dtype(DType t) { return t == DType::F32 || t == DType::F8E4M3 || t == DType::F8E5M2; }
+
+namespace {
+
+void quantize_row(const float* x, int64_t n, float scale, DType dtype, uint8_t* out) {
+  // Division, not a multiply by 1/scale: the CUDA kernel divides too, so both store the same bytes.
+  if (dtype == DType::F8E4M3) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_fp8_e4m3(x[i] / scale);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_fp8_e5m2(x[i] / scale);
+  }
+}
+
+// fp32(code) * scale for all 256 codes: decoding a cached row is then one table load per element.
+void dequant_table(DType dtype, float scale, float* table) {
+  for (int c = 0; c < 256; ++c) {
+    const auto code = static_cast<uint8_t>(c);
+    table[c] = (dtype == DType::F8E4M3 ? fp8_e4m3_to_f32(code) : fp8_e5m2_to_f32(code)) * scale;
+  }
+}
+
+}  // namespace
+
 void write_kv_cache_cpu(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t num_tokens,
-                        const int64_t* slot_mapping, int64_t kv_width, float* k_cache, float* v_cache,
-                        int64_t num_slots) {
+                        const int64_t* slot_mapping, int64_t kv_width, void* k_cache, void* v_cache,
+                        int64_t num_slots, DType cache_dtype, float k_scale, float v_scale) {
+  CYPRIS_CHECK(is_kv_cache_dtype(cache_dtype), "KV cache write: unsupported cache type {}", dtype_name(cache_dtype));
+  const bool fp8 = cache_dtype != DType::F32;
+  CYPRIS_CHECK(!fp8 || (k_scale > 0.0f && v_scale > 0.0f && std::isfinite(k_scale) && std::isfinite(v_scale)),
+               "KV cache write: scales must be positive (k_scale {}, v_scale {})", k_scale, v_scale);
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
     CYPRIS_CHECK(slot < num_slots, "slot_mapping[{}] = {} is outside the KV cache ({} slots)", t, slot, num_slots);
-    std::memcpy(k_cache + slot * kv_width, k + t * ldk, sizeof(float) * kv_width);
-    std::memcpy(v_cache + slot * kv_width, v + t * ldv, sizeof(float) * kv_width);
+    if (!fp8) {
+      std::memcpy(static_cast<float*>(k_cache) + slot * kv_width, k + t * ldk, sizeof(float) * kv_width);
+      std::memcpy(static_cast<float*>(v_cache) + slot * kv_width, v + t * ldv, sizeof(float) * kv_width);
+    } else {
+      quantize_row(k + t * ldk, kv_width, k_scale, cache_dtype, static_cast<uint8_t*>(k_cache) + slot * kv_width);
+      quantize_row(v + t * ldv, kv_width, v_scale, cache_dtype, static_cast<uint8_t*>(v_cache) + slot * kv_width);
+    }
   }
 }
 
@@ -63,15 +96,25 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
     }
     for (int32_t t = q0; t < q1; ++t) token_seq[t] = s;
   }
+  CYPRIS_CHECK(is_kv_cache_dtype(p.cache_dtype), "attention: unsupported cache type {}", dtype_name(p.cache_dtype));
   const int group = p.num_heads / p.num_kv_heads;
   const int d = p.head_dim;
-  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * d;  // floats per cached token
+  const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * d;  // elements per cached token
   const int64_t block_stride = kv_row * p.block_size;
+  // fp8: each work item decodes the rows it reads into fp32 scratch once and then runs the fp32 code,
+  // so the fp32 path stays exactly as it was.
+  const bool fp8 = p.cache_dtype != DType::F32;
+  float k_table[256], v_table[256];
+  if (fp8) {
+    dequant_table(p.cache_dtype, p.k_scale, k_table);
+    dequant_table(p.cache_dtype, p.v_scale, v_table);
+  }
 
   auto work = [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scores;
     thread_local std::vector<const float*> k_rows;
     thread_local std::vector<const float*> v_rows;
+    thread_local std::vector<float> k_deq, v_deq;
     for (int64_t item = i0; item < i1; ++item) {
       const int64_t t = item / p.num_kv_heads;
       const int g = static_cast<int>(item % p.num_kv_heads);
@@ -83,11 +126,28 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
       const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
       k_rows.resize(n);
       v_rows.resize(n);
+      if (fp8) {
+        k_deq.resize(static_cast<size_t>(n * d));
+        v_deq.resize(static_cast<size_t>(n * d));
+      }
       for (int64_t j = 0; j < n; ++j) {
         const int64_t kp = lo + j;
         const int64_t off = table[kp / p.block_size] * block_stride + (kp % p.block_size) * kv_row + g * d;
-        k_rows[j] = p.k_cache + off;
-        v_rows[j] = p.v_cache + off;
+        if (!fp8) {
+          k_rows[j] = static_cast<const float*>(p.k_cache) + off;
+          v_rows[j] = static_cast<const float*>(p.v_cache) + off;
+          continue;
+        }
+        const uint8_t* kc = static_cast<const uint8_t*>(p.k_cache) + off;
+        const uint8_t* vc = static_cast<const uint8_t*>(p.v_cache) + off;
+        float* kd = k_deq.data() + j * d;
+        float* vd = v_deq.data() + j * d;
+        for (int x = 0; x < d; ++x) {
+          kd[x] = k_table[kc[x]];
+          vd[x] = v_table[vc[x]];
+        }
+        k_rows[j] = kd;
+        v_rows[j] = vd;
       }
       scores.resize(n);
       for (int h = g * group; h < (g + 1) * group; ++h) {

@@ -1,21 +1,26 @@
 // Launchers for the paged KV cache on the GPU: writing new K/V rows into their slots
 // (reshape_and_cache) and copying whole blocks inside the cache (copy-on-write after a fork).
 // CPU references: write_kv_cache_cpu (kernels/cpu/attention.h) and the block memcpys of
-// engine/runtime/kv_block_ops.cpp. Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim] fp32.
+// engine/runtime/kv_block_ops.cpp. Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim],
+// fp32 or fp8 (one byte per element, kernels/common/fp8.h).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "engine/common/dtype.h"
+
 namespace cypris {
 
 // k_cache[slot] = k[t], v_cache[slot] = v[t] for every token with 0 <= slot_mapping[t] < num_slots
 // (a negative slot is padding; the runner validates the upper bound on the host).
-// k, v: [num_tokens, kv_width] with row strides ldk, ldv.
+// k, v: [num_tokens, kv_width] with row strides ldk, ldv. cache_dtype F32 copies; F8E4M3 / F8E5M2
+// store fp8(k / k_scale) and fp8(v / v_scale), bit-identical to write_kv_cache_cpu.
 void reshape_and_cache_cuda(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t num_tokens,
-                            const int64_t* slot_mapping, int64_t kv_width, float* k_cache, float* v_cache,
-                            int64_t num_slots, cudaStream_t stream);
+                            const int64_t* slot_mapping, int64_t kv_width, void* k_cache, void* v_cache,
+                            int64_t num_slots, cudaStream_t stream, DType cache_dtype = DType::F32,
+                            float k_scale = 1.0f, float v_scale = 1.0f);
 
 // For every cache tensor c (device pointers in cache_ptrs[num_caches], itself in device memory)
 // and every pair p: block pairs[2p + 1] of c = block pairs[2p] of c. block_bytes is the size of

@@ -11,11 +11,15 @@
 // Both run in fp32 on CUDA cores with any head_dim up to 256 (the fixtures use 8). GQA maps query
 // head h to KV head h / (num_heads / num_kv_heads); blocks of the same group re-read K/V through
 // L2 rather than sharing it in one block — the next step for speed, along with tensor cores.
+// An fp8 cache (e4m3 / e5m2) is read through the Load policy: each element is decoded with
+// kernels/common/fp8.h and multiplied by the layer's scale where it is loaded, so both kernels are
+// templates on the cache type and otherwise unchanged (the fp32 instance does no extra work).
 #include "kernels/cuda/paged_attention.h"
 
 #include <algorithm>
 
 #include "engine/common/error.h"
+#include "kernels/common/fp8.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
 
@@ -33,6 +37,22 @@ constexpr int kBq = 16;            // query rows per prefill tile
 constexpr int kBk = 32;            // keys per prefill tile (one per lane in the softmax update)
 constexpr int kPrefillThreads = 128;
 
+struct LoadF32 {
+  static __device__ __forceinline__ float load(const void* base, int64_t i, float) {
+    return static_cast<const float*>(base)[i];
+  }
+};
+struct LoadE4M3 {
+  static __device__ __forceinline__ float load(const void* base, int64_t i, float scale) {
+    return fp8_e4m3_to_f32(static_cast<const uint8_t*>(base)[i]) * scale;
+  }
+};
+struct LoadE5M2 {
+  static __device__ __forceinline__ float load(const void* base, int64_t i, float scale) {
+    return fp8_e5m2_to_f32(static_cast<const uint8_t*>(base)[i]) * scale;
+  }
+};
+
 __device__ __forceinline__ int find_seq(const int32_t* qsl, int num_seqs, int64_t t) {
   int lo = 0, hi = num_seqs - 1;  // last s with qsl[s] <= t
   while (lo < hi) {
@@ -49,6 +69,7 @@ __device__ __forceinline__ int64_t cache_offset(const int32_t* table, int block_
 }
 
 // grid (num_heads, num_tokens, num_splits). partial_* used when num_splits > 1.
+template <typename Load>
 static __global__ void decode_kernel(PagedAttentionCudaParams p, int num_splits, float* __restrict__ partial_o,
                                      float* __restrict__ partial_ml) {
   extern __shared__ int64_t decode_smem[];  // 8-byte aligned: the offsets come first
@@ -86,9 +107,9 @@ static __global__ void decode_kernel(PagedAttentionCudaParams p, int num_splits,
     for (int j = threadIdx.x; j < n; j += blockDim.x) off_s[j] = cache_offset(table, p.block_size, kv_row, g, d, c0 + j);
     __syncthreads();
     for (int j = warp; j < n; j += nwarps) {
-      const float* kr = p.k_cache + off_s[j];
+      const int64_t kr = off_s[j];
       float part = 0.0f;
-      for (int i = lane; i < d; i += 32) part += q_s[i] * kr[i];
+      for (int i = lane; i < d; i += 32) part += q_s[i] * Load::load(p.k_cache, kr + i, p.k_scale);
       part = warp_sum(part);
       if (lane == 0) p_s[j] = part * p.scale;
     }
@@ -113,7 +134,7 @@ static __global__ void decode_kernel(PagedAttentionCudaParams p, int num_splits,
       const int i = threadIdx.x + r * kDecodeThreads;
       if (i < d) {
         float a = acc[r] * alpha;
-        for (int j = 0; j < n; ++j) a += p_s[j] * p.v_cache[off_s[j] + i];
+        for (int j = 0; j < n; ++j) a += p_s[j] * Load::load(p.v_cache, off_s[j] + i, p.v_scale);
         acc[r] = a;
       }
     }
@@ -165,6 +186,7 @@ static __global__ void merge_splits_kernel(PagedAttentionCudaParams p, int num_s
 }
 
 // grid (query tiles, num_heads, num_seqs).
+template <typename Load>
 static __global__ void prefill_kernel(PagedAttentionCudaParams p) {
   extern __shared__ float smem[];
   const int d = p.head_dim;
@@ -211,8 +233,8 @@ static __global__ void prefill_kernel(PagedAttentionCudaParams p) {
       float kv = 0.0f, vv = 0.0f;
       if (key <= pos_last) {
         const int64_t off = cache_offset(table, p.block_size, kv_row, g, d, key) + i;
-        kv = p.k_cache[off];
-        vv = p.v_cache[off];
+        kv = Load::load(p.k_cache, off, p.k_scale);
+        vv = Load::load(p.v_cache, off, p.v_scale);
       }
       k_s[j * (d + 1) + i] = kv;
       v_s[e] = vv;
@@ -270,6 +292,21 @@ size_t prefill_smem_bytes(int d) {
   return sizeof(float) * (static_cast<size_t>(kBq) * d * 2 + kBk * (d + 1) + kBk * d + kBq * (kBk + 1) + 3 * kBq);
 }
 
+template <typename Load>
+void launch_prefill(const PagedAttentionCudaParams& p, cudaStream_t stream) {
+  const int max_q = p.max_query_len > 0 ? p.max_query_len : static_cast<int>(p.num_tokens);
+  const size_t smem = prefill_smem_bytes(p.head_dim);
+  static size_t configured = 48 * 1024;  // the default dynamic shared-memory limit (one per instance)
+  if (smem > configured) {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<Load>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+    configured = smem;
+  }
+  const dim3 grid((max_q + kBq - 1) / kBq, static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_seqs));
+  prefill_kernel<Load><<<grid, kPrefillThreads, smem, stream>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 size_t decode_smem_bytes(int d) { return sizeof(float) * (d + kChunk) + sizeof(int64_t) * kChunk; }
 
 bool all_decode(const PagedAttentionCudaParams& p) { return p.max_query_len == 1 || p.num_tokens == p.num_seqs; }
@@ -300,6 +337,8 @@ void paged_attention_cuda(const PagedAttentionCudaParams& p, void* workspace, cu
   CYPRIS_CHECK(p.head_dim > 0 && p.head_dim <= kMaxHeadDim, "attention: head_dim {} is not in [1, {}] on the GPU",
                p.head_dim, kMaxHeadDim);
   CYPRIS_CHECK(p.block_size > 0 && p.num_seqs >= 0, "attention: block_size {} num_seqs {}", p.block_size, p.num_seqs);
+  CYPRIS_CHECK(p.cache_dtype == DType::F32 || p.cache_dtype == DType::F8E4M3 || p.cache_dtype == DType::F8E5M2,
+               "attention: unsupported KV cache type {}", dtype_name(p.cache_dtype));
   if (p.num_tokens <= 0 || p.num_seqs == 0) return;
   if (all_decode(p)) {
     const int splits = num_splits_for(p);
@@ -313,7 +352,17 @@ void paged_attention_cuda(const PagedAttentionCudaParams& p, void* workspace, cu
     CYPRIS_CHECK(p.num_tokens <= 65535, "attention: {} decode tokens exceed the grid limit", p.num_tokens);
     const dim3 grid(static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_tokens),
                     static_cast<unsigned>(splits));
-    decode_kernel<<<grid, kDecodeThreads, decode_smem_bytes(p.head_dim), stream>>>(p, splits, partial_o, partial_ml);
+    const size_t smem = decode_smem_bytes(p.head_dim);
+    switch (p.cache_dtype) {
+      case DType::F8E4M3:
+        decode_kernel<LoadE4M3><<<grid, kDecodeThreads, smem, stream>>>(p, splits, partial_o, partial_ml);
+        break;
+      case DType::F8E5M2:
+        decode_kernel<LoadE5M2><<<grid, kDecodeThreads, smem, stream>>>(p, splits, partial_o, partial_ml);
+        break;
+      default:
+        decode_kernel<LoadF32><<<grid, kDecodeThreads, smem, stream>>>(p, splits, partial_o, partial_ml);
+    }
     CUDA_CHECK(cudaGetLastError());
     if (splits > 1) {
       const dim3 mgrid(static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_tokens));
@@ -322,17 +371,11 @@ void paged_attention_cuda(const PagedAttentionCudaParams& p, void* workspace, cu
     }
     return;
   }
-  const int max_q = p.max_query_len > 0 ? p.max_query_len : static_cast<int>(p.num_tokens);
-  const size_t smem = prefill_smem_bytes(p.head_dim);
-  static size_t configured = 48 * 1024;  // the default dynamic shared-memory limit
-  if (smem > configured) {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)));
-    configured = smem;
+  switch (p.cache_dtype) {
+    case DType::F8E4M3: launch_prefill<LoadE4M3>(p, stream); break;
+    case DType::F8E5M2: launch_prefill<LoadE5M2>(p, stream); break;
+    default: launch_prefill<LoadF32>(p, stream);
   }
-  const dim3 grid((max_q + kBq - 1) / kBq, static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_seqs));
-  prefill_kernel<<<grid, kPrefillThreads, smem, stream>>>(p);
-  CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace cypris

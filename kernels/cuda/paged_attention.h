@@ -8,13 +8,18 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/common/dtype.h"
+
 namespace cypris {
 
 struct PagedAttentionCudaParams {
   const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride ldq
   int64_t ldq = 0;
-  const float* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
-  const float* v_cache = nullptr;
+  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] of cache_dtype
+  const void* v_cache = nullptr;
+  DType cache_dtype = DType::F32;  // F32, F8E4M3 or F8E5M2
+  float k_scale = 1.0f;            // fp8 only: key = fp32(stored) * k_scale
+  float v_scale = 1.0f;
   int64_t num_blocks = 0;
   int block_size = 0;
   int num_heads = 0;

@@ -83,21 +83,25 @@ void CpuBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Ten
 }
 
 void CpuBackend::write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
-                                Tensor& v_cache) {
+                                Tensor& v_cache, const KvCacheScales& kv_scales) {
   const int64_t width = backend_checks::check_write_kv_cache(kName, k, v, meta, k_cache, v_cache);
   write_kv_cache_cpu(k.as<float>(), row_stride(k), v.as<float>(), row_stride(v), k.shape[0],
-                     meta.slot_mapping.as<int64_t>(), width, k_cache.as<float>(), v_cache.as<float>(),
-                     k_cache.shape[0] * k_cache.shape[1]);
+                     meta.slot_mapping.as<int64_t>(), width, k_cache.data, v_cache.data,
+                     k_cache.shape[0] * k_cache.shape[1], k_cache.dtype, kv_scales.k, kv_scales.v);
 }
 
 void CpuBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                                 const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out) {
+                                 const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
+                                 const KvCacheScales& kv_scales) {
   backend_checks::check_paged_attention(kName, q, k_cache, v_cache, meta, out);
   PagedAttentionParams p;
   p.q = q.as<float>();
   p.ldq = row_stride(q);
-  p.k_cache = k_cache.as<float>();
-  p.v_cache = v_cache.as<float>();
+  p.k_cache = k_cache.data;
+  p.v_cache = v_cache.data;
+  p.cache_dtype = k_cache.dtype;
+  p.k_scale = kv_scales.k;
+  p.v_scale = kv_scales.v;
   p.num_blocks = k_cache.shape[0];
   p.block_size = static_cast<int>(k_cache.shape[1]);
   p.num_kv_heads = static_cast<int>(k_cache.shape[2]);

@@ -42,9 +42,9 @@ class CudaBackend : public Backend {
   void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
   void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) override;
   void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
-                      Tensor& v_cache) override;
+                      Tensor& v_cache, const KvCacheScales& kv_scales = {}) override;
   void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMetadata& meta,
-                       float scale, int sliding_window, Tensor& out) override;
+                       float scale, int sliding_window, Tensor& out, const KvCacheScales& kv_scales = {}) override;
   void silu_and_mul(const Tensor& x, Tensor& out) override;
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
   void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) override;

@@ -192,6 +192,18 @@ TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
   EXPECT_EQ(error_of({"-pp", "1"}), "");
 }
 
+TEST(Validate, Fp8KvCacheDtypesAreAcceptedAndBadOnesNameTheChoices) {
+  for (const char* v : {"fp8", "fp8_e4m3", "fp8_e5m2", "auto"}) {
+    EngineConfig cfg;
+    parse({"--kv-cache-dtype", v, "--quantization-param-path", "/tmp/scales.json"}, cfg);
+    EXPECT_NO_THROW(validate_options(cfg)) << v;
+    EXPECT_EQ(cfg.quant.kv_cache_dtype, v);
+    EXPECT_EQ(cfg.quant.quantization_param_path.value_or(""), "/tmp/scales.json");
+  }
+  EXPECT_THAT(error_of({"--kv-cache-dtype", "fp16"}),
+              AllOf(HasSubstr("--kv-cache-dtype"), HasSubstr("fp8_e5m2"), HasSubstr("fp8_e4m3"), HasSubstr("auto")));
+}
+
 TEST(Validate, OptionsWithoutMeaningHereWarnOnce) {
   EngineConfig cfg;
   parse({"--worker-use-ray", "--tokenizer-pool-size", "4", "--device", "neuron"}, cfg);

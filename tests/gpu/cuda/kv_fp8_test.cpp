@@ -1,0 +1,228 @@
+// The fp8 KV cache on the GPU against the CPU reference: reshape_and_cache stores exactly the CPU's
+// bytes (both use kernels/common/fp8.h), paged attention (decode, split-K and prefill kernels) over
+// an fp8 cache matches paged_attention_cpu over the same bytes within fp32 tolerance, block copies
+// move fp8 blocks byte for byte, and the CUDA engine with an fp8 cache gives the CPU fp8 engine's
+// greedy tokens. Skips itself without a GPU.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "tests/gpu/cuda/gpu_test_util.h"
+
+#ifdef CYPRIS_HAVE_CUDA
+#include "engine/core/engine.h"
+#include "engine/core/sampling_params.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/cache_ops.h"
+#include "kernels/cuda/paged_attention.h"
+#include "tests/support/engine_jobs.h"
+#endif
+
+namespace cypris {
+namespace {
+
+using namespace gpu_test;
+
+#ifndef CYPRIS_HAVE_CUDA
+TEST(CudaFp8KvCache, SkippedWithoutCuda) {
+  CYPRIS_REQUIRE_GPU();
+}
+#else
+
+constexpr double kF32Tol = 1e-5;
+
+class CudaFp8 : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaFp8, ReshapeAndCacheStoresTheCpuBytes) {
+  CYPRIS_REQUIRE_GPU();
+  const DType dt = GetParam();
+  const int64_t num_slots = 24, width = 40, n = 9, ld = 3 * width;
+  // Wide range: subnormals, normals and values that saturate after the scale.
+  std::vector<float> kv = randn(n * ld, 31, 50.0f);
+  kv[0] = 1e-6f;
+  kv[1] = -1e6f;
+  kv[2] = 0.0f;
+  const std::vector<int64_t> slots = {5, 0, -1, 23, 7, 8, -1, 12, 2};
+  std::vector<uint8_t> kref(num_slots * width, 0x5A), vref = kref;
+  write_kv_cache_cpu(kv.data(), ld, kv.data() + width, ld, n, slots.data(), width, kref.data(), vref.data(), num_slots,
+                     dt, 0.5f, 3.0f);
+  DevBuf<float> dkv(kv);
+  DevBuf<uint8_t> dk(std::vector<uint8_t>(num_slots * width, 0x5A)), dv(std::vector<uint8_t>(num_slots * width, 0x5A));
+  DevBuf<int64_t> dslots(slots);
+  reshape_and_cache_cuda(dkv.get(), ld, dkv.get() + width, ld, n, dslots.get(), width, dk.get(), dv.get(), num_slots,
+                         nullptr, dt, 0.5f, 3.0f);
+  EXPECT_EQ(dk.download(), kref);
+  EXPECT_EQ(dv.download(), vref);
+}
+
+struct Fp8AttnCase {
+  int head_dim, num_heads, num_kv_heads, block_size, window;
+  std::vector<std::pair<int, int> > seqs;  // (new tokens, context length)
+};
+
+void check_attention(DType dt, const Fp8AttnCase& c) {
+  const int d = c.head_dim;
+  int max_ctx = 0, max_q = 0;
+  std::vector<int32_t> qsl = {0}, lens;
+  for (auto [q, ctx] : c.seqs) {
+    qsl.push_back(qsl.back() + q);
+    lens.push_back(ctx);
+    max_ctx = std::max(max_ctx, ctx);
+    max_q = std::max(max_q, q);
+  }
+  const int num_seqs = static_cast<int>(c.seqs.size());
+  const int64_t n = qsl.back();
+  const int64_t max_blocks = (max_ctx + c.block_size - 1) / c.block_size;
+  const int64_t num_blocks = max_blocks * num_seqs + 3;
+  std::vector<int32_t> ids(num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(20));
+  std::vector<int32_t> tables(num_seqs * max_blocks);
+  for (int64_t i = 0; i < num_seqs * max_blocks; ++i) tables[i] = ids[i];
+  const int64_t kv_row = int64_t{c.num_kv_heads} * d;
+  const int64_t slots_n = num_blocks * c.block_size;
+  // The fp8 cache is filled by the CPU writer from fp32 K/V, scales 2 and 0.25.
+  const std::vector<float> k = randn(slots_n * kv_row, 21, 4.0f), v = randn(slots_n * kv_row, 22, 0.5f);
+  std::vector<int64_t> all(slots_n);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<uint8_t> kc(k.size()), vc(v.size());
+  write_kv_cache_cpu(k.data(), kv_row, v.data(), kv_row, slots_n, all.data(), kv_row, kc.data(), vc.data(), slots_n, dt,
+                     2.0f, 0.25f);
+  const std::vector<float> q = randn(n * c.num_heads * d, 23);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const int64_t ldo = int64_t{c.num_heads} * d;
+
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.ldq = ldo;
+  p.k_cache = kc.data();
+  p.v_cache = vc.data();
+  p.cache_dtype = dt;
+  p.k_scale = 2.0f;
+  p.v_scale = 0.25f;
+  p.num_blocks = num_blocks;
+  p.block_size = c.block_size;
+  p.num_heads = c.num_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_dim = d;
+  p.query_start_loc = qsl.data();
+  p.seq_lens = lens.data();
+  p.block_tables = tables.data();
+  p.max_blocks_per_seq = max_blocks;
+  p.num_seqs = num_seqs;
+  p.scale = scale;
+  p.sliding_window = c.window;
+  std::vector<float> ref(n * ldo);
+  p.out = ref.data();
+  p.ldo = ldo;
+  paged_attention_cpu(p, nullptr);
+
+  DevBuf<float> dq(q), dout(ref.size());
+  DevBuf<uint8_t> dk(kc), dv(vc);
+  DevBuf<int32_t> dqsl(qsl), dlens(lens), dtables(tables);
+  PagedAttentionCudaParams g;
+  g.q = dq.get();
+  g.ldq = ldo;
+  g.k_cache = dk.get();
+  g.v_cache = dv.get();
+  g.cache_dtype = dt;
+  g.k_scale = 2.0f;
+  g.v_scale = 0.25f;
+  g.num_blocks = num_blocks;
+  g.block_size = c.block_size;
+  g.num_heads = c.num_heads;
+  g.num_kv_heads = c.num_kv_heads;
+  g.head_dim = d;
+  g.query_start_loc = dqsl.get();
+  g.seq_lens = dlens.get();
+  g.block_tables = dtables.get();
+  g.max_blocks_per_seq = max_blocks;
+  g.num_seqs = num_seqs;
+  g.num_tokens = n;
+  g.max_query_len = max_q;
+  g.max_seq_len = max_ctx;
+  g.scale = scale;
+  g.sliding_window = c.window;
+  g.out = dout.get();
+  g.ldo = ldo;
+  const size_t ws = paged_attention_workspace_bytes(g);
+  DevBuf<uint8_t> workspace(ws);
+  dout.poison();
+  paged_attention_cuda(g, ws ? workspace.get() : nullptr, nullptr);
+  EXPECT_LT(norm_err(dout.download(), ref), kF32Tol);
+}
+
+TEST_P(CudaFp8, PagedAttentionMatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const Fp8AttnCase cases[] = {
+      {8, 4, 2, 16, 0, {{1, 1}, {1, 17}, {1, 300}}},             // decode
+      {128, 32, 8, 16, 0, {{1, 3000}}},                          // decode, split-K
+      {64, 8, 2, 16, 0, {{37, 37}, {1, 70}, {20, 90}, {5, 5}}},  // prefill / mixed
+      {64, 8, 1, 4, 7, {{50, 60}, {1, 33}}},                     // sliding window, MQA
+  };
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    SCOPED_TRACE(testing::Message() << "case " << i);
+    check_attention(GetParam(), cases[i]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaFp8, ::testing::Values(DType::F8E4M3, DType::F8E5M2),
+                         [](const ::testing::TestParamInfo<DType>& i) {
+                           return i.param == DType::F8E4M3 ? std::string("e4m3") : std::string("e5m2");
+                         });
+
+TEST(CudaFp8KvCache, CopyBlocksMovesFp8BlocksByteForByte) {
+  CYPRIS_REQUIRE_GPU();
+  for (int64_t block_bytes : {int64_t{64}, int64_t{6}}) {  // 16-byte and 1-byte copy paths
+    const int64_t blocks = 8;
+    std::vector<uint8_t> host(blocks * block_bytes);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 37 + 11);
+    DevBuf<uint8_t> cache(host);
+    const std::vector<uint64_t> ptrs = {reinterpret_cast<uint64_t>(cache.get())};
+    const std::vector<int64_t> pairs = {0, 5, 3, 1};
+    DevBuf<uint64_t> dptrs(ptrs);
+    DevBuf<int64_t> dpairs(pairs);
+    copy_blocks_cuda(dptrs.get(), 1, dpairs.get(), 2, block_bytes, nullptr);
+    std::vector<uint8_t> ref = host;
+    for (size_t p = 0; p < pairs.size(); p += 2) {
+      std::copy_n(host.begin() + pairs[p] * block_bytes, block_bytes, ref.begin() + pairs[p + 1] * block_bytes);
+    }
+    EXPECT_EQ(cache.download(), ref) << block_bytes << " bytes per block";
+  }
+}
+
+// The whole CUDA path (fp8 cache allocation, write, decode and prefill reads) against the CPU engine
+// with the same fp8 cache: same greedy tokens.
+TEST(CudaFp8KvCache, EngineGreedyTokensMatchTheCpuFp8Engine) {
+  CYPRIS_REQUIRE_GPU();
+  for (const char* kv : {"fp8_e4m3", "fp8_e5m2"}) {
+    std::vector<std::vector<int32_t> > got;
+    for (const char* device : {"cpu", "cuda"}) {
+      EngineConfig cfg = testing_support::stories_config(1, device);
+      cfg.quant.kv_cache_dtype = kv;
+      if (std::string(device) == "cuda") cfg.cache.num_gpu_blocks_override = 2000;
+      Engine engine(cfg);
+      auto p = std::make_shared<SamplingParams>();
+      p->temperature = 0.0f;
+      p->max_tokens = 30;
+      p->ignore_eos = true;
+      auto stream = std::make_shared<RequestStream>("r");
+      std::vector<int32_t> prompt = {1};
+      for (int i = 0; i < 60; ++i) prompt.push_back(3 + (i * 37) % 500);
+      engine.add_request(GenerateRequest{"r", prompt, "", p, 0}, stream);
+      while (engine.has_unfinished_requests()) engine.step();
+      std::vector<int32_t> ids;
+      while (auto o = stream->next(std::chrono::milliseconds(0))) {
+        for (const auto& d : o->outputs) ids.insert(ids.end(), d.token_ids.begin(), d.token_ids.end());
+      }
+      got.push_back(ids);
+    }
+    EXPECT_EQ(got[1], got[0]) << kv;
+    EXPECT_EQ(got[0].size(), 30u);
+  }
+}
+
+#endif
+
+}  // namespace
+}  // namespace cypris

@@ -1,0 +1,176 @@
+// The fp8 KV cache on the CPU: write_kv_cache_cpu stores the expected bytes, and paged attention
+// over an fp8 cache stays within the error that fp8 rounding of K and V allows of the same
+// attention over an fp32 cache (a bound derived below from the inputs, per output element).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "engine/common/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace cypris {
+namespace {
+
+TEST(Fp8KvCache, WriteStoresScaledBytes) {
+  // 1.0 / 0.5 = 2 -> e4m3 0.1000.000 = 0x40; -3 / 0.5 = -6 = -1.5 * 2^2 -> 1.1001.100 = 0xCC;
+  // 1000 / 0.5 = 2000 saturates to 448 = 0x7E. v: 0.75 / 2 = 0.375 = 1.5 * 2^-2 -> 0.0101.100 = 0x2C;
+  // 1000 / 2 = 500 -> 0x7E; 0 -> 0x00.
+  const std::vector<float> k = {1.0f, -3.0f, 1000.0f}, v = {0.75f, 1000.0f, 0.0f};
+  std::vector<uint8_t> kc(2 * 3, 0xAA), vc(2 * 3, 0xAA);
+  const int64_t slots[] = {1};
+  write_kv_cache_cpu(k.data(), 3, v.data(), 3, 1, slots, 3, kc.data(), vc.data(), 2, DType::F8E4M3, 0.5f, 2.0f);
+  EXPECT_EQ(std::vector<uint8_t>(kc.begin() + 3, kc.end()), (std::vector<uint8_t>{0x40, 0xCC, 0x7E}));
+  EXPECT_EQ(std::vector<uint8_t>(vc.begin() + 3, vc.end()), (std::vector<uint8_t>{0x2C, 0x7E, 0x00}));
+  EXPECT_EQ(kc[0], 0xAA);  // other slots untouched
+  // e5m2: 2 -> 0.10000.00 = 0x40; -6 = -1.5 * 2^2 -> 1.10001.10 = 0xC6; 2000 = 1.953 * 2^10 -> rounds up to
+  // 2^11 = 0.11010.00 = 0x68.
+  write_kv_cache_cpu(k.data(), 3, v.data(), 3, 1, slots, 3, kc.data(), vc.data(), 2, DType::F8E5M2, 0.5f, 2.0f);
+  EXPECT_EQ(std::vector<uint8_t>(kc.begin() + 3, kc.end()), (std::vector<uint8_t>{0x40, 0xC6, 0x68}));
+  EXPECT_THROW(
+      write_kv_cache_cpu(k.data(), 3, v.data(), 3, 1, slots, 3, kc.data(), vc.data(), 2, DType::F8E4M3, 0.0f, 1.0f),
+      Error);
+}
+
+struct Fp8Case {
+  DType dtype;
+  float magnitude;  // K and V are N(0, magnitude^2)
+  float k_scale, v_scale;
+};
+
+// The largest rounding error of x stored as fp8(x / s) and read as fp32 * s, when |x / s| is within
+// range: half an ulp, i.e. 2^-(mantissa bits + 1) of |x| for normal values, and half the smallest
+// subnormal step (times s) below the normal range.
+double element_bound(double x, DType dtype, double s) {
+  const int mant = dtype == DType::F8E4M3 ? 3 : 2;
+  const double half_sub = dtype == DType::F8E4M3 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -17);
+  return std::max(std::ldexp(std::fabs(x), -(mant + 1)), half_sub * s);
+}
+
+class Fp8Attention : public ::testing::TestWithParam<Fp8Case> {};
+
+TEST_P(Fp8Attention, WithinTheRoundingBoundOfTheFp32Cache) {
+  const Fp8Case c = GetParam();
+  const int hq = 4, hkv = 2, d = 16, bs = 4, num_blocks = 16;
+  const int64_t kv_w = hkv * d, num_slots = int64_t{num_blocks} * bs;
+  const std::vector<int32_t> seq_lens = {13, 6, 9};
+  const std::vector<int32_t> q_lens = {5, 6, 1};  // a chunk with context, a fresh prefill, a decode
+  const std::vector<std::vector<int32_t>> tables = {{3, 9, 0, 12}, {5, 1}, {15, 2, 7}};
+  std::mt19937 g(42);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(num_slots * kv_w), v(num_slots * kv_w);
+  for (auto& x : k) x = nd(g) * c.magnitude;
+  for (auto& x : v) x = nd(g) * c.magnitude;
+  std::vector<int64_t> slots(num_slots);
+  for (int64_t i = 0; i < num_slots; ++i) slots[i] = i;
+  std::vector<float> kc32(k.size()), vc32(v.size());
+  std::vector<uint8_t> kc8(k.size()), vc8(v.size());
+  write_kv_cache_cpu(k.data(), kv_w, v.data(), kv_w, num_slots, slots.data(), kv_w, kc32.data(), vc32.data(),
+                     num_slots);
+  write_kv_cache_cpu(k.data(), kv_w, v.data(), kv_w, num_slots, slots.data(), kv_w, kc8.data(), vc8.data(), num_slots,
+                     c.dtype, c.k_scale, c.v_scale);
+
+  std::vector<int32_t> qsl = {0};
+  for (int32_t l : q_lens) qsl.push_back(qsl.back() + l);
+  const int64_t tokens = qsl.back();
+  std::vector<float> q(tokens * hq * d);
+  for (auto& x : q) x = nd(g);
+  std::vector<int32_t> bt(3 * 4, 0);
+  for (int s = 0; s < 3; ++s) std::copy(tables[s].begin(), tables[s].end(), bt.begin() + s * 4);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d)) / c.magnitude;  // keeps scores O(1)
+
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.ldq = hq * d;
+  p.num_blocks = num_blocks;
+  p.block_size = bs;
+  p.num_heads = hq;
+  p.num_kv_heads = hkv;
+  p.head_dim = d;
+  p.query_start_loc = qsl.data();
+  p.seq_lens = seq_lens.data();
+  p.block_tables = bt.data();
+  p.max_blocks_per_seq = 4;
+  p.num_seqs = 3;
+  p.scale = scale;
+  p.ldo = hq * d;
+  ThreadPool pool(2);
+  std::vector<float> out32(tokens * hq * d, std::numeric_limits<float>::quiet_NaN()), out8 = out32;
+  p.k_cache = kc32.data();
+  p.v_cache = vc32.data();
+  p.out = out32.data();
+  paged_attention_cpu(p, &pool);
+  p.k_cache = kc8.data();
+  p.v_cache = vc8.data();
+  p.cache_dtype = c.dtype;
+  p.k_scale = c.k_scale;
+  p.v_scale = c.v_scale;
+  p.out = out8.data();
+  paged_attention_cpu(p, &pool);
+
+  // Bound per output o[t, h, x]: with every score perturbed by at most delta = scale * sum_i |q_i| *
+  // err(k_ji), each softmax weight moves by a factor within e^(+-2 delta), so
+  // |o8 - o32| <= (e^(2 delta) - 1) * max_j |v_jx| + max_j err(v_jx)   (+ fp32 slack).
+  double worst_ratio = 0, max_diff = 0, max_out = 0;
+  for (int s = 0; s < 3; ++s) {
+    for (int32_t i = 0; i < q_lens[s]; ++i) {
+      const int64_t t = qsl[s] + i;
+      const int pos = seq_lens[s] - q_lens[s] + i;
+      for (int h = 0; h < hq; ++h) {
+        const int grp = h / (hq / hkv);
+        double delta = 0;
+        std::vector<double> vmax(d, 0), verr(d, 0);
+        for (int j = 0; j <= pos; ++j) {
+          const int64_t row = (int64_t{tables[s][j / bs]} * bs + j % bs) * kv_w + grp * d;
+          double dd = 0;
+          for (int x = 0; x < d; ++x) {
+            dd += std::fabs(q[t * hq * d + h * d + x]) * element_bound(k[row + x], c.dtype, c.k_scale);
+            vmax[x] = std::max(vmax[x], std::fabs(double(v[row + x])));
+            verr[x] = std::max(verr[x], element_bound(v[row + x], c.dtype, c.v_scale));
+          }
+          delta = std::max(delta, dd * scale);
+        }
+        for (int x = 0; x < d; ++x) {
+          const size_t o = static_cast<size_t>(t * hq * d + h * d + x);
+          const double bound = std::expm1(2 * delta) * vmax[x] + verr[x] + 1e-5 * vmax[x];
+          const double diff = std::fabs(double(out8[o]) - out32[o]);
+          ASSERT_LE(diff, bound) << "token " << t << " head " << h << " element " << x;
+          worst_ratio = std::max(worst_ratio, diff / bound);
+          max_diff = std::max(max_diff, diff);
+          max_out = std::max(max_out, std::fabs(double(out32[o])));
+        }
+      }
+    }
+  }
+  EXPECT_GT(max_diff, 0.0) << "the fp8 cache gave exactly the fp32 result: nothing was quantised";
+  // The bound is a worst case; the typical normalised error is far below it (e4m3 ~ 2^-4 / sqrt(n)).
+  EXPECT_LT(max_diff / max_out, c.dtype == DType::F8E4M3 ? 0.08 : 0.16);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, Fp8Attention,
+    ::testing::Values(Fp8Case{DType::F8E4M3, 1.0f, 1.0f, 1.0f}, Fp8Case{DType::F8E5M2, 1.0f, 1.0f, 1.0f},
+                      // K, V ~ 1000: beyond e4m3's 448 without a scale; scales bring them in range.
+                      Fp8Case{DType::F8E4M3, 1000.0f, 8.0f, 16.0f}, Fp8Case{DType::F8E5M2, 0.01f, 0.001f, 0.002f}));
+
+TEST(Fp8Attention, WithoutAScaleOutliersSaturate) {
+  // The same data as the scaled case above but stored with scale 1: values past 448 are clipped, so
+  // the cache holds 448 where the input had ~2000 (what a scale is for).
+  const std::vector<float> k = {2000.0f, -2000.0f};
+  std::vector<uint8_t> kc(2), vc(2);
+  const int64_t slot[] = {0};
+  write_kv_cache_cpu(k.data(), 2, k.data(), 2, 1, slot, 2, kc.data(), vc.data(), 1, DType::F8E4M3, 1.0f, 1.0f);
+  EXPECT_EQ(kc[0], 0x7E);
+  EXPECT_EQ(kc[1], 0xFE);
+  write_kv_cache_cpu(k.data(), 2, k.data(), 2, 1, slot, 2, kc.data(), vc.data(), 1, DType::F8E4M3, 8.0f, 8.0f);
+  // 2000 / 8 = 250, between 240 (1.875 * 2^7, 0.1110.111) and 256 (2^8, 0.1111.000), nearer 256: read back
+  // as 256 * 8 = 2048.
+  EXPECT_EQ(kc[0], 0x78);
+}
+
+}  // namespace
+}  // namespace cypris
