@@ -34,6 +34,15 @@
 #define CYPRIS_REQUIRE_GPU() GTEST_SKIP() << "built without the CUDA backend"
 #endif
 
+// A GPU test file's tests sit in `#ifdef CYPRIS_HAVE_CUDA`; without the backend the file is this one
+// test, `suite.SkippedWithoutCuda`, which reports the skip.
+#ifdef CYPRIS_HAVE_CUDA
+#define CYPRIS_SKIPPED_WITHOUT_CUDA(suite)
+#else
+#define CYPRIS_SKIPPED_WITHOUT_CUDA(suite) \
+  TEST(suite, SkippedWithoutCuda) { CYPRIS_REQUIRE_GPU(); }
+#endif
+
 namespace cypris::gpu_test {
 
 // The tiny model fixtures (tests/fixtures/models/*/config.json), sorted, for parameterised tests.
@@ -94,6 +103,21 @@ class DevBuf {
   void* p_ = nullptr;
   size_t n_ = 0;
 };
+
+// The CPU reference for paged attention over batch `b`: completes `p` (whose q, ldq, caches and cache
+// format are set) with the batch, scale 1/sqrt(head_dim), `window` and an output of
+// [num_tokens, num_heads * head_dim], runs paged_attention_cpu and returns that output.
+inline std::vector<float> paged_attention_reference(PagedAttentionParams& p, const testing_support::PagedBatch& b,
+                                                    int window) {
+  testing_support::set_paged_batch(p, b);
+  p.scale = 1.0f / std::sqrt(static_cast<float>(b.head_dim));
+  p.sliding_window = window;
+  std::vector<float> ref(b.num_tokens * b.q_row());
+  p.out = ref.data();
+  p.ldo = b.q_row();
+  paged_attention_cpu(p, nullptr);
+  return ref;
+}
 
 // paged_attention_cuda over device copies of the host inputs of `p` (the CPU reference's parameters
 // for batch `b`), the output poisoned first; returns the output, [num_tokens, ldo]. Without hints

@@ -26,9 +26,8 @@ namespace {
 
 using namespace gpu_test;
 
-#ifndef CYPRIS_HAVE_CUDA
-TEST(CudaKernels, SkippedWithoutCuda) { CYPRIS_REQUIRE_GPU(); }
-#else
+CYPRIS_SKIPPED_WITHOUT_CUDA(CudaKernels)
+#ifdef CYPRIS_HAVE_CUDA
 
 constexpr double kF32Tol = 1e-5;
 constexpr double kHalfTol = 1e-2;
@@ -277,13 +276,7 @@ TEST_P(PagedAttention, MatchesCpu) {
   p.ldq = ldq;
   p.k_cache = kc.data();
   p.v_cache = vc.data();
-  testing_support::set_paged_batch(p, b);
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  p.sliding_window = c.window;
-  std::vector<float> ref(b.num_tokens * b.q_row());
-  p.out = ref.data();
-  p.ldo = b.q_row();
-  paged_attention_cpu(p, nullptr);
+  const std::vector<float> ref = paged_attention_reference(p, b, c.window);
 
   for (bool hints : {true, false}) {  // with and without the host-side length bounds
     EXPECT_LT(norm_err(paged_attention_on_gpu(p, b, hints), ref), kF32Tol)

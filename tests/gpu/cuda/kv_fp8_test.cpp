@@ -23,11 +23,8 @@ namespace {
 
 using namespace gpu_test;
 
-#ifndef CYPRIS_HAVE_CUDA
-TEST(CudaFp8KvCache, SkippedWithoutCuda) {
-  CYPRIS_REQUIRE_GPU();
-}
-#else
+CYPRIS_SKIPPED_WITHOUT_CUDA(CudaFp8KvCache)
+#ifdef CYPRIS_HAVE_CUDA
 
 constexpr double kF32Tol = 1e-5;
 
@@ -82,13 +79,7 @@ void check_attention(DType dt, const Fp8AttnCase& c) {
   p.cache_dtype = dt;
   p.k_scale = 2.0f;
   p.v_scale = 0.25f;
-  testing_support::set_paged_batch(p, b);
-  p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  p.sliding_window = c.window;
-  std::vector<float> ref(b.num_tokens * b.q_row());
-  p.out = ref.data();
-  p.ldo = b.q_row();
-  paged_attention_cpu(p, nullptr);
+  const std::vector<float> ref = paged_attention_reference(p, b, c.window);
 
   EXPECT_LT(norm_err(paged_attention_on_gpu(p, b), ref), kF32Tol);
 }
