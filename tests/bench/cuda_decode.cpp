@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/bench/cuda_bench.h"
+
 #ifdef CYPRIS_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -18,12 +20,8 @@
 #include "engine/runtime/model_runner.h"
 #endif
 
-#ifndef CYPRIS_HAVE_CUDA
-int main() {
-  std::fprintf(stderr, "bench_cuda_decode: this build has no CUDA backend (configure with -DCYPRIS_CUDA=ON)\n");
-  return 2;
-}
-#else
+CYPRIS_CUDA_BENCH_STUB_MAIN("bench_cuda_decode")
+#ifdef CYPRIS_HAVE_CUDA
 
 using namespace cypris;
 

@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "tests/bench/cuda_bench.h"
+
 #ifdef CYPRIS_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -16,12 +18,8 @@
 #include "kernels/cuda/sampling.h"
 #endif
 
-#ifndef CYPRIS_HAVE_CUDA
-int main() {
-  std::fprintf(stderr, "bench_cuda_sampling: this build has no CUDA backend (configure with -DCYPRIS_CUDA=ON)\n");
-  return 2;
-}
-#else
+CYPRIS_CUDA_BENCH_STUB_MAIN("bench_cuda_sampling")
+#ifdef CYPRIS_HAVE_CUDA
 
 using namespace cypris;
 

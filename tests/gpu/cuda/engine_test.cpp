@@ -17,9 +17,8 @@
 namespace cypris {
 namespace {
 
-#ifndef CYPRIS_HAVE_CUDA
-TEST(CudaEngine, SkippedWithoutCuda) { CYPRIS_REQUIRE_GPU(); }
-#else
+CYPRIS_SKIPPED_WITHOUT_CUDA(CudaEngine)
+#ifdef CYPRIS_HAVE_CUDA
 
 using namespace testing_support;
 

@@ -1,5 +1,6 @@
 // Helpers for the GPU tests: skip without a GPU, device buffers filled from / read into host
-// vectors, poisoning, and the normalised error used against the CPU references.
+// vectors, poisoning, the normalised error used against the CPU references, and paged attention run
+// on the GPU over the CPU reference's inputs.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -15,8 +16,12 @@
 #ifdef CYPRIS_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "engine/common/dtype.h"
 #include "engine/runtime/backend_factory.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/paged_attention.h"
+#include "tests/support/attention_cases.h"
 #endif
 
 // Skips the test on a machine without a usable GPU (an error from the driver counts as none).
@@ -27,6 +32,15 @@
   } while (0)
 #else
 #define CYPRIS_REQUIRE_GPU() GTEST_SKIP() << "built without the CUDA backend"
+#endif
+
+// A GPU test file's tests sit in `#ifdef CYPRIS_HAVE_CUDA`; without the backend the file is this one
+// test, `suite.SkippedWithoutCuda`, which reports the skip.
+#ifdef CYPRIS_HAVE_CUDA
+#define CYPRIS_SKIPPED_WITHOUT_CUDA(suite)
+#else
+#define CYPRIS_SKIPPED_WITHOUT_CUDA(suite) \
+  TEST(suite, SkippedWithoutCuda) { CYPRIS_REQUIRE_GPU(); }
 #endif
 
 namespace cypris::gpu_test {
@@ -89,6 +103,55 @@ class DevBuf {
   void* p_ = nullptr;
   size_t n_ = 0;
 };
+
+// The CPU reference for paged attention over batch `b`: completes `p` (whose q, ldq, caches and cache
+// format are set) with the batch, scale 1/sqrt(head_dim), `window` and an output of
+// [num_tokens, num_heads * head_dim], runs paged_attention_cpu and returns that output.
+inline std::vector<float> paged_attention_reference(PagedAttentionParams& p, const testing_support::PagedBatch& b,
+                                                    int window) {
+  testing_support::set_paged_batch(p, b);
+  p.scale = 1.0f / std::sqrt(static_cast<float>(b.head_dim));
+  p.sliding_window = window;
+  std::vector<float> ref(b.num_tokens * b.q_row());
+  p.out = ref.data();
+  p.ldo = b.q_row();
+  paged_attention_cpu(p, nullptr);
+  return ref;
+}
+
+// paged_attention_cuda over device copies of the host inputs of `p` (the CPU reference's parameters
+// for batch `b`), the output poisoned first; returns the output, [num_tokens, ldo]. Without hints
+// the kernel gets no host-side length bounds and derives them.
+inline std::vector<float> paged_attention_on_gpu(const PagedAttentionParams& p, const testing_support::PagedBatch& b,
+                                                 bool hints = true) {
+  const auto bytes = [](const void* host, size_t n) {
+    const auto* u = static_cast<const uint8_t*>(host);
+    return std::vector<uint8_t>(u, u + n);
+  };
+  const size_t cache_bytes = static_cast<size_t>(b.num_slots() * b.kv_row()) * dtype_size(p.cache_dtype);
+  DevBuf<float> dq(std::vector<float>(p.q, p.q + b.num_tokens * p.ldq)), dout(b.num_tokens * p.ldo);
+  DevBuf<uint8_t> dk(bytes(p.k_cache, cache_bytes)), dv(bytes(p.v_cache, cache_bytes));
+  DevBuf<int32_t> dqsl(b.query_start_loc), dlens(b.seq_lens), dtables(b.block_tables);
+  PagedAttentionCudaParams g;
+  g.q = dq.get();
+  g.ldq = p.ldq;
+  g.k_cache = dk.get();
+  g.v_cache = dv.get();
+  g.cache_dtype = p.cache_dtype;
+  g.k_scale = p.k_scale;
+  g.v_scale = p.v_scale;
+  testing_support::set_paged_batch(g, b, dqsl.get(), dlens.get(), dtables.get());
+  if (!hints) g.max_query_len = g.max_seq_len = 0;
+  g.scale = p.scale;
+  g.sliding_window = p.sliding_window;
+  g.out = dout.get();
+  g.ldo = p.ldo;
+  const size_t ws = paged_attention_workspace_bytes(g);
+  DevBuf<uint8_t> workspace(ws);
+  dout.poison();
+  paged_attention_cuda(g, ws ? workspace.get() : nullptr, nullptr);
+  return dout.download();
+}
 #endif
 
 }  // namespace cypris::gpu_test

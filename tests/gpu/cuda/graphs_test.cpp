@@ -19,11 +19,8 @@ namespace {
 
 using namespace gpu_test;
 
-#ifndef CYPRIS_HAVE_CUDA
-TEST(CudaGraphs, SkippedWithoutCuda) {
-  CYPRIS_REQUIRE_GPU();
-}
-#else
+CYPRIS_SKIPPED_WITHOUT_CUDA(CudaGraphs)
+#ifdef CYPRIS_HAVE_CUDA
 
 constexpr int kBlockSize = 16;
 constexpr int kBlocksPerSeq = 8;  // contexts up to 128 tokens

@@ -26,9 +26,8 @@ namespace {
 
 using namespace gpu_test;
 
-#ifndef CYPRIS_HAVE_CUDA
-TEST(CudaKernels, SkippedWithoutCuda) { CYPRIS_REQUIRE_GPU(); }
-#else
+CYPRIS_SKIPPED_WITHOUT_CUDA(CudaKernels)
+#ifdef CYPRIS_HAVE_CUDA
 
 constexpr double kF32Tol = 1e-5;
 constexpr double kHalfTol = 1e-2;
@@ -265,85 +264,23 @@ class PagedAttention : public ::testing::TestWithParam<AttnCase> {};
 TEST_P(PagedAttention, MatchesCpu) {
   CYPRIS_REQUIRE_GPU();
   const AttnCase& c = GetParam();
-  const int d = c.head_dim;
-  int max_ctx = 0, max_q = 0;
-  std::vector<int32_t> qsl = {0}, lens;
-  for (auto [q, ctx] : c.seqs) {
-    qsl.push_back(qsl.back() + q);
-    lens.push_back(ctx);
-    max_ctx = std::max(max_ctx, ctx);
-    max_q = std::max(max_q, q);
-  }
-  const int num_seqs = static_cast<int>(c.seqs.size());
-  const int64_t n = qsl.back();
-  const int64_t max_blocks = (max_ctx + c.block_size - 1) / c.block_size;
-  const int64_t num_blocks = max_blocks * num_seqs + 3;
-  // Each sequence gets a shuffled set of distinct blocks.
-  std::vector<int32_t> ids(num_blocks);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(20));
-  std::vector<int32_t> tables(num_seqs * max_blocks);
-  for (int64_t i = 0; i < num_seqs * max_blocks; ++i) tables[i] = ids[i];
-  const int64_t kv_row = int64_t{c.num_kv_heads} * d;
-  std::vector<float> kc = randn(num_blocks * c.block_size * kv_row, 21);
-  std::vector<float> vc = randn(num_blocks * c.block_size * kv_row, 22);
-  const int64_t ldq = int64_t{c.num_heads} * d + 8;
-  std::vector<float> q = randn(n * ldq, 23);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const testing_support::PagedBatch b =
+      testing_support::shuffled_paged_batch(c.head_dim, c.num_heads, c.num_kv_heads, c.block_size, c.seqs);
+  std::vector<float> kc = randn(b.num_slots() * b.kv_row(), 21);
+  std::vector<float> vc = randn(b.num_slots() * b.kv_row(), 22);
+  const int64_t ldq = b.q_row() + 8;
+  std::vector<float> q = randn(b.num_tokens * ldq, 23);
 
   PagedAttentionParams p;
   p.q = q.data();
   p.ldq = ldq;
   p.k_cache = kc.data();
   p.v_cache = vc.data();
-  p.num_blocks = num_blocks;
-  p.block_size = c.block_size;
-  p.num_heads = c.num_heads;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = d;
-  p.query_start_loc = qsl.data();
-  p.seq_lens = lens.data();
-  p.block_tables = tables.data();
-  p.max_blocks_per_seq = max_blocks;
-  p.num_seqs = num_seqs;
-  p.scale = scale;
-  p.sliding_window = c.window;
-  const int64_t ldo = int64_t{c.num_heads} * d;
-  std::vector<float> ref(n * ldo);
-  p.out = ref.data();
-  p.ldo = ldo;
-  paged_attention_cpu(p, nullptr);
+  const std::vector<float> ref = paged_attention_reference(p, b, c.window);
 
-  DevBuf<float> dq(q), dk(kc), dv(vc), dout(ref.size());
-  DevBuf<int32_t> dqsl(qsl), dlens(lens), dtables(tables);
   for (bool hints : {true, false}) {  // with and without the host-side length bounds
-    PagedAttentionCudaParams g;
-    g.q = dq.get();
-    g.ldq = ldq;
-    g.k_cache = dk.get();
-    g.v_cache = dv.get();
-    g.num_blocks = num_blocks;
-    g.block_size = c.block_size;
-    g.num_heads = c.num_heads;
-    g.num_kv_heads = c.num_kv_heads;
-    g.head_dim = d;
-    g.query_start_loc = dqsl.get();
-    g.seq_lens = dlens.get();
-    g.block_tables = dtables.get();
-    g.max_blocks_per_seq = max_blocks;
-    g.num_seqs = num_seqs;
-    g.num_tokens = n;
-    g.max_query_len = hints ? max_q : 0;
-    g.max_seq_len = hints ? max_ctx : 0;
-    g.scale = scale;
-    g.sliding_window = c.window;
-    g.out = dout.get();
-    g.ldo = ldo;
-    const size_t ws = paged_attention_workspace_bytes(g);
-    DevBuf<uint8_t> workspace(ws);
-    dout.poison();
-    paged_attention_cuda(g, ws ? workspace.get() : nullptr, nullptr);
-    EXPECT_LT(norm_err(dout.download(), ref), kF32Tol) << c.name << (hints ? " with" : " without") << " hints";
+    EXPECT_LT(norm_err(paged_attention_on_gpu(p, b, hints), ref), kF32Tol)
+        << c.name << (hints ? " with" : " without") << " hints";
   }
 }
 

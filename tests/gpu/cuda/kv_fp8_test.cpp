@@ -23,11 +23,8 @@ namespace {
 
 using namespace gpu_test;
 
-#ifndef CYPRIS_HAVE_CUDA
-TEST(CudaFp8KvCache, SkippedWithoutCuda) {
-  CYPRIS_REQUIRE_GPU();
-}
-#else
+CYPRIS_SKIPPED_WITHOUT_CUDA(CudaFp8KvCache)
+#ifdef CYPRIS_HAVE_CUDA
 
 constexpr double kF32Tol = 1e-5;
 
@@ -61,26 +58,10 @@ struct Fp8AttnCase {
 };
 
 void check_attention(DType dt, const Fp8AttnCase& c) {
-  const int d = c.head_dim;
-  int max_ctx = 0, max_q = 0;
-  std::vector<int32_t> qsl = {0}, lens;
-  for (auto [q, ctx] : c.seqs) {
-    qsl.push_back(qsl.back() + q);
-    lens.push_back(ctx);
-    max_ctx = std::max(max_ctx, ctx);
-    max_q = std::max(max_q, q);
-  }
-  const int num_seqs = static_cast<int>(c.seqs.size());
-  const int64_t n = qsl.back();
-  const int64_t max_blocks = (max_ctx + c.block_size - 1) / c.block_size;
-  const int64_t num_blocks = max_blocks * num_seqs + 3;
-  std::vector<int32_t> ids(num_blocks);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(20));
-  std::vector<int32_t> tables(num_seqs * max_blocks);
-  for (int64_t i = 0; i < num_seqs * max_blocks; ++i) tables[i] = ids[i];
-  const int64_t kv_row = int64_t{c.num_kv_heads} * d;
-  const int64_t slots_n = num_blocks * c.block_size;
+  const testing_support::PagedBatch b =
+      testing_support::shuffled_paged_batch(c.head_dim, c.num_heads, c.num_kv_heads, c.block_size, c.seqs);
+  const int64_t kv_row = b.kv_row();
+  const int64_t slots_n = b.num_slots();
   // The fp8 cache is filled by the CPU writer from fp32 K/V, scales 2 and 0.25.
   const std::vector<float> k = randn(slots_n * kv_row, 21, 4.0f), v = randn(slots_n * kv_row, 22, 0.5f);
   std::vector<int64_t> all(slots_n);
@@ -88,68 +69,19 @@ void check_attention(DType dt, const Fp8AttnCase& c) {
   std::vector<uint8_t> kc(k.size()), vc(v.size());
   write_kv_cache_cpu(k.data(), kv_row, v.data(), kv_row, slots_n, all.data(), kv_row, kc.data(), vc.data(), slots_n, dt,
                      2.0f, 0.25f);
-  const std::vector<float> q = randn(n * c.num_heads * d, 23);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const int64_t ldo = int64_t{c.num_heads} * d;
+  const std::vector<float> q = randn(b.num_tokens * b.q_row(), 23);
 
   PagedAttentionParams p;
   p.q = q.data();
-  p.ldq = ldo;
+  p.ldq = b.q_row();
   p.k_cache = kc.data();
   p.v_cache = vc.data();
   p.cache_dtype = dt;
   p.k_scale = 2.0f;
   p.v_scale = 0.25f;
-  p.num_blocks = num_blocks;
-  p.block_size = c.block_size;
-  p.num_heads = c.num_heads;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_dim = d;
-  p.query_start_loc = qsl.data();
-  p.seq_lens = lens.data();
-  p.block_tables = tables.data();
-  p.max_blocks_per_seq = max_blocks;
-  p.num_seqs = num_seqs;
-  p.scale = scale;
-  p.sliding_window = c.window;
-  std::vector<float> ref(n * ldo);
-  p.out = ref.data();
-  p.ldo = ldo;
-  paged_attention_cpu(p, nullptr);
+  const std::vector<float> ref = paged_attention_reference(p, b, c.window);
 
-  DevBuf<float> dq(q), dout(ref.size());
-  DevBuf<uint8_t> dk(kc), dv(vc);
-  DevBuf<int32_t> dqsl(qsl), dlens(lens), dtables(tables);
-  PagedAttentionCudaParams g;
-  g.q = dq.get();
-  g.ldq = ldo;
-  g.k_cache = dk.get();
-  g.v_cache = dv.get();
-  g.cache_dtype = dt;
-  g.k_scale = 2.0f;
-  g.v_scale = 0.25f;
-  g.num_blocks = num_blocks;
-  g.block_size = c.block_size;
-  g.num_heads = c.num_heads;
-  g.num_kv_heads = c.num_kv_heads;
-  g.head_dim = d;
-  g.query_start_loc = dqsl.get();
-  g.seq_lens = dlens.get();
-  g.block_tables = dtables.get();
-  g.max_blocks_per_seq = max_blocks;
-  g.num_seqs = num_seqs;
-  g.num_tokens = n;
-  g.max_query_len = max_q;
-  g.max_seq_len = max_ctx;
-  g.scale = scale;
-  g.sliding_window = c.window;
-  g.out = dout.get();
-  g.ldo = ldo;
-  const size_t ws = paged_attention_workspace_bytes(g);
-  DevBuf<uint8_t> workspace(ws);
-  dout.poison();
-  paged_attention_cuda(g, ws ? workspace.get() : nullptr, nullptr);
-  EXPECT_LT(norm_err(dout.download(), ref), kF32Tol);
+  EXPECT_LT(norm_err(paged_attention_on_gpu(p, b), ref), kF32Tol);
 }
 
 TEST_P(CudaFp8, PagedAttentionMatchesCpu) {

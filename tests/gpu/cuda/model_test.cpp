@@ -18,9 +18,8 @@ namespace {
 
 using namespace gpu_test;
 
-#ifndef CYPRIS_HAVE_CUDA
-TEST(CudaModel, SkippedWithoutCuda) { CYPRIS_REQUIRE_GPU(); }
-#else
+CYPRIS_SKIPPED_WITHOUT_CUDA(CudaModel)
+#ifdef CYPRIS_HAVE_CUDA
 
 int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
 

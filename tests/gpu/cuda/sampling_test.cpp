@@ -29,11 +29,8 @@
 namespace cypris {
 namespace {
 
-#ifndef CYPRIS_HAVE_CUDA
-TEST(CudaSampling, SkippedWithoutCuda) {
-  CYPRIS_REQUIRE_GPU();
-}
-#else
+CYPRIS_SKIPPED_WITHOUT_CUDA(CudaSampling)
+#ifdef CYPRIS_HAVE_CUDA
 
 using gpu_test::DevBuf;
 

@@ -14,6 +14,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/support/attention_cases.h"
 
 namespace cypris {
 namespace {
@@ -207,33 +208,26 @@ class Attention : public ::testing::TestWithParam<int> {};
 
 TEST_P(Attention, MatchesNaiveCausalAttention) {
   const int window = GetParam();
-  const int hq = 4, hkv = 2, d = 16, bs = 4, num_blocks = 16;
-  const std::vector<int32_t> seq_lens = {13, 6, 9};
-  const std::vector<int32_t> q_lens = {5, 6, 1};
-  const std::vector<std::vector<int32_t>> tables = {{3, 9, 0, 12}, {5, 1}, {15, 2, 7}};
-  const int64_t kv_w = hkv * d;
-  std::vector<float> kc = randn(num_blocks * bs * kv_w, 11), vc = randn(num_blocks * bs * kv_w, 12);
-  std::vector<int32_t> qsl = {0};
-  for (int32_t l : q_lens) qsl.push_back(qsl.back() + l);
-  const int64_t tokens = qsl.back();
+  testing_support::PagedBatch b = testing_support::mixed_paged_batch();
+  const int hq = b.num_heads, hkv = b.num_kv_heads, d = b.head_dim;
+  const int64_t kv_w = b.kv_row();
+  std::vector<float> kc = randn(b.num_slots() * kv_w, 11), vc = randn(b.num_slots() * kv_w, 12);
+  const std::vector<int32_t>& qsl = b.query_start_loc;
+  const int64_t tokens = b.num_tokens;
   std::vector<float> q = randn(tokens * hq * d, 13);
-  std::vector<int32_t> bt(3 * 4, 0);
-  for (int s = 0; s < 3; ++s) {
-    for (size_t b = 0; b < tables[s].size(); ++b) bt[s * 4 + b] = tables[s][b];
-  }
   std::vector<double> ref(tokens * hq * d);
   const float scale = 0.25f;
-  for (int s = 0; s < 3; ++s) {
-    for (int32_t i = 0; i < q_lens[s]; ++i) {
+  for (int s = 0; s < b.num_seqs; ++s) {
+    for (int32_t i = 0; i < b.query_len(s); ++i) {
       const int64_t t = qsl[s] + i;
-      const int pos = seq_lens[s] - q_lens[s] + i;
+      const int pos = b.seq_lens[s] - b.query_len(s) + i;
       for (int h = 0; h < hq; ++h) {
         const int g = h / (hq / hkv);
         std::vector<double> sc;
         std::vector<const float*> vs;
         for (int j = 0; j <= pos; ++j) {
           if (window > 0 && j <= pos - window) continue;
-          const int64_t slot = int64_t{tables[s][j / bs]} * bs + j % bs;
+          const int64_t slot = int64_t{b.block_of(s, j)} * b.block_size + j % b.block_size;
           const float* kr = kc.data() + slot * kv_w + g * d;
           double dot = 0;
           for (int x = 0; x < d; ++x) dot += double(q[t * hq * d + h * d + x]) * kr[x];
@@ -257,16 +251,7 @@ TEST_P(Attention, MatchesNaiveCausalAttention) {
   p.ldq = hq * d;
   p.k_cache = kc.data();
   p.v_cache = vc.data();
-  p.num_blocks = num_blocks;
-  p.block_size = bs;
-  p.num_heads = hq;
-  p.num_kv_heads = hkv;
-  p.head_dim = d;
-  p.query_start_loc = qsl.data();
-  p.seq_lens = seq_lens.data();
-  p.block_tables = bt.data();
-  p.max_blocks_per_seq = 4;
-  p.num_seqs = 3;
+  testing_support::set_paged_batch(p, b);
   p.scale = scale;
   p.sliding_window = window;
   p.out = out.data();
@@ -275,7 +260,7 @@ TEST_P(Attention, MatchesNaiveCausalAttention) {
   paged_attention_cpu(p, &pool);
   EXPECT_LT(norm_err(out.data(), ref), 1e-5);
 
-  bt[4] = num_blocks;  // a block id past the cache
+  b.block_tables[4] = static_cast<int32_t>(b.num_blocks);  // a block id past the cache
   EXPECT_THROW(paged_attention_cpu(p, &pool), Error);
 }
 

@@ -12,6 +12,7 @@
 #include "engine/common/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/support/attention_cases.h"
 
 namespace cypris {
 namespace {
@@ -55,11 +56,9 @@ class Fp8Attention : public ::testing::TestWithParam<Fp8Case> {};
 
 TEST_P(Fp8Attention, WithinTheRoundingBoundOfTheFp32Cache) {
   const Fp8Case c = GetParam();
-  const int hq = 4, hkv = 2, d = 16, bs = 4, num_blocks = 16;
-  const int64_t kv_w = hkv * d, num_slots = int64_t{num_blocks} * bs;
-  const std::vector<int32_t> seq_lens = {13, 6, 9};
-  const std::vector<int32_t> q_lens = {5, 6, 1};  // a chunk with context, a fresh prefill, a decode
-  const std::vector<std::vector<int32_t>> tables = {{3, 9, 0, 12}, {5, 1}, {15, 2, 7}};
+  const testing_support::PagedBatch b = testing_support::mixed_paged_batch();  // chunk, prefill, decode
+  const int hq = b.num_heads, hkv = b.num_kv_heads, d = b.head_dim, bs = b.block_size;
+  const int64_t kv_w = b.kv_row(), num_slots = b.num_slots();
   std::mt19937 g(42);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> k(num_slots * kv_w), v(num_slots * kv_w);
@@ -74,28 +73,16 @@ TEST_P(Fp8Attention, WithinTheRoundingBoundOfTheFp32Cache) {
   write_kv_cache_cpu(k.data(), kv_w, v.data(), kv_w, num_slots, slots.data(), kv_w, kc8.data(), vc8.data(), num_slots,
                      c.dtype, c.k_scale, c.v_scale);
 
-  std::vector<int32_t> qsl = {0};
-  for (int32_t l : q_lens) qsl.push_back(qsl.back() + l);
-  const int64_t tokens = qsl.back();
+  const std::vector<int32_t>& qsl = b.query_start_loc;
+  const int64_t tokens = b.num_tokens;
   std::vector<float> q(tokens * hq * d);
   for (auto& x : q) x = nd(g);
-  std::vector<int32_t> bt(3 * 4, 0);
-  for (int s = 0; s < 3; ++s) std::copy(tables[s].begin(), tables[s].end(), bt.begin() + s * 4);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d)) / c.magnitude;  // keeps scores O(1)
 
   PagedAttentionParams p;
   p.q = q.data();
   p.ldq = hq * d;
-  p.num_blocks = num_blocks;
-  p.block_size = bs;
-  p.num_heads = hq;
-  p.num_kv_heads = hkv;
-  p.head_dim = d;
-  p.query_start_loc = qsl.data();
-  p.seq_lens = seq_lens.data();
-  p.block_tables = bt.data();
-  p.max_blocks_per_seq = 4;
-  p.num_seqs = 3;
+  testing_support::set_paged_batch(p, b);
   p.scale = scale;
   p.ldo = hq * d;
   ThreadPool pool(2);
@@ -116,16 +103,16 @@ TEST_P(Fp8Attention, WithinTheRoundingBoundOfTheFp32Cache) {
   // err(k_ji), each softmax weight moves by a factor within e^(+-2 delta), so
   // |o8 - o32| <= (e^(2 delta) - 1) * max_j |v_jx| + max_j err(v_jx)   (+ fp32 slack).
   double worst_ratio = 0, max_diff = 0, max_out = 0;
-  for (int s = 0; s < 3; ++s) {
-    for (int32_t i = 0; i < q_lens[s]; ++i) {
+  for (int s = 0; s < b.num_seqs; ++s) {
+    for (int32_t i = 0; i < b.query_len(s); ++i) {
       const int64_t t = qsl[s] + i;
-      const int pos = seq_lens[s] - q_lens[s] + i;
+      const int pos = b.seq_lens[s] - b.query_len(s) + i;
       for (int h = 0; h < hq; ++h) {
         const int grp = h / (hq / hkv);
         double delta = 0;
         std::vector<double> vmax(d, 0), verr(d, 0);
         for (int j = 0; j <= pos; ++j) {
-          const int64_t row = (int64_t{tables[s][j / bs]} * bs + j % bs) * kv_w + grp * d;
+          const int64_t row = (int64_t{b.block_of(s, j)} * bs + j % bs) * kv_w + grp * d;
           double dd = 0;
           for (int x = 0; x < d; ++x) {
             dd += std::fabs(q[t * hq * d + h * d + x]) * element_bound(k[row + x], c.dtype, c.k_scale);
