@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -348,6 +349,50 @@ TEST(EngineBannedStrings, GreedyOutputEqualsTheBruteForceReference) {
   // Without bans the story names Lily in the first sentence: the bans did something.
   EXPECT_NE(engine.tokenizer()->decode(concat(prompt, expected)).substr(0, 48),
             "Once upon a time, there was a little girl named ");
+}
+
+TEST(EngineBannedStrings, RandomPhraseSetsAgreeWithTheBruteForceReference) {
+  // Phrases cut at random from the unbanned story (so they would appear), over several seeds,
+  // with several requests sharing the engine and its prefix cache: each equals the reference.
+  EngineConfig cfg = stories_config();
+  cfg.cache.enable_prefix_caching = true;
+  Engine engine(cfg);
+  Engine ref(full_logprobs_config());
+  SamplingParams plain;
+  plain.temperature = 0.0f;
+  plain.max_tokens = 50;
+  plain.ignore_eos = true;
+  const std::string story = run(engine, {1}, plain).text.at(0);
+  std::mt19937 rng(7);
+  std::vector<std::vector<std::string>> sets;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int k = 0; k < 5; ++k) {
+    std::vector<std::string> phrases;
+    const int count = 1 + int(rng() % 4);
+    for (int i = 0; i < count; ++i) {
+      const size_t len = 1 + rng() % 6;
+      phrases.push_back(story.substr(rng() % (story.size() - len), len));
+    }
+    SamplingParams p = plain;
+    p.banned_strings = phrases;
+    sets.push_back(phrases);
+    const std::string id = "b" + std::to_string(k);
+    streams.push_back(std::make_shared<RequestStream>(id));
+    engine.add_request(GenerateRequest{id, {1}, "", std::make_shared<SamplingParams>(p), 0}, streams.back());
+  }
+  while (engine.has_unfinished_requests()) engine.step();
+  for (size_t k = 0; k < sets.size(); ++k) {
+    const Result r = collect(*streams[k]);
+    std::string shown;
+    for (const auto& ph : sets[k]) shown += "[" + ph + "]";
+    ASSERT_TRUE(r.finished) << shown;
+    if (r.error) {  // a phrase like " " can make every continuation impossible: then it says so
+      EXPECT_NE(r.error->find("banned_strings"), std::string::npos) << *r.error;
+      continue;
+    }
+    EXPECT_EQ(r.ids.at(0), reference_banned_greedy(ref, {1}, sets[k], 50)) << shown;
+    for (const auto& ph : sets[k]) EXPECT_EQ(r.text.at(0).find(ph), std::string::npos) << shown;
+  }
 }
 
 TEST(EngineBannedStrings, StopStringsAndStreamingSeeOnlyKeptText) {
