@@ -1,11 +1,12 @@
 // Argument checks shared by every Backend implementation: dtypes, ranks, contiguity and shape
-// agreement of each op's tensors. A backend calls these before it launches anything, so a bad
+// agreement of each op's tensors (and the paged-attention parameters built from them). A backend calls these before it launches anything, so a bad
 // call is a cypris::Error naming the backend and the argument on the CPU and on the GPU alike.
 #pragma once
 
 #include <cstdint>
 
 #include "engine/runtime/backend.h"
+#include "kernels/cpu/attention.h"  // PagedAttentionParams
 
 namespace cypris::backend_checks {
 
@@ -27,6 +28,11 @@ int64_t check_write_kv_cache(const char* backend, const Tensor& k, const Tensor&
 // num_seqs + 1 query starts.
 void check_paged_attention(const char* backend, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                            const AttentionMetadata& meta, const Tensor& out);
+// check_paged_attention, then the kernel parameters every backend fills the same way (pointers are
+// the tensors' own: host memory on the CPU, device memory on a GPU).
+PagedAttentionParams paged_attention_params(const char* backend, const Tensor& q, const Tensor& k_cache,
+                                            const Tensor& v_cache, const AttentionMetadata& meta, float scale,
+                                            int sliding_window, Tensor& out, const KvCacheScales& kv_scales);
 void check_silu_and_mul(const char* backend, const Tensor& x, const Tensor& out);
 void check_gather_rows(const char* backend, const Tensor& x, const Tensor& indices, const Tensor& out);
 

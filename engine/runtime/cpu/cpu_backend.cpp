@@ -93,31 +93,10 @@ void CpuBackend::write_kv_cache(const Tensor& k, const Tensor& v, const Attentio
 void CpuBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                  const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
                                  const KvCacheScales& kv_scales) {
-  backend_checks::check_paged_attention(kName, q, k_cache, v_cache, meta, out);
-  PagedAttentionParams p;
-  p.q = q.as<float>();
-  p.ldq = row_stride(q);
-  p.k_cache = k_cache.data;
-  p.v_cache = v_cache.data;
-  p.cache_dtype = k_cache.dtype;
-  p.k_scale = kv_scales.k;
-  p.v_scale = kv_scales.v;
-  p.num_blocks = k_cache.shape[0];
-  p.block_size = static_cast<int>(k_cache.shape[1]);
-  p.num_kv_heads = static_cast<int>(k_cache.shape[2]);
-  p.head_dim = static_cast<int>(k_cache.shape[3]);
-  p.num_heads = static_cast<int>(q.shape[1] / p.head_dim);
-  p.query_start_loc = meta.query_start_loc.as<int32_t>();
-  p.seq_lens = meta.seq_lens.as<int32_t>();
-  p.block_tables = meta.block_tables.as<int32_t>();
-  p.max_blocks_per_seq = meta.max_blocks_per_seq;
-  p.num_seqs = meta.num_seqs;
+  const PagedAttentionParams p =
+      backend_checks::paged_attention_params(kName, q, k_cache, v_cache, meta, scale, sliding_window, out, kv_scales);
   CYPRIS_CHECK(meta.query_start_loc.as<int32_t>()[meta.num_seqs] == q.shape[0],
                "cpu backend: attention metadata does not cover the {} query rows", q.shape[0]);
-  p.scale = scale;
-  p.sliding_window = sliding_window;
-  p.out = out.as<float>();
-  p.ldo = row_stride(out);
   paged_attention_cpu(p, pool_.get());
 }
 

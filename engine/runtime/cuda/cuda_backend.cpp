@@ -350,32 +350,12 @@ void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const Attenti
 void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                   const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
                                   const KvCacheScales& kv_scales) {
-  backend_checks::check_paged_attention(kName, q, k_cache, v_cache, meta, out);
   PagedAttentionCudaParams p;
-  p.q = q.as<float>();
-  p.ldq = row_stride(q);
-  p.k_cache = k_cache.data;
-  p.v_cache = v_cache.data;
-  p.cache_dtype = k_cache.dtype;
-  p.k_scale = kv_scales.k;
-  p.v_scale = kv_scales.v;
-  p.num_blocks = k_cache.shape[0];
-  p.block_size = static_cast<int>(k_cache.shape[1]);
-  p.num_kv_heads = static_cast<int>(k_cache.shape[2]);
-  p.head_dim = static_cast<int>(k_cache.shape[3]);
-  p.num_heads = static_cast<int>(q.shape[1] / p.head_dim);
-  p.query_start_loc = meta.query_start_loc.as<int32_t>();
-  p.seq_lens = meta.seq_lens.as<int32_t>();
-  p.block_tables = meta.block_tables.as<int32_t>();
-  p.max_blocks_per_seq = meta.max_blocks_per_seq;
-  p.num_seqs = meta.num_seqs;
+  static_cast<PagedAttentionParams&>(p) =
+      backend_checks::paged_attention_params(kName, q, k_cache, v_cache, meta, scale, sliding_window, out, kv_scales);
   p.num_tokens = q.shape[0];
   p.max_query_len = meta.max_query_len;
   p.max_seq_len = meta.max_seq_len;
-  p.scale = scale;
-  p.sliding_window = sliding_window;
-  p.out = out.as<float>();
-  p.ldo = row_stride(out);
   const size_t ws = paged_attention_workspace_bytes(p);
   DeviceTensor workspace = ws ? impl_->scratch(ws) : DeviceTensor{};
   paged_attention_cuda(p, workspace.view.data, impl_->stream);
