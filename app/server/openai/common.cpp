@@ -147,6 +147,19 @@ std::optional<RequestOutput> next_output(RequestStream& s, const ServerContext& 
   return std::nullopt;
 }
 
+std::optional<std::pair<size_t, RequestOutput>> next_output(StreamSet& set, const ServerContext& ctx,
+                                                            const std::function<bool()>& client_alive) {
+  while (!set.all_done()) {
+    if (ctx.stopping()) set.cancel_all();
+    if (auto got = set.next(kPollInterval)) return got;
+    if (!client_alive()) {  // nobody to answer: stop generating
+      set.cancel_all();
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
 void cancel_and_untrack(ServerContext& ctx, const Submitted& s) {
   for (auto& st : s.streams) {
     if (!st->done()) st->cancel();

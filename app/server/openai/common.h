@@ -72,5 +72,9 @@ inline constexpr std::chrono::milliseconds kPollInterval{20};
 // gone; then std::nullopt comes back at once, as it does when the stream is finished.
 std::optional<RequestOutput> next_output(RequestStream& s, const ServerContext& ctx,
                                          const std::function<bool()>& client_alive);
+// The same over the streams of a multi-prompt request: the next output of any of them, with the
+// index of its stream.
+std::optional<std::pair<size_t, RequestOutput>> next_output(StreamSet& set, const ServerContext& ctx,
+                                                            const std::function<bool()>& client_alive);
 
 }  // namespace cypris::server

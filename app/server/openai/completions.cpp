@@ -85,12 +85,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     int64_t prompt_tokens = 0, completion_tokens = 0;
     std::vector<std::vector<PositionLogprobs>> prompt_lps(prompts.size());
     std::optional<std::string> error;
-    while (!set.all_done()) {
-      auto got = set.next(kPollInterval);
-      if (!got) {
-        if (ctx.stopping() || !alive()) set.cancel_all();  // nobody to answer: stop generating
-        continue;
-      }
+    while (auto got = next_output(set, ctx, alive)) {
       auto& [si, out] = *got;
       if (out.error) {
         error = out.error;
@@ -184,16 +179,8 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
                                      {"choices", std::move(choices_json)},
                                      {"usage", std::move(usage)}}));
         };
-        while (!set.all_done()) {
-          if (c->stopping()) set.cancel_all();
-          auto got = set.next(kPollInterval);
-          if (!got) {
-            if (!write("")) {  // client gone while the engine is busy
-              set.cancel_all();
-              return;
-            }
-            continue;
-          }
+        // An empty write while the engine is busy finds out whether the client is still there.
+        while (auto got = next_output(set, *c, [&] { return write(""); })) {
           auto& [si, out] = *got;
           if (out.error) {
             timers[si].finish("error");
