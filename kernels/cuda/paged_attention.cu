@@ -70,8 +70,8 @@ __device__ __forceinline__ int64_t cache_offset(const int32_t* table, int block_
 
 // grid (num_heads, num_tokens, num_splits). partial_* used when num_splits > 1.
 template <typename Load>
-static __global__ void decode_kernel(PagedAttentionCudaParams p, int num_splits, float* __restrict__ partial_o,
-                                     float* __restrict__ partial_ml) {
+static __global__ void decode_kernel(PagedAttentionCudaParams p, int num_splits, int64_t split_len,
+                                     float* __restrict__ partial_o, float* __restrict__ partial_ml) {
   extern __shared__ int64_t decode_smem[];  // 8-byte aligned: the offsets come first
   int64_t* off_s = decode_smem;                                  // [kChunk]
   float* q_s = reinterpret_cast<float*>(off_s + kChunk);         // [head_dim]
@@ -89,8 +89,8 @@ static __global__ void decode_kernel(PagedAttentionCudaParams p, int num_splits,
   const int64_t lo = p.sliding_window > 0 ? max(int64_t{0}, pos - p.sliding_window + 1) : 0;
   int64_t k0 = lo, k1 = pos + 1;
   if (num_splits > 1) {
-    k0 = lo + static_cast<int64_t>(split) * kPartition;
-    k1 = min(k1, k0 + kPartition);
+    k0 = lo + static_cast<int64_t>(split) * split_len;
+    k1 = min(k1, k0 + split_len);
   }
   const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * d;
@@ -322,6 +322,16 @@ int num_splits_for(const PagedAttentionCudaParams& p) {
   return static_cast<int>(std::min<int64_t>({want, kMaxSplits, std::max<int64_t>(1, 1024 / blocks)}));
 }
 
+// Keys per split. The split count is capped (kMaxSplits, grid size) below ceil(max_ctx / kPartition),
+// so a split must cover max_ctx / splits keys, not kPartition: with fixed kPartition-key splits every
+// key past splits * kPartition was silently dropped (e.g. 8 tokens x 32 heads -> 4 splits, so
+// contexts over 2048 keys lost their tail). A whole number of kChunk passes.
+int64_t split_len_for(const PagedAttentionCudaParams& p, int splits) {
+  const int64_t max_ctx = p.max_seq_len > 0 ? p.max_seq_len : p.max_blocks_per_seq * p.block_size;
+  const int64_t per = (max_ctx + splits - 1) / splits;
+  return std::max<int64_t>(kChunk, (per + kChunk - 1) / kChunk * kChunk);
+}
+
 }  // namespace
 
 size_t paged_attention_workspace_bytes(const PagedAttentionCudaParams& p) {
@@ -342,6 +352,7 @@ void paged_attention_cuda(const PagedAttentionCudaParams& p, void* workspace, cu
   if (p.num_tokens <= 0 || p.num_seqs == 0) return;
   if (all_decode(p)) {
     const int splits = num_splits_for(p);
+    const int64_t split_len = split_len_for(p, splits);
     float* partial_o = nullptr;
     float* partial_ml = nullptr;
     if (splits > 1) {
@@ -355,13 +366,13 @@ void paged_attention_cuda(const PagedAttentionCudaParams& p, void* workspace, cu
     const size_t smem = decode_smem_bytes(p.head_dim);
     switch (p.cache_dtype) {
       case DType::F8E4M3:
-        decode_kernel<LoadE4M3><<<grid, kDecodeThreads, smem, stream>>>(p, splits, partial_o, partial_ml);
+        decode_kernel<LoadE4M3><<<grid, kDecodeThreads, smem, stream>>>(p, splits, split_len, partial_o, partial_ml);
         break;
       case DType::F8E5M2:
-        decode_kernel<LoadE5M2><<<grid, kDecodeThreads, smem, stream>>>(p, splits, partial_o, partial_ml);
+        decode_kernel<LoadE5M2><<<grid, kDecodeThreads, smem, stream>>>(p, splits, split_len, partial_o, partial_ml);
         break;
       default:
-        decode_kernel<LoadF32><<<grid, kDecodeThreads, smem, stream>>>(p, splits, partial_o, partial_ml);
+        decode_kernel<LoadF32><<<grid, kDecodeThreads, smem, stream>>>(p, splits, split_len, partial_o, partial_ml);
     }
     CUDA_CHECK(cudaGetLastError());
     if (splits > 1) {
