@@ -296,11 +296,13 @@ template <typename Load>
 void launch_prefill(const PagedAttentionCudaParams& p, cudaStream_t stream) {
   const int max_q = p.max_query_len > 0 ? p.max_query_len : static_cast<int>(p.num_tokens);
   const size_t smem = prefill_smem_bytes(p.head_dim);
-  static size_t configured = 48 * 1024;  // the default dynamic shared-memory limit (one per instance)
-  if (smem > configured) {
+  // Set on every launch above the default 48 KiB (head_dim >= 128): the attribute belongs to the
+  // current device, so a process-wide "already configured" flag left every other GPU of a tensor
+  // parallel run at 48 KiB (the launch failed there), and the tp threads raced on it. A host-side
+  // call, cheap, and legal during stream capture.
+  if (smem > 48 * 1024) {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<Load>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(smem)));
-    configured = smem;
   }
   const dim3 grid((max_q + kBq - 1) / kBq, static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.num_seqs));
   prefill_kernel<Load><<<grid, kPrefillThreads, smem, stream>>>(p);
