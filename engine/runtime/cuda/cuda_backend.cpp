@@ -69,7 +69,14 @@ class DevicePool {
       }
     }
     void* p = nullptr;
+    // A graph-pool miss happens inside a capture (best-fit can hand a smaller request the block a
+    // later, larger one needed). cudaMalloc is a "potentially unsafe" call that invalidates a
+    // capture begun in global or thread-local mode, so the graphs would never capture; it is safe
+    // here (never freed before the graphs are destroyed), so relax this thread's mode around it.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (best_fit_) cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t err = cudaMalloc(&p, bytes);
+    if (best_fit_) cudaThreadExchangeStreamCaptureMode(&mode);
     if (err != cudaSuccess && !best_fit_) {
       cudaGetLastError();  // clear the sticky-free allocation error and retry after emptying the cache
       release_cached();
