@@ -290,6 +290,11 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{8, 4, 2, 16, 0, {{1, 1}, {1, 17}, {1, 300}}, "decode_tiny_heads"},
         AttnCase{128, 32, 8, 16, 0, {{1, 3000}}, "decode_long_split_k"},
         AttnCase{128, 8, 8, 16, 0, {{1, 1500}, {1, 40}, {1, 513}}, "decode_mha_splits"},
+        // 8 tokens x 32 heads cap the split count at 4 (< ceil(3001 / 512)); and one head at kMaxSplits (64 <
+        // ceil(33000 / 512)): the splits must still cover every key.
+        AttnCase{64, 32, 8, 16, 0, {{1, 3000}, {1, 2500}, {1, 100}, {1, 3001}, {1, 7}, {1, 2100}, {1, 2049}, {1, 1}},
+                 "decode_capped_splits"},
+        AttnCase{128, 1, 1, 16, 0, {{1, 33000}}, "decode_max_splits"},
         AttnCase{64, 8, 2, 16, 0, {{37, 37}, {1, 70}, {20, 90}, {5, 5}}, "mixed_prefill_chunk_decode"},
         AttnCase{64, 8, 1, 4, 7, {{50, 60}, {1, 33}}, "sliding_window_mqa"},
         AttnCase{256, 4, 2, 16, 0, {{33, 40}}, "prefill_head_dim_256"},
