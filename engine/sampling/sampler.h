@@ -5,7 +5,8 @@
 // banned-string position bans; then the sampler chain (default order, temperature_last, or
 // sampler_priority; Mirostat 2 replaces the chain); then softmax, skew and the draw (argmax when
 // temperature == 0). Rows are independent: a row's result depends only on its logits, params and
-// state, never on the other rows of the batch (each request has its own seeded RNG).
+// state, never on the other rows of the batch (each request has its own seeded RNG). On CUDA, steps whose
+// rows all qualify are sampled on the GPU from Philox instead (docs/cuda_backend.md, "GPU sampling").
 //
 // Logprobs are log_softmax of the RAW logits, before any processing (like vLLM's default): they
 // describe the model, not the sampler settings, and do not change when a client tweaks top_p.
