@@ -14,15 +14,16 @@ int64_t kv_cache_blocks(const GpuMemoryBudget& m) {
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const double allowed = m.utilization * static_cast<double>(m.total_bytes);
   const double left = allowed - static_cast<double>(m.used_bytes) - static_cast<double>(m.activation_peak) -
-                      static_cast<double>(m.graph_reserve);
+                      static_cast<double>(m.graph_reserve) - static_cast<double>(m.sampler_scratch);
   const double blocks = left > 0 ? std::floor(left / static_cast<double>(m.bytes_per_block)) : 0.0;
   CYPRIS_CHECK(blocks >= 1,
                "--gpu-memory-utilization {}: no room for the KV cache: {:.2f} of {:.2f} GiB allowed, {:.2f} GiB in use "
-               "after loading the weights, {:.2f} GiB profiled for activations, {:.2f} GiB kept for CUDA graphs; raise "
-               "--gpu-memory-utilization or lower --max-num-batched-tokens / --max-num-seqs (or pass --enforce-eager)",
+               "after loading the weights, {:.2f} GiB profiled for activations, {:.2f} GiB kept for CUDA graphs, "
+               "{:.2f} GiB for GPU sampling; raise --gpu-memory-utilization or lower --max-num-batched-tokens / "
+               "--max-num-seqs (or pass --enforce-eager)",
                m.utilization, allowed / kGiB, static_cast<double>(m.total_bytes) / kGiB,
                static_cast<double>(m.used_bytes) / kGiB, static_cast<double>(m.activation_peak) / kGiB,
-               static_cast<double>(m.graph_reserve) / kGiB);
+               static_cast<double>(m.graph_reserve) / kGiB, static_cast<double>(m.sampler_scratch) / kGiB);
   return static_cast<int64_t>(blocks);
 }
 

@@ -17,10 +17,11 @@ struct GpuMemoryBudget {
   size_t used_bytes = 0;        // in use once the weights are loaded (weights, CUDA context, cuBLAS)
   size_t activation_peak = 0;   // profiled peak of one step's activations
   size_t graph_reserve = 0;     // memory the decode CUDA graphs will keep (0 with --enforce-eager)
+  size_t sampler_scratch = 0;   // the GPU sampler's [max_num_seqs, vocab] fp32 + int32 buffers (0 without)
   int64_t bytes_per_block = 0;  // one KV block of every layer on this device
 };
 
-// floor((utilization * total - used - activation_peak - graph_reserve) / bytes_per_block).
+// floor((utilization * total - used - activation_peak - graph_reserve - sampler_scratch) / bytes_per_block).
 // Throws Error naming --gpu-memory-utilization when not even one block fits.
 int64_t kv_cache_blocks(const GpuMemoryBudget& m);
 

@@ -177,13 +177,19 @@ int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const Mod
       m.graph_reserve = 2 * decode + kPerGraph * graph_policy_.sizes.size();
     }
   }
+  // The GPU sampler allocates its scratch on first use, after the cache: keep room for a full batch.
+  if (can_sample_on_device()) {
+    m.sampler_scratch = static_cast<size_t>(std::max<int64_t>(1, options.max_num_seqs)) *
+                        static_cast<size_t>(cfg.vocab_size) * (sizeof(float) + sizeof(int32_t));
+  }
   const int64_t blocks = kv_cache_blocks(m);
   constexpr double kGiB = 1 << 30;
   LOG_INFO(
       "GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the weights, activation peak {:.2f} GiB (profiled), "
-      "{:.2f} GiB kept for CUDA graphs; KV cache gets {} blocks ({:.2f} GiB)",
+      "{:.2f} GiB kept for CUDA graphs, {:.2f} GiB for GPU sampling; KV cache gets {} blocks ({:.2f} GiB)",
       static_cast<double>(m.total_bytes) / kGiB, static_cast<double>(m.used_bytes) / kGiB,
-      static_cast<double>(m.activation_peak) / kGiB, static_cast<double>(m.graph_reserve) / kGiB, blocks,
+      static_cast<double>(m.activation_peak) / kGiB, static_cast<double>(m.graph_reserve) / kGiB,
+      static_cast<double>(m.sampler_scratch) / kGiB, blocks,
       static_cast<double>(blocks) * static_cast<double>(m.bytes_per_block) / kGiB);
   return blocks;
 }
@@ -215,13 +221,13 @@ size_t ModelRunner::profile_peak(const ModelConfig& cfg, const BatchContext& b) 
 
 void ModelRunner::capture_graphs() {
   Rank& r = ranks_.front();
-  r.graphs = make_decode_graph_runner(*r.backend, graph_policy_, block_size_);
-  if (!r.graphs) {
-    graph_policy_.enforce_eager = true;
-    return;
-  }
   double seconds = 0;
   try {
+    r.graphs = make_decode_graph_runner(*r.backend, graph_policy_, block_size_);
+    if (!r.graphs) {
+      graph_policy_.enforce_eager = true;
+      return;
+    }
     seconds = r.graphs->capture(*r.model, r.kv_cache);
   } catch (const std::exception& e) {
     // Eager decode is always correct: a failed capture costs speed, not the server.

@@ -23,6 +23,8 @@ TEST(KvCacheBlocks, TakesWhatIsLeftOfTheAllowedFraction) {
   EXPECT_EQ(kv_cache_blocks(m), 6);
   m.utilization = 1.0;  // 1000000 - 300000 = 700000 -> 23
   EXPECT_EQ(kv_cache_blocks(m), 23);
+  m.sampler_scratch = 90000;  // GPU sampling's buffers: 610000 -> 20
+  EXPECT_EQ(kv_cache_blocks(m), 20);
 }
 
 TEST(KvCacheBlocks, NothingLeftIsAnErrorNamingTheFlag) {
