@@ -27,6 +27,8 @@ struct GenerateFlags {
   double min_p = 0.0;
   double repetition_penalty = 1.0;
   bool ignore_eos = false;
+  int64_t beam_width = 0;
+  std::vector<std::string> banned_strings;
   std::optional<std::string> debug_dump;
 };
 
@@ -46,6 +48,10 @@ std::vector<OptionSpec> generate_specs(GenerateFlags& f) {
   v.push_back(spec("min-p", &f.min_p, "P", "Minimum probability relative to the top token."));
   v.push_back(spec("repetition-penalty", &f.repetition_penalty, "R", "Repetition penalty (1: off)."));
   v.push_back(spec("ignore-eos", &f.ignore_eos, "", "Keep generating after the end-of-text token."));
+  v.push_back(spec("beam-width", &f.beam_width, "N", "Beam search with N beams; prints the best (0: sample)."));
+  v.back().min = 0;
+  v.push_back(spec("banned-strings", &f.banned_strings, "PHRASE [PHRASE ...]",
+                   "Phrases that must not appear: generation rewinds and tries another token."));
   v.push_back(spec("debug-dump", &f.debug_dump, "DIR",
                    "Write every named intermediate of each forward pass as DIR/f<step>.<name>.npy."));
   return v;
@@ -112,6 +118,11 @@ int generate(const Args& args) {
   params->min_p = static_cast<float>(f.min_p);
   params->repetition_penalty = static_cast<float>(f.repetition_penalty);
   params->ignore_eos = f.ignore_eos;
+  params->banned_strings = f.banned_strings;
+  if (f.beam_width > 0) {
+    params->use_beam_search = true;
+    params->best_of = static_cast<int>(f.beam_width);
+  }
   params->seed = static_cast<uint64_t>(cfg.model.seed);
   auto stream = std::make_shared<RequestStream>("generate");
   const auto t0 = std::chrono::steady_clock::now();

@@ -69,6 +69,25 @@ TEST(Generate, TextPromptThroughTheTokenizer) {
   EXPECT_EQ(out.rfind(", there was a little girl", 0), 0u) << out;
 }
 
+TEST(Generate, BeamSearchAndBannedStrings) {
+  testing::internal::CaptureStdout();
+  int rc = run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "40", "--temperature", "0",
+                         "--ignore-eos", "--threads", "2", "--banned-strings", "Lily", "little"});
+  std::string out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0);
+  EXPECT_GT(out.size(), 60u);
+  EXPECT_EQ(out.find("Lily"), std::string::npos) << out;
+  EXPECT_EQ(out.find("little"), std::string::npos) << out;
+
+  testing::internal::CaptureStdout();
+  rc = run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "12", "--beam-width", "3",
+                     "--ignore-eos", "--threads", "2"});
+  out = testing::internal::GetCapturedStdout();
+  ASSERT_EQ(rc, 0);
+  EXPECT_GT(out.size(), 20u);  // one hypothesis, printed when the search ends
+  EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1", "--beam-width", "-1"}), 2);
+}
+
 TEST(Generate, SeededSamplingIsReproducibleAndBadInputIsAnError) {
   const Args args = {"--model", kStories,        "--prompt-ids", "1,403",  "--max-tokens",
                      "12",      "--temperature", "1.0",          "--seed", "5"};
