@@ -36,7 +36,7 @@ void Engine::add_beam_request(Group& g, const std::shared_ptr<SamplingParams>& p
   scheduler_->add_request(seq->req);
   seqs_[id] = seq.get();
   g.beam->running = {seq.get()};
-  g.beam->logprobs.resize(1);
+  g.beam->logprobs.resize(static_cast<size_t>(info_.vocab_size));
   g.beam->raw.resize(1);
   g.beam->ready.assign(1, 0);
   g.seqs.push_back(std::move(seq));
@@ -49,7 +49,8 @@ void Engine::take_beam_row(Seq& s, const float* logits) {
   const size_t slot = static_cast<size_t>(it - b.running.begin());
   const SamplingParams& p = *s.group->req.params;
   const auto vocab = static_cast<size_t>(info_.vocab_size);
-  b.logprobs[slot] = sampler_->beam_logprobs(std::span<const float>(logits, vocab), p, s.sampling);
+  sampler_->beam_logprobs(std::span<const float>(logits, vocab), p, s.sampling,
+                          std::span<float>(b.logprobs).subspan(slot * vocab, vocab));
   if (p.logprobs) b.raw[slot].assign(logits, logits + vocab);
   b.ready[slot] = 1;
   generation_tokens_total_++;
@@ -67,10 +68,6 @@ void Engine::advance_beam(Group& g, RequestOutput& out) {
   if (std::find(b.ready.begin(), b.ready.end(), 0) != b.ready.end()) return;
   const auto vocab = static_cast<int32_t>(info_.vocab_size);
   const size_t num_beams = b.running.size();
-  std::vector<float> rows(num_beams * static_cast<size_t>(vocab));
-  for (size_t i = 0; i < num_beams; ++i) {
-    std::copy(b.logprobs[i].begin(), b.logprobs[i].end(), rows.begin() + static_cast<std::ptrdiff_t>(i * vocab));
-  }
   const SamplingParams& p = *g.req.params;
   std::function<void(int32_t, int32_t, BeamHypothesis&)> extend;
   if (p.logprobs) {
@@ -85,7 +82,7 @@ void Engine::advance_beam(Group& g, RequestOutput& out) {
       child.logprobs.push_back(std::move(lp));
     };
   }
-  b.search.step(rows.data(), vocab, extend);
+  b.search.step(b.logprobs.data(), vocab, extend);
 
   // Match the old beams' requests to the new hypotheses. Forks first, while the parents' requests
   // still end at the shared position; then the first child of each parent takes its request.
@@ -129,7 +126,7 @@ void Engine::advance_beam(Group& g, RequestOutput& out) {
     seqs[j]->sampling.append(token);
   }
   b.running = std::move(seqs);
-  b.logprobs.assign(b.running.size(), {});
+  b.logprobs.assign(b.running.size() * static_cast<size_t>(vocab), 0.0f);
   b.raw.assign(b.running.size(), {});
   b.ready.assign(b.running.size(), 0);
   if (b.search.done()) finish_beam(g, "", out);

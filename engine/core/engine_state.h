@@ -52,7 +52,7 @@ struct Engine::BeamState {
   explicit BeamState(BeamSearchConfig config) : search(std::move(config)) {}
   BeamSearch search;
   std::vector<Seq*> running;
-  std::vector<std::vector<float>> logprobs;  // beam_logprobs() of each running beam
+  std::vector<float> logprobs;               // [running.size(), vocab]: beam_logprobs() of each running beam
   std::vector<std::vector<float>> raw;       // raw logits of each running beam (only with `logprobs`)
   std::vector<char> ready;
   int next_index = 1;

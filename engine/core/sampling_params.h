@@ -116,6 +116,9 @@ struct SamplingParams {
   int effective_best_of() const { return best_of.value_or(n); }
   bool is_greedy() const { return temperature == 0.0f && !use_beam_search; }
   bool dynatemp_enabled() const { return dynatemp_min != 0.0f || dynatemp_max != 0.0f; }
+  bool penalties_enabled() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
+  }
   // The chain this request runs (sampler_priority, else the default order with temperature_last).
   std::vector<SamplerId> sampler_order() const;
 

@@ -67,7 +67,7 @@ GpuSamplingInputs build_gpu_sampling_inputs(std::span<const SamplerRow> rows, in
   for (const SamplerRow& row : rows) {
     const SamplingParams& p = *row.params;
     CYPRIS_CHECK(gpu_sampling_supported(row, max_log_probs), "GPU sampling: a row uses a sampler the GPU lacks");
-    any_penalty |= p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+    any_penalty |= p.penalties_enabled();
     any_bias |= !p.logit_bias.empty();
   }
   in.params.reserve(rows.size());
@@ -81,8 +81,7 @@ GpuSamplingInputs build_gpu_sampling_inputs(std::span<const SamplerRow> rows, in
     rp.top_p = p.top_p;
     rp.min_p = p.min_p;
     rp.top_k = p.top_k;
-    const bool penalised = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-    if (penalised) {
+    if (p.penalties_enabled()) {
       rp.repetition_penalty = p.repetition_penalty;
       rp.presence_penalty = p.presence_penalty;
       rp.frequency_penalty = p.frequency_penalty;

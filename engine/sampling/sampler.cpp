@@ -166,7 +166,7 @@ bool is_plain(const SamplingParams& p, const SamplingState& s) {
   if (p.min_tokens > 0 || !p.custom_token_bans.empty() || p.allowed_token_ids || !p.logit_bias.empty() ||
       !s.next_position_bans().empty())
     return false;
-  if (p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) return false;
+  if (p.penalties_enabled()) return false;
   if (p.dry_multiplier != 0.0f || p.no_repeat_ngram_size > 0 || p.dynatemp_enabled()) return false;
   if (p.nsigma > 0.0f || p.top_a > 0.0f || p.min_p > 0.0f || p.tfs < 1.0f || p.eta_cutoff > 0.0f ||
       p.epsilon_cutoff > 0.0f || p.typical_p < 1.0f || p.smoothing_factor > 0.0f || p.xtc_probability > 0.0f ||
@@ -362,23 +362,23 @@ std::vector<float> Sampler::process(std::span<const float> logits, const Samplin
   return dense;
 }
 
-std::vector<float> Sampler::beam_logprobs(std::span<const float> logits, const SamplingParams& params,
-                                          const SamplingState& state) {
-  CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size,
-               "sampler: a row has {} logits, the vocabulary has {}", logits.size(), config_.vocab_size);
-  std::vector<float> x(logits.begin(), logits.end());
-  sampling_detail::RowLogits row(x.data(), config_.vocab_size, scratch_[0]->buf);
+void Sampler::beam_logprobs(std::span<const float> logits, const SamplingParams& params, const SamplingState& state,
+                            std::span<float> out) {
+  CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size && out.size() == logits.size(),
+               "sampler: a row has {} logits (output {}), the vocabulary has {}", logits.size(), out.size(),
+               config_.vocab_size);
+  std::copy(logits.begin(), logits.end(), out.begin());
+  sampling_detail::RowLogits row(out.data(), config_.vocab_size, scratch_[0]->buf);
   sampling_detail::apply_pre_chain(row, params, state, config_.eos_token_id, nullptr);
   sampling_detail::apply_penalties(row, params, state);
   row.densify();
   float max_v = sampling_detail::kNegInf;
-  for (float v : x) max_v = std::max(max_v, v);
-  if (max_v == sampling_detail::kNegInf) return x;  // everything masked: no continuation
+  for (float v : out) max_v = std::max(max_v, v);
+  if (max_v == sampling_detail::kNegInf) return;  // everything masked: no continuation
   double z = 0.0;
-  for (float v : x) z += std::exp(static_cast<double>(v) - max_v);
+  for (float v : out) z += std::exp(static_cast<double>(v) - max_v);
   const double lz = std::log(z) + max_v;
-  for (float& v : x) v = static_cast<float>(v - lz);
-  return x;
+  for (float& v : out) v = static_cast<float>(v - lz);
 }
 
 std::vector<float> Sampler::probabilities(std::span<const float> logits, const SamplingParams& params,

@@ -112,9 +112,9 @@ class Sampler {
   // logit_bias, banned positions) and the repetition/presence/frequency penalties. Temperature and
   // the truncation samplers do not apply: beam search ranks continuations by the model's own
   // probabilities (vLLM requires temperature 0 with beam search; we ignore the samplers instead of
-  // refusing the request). Masked tokens are -inf.
-  std::vector<float> beam_logprobs(std::span<const float> logits, const SamplingParams& params,
-                                   const SamplingState& state);
+  // refusing the request). Masked tokens are -inf. out: vocab_size floats.
+  void beam_logprobs(std::span<const float> logits, const SamplingParams& params, const SamplingState& state,
+                     std::span<float> out);
 
   // Final sampling probabilities of one row (after skew), as sample() draws from them. For tests.
   std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params, SamplingState& state);
