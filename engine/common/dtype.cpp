@@ -1,6 +1,9 @@
 #include "engine/common/dtype.h"
 
 #include <cmath>
+#include <optional>
+
+#include "kernels/common/ggml_types.h"
 
 namespace cypris {
 
@@ -19,8 +22,45 @@ size_t dtype_size(DType t) {
     case DType::F8E4M3:
     case DType::F8E5M2:
       return 1;
+    default:
+      return 0;  // block-quantized
   }
-  return 0;
+}
+
+namespace {
+// The ggml type behind each block-quantized DType.
+std::optional<GgmlType> ggml_type_of(DType t) {
+  switch (t) {
+    case DType::Q4_0: return GgmlType::Q4_0;
+    case DType::Q4_1: return GgmlType::Q4_1;
+    case DType::Q5_0: return GgmlType::Q5_0;
+    case DType::Q5_1: return GgmlType::Q5_1;
+    case DType::Q8_0: return GgmlType::Q8_0;
+    case DType::Q2_K: return GgmlType::Q2_K;
+    case DType::Q3_K: return GgmlType::Q3_K;
+    case DType::Q4_K: return GgmlType::Q4_K;
+    case DType::Q5_K: return GgmlType::Q5_K;
+    case DType::Q6_K: return GgmlType::Q6_K;
+    case DType::IQ4_NL: return GgmlType::IQ4_NL;
+    case DType::IQ4_XS: return GgmlType::IQ4_XS;
+    default: return std::nullopt;
+  }
+}
+}  // namespace
+
+bool dtype_is_quantized(DType t) { return ggml_type_of(t).has_value(); }
+
+DTypeBlock dtype_block(DType t) {
+  if (auto g = ggml_type_of(t)) {
+    const auto& tr = ggml_traits(*g);
+    return {tr.block_elems, tr.block_bytes};
+  }
+  return {1, static_cast<uint32_t>(dtype_size(t))};
+}
+
+size_t dtype_nbytes(DType t, int64_t numel) {
+  const DTypeBlock b = dtype_block(t);
+  return static_cast<size_t>(numel) / b.elems * b.bytes;
 }
 
 std::string_view dtype_name(DType t) {
@@ -34,6 +74,8 @@ std::string_view dtype_name(DType t) {
     case DType::I8: return "int8";
     case DType::F8E4M3: return "fp8_e4m3";
     case DType::F8E5M2: return "fp8_e5m2";
+    default:
+      if (auto g = ggml_type_of(t)) return ggml_traits(*g).name;
   }
   return "?";
 }

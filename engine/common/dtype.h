@@ -10,10 +10,25 @@
 
 namespace cypris {
 
-enum class DType : uint8_t { F32, F16, BF16, I32, I64, U8, I8, F8E4M3, F8E5M2 };
+// The plain types, then llama.cpp's block-quantized weight types (GGUF). A quantized tensor's shape
+// is its logical [rows, row_length]; its bytes come in blocks along each row (kernels/common/ggml_types.h).
+enum class DType : uint8_t {
+  F32, F16, BF16, I32, I64, U8, I8, F8E4M3, F8E5M2,
+  Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+};
 
+// Bytes of one element of a plain type; 0 for a block-quantized type (use dtype_nbytes).
 size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);  // "float32", "float16", "bfloat16", ...
+std::string_view dtype_name(DType t);  // "float32", "float16", "bfloat16", ..., "Q4_K"
+bool dtype_is_quantized(DType t);
+// Elements and bytes of one block: {1, dtype_size} for a plain type, {32 or 256, bytes} for a quantized one.
+struct DTypeBlock {
+  uint32_t elems;
+  uint32_t bytes;
+};
+DTypeBlock dtype_block(DType t);
+// Bytes of `numel` elements (a whole number of blocks for a quantized type).
+size_t dtype_nbytes(DType t, int64_t numel);
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;

@@ -30,7 +30,7 @@ struct Tensor {
     for (int64_t d : shape) n *= d;
     return n;
   }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  size_t nbytes() const { return dtype_nbytes(dtype, numel()); }
   int ndim() const { return static_cast<int>(shape.size()); }
   int64_t dim(int i) const { return shape[i < 0 ? shape.size() + i : i]; }
   bool contiguous() const { return strides.empty(); }
