@@ -422,51 +422,59 @@ void Engine::step() {
   std::vector<SampleOutput> samples;
   std::vector<Seq*> sampled_seqs;  // rows of `samples`
   std::vector<Group*> beam_groups;  // beam-search requests that got rows this step
+  Logits logits;                    // host rows of everything not sampled on the device
+  int64_t num_device_rows = 0;
   try {
-    // Sampled rows go to the sampler, except beam-search rows, which the beam search takes.
-    std::vector<SamplerRow> rows;
-    std::vector<int64_t> row_of;
-    std::vector<std::pair<Seq*, int64_t>> beam_rows;
+    // The sampler path is chosen per row: rows the GPU sampler supports are sampled where the logits
+    // are; the others (and beam-search rows, which the beam search ranks) go to the host. The logits
+    // rows are reordered to match: device rows, host-sampled rows, beam rows, prompt-logprob rows.
+    const int max_lp = static_cast<int>(cfg_.model.max_log_probs);
+    const bool device_ok = runner_->can_sample_on_device();
+    std::vector<SamplerRow> device_rows, host_rows;
+    std::vector<Seq*> device_seqs, host_seqs, beam_seqs;
+    std::vector<int32_t> device_idx, host_idx, beam_idx;
     for (size_t j = 0; j < lay.sampled_requests.size(); ++j) {
       Seq* s = seqs_.at(so.scheduled[static_cast<size_t>(lay.sampled_requests[j])].request->request_id());
+      const int32_t li = bc.logits_indices[j];
       if (s->group->beam) {
-        beam_rows.emplace_back(s, static_cast<int64_t>(j));
+        beam_seqs.push_back(s);
+        beam_idx.push_back(li);
         continue;
       }
-      rows.push_back(SamplerRow{s->group->req.params.get(), &s->sampling});
-      row_of.push_back(static_cast<int64_t>(j));
-      sampled_seqs.push_back(s);
-    }
-    // GPU sampling: when every row qualifies (and no prompt-logprob or beam rows need the full
-    // logits), the logits stay on the device and only tokens and logprobs come back.
-    const int max_lp = static_cast<int>(cfg_.model.max_log_probs);
-    const bool on_device = !rows.empty() && beam_rows.empty() && prompt_rows.empty() &&
-                           runner_->can_sample_on_device() &&
-                           std::all_of(rows.begin(), rows.end(),
-                                       [&](const SamplerRow& r) { return gpu_sampling_supported(r, max_lp); });
-    Logits logits;
-    if (on_device) {
-      samples = runner_->execute_and_sample(bc, rows, max_lp);
-    } else {
-      logits = runner_->execute(bc);
-      for (const auto& [s, j] : beam_rows) {
-        take_beam_row(*s, logits.row(j));
-        if (std::find(beam_groups.begin(), beam_groups.end(), s->group) == beam_groups.end()) {
-          beam_groups.push_back(s->group);
-        }
-      }
-      if (!rows.empty() && rows.size() == lay.sampled_requests.size()) {
-        samples = sampler_->sample(logits.data.data(), rows);
-      } else if (!rows.empty()) {
-        std::vector<float> packed(rows.size() * static_cast<size_t>(logits.vocab));
-        for (size_t i = 0; i < rows.size(); ++i) {
-          std::copy_n(logits.row(row_of[i]), logits.vocab,
-                      packed.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(logits.vocab)));
-        }
-        samples = sampler_->sample(packed.data(), rows);
+      const SamplerRow r{s->group->req.params.get(), &s->sampling};
+      if (device_ok && gpu_sampling_supported(r, max_lp)) {
+        device_rows.push_back(r);
+        device_seqs.push_back(s);
+        device_idx.push_back(li);
+      } else {
+        host_rows.push_back(r);
+        host_seqs.push_back(s);
+        host_idx.push_back(li);
       }
     }
-    int64_t row = static_cast<int64_t>(lay.sampled_requests.size());  // prompt-logprob rows follow
+    std::vector<int32_t> order = device_idx;
+    order.insert(order.end(), host_idx.begin(), host_idx.end());
+    order.insert(order.end(), beam_idx.begin(), beam_idx.end());
+    std::copy(order.begin(), order.end(), bc.logits_indices.begin());
+    num_device_rows = static_cast<int64_t>(device_rows.size());
+
+    const StepLogits step_logits = runner_->execute_step(bc);
+    if (!device_rows.empty()) samples = runner_->sample_on_device(step_logits, 0, device_rows, max_lp);
+    logits = runner_->download(step_logits, num_device_rows, step_logits.rows() - num_device_rows);
+    if (!host_rows.empty()) {
+      const std::vector<SampleOutput> host = sampler_->sample(logits.data.data(), host_rows);
+      samples.insert(samples.end(), host.begin(), host.end());
+    }
+    sampled_seqs = device_seqs;
+    sampled_seqs.insert(sampled_seqs.end(), host_seqs.begin(), host_seqs.end());
+    int64_t row = static_cast<int64_t>(host_rows.size());  // host row of the first beam row
+    for (Seq* s : beam_seqs) {
+      take_beam_row(*s, logits.row(row++));
+      if (std::find(beam_groups.begin(), beam_groups.end(), s->group) == beam_groups.end()) {
+        beam_groups.push_back(s->group);
+      }
+    }
+
     for (const auto& pr : prompt_rows) {
       const auto prompt = pr.seq->req->prompt_token_ids();
       const auto next = prompt.subspan(static_cast<size_t>(pr.first_pos) + 1, static_cast<size_t>(pr.count));

@@ -244,6 +244,11 @@ void ModelRunner::capture_graphs() {
 }
 
 Logits ModelRunner::execute(const BatchContext& b) {
+  const StepLogits logits = execute_step(b);
+  return download(logits, 0, logits.rows());
+}
+
+StepLogits ModelRunner::execute_step(const BatchContext& b) {
   b.validate(num_blocks_, block_size_);
   if (backend().device() != Device::Cpu) {
     // Device kernels cannot throw: check on the host what the CPU kernels check as they go.
@@ -257,18 +262,9 @@ Logits ModelRunner::execute(const BatchContext& b) {
                    max_pos);
     }
   }
-  Logits out;
+  StepLogits out;
   if (!debug_hook_ && is_graph_eligible(b, graph_policy_)) {
-    Backend& be = backend();
-    const Tensor logits = ranks_.front().graphs->replay(b);
-    if (logits_consumer_) {  // GPU sampling reads the replay's logits where they are
-      logits_consumer_(logits);
-      return out;
-    }
-    out.rows = logits.shape[0];
-    out.vocab = logits.shape[1];
-    out.data.resize(static_cast<size_t>(out.rows * out.vocab));
-    be.download(logits, out.data.data());
+    out.view = ranks_.front().graphs->replay(b);  // the graph's buffer: valid until the next replay
     return out;
   }
   if (!workers_) {
@@ -279,7 +275,31 @@ Logits ModelRunner::execute(const BatchContext& b) {
   return out;
 }
 
-void ModelRunner::forward_rank(Rank& r, const BatchContext& b, Logits* out) {
+Logits ModelRunner::download(const StepLogits& logits, int64_t first_row, int64_t num_rows) {
+  CYPRIS_CHECK(first_row >= 0 && num_rows >= 0 && first_row + num_rows <= logits.rows(),
+               "logits rows [{}, {}) are outside the step's {} rows", first_row, first_row + num_rows, logits.rows());
+  Logits out;
+  out.rows = num_rows;
+  out.vocab = logits.vocab();
+  out.data.resize(static_cast<size_t>(out.rows * out.vocab));
+  if (num_rows == 0) return out;
+  const Tensor& t = logits.view;
+  const int64_t ld = row_stride(t);
+  Tensor rows(static_cast<float*>(t.data) + first_row * ld, DType::F32, {num_rows, out.vocab}, t.device);
+  rows.device_index = t.device_index;
+  if (ld != out.vocab) rows.strides = {ld, 1};
+  on_rank0([&] { backend().download(rows, out.data.data()); });
+  return out;
+}
+
+void ModelRunner::on_rank0(const std::function<void()>& fn) {
+  if (!workers_) return fn();
+  workers_->run([&](int rank) {
+    if (rank == 0) fn();
+  });
+}
+
+void ModelRunner::forward_rank(Rank& r, const BatchContext& b, StepLogits* out) {
   Backend& be = *r.backend;
   const int64_t n = b.num_tokens();
   int max_query_len = 0, max_seq_len = 0;
@@ -308,11 +328,8 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, Logits* out) {
   in.attn.max_seq_len = max_seq_len;
   DeviceTensor logits = r.model->forward(in, r.kv_cache);
   if (!out) return;
-  if (logits_consumer_) return logits_consumer_(logits.view);  // GPU sampling: no download
-  out->rows = logits.view.shape[0];
-  out->vocab = logits.view.shape[1];
-  out->data.resize(static_cast<size_t>(out->rows * out->vocab));
-  be.download(logits.view, out->data.data());
+  out->view = logits.view;
+  out->storage = std::move(logits.storage);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -327,28 +344,28 @@ bool ModelRunner::can_sample_on_device() const {
 #endif
 }
 
-std::vector<SampleOutput> ModelRunner::execute_and_sample(const BatchContext& b, std::span<const SamplerRow> rows,
-                                                          int max_log_probs) {
+std::vector<SampleOutput> ModelRunner::sample_on_device(const StepLogits& logits, int64_t first_row,
+                                                        std::span<const SamplerRow> rows, int max_log_probs) {
 #if CYPRIS_HAVE_CUDA
   CYPRIS_CHECK(can_sample_on_device(), "GPU sampling needs a CUDA backend");
-  CYPRIS_CHECK(b.logits_indices.size() == rows.size(), "GPU sampling: {} logits rows for {} sampling rows",
-               b.logits_indices.size(), rows.size());
+  const int64_t n = static_cast<int64_t>(rows.size());
+  CYPRIS_CHECK(first_row >= 0 && first_row + n <= logits.rows(), "GPU sampling: rows [{}, {}) of {} logits rows",
+               first_row, first_row + n, logits.rows());
+  if (rows.empty()) return {};
   const GpuSamplingInputs in = build_gpu_sampling_inputs(rows, max_log_probs);
+  const Tensor& t = logits.view;
+  Tensor view(static_cast<float*>(t.data) + first_row * row_stride(t), DType::F32, {n, logits.vocab()}, t.device);
+  view.device_index = t.device_index;
+  if (row_stride(t) != logits.vocab()) view.strides = {row_stride(t), 1};
   GpuSamplingOutputs res;
-  // Runs on rank 0's thread (its device is current there).
-  logits_consumer_ = [&](const Tensor& logits) {
+  on_rank0([&] {
     if (!device_sampler_) device_sampler_ = std::make_unique<DeviceSampler>(static_cast<CudaBackend&>(backend()));
-    res = device_sampler_->run(logits, in);
-  };
-  try {
-    execute(b);
-  } catch (...) {
-    logits_consumer_ = nullptr;
-    throw;
-  }
-  logits_consumer_ = nullptr;
+    res = device_sampler_->run(view, in);
+  });
   return finish_gpu_sampling(rows, in, res);
 #else
+  (void)logits;
+  (void)first_row;
   CYPRIS_FAIL("GPU sampling: this build has no CUDA backend ({} rows)", rows.size());
 #endif
 }

@@ -1,5 +1,6 @@
 // ModelRunner: owns the backend, the model and the paged KV cache, and runs one flattened batch
-// (BatchContext) to logits. The engine core calls execute() once per step. With tensor
+// (BatchContext) to logits (StepLogits, left on the device). The engine core calls execute() once
+// per step, then samples rows on the device and/or downloads the others. With tensor
 // parallelism (parallel.world_size > 1) it owns one shard of each per rank, runs the ranks on
 // worker threads (tp_workers.h) and returns rank 0's logits.
 #pragma once
@@ -50,6 +51,17 @@ struct ModelRunnerOptions {
   std::string quantization_param_path;
 };
 
+// Rank 0's logits of one step where the forward pass left them (device memory on a GPU backend,
+// host memory on the CPU backend): [logits_indices.size(), vocab] fp32. Valid until the next
+// execute_step(). The engine reads it per row: sample_on_device() for the rows the GPU sampler takes,
+// download() for the others (CPU sampling, beam search, prompt logprobs).
+struct StepLogits {
+  Tensor view;                    // [rows, vocab] fp32
+  std::shared_ptr<void> storage;  // keeps an eager forward's output alive (a graph replay's is the graph's)
+  int64_t rows() const { return view.ndim() == 2 ? view.shape[0] : 0; }
+  int64_t vocab() const { return view.ndim() == 2 ? view.shape[1] : 0; }
+};
+
 // Logits of the requested rows, fp32 on the host.
 struct Logits {
   std::vector<float> data;  // [rows, vocab]
@@ -64,18 +76,22 @@ class ModelRunner {
   explicit ModelRunner(const ModelRunnerOptions& options);
   ~ModelRunner();
 
-  // Writes the batch's K/V into the cache and returns logits [logits_indices.size(), vocab].
+  // Writes the batch's K/V into the cache and returns the logits [logits_indices.size(), vocab],
+  // left where the backend computed them (the engine's step).
+  StepLogits execute_step(const BatchContext& batch);
+  // execute_step and download of every row (tools and tests).
   Logits execute(const BatchContext& batch);
+  // Host copies of rows [first_row, first_row + num_rows) of a step's logits.
+  Logits download(const StepLogits& logits, int64_t first_row, int64_t num_rows);
 
   // GPU sampling (engine/sampling/gpu_sampling.h): true when rank 0 runs on a CUDA device and the
   // environment does not switch it off (CYPRIS_GPU_SAMPLING=0, for comparisons).
   bool can_sample_on_device() const;
-  // Like execute(), but rank 0's logits stay on the device: row i of the logits is sampled for
-  // rows[i] by the GPU sampler and only tokens and logprobs come back (as Sampler::sample returns
-  // them; each token is appended to its row's state). The batch must have exactly rows.size()
-  // logits rows, and every row must pass gpu_sampling_supported (Error otherwise).
-  std::vector<SampleOutput> execute_and_sample(const BatchContext& batch, std::span<const SamplerRow> rows,
-                                               int max_log_probs);
+  // Samples logits rows [first_row, first_row + rows.size()) for rows[i] with the GPU sampler; only
+  // tokens and logprobs come back (as Sampler::sample returns them; each token is appended to its
+  // row's state). Every row must pass gpu_sampling_supported (Error otherwise).
+  std::vector<SampleOutput> sample_on_device(const StepLogits& logits, int64_t first_row,
+                                             std::span<const SamplerRow> rows, int max_log_probs);
 
   const ModelConfig& config() const { return rank0_model()->config(); }
   DType weight_dtype() const { return weight_dtype_; }
@@ -125,9 +141,11 @@ class ModelRunner {
   size_t profile_peak(const ModelConfig& cfg, const BatchContext& b);
   void capture_graphs();
   // Runs the batch on one rank; fills *out with the logits when out is not null (rank 0).
-  void forward_rank(Rank& r, const BatchContext& batch, Logits* out);
+  void forward_rank(Rank& r, const BatchContext& batch, StepLogits* out);
   // Runs fn(rank) on every rank: on the worker threads at tp > 1, else right here.
   void for_each_rank(const std::function<void(Rank&)>& fn);
+  // Runs fn on rank 0's thread (its device is current there).
+  void on_rank0(const std::function<void()>& fn);
 
   std::vector<Rank> ranks_;
   std::unique_ptr<TpWorkers> workers_;  // null at world size 1
@@ -139,9 +157,7 @@ class ModelRunner {
   int64_t num_swap_blocks_ = 0;
   DecodeGraphPolicy graph_policy_;  // enforce_eager unless graphs are in use
   bool debug_hook_ = false;         // a hook reads intermediates: graphs cannot replay
-  // GPU sampling: set by execute_and_sample for one step; forward_rank hands rank 0's device
-  // logits to it instead of downloading them. Declared last: destroyed before the ranks.
-  std::function<void(const Tensor&)> logits_consumer_;
+  // GPU sampling scratch, made on first use. Declared last: destroyed before the ranks.
   std::unique_ptr<DeviceSampler> device_sampler_;
 };
 
