@@ -23,9 +23,12 @@ namespace cypris {
 ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   CYPRIS_CHECK(options.block_size > 0 && options.block_size <= 1024, "block size {} must be in [1, 1024]",
                options.block_size);
+  // The one check of the tensor-parallel size along the engine's path: its range here, the model's
+  // shapes in check_tensor_parallel, the GPU count where the communicators are made.
   const int tp = options.parallel.world_size;
   CYPRIS_CHECK(tp >= 1 && tp <= 256, "--tensor-parallel-size {} must be in [1, 256]", tp);
-  const ModelConfig cfg = load_model_config(options.model_dir, options.load.overrides);
+  const ModelConfig cfg =
+      options.config ? *options.config : load_model_config(options.model_dir, options.load.overrides);
   resolve_architecture(cfg);  // fail before reading any weights
   check_tensor_parallel(cfg, tp);
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
@@ -56,9 +59,18 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
         tp);
   }
   // The cache is sized once the weights are in place (on a GPU, from the memory left).
-  num_blocks_ = options.num_blocks > 0 ? options.num_blocks : (cfg.max_model_len + block_size_ - 1) / block_size_;
-  if (options.num_blocks <= 0 && backend().device() == Device::Cuda && options.gpu_memory_utilization > 0) {
+  kv_block_bytes_ = cypris::kv_cache_bytes_per_block(cfg, block_size_, tp, kv_cache_dtype_);
+  if (options.num_blocks > 0) {
+    num_blocks_ = options.num_blocks;
+  } else if (backend().device() == Device::Cuda && options.gpu_memory_utilization > 0) {
     num_blocks_ = blocks_from_device_memory(cfg, options);
+  } else if (options.cpu_kv_cache_bytes > 0) {
+    num_blocks_ = static_cast<int64_t>(options.cpu_kv_cache_bytes / static_cast<double>(kv_block_bytes_));
+    CYPRIS_CHECK(num_blocks_ >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",
+                 options.cpu_kv_cache_bytes / (1024.0 * 1024.0 * 1024.0),
+                 static_cast<double>(kv_block_bytes_) / 1024.0);
+  } else {
+    num_blocks_ = (cfg.max_model_len + block_size_ - 1) / block_size_;
   }
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
   if (!graph_policy_.enforce_eager) capture_graphs();
@@ -302,11 +314,6 @@ void ModelRunner::on_rank0(const std::function<void()>& fn) {
 void ModelRunner::forward_rank(Rank& r, const BatchContext& b, StepLogits* out) {
   Backend& be = *r.backend;
   const int64_t n = b.num_tokens();
-  int max_query_len = 0, max_seq_len = 0;
-  for (int s = 0; s < b.num_seqs(); ++s) {
-    max_query_len = std::max(max_query_len, b.query_start_loc[s + 1] - b.query_start_loc[s]);
-    max_seq_len = std::max(max_seq_len, b.seq_lens[s]);
-  }
   ForwardInputs in;
   DeviceTensor ids = be.upload(b.token_ids.data(), DType::I32, {n});
   DeviceTensor pos = be.upload(b.positions.data(), DType::I32, {n});
@@ -324,8 +331,8 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, StepLogits* out) 
   in.attn.slot_mapping = slots.view;
   in.attn.num_seqs = b.num_seqs();
   in.attn.max_blocks_per_seq = b.max_blocks_per_seq;
-  in.attn.max_query_len = max_query_len;
-  in.attn.max_seq_len = max_seq_len;
+  in.attn.max_query_len = b.max_query_len;  // the scheduler's maxima (validate() checked them)
+  in.attn.max_seq_len = b.max_seq_len;
   DeviceTensor logits = r.model->forward(in, r.kv_cache);
   if (!out) return;
   out->view = logits.view;

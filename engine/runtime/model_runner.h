@@ -9,14 +9,16 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "engine/kv/kv_cache_manager.h"  // BlockCopy
+#include "engine/loader/model_config.h"
 #include "engine/loader/weights.h"
-#include "engine/runtime/batch_context.h"
 #include "engine/runtime/decode_graphs.h"
+#include "engine/scheduler/batch_context.h"
 #include "models/model.h"
 
 namespace cypris {
@@ -30,8 +32,15 @@ struct ModelRunnerOptions {
   std::filesystem::path model_dir;  // a local folder with config.json (+ weights unless load_format is dummy)
   LoadOptions load;
   int threads = 0;          // CPU backend threads in all (split between ranks); <= 0: one per hardware thread
+  // The model's config when the caller already loaded it (the engine does, to size the scheduler);
+  // unset: read from model_dir with load.overrides.
+  std::optional<ModelConfig> config;
   int block_size = 16;      // tokens per KV-cache block
-  int64_t num_blocks = 0;   // 0: sized from gpu_memory_utilization on a GPU, else one sequence of max_model_len
+  // The KV cache, sized here for every device: num_blocks when > 0; else on a GPU from
+  // gpu_memory_utilization; else cpu_kv_cache_bytes / the bytes of a block when > 0
+  // (--cpu-kvcache-space); else one sequence of max_model_len.
+  int64_t num_blocks = 0;
+  double cpu_kv_cache_bytes = 0;
   ParallelConfig parallel;  // world_size = --tensor-parallel-size; rank is ignored
   std::string device = "cpu";   // auto | cuda | cpu (backend_factory.h)
   bool cuda_fp32_gemm = false;  // CUDA: fp32 GEMMs for 16-bit weights (CPU numerics; for tests)
@@ -102,11 +111,8 @@ class ModelRunner {
   int num_cuda_graphs() const { return ranks_.front().graphs ? ranks_.front().graphs->num_graphs() : 0; }
   DType kv_cache_dtype() const { return kv_cache_dtype_; }
   // K and V of every layer for one block, summed over the ranks (4 bytes per element for fp32, 1 for
-  // fp8): for sizing the cache from a memory budget.
-  int64_t kv_cache_bytes_per_block() const {
-    return int64_t{2} * rank0_model()->num_layers() * block_size_ * rank0_model()->num_kv_heads() *
-           rank0_model()->head_dim() * static_cast<int64_t>(dtype_size(kv_cache_dtype_)) * tensor_parallel_size();
-  }
+  // fp8; memory_profile.h): for sizing the cache and the swap pool from a memory budget.
+  int64_t kv_cache_bytes_per_block() const { return kv_block_bytes_; }
   // Rank 0's backend and model shard.
   Backend& backend() { return *ranks_.front().backend; }
   Model& model() { return *ranks_.front().model; }
@@ -154,6 +160,7 @@ class ModelRunner {
   DType kv_cache_dtype_ = DType::F32;
   std::string kv_scales_source_;  // rank 0's, for the load log
   int64_t num_blocks_ = 0;
+  int64_t kv_block_bytes_ = 0;
   int64_t num_swap_blocks_ = 0;
   DecodeGraphPolicy graph_policy_;  // enforce_eager unless graphs are in use
   bool debug_hook_ = false;         // a hook reads intermediates: graphs cannot replay
