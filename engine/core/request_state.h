@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/request.h"
 #include "engine/core/request_tracker.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/request.h"
+#include "engine/request/sampling_params.h"
 #include "engine/sampling/banned_strings.h"
 #include "engine/sampling/beam_search.h"
 #include "engine/sampling/sampler.h"

@@ -9,9 +9,9 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
-#include "engine/core/request.h"
+#include "engine/request/request.h"
 #include "engine/core/request_state.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "engine/core/stats.h"
 #include "engine/runtime/model_runner.h"  // Logits
 #include "engine/sampling/gpu_sampling.h"

@@ -22,7 +22,7 @@
 
 #include "engine/config/engine_config.h"
 #include "engine/core/engine_client.h"
-#include "engine/core/outputs.h"
+#include "engine/request/outputs.h"
 #include "engine/sampling/banned_strings.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/scheduler_output.h"

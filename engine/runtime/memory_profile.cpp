@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "engine/common/error.h"
-#include "engine/runtime/tp_workers.h"  // kv_heads_per_rank
+#include "engine/backend/tp_workers.h"  // kv_heads_per_rank
 
 namespace cypris {
 

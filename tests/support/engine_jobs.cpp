@@ -6,7 +6,7 @@
 #include <chrono>
 #include <random>
 
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris::testing_support {
 

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
 
 namespace cypris {
