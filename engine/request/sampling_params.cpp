@@ -64,6 +64,9 @@ int to_int(double v, const char* name) {
   [](const SamplingParams& p) -> std::optional<double> { return p.field ? 1.0 : 0.0; }, \
       [](SamplingParams& p, std::optional<double> v) { p.field = v ? *v != 0.0 : SamplingParams{}.field; }
 #define CYPRIS_NONSCALAR nullptr, nullptr
+// A switch parameter: the feature it turns on and the values (scalars) at which it is off.
+#define CYPRIS_OFF(feature, off_min, off_max) SamplerFeature::feature, off_min, off_max, nullptr
+#define CYPRIS_SET(feature, expr) SamplerFeature::feature, 0, 0, [](const SamplingParams& p) { return expr; }
 
 using K = ParamKind;
 
@@ -94,7 +97,8 @@ const std::vector<SamplingParamInfo>& table() {
        "Maximum number of tokens to generate per output sequence; unset means up to the context length.",
        CYPRIS_OPT_INT(max_tokens)},
       {"min_tokens", K::Int, "Output", 0, 0, kInf, false, false, false, 1024, "",
-       "EOS and stop_token_ids are banned until this many tokens have been generated.", CYPRIS_INT(min_tokens)},
+       "EOS and stop_token_ids are banned until this many tokens have been generated.", CYPRIS_INT(min_tokens),
+       CYPRIS_OFF(MinTokens, -kInf, 0)},
       {"ignore_eos", K::Bool, "Output", 0, 0, 1, false, false, false, 1, "", "Keep generating after the EOS token.",
        CYPRIS_BOOL(ignore_eos)},
       {"logprobs", K::Int, "Output", kUnset, 0, kInf, false, false, true, 20, "",
@@ -106,74 +110,86 @@ const std::vector<SamplingParamInfo>& table() {
        CYPRIS_OPT_INT(prompt_logprobs)},
 
       {"temperature", K::Float, "Temperature", 1, 0, kInf, false, false, false, 5, "",
-       "Randomness of the output: lower is more deterministic, 0 is greedy. Off: 1.", CYPRIS_FLOAT(temperature)},
+       "Randomness of the output: lower is more deterministic, 0 is greedy. Off: 1.", CYPRIS_FLOAT(temperature),
+       CYPRIS_OFF(Temperature, 1, 1)},
       {"temperature_last", K::Bool, "Temperature", 0, 0, 1, false, false, false, 1, "",
        "Apply temperature after all truncation samplers (after XTC) instead of before them.",
-       CYPRIS_BOOL(temperature_last)},
+       CYPRIS_BOOL(temperature_last), CYPRIS_OFF(Order, 0, 0)},
       {"dynatemp_min", K::Float, "Temperature", 0, 0, kInf, false, false, false, 5, "dynatemp_low",
        "Dynamic temperature: the temperature used at zero entropy. Dynamic temperature is on when min or "
        "max is non-zero.",
-       CYPRIS_FLOAT(dynatemp_min)},
+       CYPRIS_FLOAT(dynatemp_min), CYPRIS_OFF(DynaTemp, 0, 0)},
       {"dynatemp_max", K::Float, "Temperature", 0, 0, kInf, false, false, false, 5, "dynatemp_high",
-       "Dynamic temperature: the temperature used at maximum entropy.", CYPRIS_FLOAT(dynatemp_max)},
+       "Dynamic temperature: the temperature used at maximum entropy.", CYPRIS_FLOAT(dynatemp_max),
+       CYPRIS_OFF(DynaTemp, 0, 0)},
       {"dynatemp_exponent", K::Float, "Temperature", 1, 0, kInf, false, false, false, 5, "",
        "Dynamic temperature exponent: higher values trend towards the minimum temperature.",
        CYPRIS_FLOAT(dynatemp_exponent)},
       {"smoothing_factor", K::Float, "Temperature", 0, 0, kInf, false, false, false, 10, "",
-       "Quadratic sampling strength. Off: 0.", CYPRIS_FLOAT(smoothing_factor)},
+       "Quadratic sampling strength. Off: 0.", CYPRIS_FLOAT(smoothing_factor), CYPRIS_OFF(Quadratic, -kInf, 0)},
       {"smoothing_curve", K::Float, "Temperature", 1, 1, kInf, false, false, false, 10, "",
        "Cubic sampling curve for quadratic sampling. Off: 1.", CYPRIS_FLOAT(smoothing_curve)},
 
       {"presence_penalty", K::Float, "Penalties", 0, -2, 2, false, false, false, 2, "",
-       "Penalise tokens that already appear in the output. Off: 0.", CYPRIS_FLOAT(presence_penalty)},
+       "Penalise tokens that already appear in the output. Off: 0.", CYPRIS_FLOAT(presence_penalty),
+       CYPRIS_OFF(Penalties, 0, 0)},
       {"frequency_penalty", K::Float, "Penalties", 0, -2, 2, false, false, false, 2, "",
-       "Penalise tokens by how often they appear in the output. Off: 0.", CYPRIS_FLOAT(frequency_penalty)},
+       "Penalise tokens by how often they appear in the output. Off: 0.", CYPRIS_FLOAT(frequency_penalty),
+       CYPRIS_OFF(Penalties, 0, 0)},
       {"repetition_penalty", K::Float, "Penalties", 1, 1, kInf, false, false, false, 3, "rep_pen",
        "Penalise tokens that appear in the prompt or the output (divides positive logits, multiplies "
        "negative ones). Off: 1.",
-       CYPRIS_FLOAT(repetition_penalty)},
+       CYPRIS_FLOAT(repetition_penalty), CYPRIS_OFF(Penalties, 1, 1)},
       {"no_repeat_ngram_size", K::Int, "Penalties", 0, 0, kInf, false, false, false, 10, "",
        "Ban every token that would repeat an n-gram of this size already in the context. Off: 0.",
-       CYPRIS_INT(no_repeat_ngram_size)},
+       CYPRIS_INT(no_repeat_ngram_size), CYPRIS_OFF(NoRepeatNgram, -kInf, 0)},
 
       {"top_p", K::Float, "Truncation", 1, 0, 1, true, false, false, 1, "",
-       "Keep the most likely tokens whose cumulative probability reaches top_p. Off: 1.", CYPRIS_FLOAT(top_p)},
+       "Keep the most likely tokens whose cumulative probability reaches top_p. Off: 1.", CYPRIS_FLOAT(top_p),
+       CYPRIS_OFF(TopP, 1, kInf)},
       {"top_k", K::Int, "Truncation", -1, -1, kInf, false, false, false, 200, "",
-       "Keep only the top_k most likely tokens. Off: -1 or 0.", CYPRIS_INT(top_k)},
+       "Keep only the top_k most likely tokens. Off: -1 or 0.", CYPRIS_INT(top_k), CYPRIS_OFF(TopK, -kInf, 0)},
       {"top_a", K::Float, "Truncation", 0, 0, 1, false, false, false, 1, "",
-       "Drop tokens with probability below top_a * (max probability)^2. Off: 0.", CYPRIS_FLOAT(top_a)},
+       "Drop tokens with probability below top_a * (max probability)^2. Off: 0.", CYPRIS_FLOAT(top_a),
+       CYPRIS_OFF(TopA, -kInf, 0)},
       {"min_p", K::Float, "Truncation", 0, 0, 1, false, false, false, 1, "",
-       "Drop tokens with probability below min_p * (max probability). Off: 0.", CYPRIS_FLOAT(min_p)},
+       "Drop tokens with probability below min_p * (max probability). Off: 0.", CYPRIS_FLOAT(min_p),
+       CYPRIS_OFF(MinP, -kInf, 0)},
       {"tfs", K::Float, "Truncation", 1, 0, 1, true, false, false, 1, "tfs_z",
        "Tail-free sampling: cut the tail where the curvature of the sorted probabilities flattens. Off: 1.",
-       CYPRIS_FLOAT(tfs)},
+       CYPRIS_FLOAT(tfs), CYPRIS_OFF(Tfs, 1, kInf)},
       {"eta_cutoff", K::Float, "Truncation", 0, 0, kInf, false, false, false, 20, "",
-       "Eta sampling: entropy-adaptive probability cutoff, in units of 1e-4. Off: 0.", CYPRIS_FLOAT(eta_cutoff)},
+       "Eta sampling: entropy-adaptive probability cutoff, in units of 1e-4. Off: 0.", CYPRIS_FLOAT(eta_cutoff),
+       CYPRIS_OFF(EtaCutoff, -kInf, 0)},
       {"epsilon_cutoff", K::Float, "Truncation", 0, 0, 1000, false, false, false, 20, "eps_cutoff",
-       "Epsilon sampling: drop tokens below this probability, in units of 1e-4. Off: 0.", CYPRIS_FLOAT(epsilon_cutoff)},
+       "Epsilon sampling: drop tokens below this probability, in units of 1e-4. Off: 0.", CYPRIS_FLOAT(epsilon_cutoff),
+       CYPRIS_OFF(EpsilonCutoff, -kInf, 0)},
       {"typical_p", K::Float, "Truncation", 1, 0, 1, true, false, false, 1, "typical",
        "Locally typical sampling: keep the tokens whose surprise is closest to the entropy, up to this "
        "cumulative probability. Off: 1.",
-       CYPRIS_FLOAT(typical_p)},
+       CYPRIS_FLOAT(typical_p), CYPRIS_OFF(TypicalP, 1, kInf)},
       {"nsigma", K::Float, "Truncation", 0, 0, kInf, false, false, false, 5, "",
-       "Top-nσ: drop tokens whose logit is below max - nsigma * std(logits). Off: 0.", CYPRIS_FLOAT(nsigma)},
+       "Top-nσ: drop tokens whose logit is below max - nsigma * std(logits). Off: 0.", CYPRIS_FLOAT(nsigma),
+       CYPRIS_OFF(TopNsigma, -kInf, 0)},
       {"skew", K::Float, "Truncation", 0, 0, kInf, false, false, false, 5, "",
        "Skew the final distribution (cumulative probabilities in vocabulary order raised to exp(skew)). Off: 0.",
-       CYPRIS_FLOAT(skew)},
+       CYPRIS_FLOAT(skew), CYPRIS_OFF(Skew, 0, 0)},
       {"xtc_threshold", K::Float, "XTC", 0.1, 0, 1, false, false, false, 0.5, "",
        "Exclude Top Choices: tokens at or above this probability are candidates for removal.",
        CYPRIS_FLOAT(xtc_threshold)},
       {"xtc_probability", K::Float, "XTC", 0, 0, 1, false, false, false, 1, "",
-       "Exclude Top Choices: the chance per step that XTC is applied. Off: 0.", CYPRIS_FLOAT(xtc_probability)},
+       "Exclude Top Choices: the chance per step that XTC is applied. Off: 0.", CYPRIS_FLOAT(xtc_probability),
+       CYPRIS_OFF(Xtc, -kInf, 0)},
       {"mirostat_mode", K::Int, "Mirostat", 0, 0, 2, false, false, false, 2, "mirostat",
-       "Mirostat mode: 0 = off, 2 = Mirostat 2.0 (all other samplers are skipped).", CYPRIS_INT(mirostat_mode)},
+       "Mirostat mode: 0 = off, 2 = Mirostat 2.0 (all other samplers are skipped).", CYPRIS_INT(mirostat_mode),
+       CYPRIS_OFF(Mirostat, 0, 0)},
       {"mirostat_tau", K::Float, "Mirostat", 0, 0, kInf, false, false, false, 10, "",
        "Mirostat target surprise (bits).", CYPRIS_FLOAT(mirostat_tau)},
       {"mirostat_eta", K::Float, "Mirostat", 0, 0, kInf, false, false, false, 1, "", "Mirostat learning rate.",
        CYPRIS_FLOAT(mirostat_eta)},
 
       {"dry_multiplier", K::Float, "DRY", 0, 0, kInf, false, false, false, 5, "",
-       "DRY (Don't Repeat Yourself) penalty strength. Off: 0.", CYPRIS_FLOAT(dry_multiplier)},
+       "DRY (Don't Repeat Yourself) penalty strength. Off: 0.", CYPRIS_FLOAT(dry_multiplier), CYPRIS_OFF(Dry, 0, 0)},
       {"dry_base", K::Float, "DRY", 1.75, 1, kInf, true, false, false, 4, "",
        "DRY: the penalty grows as base^(repeat length - allowed length).", CYPRIS_FLOAT(dry_base)},
       {"dry_allowed_length", K::Int, "DRY", 2, 0, kInf, false, false, false, 20, "",
@@ -186,13 +202,17 @@ const std::vector<SamplingParamInfo>& table() {
        CYPRIS_NONSCALAR},
 
       {"sampler_priority", K::SamplerOrder, "Order", kUnset, -kInf, kInf, false, false, true, 0, "sampler_order",
-       "Custom sampler order: all 14 sampler names or ids. Overrides temperature_last.", CYPRIS_NONSCALAR},
+       "Custom sampler order: all 14 sampler names or ids. Overrides temperature_last.", CYPRIS_NONSCALAR,
+       CYPRIS_SET(Order, p.sampler_priority.has_value())},
       {"logit_bias", K::TokenBiasMap, "Tokens", kUnset, -100, 100, false, false, true, 0, "",
-       "Map of token id to a bias in [-100, 100] added to its logit.", CYPRIS_NONSCALAR},
+       "Map of token id to a bias in [-100, 100] added to its logit.", CYPRIS_NONSCALAR,
+       CYPRIS_SET(LogitBias, !p.logit_bias.empty())},
       {"custom_token_bans", K::IntList, "Tokens", kUnset, -kInf, kInf, false, false, false, 0, "",
-       "Token ids that are never generated.", CYPRIS_NONSCALAR},
+       "Token ids that are never generated.", CYPRIS_NONSCALAR,
+       CYPRIS_SET(CustomTokenBans, !p.custom_token_bans.empty())},
       {"allowed_token_ids", K::IntList, "Tokens", kUnset, -kInf, kInf, false, false, true, 0, "",
-       "When given, only these token ids can be generated.", CYPRIS_NONSCALAR},
+       "When given, only these token ids can be generated.", CYPRIS_NONSCALAR,
+       CYPRIS_SET(AllowedTokenIds, p.allowed_token_ids.has_value())},
       {"banned_strings", K::StringList, "Tokens", kUnset, -kInf, kInf, false, false, false, 0, "banned_tokens",
        "Phrases that must not appear in the output: when one is generated, generation rewinds to the token "
        "where it began and bans that token there (KoboldCpp's name: banned_tokens).",
@@ -228,6 +248,8 @@ const std::vector<SamplingParamInfo>& table() {
 #undef CYPRIS_OPT_INT
 #undef CYPRIS_BOOL
 #undef CYPRIS_NONSCALAR
+#undef CYPRIS_OFF
+#undef CYPRIS_SET
 
 void check_token_id(int32_t id, int32_t vocab_size, std::string_view param) {
   CYPRIS_CHECK(id >= 0 && id < vocab_size, "{} contains token id {}, allowed are 0 to {}", param, id, vocab_size - 1);
@@ -276,6 +298,82 @@ std::vector<SamplerId> default_sampler_order(bool temperature_last) {
     order.push_back(SamplerId::Temperature);
   }
   return order;
+}
+
+SamplerSet SamplingParams::active_samplers() const {
+  SamplerSet set;
+  for (const SamplingParamInfo& info : table()) {
+    if (!info.feature || set.has(*info.feature)) continue;
+    bool on = false;
+    if (info.is_set) {
+      on = info.is_set(*this);
+    } else if (const std::optional<double> v = info.get(*this)) {
+      on = !(*v >= info.off_min && *v <= info.off_max);
+    }
+    if (on) set.add(*info.feature);
+  }
+  return set;
+}
+
+bool SamplingParams::in_default_order(SamplerSet active) const {
+  if (!active.has(SamplerFeature::Order)) return true;
+  // The chain stage each feature runs in (features outside the chain: none).
+  auto stage_on = [&](SamplerId id) {
+    using F = SamplerFeature;
+    switch (id) {
+      case SamplerId::TopPTopK:
+        return active.has(F::TopP) || active.has(F::TopK);
+      case SamplerId::TopA:
+        return active.has(F::TopA);
+      case SamplerId::MinP:
+        return active.has(F::MinP);
+      case SamplerId::Tfs:
+        return active.has(F::Tfs);
+      case SamplerId::TypicalP:
+        return active.has(F::TypicalP);
+      case SamplerId::Temperature:
+        return (active.has(F::Temperature) && temperature != 0.0f) || active.has(F::DynaTemp);
+      case SamplerId::Penalties:
+        return active.has(F::Penalties);
+      case SamplerId::Dry:
+        return active.has(F::Dry);
+      case SamplerId::NoRepeatNgram:
+        return active.has(F::NoRepeatNgram);
+      case SamplerId::TopNsigma:
+        return active.has(F::TopNsigma);
+      case SamplerId::EtaCutoff:
+        return active.has(F::EtaCutoff);
+      case SamplerId::EpsilonCutoff:
+        return active.has(F::EpsilonCutoff);
+      case SamplerId::Quadratic:
+        return active.has(F::Quadratic);
+      case SamplerId::Xtc:
+        return active.has(F::Xtc);
+    }
+    return false;
+  };
+  // Every pair of stages this request uses runs in the default's relative order, except pairs that
+  // commute: temperature scales the logits without changing their order, so top-k alone does not
+  // care where it runs.
+  const bool top_k_only = !active.has(SamplerFeature::TopP);
+  auto commute = [&](SamplerId a, SamplerId b) {
+    const bool temp_k = (a == SamplerId::Temperature && b == SamplerId::TopPTopK) ||
+                        (a == SamplerId::TopPTopK && b == SamplerId::Temperature);
+    return temp_k && top_k_only;
+  };
+  const std::vector<SamplerId> mine = sampler_order();
+  const std::vector<SamplerId> def = default_sampler_order(false);
+  auto pos = [](const std::vector<SamplerId>& order, SamplerId id) {
+    return std::find(order.begin(), order.end(), id) - order.begin();
+  };
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (!stage_on(mine[i])) continue;
+    for (size_t j = i + 1; j < mine.size(); ++j) {
+      if (!stage_on(mine[j]) || commute(mine[i], mine[j])) continue;
+      if (pos(def, mine[i]) > pos(def, mine[j])) return false;
+    }
+  }
+  return true;
 }
 
 std::vector<SamplerId> SamplingParams::sampler_order() const {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <span>
@@ -41,6 +42,61 @@ std::optional<SamplerId> sampler_id_from_name(std::string_view name);
 // Default chain: DRY, PENALTIES, NO_REPEAT_NGRAM, TEMPERATURE, TOP_NSIGMA, TOP_P_TOP_K, TOP_A, MIN_P,
 // TFS, ETA_CUTOFF, EPSILON_CUTOFF, TYPICAL_P, QUADRATIC, XTC.
 std::vector<SamplerId> default_sampler_order(bool temperature_last);
+
+// The samplers and logits processors a row can use. Which of them a request uses is read from the
+// parameter table (sampling_param_table): each switch parameter names its feature and the values at
+// which it is off, so the sampler's fast path, the GPU path and the `*_enabled` helpers all ask
+// the same list (SamplingParams::active_samplers). A row adds what its state asks for
+// (engine/sampling/sampler.h, active_samplers(const SamplerRow&)): pending min_tokens, banned-string
+// position bans, a guided-decoding mask.
+enum class SamplerFeature : uint8_t {
+  MinTokens,  // EOS and stop ids banned while fewer than min_tokens are out
+  LogitBias,
+  CustomTokenBans,
+  AllowedTokenIds,
+  Penalties,  // repetition / presence / frequency
+  Dry,
+  NoRepeatNgram,
+  Temperature,  // != 1 (0 is greedy)
+  DynaTemp,
+  Quadratic,  // smoothing_factor
+  TopP,
+  TopK,
+  TopA,
+  MinP,
+  Tfs,
+  EtaCutoff,
+  EpsilonCutoff,
+  TypicalP,
+  TopNsigma,
+  Skew,
+  Xtc,
+  Mirostat,
+  Order,         // temperature_last or sampler_priority (in_default_order says whether it matters)
+  PositionBans,  // row state: banned-string bans at the next position
+  GuidedMask,    // row state: a grammar / guided-decoding token mask
+  Count
+};
+
+// A set of SamplerFeatures (a bit set).
+class SamplerSet {
+ public:
+  constexpr SamplerSet() = default;
+  constexpr SamplerSet(std::initializer_list<SamplerFeature> fs) {
+    for (SamplerFeature f : fs) add(f);
+  }
+  constexpr void add(SamplerFeature f) { bits_ |= bit(f); }
+  constexpr void remove(SamplerFeature f) { bits_ &= ~bit(f); }
+  constexpr bool has(SamplerFeature f) const { return (bits_ & bit(f)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr bool subset_of(SamplerSet o) const { return (bits_ & ~o.bits_) == 0; }
+  constexpr bool operator==(const SamplerSet&) const = default;
+
+ private:
+  static constexpr uint32_t bit(SamplerFeature f) { return uint32_t{1} << static_cast<unsigned>(f); }
+  uint32_t bits_ = 0;
+};
+static_assert(static_cast<int>(SamplerFeature::Count) <= 32, "SamplerSet holds 32 features");
 
 // Beam search stopping rule: true (stop when best_of hypotheses finished), false (heuristic),
 // "never" (canonical beam search). Same semantics as vLLM / Hugging Face.
@@ -115,10 +171,15 @@ struct SamplingParams {
 
   int effective_best_of() const { return best_of.value_or(n); }
   bool is_greedy() const { return temperature == 0.0f && !use_beam_search; }
-  bool dynatemp_enabled() const { return dynatemp_min != 0.0f || dynatemp_max != 0.0f; }
-  bool penalties_enabled() const {
-    return repetition_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f;
-  }
+  // The features this request switches on: every table entry with a feature whose value is not
+  // one of its off values (sampling_param_table). Greedy (temperature 0) counts as Temperature.
+  SamplerSet active_samplers() const;
+  bool dynatemp_enabled() const { return active_samplers().has(SamplerFeature::DynaTemp); }
+  bool penalties_enabled() const { return active_samplers().has(SamplerFeature::Penalties); }
+  // True when the chain stages of `active` run in the same relative order as in the default chain
+  // (so a custom sampler_priority or temperature_last changes nothing for this request). Temperature
+  // counts only when it changes the distribution (not 0 or 1).
+  bool in_default_order(SamplerSet active) const;
   // The chain this request runs (sampler_priority, else the default order with temperature_last).
   std::vector<SamplerId> sampler_order() const;
 
@@ -171,6 +232,12 @@ struct SamplingParamInfo {
   // set(nullopt) unsets it. set stores the value as is; validate() checks it.
   std::optional<double> (*get)(const SamplingParams&);
   void (*set)(SamplingParams&, std::optional<double>);
+  // Switch parameters: the sampler feature the parameter turns on, and its off values: a scalar is
+  // off when its value is in [off_min, off_max]; a list or map is off when empty / unset (is_set).
+  std::optional<SamplerFeature> feature = std::nullopt;
+  double off_min = 0.0;
+  double off_max = 0.0;
+  bool (*is_set)(const SamplingParams&) = nullptr;
 
   // "in (0, 1]", "≥ 0", ... as used in error messages and tooltips.
   std::string range_text() const;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/runtime/batch_context.h"
+#include "engine/scheduler/batch_context.h"
 
 namespace cypris {
 

@@ -1,27 +1,26 @@
-// Beam search in the engine. Each beam is a scheduler request ("<id>#beam<k>"). A beam that got
+// Beam search in the request tracker. Each beam is a scheduler request ("<id>#beam<k>"). A beam that got
 // its next-token row waits, idle, until every running beam of its request has one; then the
 // search steps once (engine/sampling/beam_search.h), and the beams are matched to the new
 // hypotheses: the first continuation of a beam keeps its request, further ones fork it (shared KV
 // blocks, copy-on-write), beams without continuation end. Nothing streams: the best n hypotheses
 // are sent when the search ends, detokenized and cut at the first stop string.
-#include <algorithm>
-
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "engine/common/error.h"
-#include "engine/core/engine.h"
-#include "engine/core/engine_state.h"
+#include "engine/core/request_state.h"
+#include "engine/core/request_tracker.h"
 #include "engine/scheduler/scheduler.h"
 
 namespace cypris {
 
-
-void Engine::add_beam_request(Group& g, const std::shared_ptr<SamplingParams>& params, double now) {
+void RequestTracker::add_beam_request(Group& g, const std::shared_ptr<SamplingParams>& params, double now) {
   const auto& prompt = g.req.prompt_token_ids;
   std::optional<int32_t> eos;
   if (!eos_ids_.empty()) eos = eos_ids_.front();
   BeamSearchConfig bc = BeamSearchConfig::from_params(*params, static_cast<int>(prompt.size()),
-                                                      static_cast<int>(info_.max_model_len), eos);
+                                                      static_cast<int>(cfg_.max_model_len), eos);
   if (!params->ignore_eos) {  // a model may have several EOS ids; each ends a hypothesis
     for (size_t i = 1; i < eos_ids_.size(); ++i) bc.stop_token_ids.push_back(eos_ids_[i]);
   }
@@ -33,45 +32,45 @@ void Engine::add_beam_request(Group& g, const std::shared_ptr<SamplingParams>& p
   const std::string id = fmt::format("{}#beam0", g.req.request_id);
   seq->req = std::make_shared<Request>(id, prompt, max_tokens, params, g.req.priority, now);
   seq->sampling = SamplingState(*params, prompt, 0);
-  scheduler_->add_request(seq->req);
+  scheduler_.add_request(seq->req);
   seqs_[id] = seq.get();
   g.beam->running = {seq.get()};
-  g.beam->logprobs.resize(static_cast<size_t>(info_.vocab_size));
+  g.beam->logprobs.resize(static_cast<size_t>(cfg_.vocab_size));
   g.beam->raw.resize(1);
   g.beam->ready.assign(1, 0);
   g.seqs.push_back(std::move(seq));
 }
 
-void Engine::take_beam_row(Seq& s, const float* logits) {
+void RequestTracker::take_beam_row(Seq& s, const float* logits) {
   BeamState& b = *s.group->beam;
   auto it = std::find(b.running.begin(), b.running.end(), &s);
   if (it == b.running.end()) return;
   const size_t slot = static_cast<size_t>(it - b.running.begin());
   const SamplingParams& p = *s.group->req.params;
-  const auto vocab = static_cast<size_t>(info_.vocab_size);
-  sampler_->beam_logprobs(std::span<const float>(logits, vocab), p, s.sampling,
-                          std::span<float>(b.logprobs).subspan(slot * vocab, vocab));
+  const auto vocab = static_cast<size_t>(cfg_.vocab_size);
+  sampler_.beam_logprobs(std::span<const float>(logits, vocab), p, s.sampling,
+                         std::span<float>(b.logprobs).subspan(slot * vocab, vocab));
   if (p.logprobs) b.raw[slot].assign(logits, logits + vocab);
   b.ready[slot] = 1;
-  generation_tokens_total_++;
+  num_generated_tokens_++;
 }
 
-void Engine::drop_beam(Seq& s) {
+void RequestTracker::drop_beam(Seq& s) {
   if (s.finished) return;
-  scheduler_->abort_request(s.req->request_id());
+  scheduler_.abort_request(s.req->request_id());
   s.finished = true;
   seqs_.erase(s.req->request_id());
 }
 
-void Engine::advance_beam(Group& g, RequestOutput& out) {
+void RequestTracker::advance_beam(Group& g, RequestOutput& out) {
   BeamState& b = *g.beam;
   if (std::find(b.ready.begin(), b.ready.end(), 0) != b.ready.end()) return;
-  const auto vocab = static_cast<int32_t>(info_.vocab_size);
+  const auto vocab = static_cast<int32_t>(cfg_.vocab_size);
   const size_t num_beams = b.running.size();
   const SamplingParams& p = *g.req.params;
   std::function<void(int32_t, int32_t, BeamHypothesis&)> extend;
   if (p.logprobs) {
-    const int num_top = std::min(*p.logprobs, static_cast<int>(cfg_.model.max_log_probs));
+    const int num_top = std::min(*p.logprobs, cfg_.max_log_probs);
     extend = [&b, num_top](int32_t beam, int32_t token, BeamHypothesis& child) {
       const SampleOutput so = token_logprobs(b.raw[static_cast<size_t>(beam)], token, num_top);
       PositionLogprobs lp;
@@ -103,10 +102,10 @@ void Engine::advance_beam(Group& g, RequestOutput& out) {
     const std::string id = fmt::format("{}#beam{}", g.req.request_id, child->index);
     // Shares the parent's KV blocks; when the scheduler cannot (the parent was preempted, or the
     // batch is full) the child starts as a new request (the prefix cache may still serve it).
-    child->req = scheduler_->fork_request(from.req->request_id(), id);
+    child->req = scheduler_.fork_request(from.req->request_id(), id);
     if (!child->req) {
       child->req = from.req->fork(id);
-      scheduler_->add_request(child->req);
+      scheduler_.add_request(child->req);
     }
     child->sampling = from.sampling;
     seqs_[id] = child.get();
@@ -132,7 +131,7 @@ void Engine::advance_beam(Group& g, RequestOutput& out) {
   if (b.search.done()) finish_beam(g, "", out);
 }
 
-void Engine::finish_beam(Group& g, const std::string& reason, RequestOutput& out) {
+void RequestTracker::finish_beam(Group& g, const std::string& reason, RequestOutput& out) {
   BeamState& b = *g.beam;
   for (auto& s : g.seqs) drop_beam(*s);
   b.running.clear();

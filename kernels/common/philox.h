@@ -1,6 +1,7 @@
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011), the
-// counter-based generator of the GPU sampler. Shared by the CUDA kernels and the CPU reference so
-// both draw the same uniform for the same (key, counter): written once, __host__ __device__, C++17.
+// counter-based generator of the samplers. Shared by the CUDA kernels, their CPU reference and the
+// engine's CPU sampler so all draw the same uniform for the same (key, counter): written once,
+// __host__ __device__, C++17.
 #pragma once
 
 #include <cstdint>
@@ -48,14 +49,18 @@ CYPRIS_HD Philox4x32 philox4x32_10(Philox4x32 ctr, uint32_t k0, uint32_t k1) {
   return ctr;
 }
 
-// The sampler's uniform in [0, 1) (53 bits) for a request's stream key and output position:
-// counter = (position low, position high, 0, 0), key = (key low, key high). The other two output
-// words are left for later per-position draws (e.g. XTC's coin) without changing this one.
-CYPRIS_HD double philox_uniform(uint64_t key, uint64_t position) {
+// The sampler's uniforms in [0, 1) (53 bits each) for a request's stream key and output position:
+// counter = (position low, position high, 0, 0), key = (key low, key high). Lane 0 (words 0-1) is
+// the draw of the token, lane 1 (words 2-3) the other per-position coin (XTC). The CPU sampler
+// (engine/sampling/sampler.cpp) and the GPU sampler (kernels/cuda/sampling.cu) both draw from
+// here, so a seeded request gets the same uniforms on either device, whatever its batch.
+CYPRIS_HD double philox_uniform(uint64_t key, uint64_t position, int lane = 0) {
   const Philox4x32 r =
       philox4x32_10(Philox4x32{{static_cast<uint32_t>(position), static_cast<uint32_t>(position >> 32), 0u, 0u}},
                     static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32));
-  const uint64_t bits = (static_cast<uint64_t>(r.v[0]) << 32 | r.v[1]) >> 11;
+  const uint32_t hi = lane == 0 ? r.v[0] : r.v[2];
+  const uint32_t lo = lane == 0 ? r.v[1] : r.v[3];
+  const uint64_t bits = (static_cast<uint64_t>(hi) << 32 | lo) >> 11;
   return static_cast<double>(bits) * (1.0 / 9007199254740992.0);  // 2^-53
 }
 

@@ -1,4 +1,4 @@
-// Engine's per-request bookkeeping (private to the engine: engine.cpp, engine_beam.cpp). A client
+// The request tracker's per-request state (private to request_tracker*.cpp). A client
 // request is a Group of Seqs; each Seq is one scheduler Request with its sampler state, streaming
 // detokenizer, stop-string matcher and banned-string matcher. Beam search keeps its beams as Seqs
 // too, plus a BeamState.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/engine.h"
+#include "engine/core/request_tracker.h"
 #include "engine/request/request.h"
 #include "engine/request/sampling_params.h"
 #include "engine/sampling/banned_strings.h"
@@ -21,7 +21,7 @@
 namespace cypris {
 
 // One of a request's n (or best_of) sequences, or one beam.
-struct Engine::Seq {
+struct RequestTracker::Seq {
   Group* group = nullptr;
   int index = 0;  // output index; for a beam, a number that names its scheduler request
   std::shared_ptr<Request> req;
@@ -39,28 +39,28 @@ struct Engine::Seq {
   // text and logprobs) reach the stop-string matcher and the client only once no banned phrase
   // can begin in them.
   std::unique_ptr<BannedStringMatcher> banned;
-  size_t banned_sent_tokens = 0;              // output tokens passed on
+  size_t banned_sent_tokens = 0;               // output tokens passed on
   std::deque<PositionLogprobs> held_logprobs;  // of the tokens not passed on yet (when asked for)
-  std::vector<double> cumulative_at;          // cumulative logprob after each output token
+  std::vector<double> cumulative_at;           // cumulative logprob after each output token
   int num_rewinds = 0;
 };
 
 // Beam search for one request (beam width = best_of): the search itself, the Seq of each running
 // beam (in search.running() order) and the next-token rows gathered for them. The search steps
 // once every running beam has its row; beams that got theirs wait (idle in the scheduler).
-struct Engine::BeamState {
+struct RequestTracker::BeamState {
   explicit BeamState(BeamSearchConfig config) : search(std::move(config)) {}
   BeamSearch search;
   std::vector<Seq*> running;
-  std::vector<float> logprobs;               // [running.size(), vocab]: beam_logprobs() of each running beam
-  std::vector<std::vector<float>> raw;       // raw logits of each running beam (only with `logprobs`)
+  std::vector<float> logprobs;          // [running.size(), vocab]: beam_logprobs() of each running beam
+  std::vector<std::vector<float>> raw;  // raw logits of each running beam (only with `logprobs`)
   std::vector<char> ready;
   int next_index = 1;
   bool done = false;
 };
 
 // One client request.
-struct Engine::Group {
+struct RequestTracker::Group {
   GenerateRequest req;
   std::shared_ptr<RequestStream> stream;
   std::vector<std::unique_ptr<Seq>> seqs;
