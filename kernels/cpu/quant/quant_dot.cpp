@@ -43,18 +43,18 @@ float dot_ref_of(const void* w_row, const ActRow& a, int64_t k) {
 
 DotFn dot_fn_scalar(DType t) {
   switch (t) {
-    case DType::Q4_0: return dot_ref_of<DType::Q4_0>;
-    case DType::Q4_1: return dot_ref_of<DType::Q4_1>;
-    case DType::Q5_0: return dot_ref_of<DType::Q5_0>;
-    case DType::Q5_1: return dot_ref_of<DType::Q5_1>;
-    case DType::Q8_0: return dot_ref_of<DType::Q8_0>;
-    case DType::Q2_K: return dot_ref_of<DType::Q2_K>;
-    case DType::Q3_K: return dot_ref_of<DType::Q3_K>;
-    case DType::Q4_K: return dot_ref_of<DType::Q4_K>;
-    case DType::Q5_K: return dot_ref_of<DType::Q5_K>;
-    case DType::Q6_K: return dot_ref_of<DType::Q6_K>;
-    case DType::IQ4_NL: return dot_ref_of<DType::IQ4_NL>;
-    case DType::IQ4_XS: return dot_ref_of<DType::IQ4_XS>;
+    case DType::Q4_0: return rows_of<dot_ref_of<DType::Q4_0>>;
+    case DType::Q4_1: return rows_of<dot_ref_of<DType::Q4_1>>;
+    case DType::Q5_0: return rows_of<dot_ref_of<DType::Q5_0>>;
+    case DType::Q5_1: return rows_of<dot_ref_of<DType::Q5_1>>;
+    case DType::Q8_0: return rows_of<dot_ref_of<DType::Q8_0>>;
+    case DType::Q2_K: return rows_of<dot_ref_of<DType::Q2_K>>;
+    case DType::Q3_K: return rows_of<dot_ref_of<DType::Q3_K>>;
+    case DType::Q4_K: return rows_of<dot_ref_of<DType::Q4_K>>;
+    case DType::Q5_K: return rows_of<dot_ref_of<DType::Q5_K>>;
+    case DType::Q6_K: return rows_of<dot_ref_of<DType::Q6_K>>;
+    case DType::IQ4_NL: return rows_of<dot_ref_of<DType::IQ4_NL>>;
+    case DType::IQ4_XS: return rows_of<dot_ref_of<DType::IQ4_XS>>;
     default: return nullptr;
   }
 }

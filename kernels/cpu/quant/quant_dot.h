@@ -23,8 +23,17 @@ Isa best_isa();
 bool isa_available(Isa isa);
 const char* isa_name(Isa isa);
 
-// Dot of one quantized weight row (k elements) with one quantized activation row.
-using DotFn = float (*)(const void* w_row, const ActRow& a, int64_t k);
+// Dots of one quantized weight row (k elements) with nrows (1..kMaxDotRows) quantized activation
+// rows: out[r] = w_row . a[r]. Kernels that take several rows decode each weight block once.
+constexpr int kMaxDotRows = 4;
+using DotFn = void (*)(const void* w_row, const ActRow* a, int nrows, int64_t k, float* out);
+
+// Adapts a one-row kernel to the DotFn shape.
+using RowDotFn = float (*)(const void* w_row, const ActRow& a, int64_t k);
+template <RowDotFn F>
+void rows_of(const void* w_row, const ActRow* a, int nrows, int64_t k, float* out) {
+  for (int r = 0; r < nrows; ++r) out[r] = F(w_row, a[r], k);
+}
 // Activation quantization (same output as quantize_acts_ref, bit for bit).
 using QuantizeFn = void (*)(const float* x, int64_t k, int block, int8_t* qs, float* d, int16_t* bsum);
 

@@ -175,18 +175,18 @@ CYPRIS_AVX2 float dot_generic(const void* w_row, const ActRow& a, int64_t k) {
 
 DotFn dot_fn_avx2(DType t) {
   switch (t) {
-    case DType::Q8_0: return dot_q8_0;
-    case DType::Q4_0: return dot_q4_0;
-    case DType::Q4_K: return dot_q4_k;
-    case DType::Q6_K: return dot_q6_k;
-    case DType::Q4_1: return dot_generic<DType::Q4_1>;
-    case DType::Q5_0: return dot_generic<DType::Q5_0>;
-    case DType::Q5_1: return dot_generic<DType::Q5_1>;
-    case DType::IQ4_NL: return dot_generic<DType::IQ4_NL>;
-    case DType::Q2_K: return dot_generic<DType::Q2_K>;
-    case DType::Q3_K: return dot_generic<DType::Q3_K>;
-    case DType::Q5_K: return dot_generic<DType::Q5_K>;
-    case DType::IQ4_XS: return dot_generic<DType::IQ4_XS>;
+    case DType::Q8_0: return rows_of<dot_q8_0>;
+    case DType::Q4_0: return rows_of<dot_q4_0>;
+    case DType::Q4_K: return rows_of<dot_q4_k>;
+    case DType::Q6_K: return rows_of<dot_q6_k>;
+    case DType::Q4_1: return rows_of<dot_generic<DType::Q4_1>>;
+    case DType::Q5_0: return rows_of<dot_generic<DType::Q5_0>>;
+    case DType::Q5_1: return rows_of<dot_generic<DType::Q5_1>>;
+    case DType::IQ4_NL: return rows_of<dot_generic<DType::IQ4_NL>>;
+    case DType::Q2_K: return rows_of<dot_generic<DType::Q2_K>>;
+    case DType::Q3_K: return rows_of<dot_generic<DType::Q3_K>>;
+    case DType::Q5_K: return rows_of<dot_generic<DType::Q5_K>>;
+    case DType::IQ4_XS: return rows_of<dot_generic<DType::IQ4_XS>>;
     default: return nullptr;
   }
 }

@@ -16,6 +16,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/common/quant_blocks.h"
 
 namespace cypris::quant {
@@ -38,31 +40,46 @@ CYPRIS_AVX512 inline __m512i iscale_pair16(int s0, int s1) {
   return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(s0)), _mm256_set1_epi16(static_cast<short>(s1)), 1);
 }
 
-CYPRIS_AVX512 float dot_q8_0(const void* w_row, const ActRow& a, int64_t k) {
+// Multi-row kernels: one weight row against NR activation rows (NR = 1..4). Each weight block is
+// loaded and decoded once and reused from registers for every activation row, which is what makes
+// prefill (many rows) cheaper per row than decode.
+
+// Two consecutive activation scales d[b], d[b + 1] as [d[b] x 8 | d[b + 1] x 8].
+CYPRIS_AVX512 inline __m512 act_scale_pair(const float* d) {
+  const __m512 two = _mm512_castpd_ps(_mm512_set1_pd(*reinterpret_cast<const double*>(d)));  // d0 d1 d0 d1 ...
+  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), two);
+}
+
+template <int NR>
+CYPRIS_AVX512 void rows_q8_0(const void* w_row, const ActRow* a, int64_t k, float* out) {
   const auto* w = static_cast<const BlockQ8_0*>(w_row);
   const int64_t nb = k / kQK;
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     const __m512i q = load_2x256(w[b].qs, w[b + 1].qs);
-    const __m512i x = _mm512_loadu_si512(a.qs + b * kQK);
+    const __m512i aq = _mm512_abs_epi8(q);
     const __mmask64 neg = _mm512_movepi8_mask(q);
-    const __m512i xs = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
-    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), xs);
-    const __m512 scale = fscale_pair(h2f(w[b].d) * a.d[b], h2f(w[b + 1].d) * a.d[b + 1]);
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc);
+    const __m512 wd = fscale_pair(h2f(w[b].d), h2f(w[b + 1].d));
+    for (int r = 0; r < NR; ++r) {
+      const __m512i x = _mm512_loadu_si512(a[r].qs + b * kQK);
+      const __m512i xs = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+      const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), aq, xs);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd, act_scale_pair(a[r].d + b)), acc[r]);
+    }
   }
-  float sum = _mm512_reduce_add_ps(acc);
-  for (; b < nb; ++b) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + b * kQK));
-    const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
-    alignas(32) int32_t t[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(t), s);
-    const int is = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-    sum += h2f(w[b].d) * a.d[b] * static_cast<float>(is);
+  for (int r = 0; r < NR; ++r) {
+    float sum = _mm512_reduce_add_ps(acc[r]);
+    if (b < nb) {  // an odd last block
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[r].qs + b * kQK));
+      const __m256i s =
+          _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q));
+      sum += h2f(w[b].d) * a[r].d[b] * static_cast<float>(_mm512_reduce_add_epi32(_mm512_zextsi256_si512(s)));
+    }
+    out[r] = sum;
   }
-  return sum;
 }
 
 CYPRIS_AVX512 inline __m256i q4_0_bytes(const BlockQ4_0& blk) {
@@ -70,63 +87,106 @@ CYPRIS_AVX512 inline __m256i q4_0_bytes(const BlockQ4_0& blk) {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0F));
 }
 
-CYPRIS_AVX512 float dot_q4_0(const void* w_row, const ActRow& a, int64_t k) {
+// Q4_0 dotted as unsigned nibbles: the -8 comes back as -8 * d * sum(x) per block.
+template <int NR>
+CYPRIS_AVX512 void rows_q4_0(const void* w_row, const ActRow* a, int64_t k, float* out) {
   const auto* w = static_cast<const BlockQ4_0*>(w_row);
   const int64_t nb = k / kQK;
-  __m512 acc = _mm512_setzero_ps();
-  float offset = 0.0f, tail = 0.0f;
+  __m512 acc[NR];
+  float offset[NR], tail[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps(), offset[r] = tail[r] = 0.0f;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     const __m512i q = _mm512_inserti64x4(_mm512_zextsi256_si512(q4_0_bytes(w[b])), q4_0_bytes(w[b + 1]), 1);
-    const __m512i x = _mm512_loadu_si512(a.qs + b * kQK);
-    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, x);
-    const float s0 = h2f(w[b].d) * a.d[b], s1 = h2f(w[b + 1].d) * a.d[b + 1];
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), fscale_pair(s0, s1), acc);
-    offset += s0 * static_cast<float>(a.bsum[2 * b] + a.bsum[2 * b + 1]) +
-              s1 * static_cast<float>(a.bsum[2 * b + 2] + a.bsum[2 * b + 3]);
+    const float d0 = h2f(w[b].d), d1 = h2f(w[b + 1].d);
+    const __m512 wd = fscale_pair(d0, d1);
+    for (int r = 0; r < NR; ++r) {
+      const __m512i x = _mm512_loadu_si512(a[r].qs + b * kQK);
+      const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, x);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(wd, act_scale_pair(a[r].d + b)), acc[r]);
+      const int16_t* bs = a[r].bsum + 2 * b;
+      offset[r] += d0 * a[r].d[b] * static_cast<float>(bs[0] + bs[1]) +
+                   d1 * a[r].d[b + 1] * static_cast<float>(bs[2] + bs[3]);
+    }
   }
   for (; b < nb; ++b) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + b * kQK));
-    const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q4_0_bytes(w[b]), x);
-    alignas(32) int32_t t[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(t), s);
-    const int is = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-    const float sc = h2f(w[b].d) * a.d[b];
-    tail += sc * static_cast<float>(is);
-    offset += sc * static_cast<float>(a.bsum[2 * b] + a.bsum[2 * b + 1]);
+    const __m256i q = q4_0_bytes(w[b]);
+    const float d0 = h2f(w[b].d);
+    for (int r = 0; r < NR; ++r) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[r].qs + b * kQK));
+      const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, x);
+      const float sc = d0 * a[r].d[b];
+      tail[r] += sc * static_cast<float>(_mm512_reduce_add_epi32(_mm512_zextsi256_si512(s)));
+      offset[r] += sc * static_cast<float>(a[r].bsum[2 * b] + a[r].bsum[2 * b + 1]);
+    }
   }
-  return _mm512_reduce_add_ps(acc) + tail - 8.0f * offset;
+  for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]) + tail[r] - 8.0f * offset[r];
 }
 
-CYPRIS_AVX512 float dot_q4_k(const void* w_row, const ActRow& a, int64_t k) {
+// The 8 scales and 8 mins of a Q4_K/Q5_K block as 16 bytes (scales first), all at once: the same
+// bit moves as k4_scale_min, done on 32-bit words.
+CYPRIS_AVX512 inline __m128i k4_scales_mins(const uint8_t* packed) {
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);  // mins 4..7
+  const uint32_t mins_lo = u[1] & k6;                       // mins 0..3
+  u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);           // scales 4..7
+  u[2] = mins_lo;
+  u[0] &= k6;  // scales 0..3
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
+// int16 lane -> group index patterns for vpermw: chunk c of a K-quant block covers 32-groups
+// 2c (low half of the register) and 2c + 1 (high half).
+CYPRIS_AVX512 inline __m512i k4_chunk_index(int c) {
+  return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(2 * c)), _mm256_set1_epi16(static_cast<short>(2 * c + 1)), 1);
+}
+
+template <int NR>
+CYPRIS_AVX512 void rows_q4_k(const void* w_row, const ActRow* a, int64_t k, float* out) {
   const auto* w = static_cast<const BlockQ4_K*>(w_row);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512 acc = _mm512_setzero_ps();
-  float mins = 0.0f;
+  // Each min covers two groups of 16: lanes [m0 m0 m1 m1 ... m7 m7] from the mins at lanes 8..15.
+  const __m256i min_index = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  __m512 acc[NR];
+  __m256 accm[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k / kQKK; ++b) {
-    uint8_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) k4_scale_min(j, w[b].scales, &sc[j], &mn[j]);
-    const int16_t* bs = a.bsum + b * 16;
-    int msum = 0;
-    for (int j = 0; j < 8; ++j) msum += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-    const int8_t* x = a.qs + b * kQKK;
-    __m512i isum = _mm512_setzero_si512();
+    const __m256i sm16 = _mm256_cvtepu8_epi16(k4_scales_mins(w[b].scales));  // 8 scales, 8 mins
+    const __m512i sm512 = _mm512_zextsi256_si512(sm16);
+    const __m256i mins16 = _mm256_permutexvar_epi16(min_index, sm16);
+    __m512i q[4], sc[4];
     for (int c = 0; c < 4; ++c) {
       // 32 bytes hold 64 weights: low nibbles are elements 64c..64c+31, high nibbles the next 32.
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * c));
-      const __m512i both = _mm512_inserti64x4(_mm512_zextsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1);
-      const __m512i q = _mm512_and_si512(both, m4);
-      const __m512i xv = _mm512_loadu_si512(x + 64 * c);
-      isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(q, xv), iscale_pair16(sc[2 * c], sc[2 * c + 1]));
+      q[c] = _mm512_and_si512(_mm512_inserti64x4(_mm512_zextsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
+      sc[c] = _mm512_permutexvar_epi16(k4_chunk_index(c), sm512);
     }
-    const float dx = a.d[b];
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dx * h2f(w[b].d)), acc);
-    mins += dx * h2f(w[b].dmin) * static_cast<float>(msum);
+    const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
+    for (int r = 0; r < NR; ++r) {
+      const int8_t* x = a[r].qs + b * kQKK;
+      __m512i isum = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(q[c], _mm512_loadu_si512(x + 64 * c)), sc[c]);
+      }
+      const float dx = a[r].d[b];
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dx * d), acc[r]);
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[r].bsum + b * 16));
+      accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins16, bs)), _mm256_set1_ps(dx * dmin), accm[r]);
+    }
   }
-  return _mm512_reduce_add_ps(acc) - mins;
+  for (int r = 0; r < NR; ++r) {
+    const __m256 m = accm[r];
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    out[r] = _mm512_reduce_add_ps(acc[r]) - _mm_cvtss_f32(s);
+  }
 }
 
-CYPRIS_AVX512 float dot_q6_k(const void* w_row, const ActRow& a, int64_t k) {
+template <int NR>
+CYPRIS_AVX512 void rows_q6_k(const void* w_row, const ActRow* a, int64_t k, float* out) {
   const auto* w = static_cast<const BlockQ6_K*>(w_row);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   const __m512i m30 = _mm512_set1_epi8(0x30);
@@ -136,36 +196,39 @@ CYPRIS_AVX512 float dot_q6_k(const void* w_row, const ActRow& a, int64_t k) {
   // Group (of 16 bytes = 8 int16 pair sums) of each int16 lane among the 4 groups of a register.
   const __m512i gidx = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0,
                                         0, 0, 0, 0, 0, 0);
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k / kQKK; ++b) {
-    const int8_t* sc = w[b].scales;
-    const int16_t* bs = a.bsum + b * 16;
     // All 16 scales as int16; vpermw picks each lane's group scale.
-    const __m512i sc16 = _mm512_zextsi256_si512(
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc))));
-    const __m256i bs16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bs));
-    const __m256i off = _mm256_madd_epi16(_mm512_castsi512_si256(sc16), bs16);
-    const int8_t* x = a.qs + b * kQKK;
-    __m512i isum = _mm512_setzero_si512();
+    const __m256i sc256 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].scales)));
+    const __m512i sc16 = _mm512_zextsi256_si512(sc256);
+    __m512i q[4], s[4];
     for (int h = 0; h < 2; ++h) {
       const __m512i ql = _mm512_loadu_si512(w[b].ql + 64 * h);
       const __m256i qh256 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qh + 32 * h));
       const __m512i qh = _mm512_inserti64x4(_mm512_zextsi256_si512(qh256), qh256, 1);
-      const __m512i q01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl_01), m30));
-      const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                          _mm512_and_si512(_mm512_srlv_epi16(qh, shr_23), m30));
-      const __m512i x01 = _mm512_loadu_si512(x + 128 * h);
-      const __m512i x23 = _mm512_loadu_si512(x + 128 * h + 64);
-      const __m512i s01 = _mm512_permutexvar_epi16(_mm512_add_epi16(gidx, _mm512_set1_epi16(8 * h)), sc16);
-      const __m512i s23 = _mm512_permutexvar_epi16(_mm512_add_epi16(gidx, _mm512_set1_epi16(8 * h + 4)), sc16);
-      isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(q01, x01), s01);
-      isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(q23, x23), s23);
+      q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl_01), m30));
+      q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                     _mm512_and_si512(_mm512_srlv_epi16(qh, shr_23), m30));
+      s[2 * h] = _mm512_permutexvar_epi16(_mm512_add_epi16(gidx, _mm512_set1_epi16(static_cast<short>(8 * h))), sc16);
+      s[2 * h + 1] =
+          _mm512_permutexvar_epi16(_mm512_add_epi16(gidx, _mm512_set1_epi16(static_cast<short>(8 * h + 4))), sc16);
     }
-    // q was dotted unsigned (0..63): take away 32 * sum_g scale[g] * bsum[g].
-    isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a.d[b] * h2f(w[b].d)), acc);
+    const float d = h2f(w[b].d);
+    for (int r = 0; r < NR; ++r) {
+      const int8_t* x = a[r].qs + b * kQKK;
+      __m512i isum = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(q[c], _mm512_loadu_si512(x + 64 * c)), s[c]);
+      }
+      // q was dotted unsigned (0..63): take away 32 * sum_g scale[g] * bsum[g].
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[r].bsum + b * 16));
+      const __m256i off = _mm256_madd_epi16(sc256, bs);
+      isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(off, 5)));
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(a[r].d[b] * d), acc[r]);
+    }
   }
-  return _mm512_reduce_add_ps(acc);
+  for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
 template <DType T>
@@ -209,22 +272,39 @@ CYPRIS_AVX512 float dot_generic(const void* w_row, const ActRow& a, int64_t k) {
   return sum;
 }
 
+// The multi-row kernels, instantiated for 1..kMaxDotRows rows.
+#define CYPRIS_ROWS(name)                                                                       \
+  void name##_n(const void* w, const ActRow* a, int nrows, int64_t k, float* out) {             \
+    switch (nrows) {                                                                            \
+      case 1: return name<1>(w, a, k, out);                                                     \
+      case 2: return name<2>(w, a, k, out);                                                     \
+      case 3: return name<3>(w, a, k, out);                                                     \
+      default: return name<4>(w, a, k, out);                                                    \
+    }                                                                                           \
+  }
+CYPRIS_ROWS(rows_q8_0)
+CYPRIS_ROWS(rows_q4_0)
+CYPRIS_ROWS(rows_q4_k)
+CYPRIS_ROWS(rows_q6_k)
+#undef CYPRIS_ROWS
+static_assert(kMaxDotRows == 4);
+
 }  // namespace
 
 DotFn dot_fn_avx512(DType t) {
   switch (t) {
-    case DType::Q8_0: return dot_q8_0;
-    case DType::Q4_0: return dot_q4_0;
-    case DType::Q4_K: return dot_q4_k;
-    case DType::Q6_K: return dot_q6_k;
-    case DType::Q4_1: return dot_generic<DType::Q4_1>;
-    case DType::Q5_0: return dot_generic<DType::Q5_0>;
-    case DType::Q5_1: return dot_generic<DType::Q5_1>;
-    case DType::IQ4_NL: return dot_generic<DType::IQ4_NL>;
-    case DType::Q2_K: return dot_generic<DType::Q2_K>;
-    case DType::Q3_K: return dot_generic<DType::Q3_K>;
-    case DType::Q5_K: return dot_generic<DType::Q5_K>;
-    case DType::IQ4_XS: return dot_generic<DType::IQ4_XS>;
+    case DType::Q8_0: return rows_q8_0_n;
+    case DType::Q4_0: return rows_q4_0_n;
+    case DType::Q4_K: return rows_q4_k_n;
+    case DType::Q6_K: return rows_q6_k_n;
+    case DType::Q4_1: return rows_of<dot_generic<DType::Q4_1>>;
+    case DType::Q5_0: return rows_of<dot_generic<DType::Q5_0>>;
+    case DType::Q5_1: return rows_of<dot_generic<DType::Q5_1>>;
+    case DType::IQ4_NL: return rows_of<dot_generic<DType::IQ4_NL>>;
+    case DType::Q2_K: return rows_of<dot_generic<DType::Q2_K>>;
+    case DType::Q3_K: return rows_of<dot_generic<DType::Q3_K>>;
+    case DType::Q5_K: return rows_of<dot_generic<DType::Q5_K>>;
+    case DType::IQ4_XS: return rows_of<dot_generic<DType::IQ4_XS>>;
     default: return nullptr;
   }
 }

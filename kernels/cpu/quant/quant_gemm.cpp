@@ -95,14 +95,20 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
   const size_t row_bytes = dtype_nbytes(w_dtype, k);
   const auto* wb = static_cast<const uint8_t*>(w);
   run(pool, n, 8, [&](int64_t j0, int64_t j1) {
+    quant::ActRow acts[quant::kMaxDotRows];
+    float out[quant::kMaxDotRows];
     for (int64_t i0 = 0; i0 < m; i0 += kMTile) {
       const int64_t i1 = std::min(m, i0 + kMTile);
       for (int64_t j = j0; j < j1; ++j) {
         const void* row = wb + j * row_bytes;
         const float b = bias ? bias[j] : 0.0f;
-        for (int64_t i = i0; i < i1; ++i) {
-          const quant::ActRow a{qs_p + i * k, ds_p + i * (k / block), bs_p + i * (k / 16)};
-          y[i * ldy + j] = dot(row, a, k) + b;
+        for (int64_t i = i0; i < i1; i += quant::kMaxDotRows) {
+          const int nr = static_cast<int>(std::min<int64_t>(quant::kMaxDotRows, i1 - i));
+          for (int r = 0; r < nr; ++r) {
+            acts[r] = {qs_p + (i + r) * k, ds_p + (i + r) * (k / block), bs_p + (i + r) * (k / 16)};
+          }
+          dot(row, acts, nr, k, out);
+          for (int r = 0; r < nr; ++r) y[(i + r) * ldy + j] = out[r] + b;
         }
       }
     }

@@ -137,18 +137,33 @@ TEST_P(QuantKernels, SimdDotEqualsScalarReference) {
   for (int64_t k : {int64_t{be}, int64_t{be} * 3, int64_t{4096}}) {
     const int64_t n = 7;
     const auto w = random_weights(t, n, k, 11 + static_cast<uint32_t>(k));
-    const auto x = randn(k, 5);
-    const QuantizedActs a = quantize(quant::quantize_acts_ref, x.data(), k, quant::act_block(t));
+    std::vector<QuantizedActs> acts;
+    std::vector<quant::ActRow> rows;
+    for (int r = 0; r < quant::kMaxDotRows; ++r) {
+      const auto x = randn(k, 5 + r);
+      acts.push_back(quantize(quant::quantize_acts_ref, x.data(), k, quant::act_block(t)));
+    }
+    for (const auto& a : acts) rows.push_back(a.row());
     std::vector<float> wd(k);
     for (int64_t j = 0; j < n; ++j) {
       const uint8_t* row = w.data() + j * dtype_nbytes(t, k);
       quant::dequantize_row(t, row, wd.data(), k);
-      double mag = 0;
-      for (int64_t i = 0; i < k; ++i) mag += std::abs(double(wd[i]) * a.d[i / be] * a.qs[i]);
-      const float ref = quant::dot_ref(t, row, a.row(), k);
+      std::vector<float> ref(rows.size());
+      std::vector<double> mag(rows.size());
+      for (size_t r = 0; r < rows.size(); ++r) {
+        for (int64_t i = 0; i < k; ++i) mag[r] += std::abs(double(wd[i]) * acts[r].d[i / be] * acts[r].qs[i]);
+        ref[r] = quant::dot_ref(t, row, rows[r], k);
+      }
       for (Isa isa : simd_isas()) {
-        const float got = quant::dot_fn(t, isa)(row, a.row(), k);
-        EXPECT_NEAR(got, ref, 1e-5 * mag + 1e-30) << quant::isa_name(isa) << " k=" << k << " row " << j;
+        // 1..kMaxDotRows distinct activation rows in one call.
+        for (int nr = 1; nr <= quant::kMaxDotRows; ++nr) {
+          std::vector<float> got(nr, kNaN());
+          quant::dot_fn(t, isa)(row, rows.data(), nr, k, got.data());
+          for (int r = 0; r < nr; ++r) {
+            EXPECT_NEAR(got[r], ref[r], 1e-5 * mag[r] + 1e-30)
+                << quant::isa_name(isa) << " k=" << k << " row " << j << " slot " << r << " of " << nr;
+          }
+        }
       }
     }
   }
@@ -236,8 +251,10 @@ TEST(QuantKernelsGguf, RealRowsAgreeAcrossIsas) {
       const uint8_t* row = file.data(t) + j * dtype_nbytes(dt, k);
       const float ref = quant::dot_ref(dt, row, a.row(), k);
       for (Isa isa : simd_isas()) {
-        EXPECT_NEAR(quant::dot_fn(dt, isa)(row, a.row(), k), ref, 1e-5 * std::abs(ref) + 1e-4)
-            << name << " " << quant::isa_name(isa);
+        float got = kNaN();
+        const quant::ActRow ar = a.row();
+        quant::dot_fn(dt, isa)(row, &ar, 1, k, &got);
+        EXPECT_NEAR(got, ref, 1e-5 * std::abs(ref) + 1e-4) << name << " " << quant::isa_name(isa);
       }
     }
   }
