@@ -105,12 +105,15 @@ static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(Bloc
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136);
 
-// The 16 non-uniform levels of IQ4_NL / IQ4_XS (fixed by the format).
+// The 16 non-uniform levels of IQ4_NL / IQ4_XS (fixed by the format). In CUDA code a constant-memory
+// copy per translation unit (whole-program mode needs internal linkage).
 #if defined(__CUDACC__)
-__device__ __constant__
-#endif
+static __constant__ const int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                   1,    13,   25,  38,  53,  69,  89,  113};
+#else
 inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                           1,    13,   25,  38,  53,  69,  89,  113};
+#endif
 
 // Q4_K / Q5_K: the 6-bit scale and min of group j (0..7) from the 12 packed bytes. Groups 0-3 keep
 // theirs in the low 6 bits of bytes j and j + 4; groups 4-7 take 4 bits from byte j + 4 and the two
