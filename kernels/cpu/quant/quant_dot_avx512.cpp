@@ -137,10 +137,13 @@ CYPRIS_AVX512 inline __m128i k4_scales_mins(const uint8_t* packed) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
 }
 
-// int16 lane -> group index patterns for vpermw: chunk c of a K-quant block covers 32-groups
-// 2c (low half of the register) and 2c + 1 (high half).
-CYPRIS_AVX512 inline __m512i k4_chunk_index(int c) {
-  return _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(2 * c)), _mm256_set1_epi16(static_cast<short>(2 * c + 1)), 1);
+// vpshufb patterns that spread the int16 scale of group 2c over the low half of a register and
+// that of group 2c + 1 over the high half, from the 8 scales broadcast to every 128-bit lane (an
+// in-lane byte shuffle is cheaper than a cross-lane vpermw).
+CYPRIS_AVX512 inline __m512i k4_chunk_shuffle(int c) {
+  const short lo = static_cast<short>(((4 * c + 1) << 8) | (4 * c));
+  const short hi = static_cast<short>(((4 * c + 3) << 8) | (4 * c + 2));
+  return _mm512_inserti64x4(_mm512_set1_epi16(lo), _mm256_set1_epi16(hi), 1);
 }
 
 template <int NR>
@@ -149,19 +152,20 @@ CYPRIS_AVX512 void rows_q4_k(const void* w_row, const ActRow* a, int64_t k, floa
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   // Each min covers two groups of 16: lanes [m0 m0 m1 m1 ... m7 m7] from the mins at lanes 8..15.
   const __m256i min_index = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  const __m512i shuf[4] = {k4_chunk_shuffle(0), k4_chunk_shuffle(1), k4_chunk_shuffle(2), k4_chunk_shuffle(3)};
   __m512 acc[NR];
   __m256 accm[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k / kQKK; ++b) {
     const __m256i sm16 = _mm256_cvtepu8_epi16(k4_scales_mins(w[b].scales));  // 8 scales, 8 mins
-    const __m512i sm512 = _mm512_zextsi256_si512(sm16);
+    const __m512i sc_all = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sm16));
     const __m256i mins16 = _mm256_permutexvar_epi16(min_index, sm16);
     __m512i q[4], sc[4];
     for (int c = 0; c < 4; ++c) {
       // 32 bytes hold 64 weights: low nibbles are elements 64c..64c+31, high nibbles the next 32.
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs + 32 * c));
       q[c] = _mm512_and_si512(_mm512_inserti64x4(_mm512_zextsi256_si512(raw), _mm256_srli_epi16(raw, 4), 1), m4);
-      sc[c] = _mm512_permutexvar_epi16(k4_chunk_index(c), sm512);
+      sc[c] = _mm512_shuffle_epi8(sc_all, shuf[c]);
     }
     const float d = h2f(w[b].d), dmin = h2f(w[b].dmin);
     for (int r = 0; r < NR; ++r) {
