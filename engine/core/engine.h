@@ -18,7 +18,7 @@
 #include "engine/common/tensor.h"
 #include "engine/config/engine_config.h"
 #include "engine/core/engine_client.h"
-#include "engine/core/outputs.h"
+#include "engine/request/outputs.h"
 #include "engine/core/stats.h"
 
 namespace cypris {

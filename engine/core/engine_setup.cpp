@@ -4,7 +4,7 @@
 
 #include "engine/common/error.h"
 #include "engine/loader/hub/hub.h"
-#include "engine/runtime/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/runtime/kv_cache_scales.h"
 
 namespace cypris {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/core/engine.h"
-#include "engine/core/request.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/request.h"
+#include "engine/request/sampling_params.h"
 #include "engine/sampling/banned_strings.h"
 #include "engine/sampling/beam_search.h"
 #include "engine/sampling/sampler.h"

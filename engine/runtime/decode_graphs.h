@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/runtime/batch_context.h"
 
 namespace cypris {

@@ -7,14 +7,14 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
-#include "engine/runtime/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/runtime/memory_profile.h"
 #include "engine/runtime/kv_cache_scales.h"
-#include "engine/runtime/tp_workers.h"
+#include "engine/backend/tp_workers.h"
 #include "engine/runtime/cuda/device_sampler.h"  // no CUDA headers; defined only in CUDA builds
 #include "engine/sampling/gpu_sampling.h"
 #if CYPRIS_HAVE_CUDA
-#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #endif
 #include "models/registry/registry.h"
 

@@ -19,8 +19,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/core/outputs.h"  // TokenLogprob
-#include "engine/core/sampling_params.h"
+#include "engine/request/outputs.h"  // TokenLogprob
+#include "engine/request/sampling_params.h"
 
 namespace cypris {
 

@@ -27,7 +27,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/core/request.h"
+#include "engine/request/request.h"
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/scheduler/scheduler_config.h"
 #include "engine/scheduler/scheduler_output.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/request.h"
+#include "engine/request/request.h"
 #include "engine/kv/kv_cache_manager.h"
 
 namespace cypris {

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <random>
 
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris::testing_support {
 

@@ -13,7 +13,7 @@
 
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/loader/weights.h"
-#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "kernels/cuda/quant/quant_gemm.h"
 #include "tests/support/quant_weights.h"

@@ -1,6 +1,6 @@
 // The Backend: the small set of ops the models are written against (embedding, linear, norms,
 // rotary, paged KV cache write + attention, activation, row gather), and the memory they run on.
-// CpuBackend (engine/runtime/cpu/) and CudaBackend (engine/runtime/cuda/, CUDA builds) implement it;
+// CpuBackend (engine/backend/cpu/) and CudaBackend (engine/backend/cuda/, CUDA builds) implement it;
 // make_backend (backend_factory.h) picks one. Activations are fp32 on both; weights may be
 // F32/F16/BF16. 2-D activations may be column slices of a wider buffer: their strides are {row_stride, 1}.
 #pragma once

@@ -14,7 +14,7 @@
 
 namespace cypris {
 
-struct SamplingParams;  // engine/core/sampling_params.h
+struct SamplingParams;  // engine/request/sampling_params.h
 
 enum class RequestStatus {
   Waiting,          // queued, never scheduled

@@ -1,13 +1,13 @@
 // The CUDA backend: device memory from cudaMalloc (a caching pool for activations, exact
 // allocations for weights and the KV cache), one non-blocking stream for all work, cuBLAS for
 // the large GEMMs and the kernels of kernels/cuda/. Only compiled when the build has CUDA; the
-// rest of the engine reaches it through make_backend (engine/runtime/backend_factory.h). This
+// rest of the engine reaches it through make_backend (engine/backend/backend_factory.h). This
 // header stays free of CUDA headers so that including it costs nothing.
 #pragma once
 
 #include <memory>
 
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 
 namespace cypris {
 

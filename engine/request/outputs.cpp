@@ -1,4 +1,4 @@
-#include "engine/core/outputs.h"
+#include "engine/request/outputs.h"
 
 namespace cypris {
 

@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 
 namespace cypris {
 

@@ -11,7 +11,7 @@
 
 #include "engine/common/error.h"
 #include "engine/loader/weights.h"
-#include "engine/runtime/cpu/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "tests/support/quant_weights.h"
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 
 namespace cypris {
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "engine/runtime/communicator.h"
+#include "engine/backend/communicator.h"
 
 namespace cypris {
 

@@ -1,10 +1,10 @@
-#include "engine/runtime/cuda/nccl_communicator.h"
+#include "engine/backend/cuda/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include "engine/common/error.h"
-#include "engine/runtime/tp_workers.h"
+#include "engine/backend/tp_workers.h"
 
 namespace cypris {
 

@@ -1,4 +1,4 @@
-#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -10,7 +10,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
-#include "engine/runtime/backend_checks.h"
+#include "engine/backend/backend_checks.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/cuda_check.h"

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/runtime/communicator.h"
+#include "engine/backend/communicator.h"
 
 namespace cypris {
 

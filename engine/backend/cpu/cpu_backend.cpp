@@ -1,9 +1,9 @@
-#include "engine/runtime/cpu/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 
 #include <cstring>
 
 #include "engine/common/error.h"
-#include "engine/runtime/backend_checks.h"
+#include "engine/backend/backend_checks.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"

@@ -1,5 +1,5 @@
 // Request: status names and the small mutations that need checks.
-#include "engine/core/request.h"
+#include "engine/request/request.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,9 +1,9 @@
-#include "engine/runtime/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 
 #include "engine/common/error.h"
-#include "engine/runtime/cpu/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 #ifdef CYPRIS_HAVE_CUDA
-#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #endif
 
 namespace cypris {

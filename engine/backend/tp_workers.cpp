@@ -1,11 +1,11 @@
-#include "engine/runtime/tp_workers.h"
+#include "engine/backend/tp_workers.h"
 
 #include "engine/common/error.h"
-#include "engine/runtime/cpu/cpu_communicator.h"
+#include "engine/backend/cpu/cpu_communicator.h"
 #ifdef CYPRIS_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "engine/runtime/cuda/nccl_communicator.h"
+#include "engine/backend/cuda/nccl_communicator.h"
 #endif
 
 namespace cypris {

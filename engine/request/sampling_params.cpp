@@ -1,5 +1,5 @@
 // SamplingParams: defaults and ranges (the descriptor table), validation, sampler IDs.
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 
 #include <fmt/ranges.h>
 

@@ -13,7 +13,7 @@
 
 #include "engine/common/tensor.h"  // Device
 #include "engine/loader/model_config.h"
-#include "engine/runtime/communicator.h"
+#include "engine/backend/communicator.h"
 
 namespace cypris {
 

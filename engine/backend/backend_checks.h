@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 #include "kernels/cpu/attention.h"  // PagedAttentionParams
 
 namespace cypris::backend_checks {

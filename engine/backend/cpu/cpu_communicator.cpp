@@ -1,4 +1,4 @@
-#include "engine/runtime/cpu/cpu_communicator.h"
+#include "engine/backend/cpu/cpu_communicator.h"
 
 #include <cstring>
 

@@ -1,12 +1,12 @@
 // --device resolution: cpu always works; cuda is refused with a clear message when the build has
 // no CUDA or the machine has no GPU; auto falls back to the CPU there. CPU block moves.
-#include "engine/runtime/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "engine/common/error.h"
-#include "engine/runtime/cpu/cpu_backend.h"
+#include "engine/backend/cpu/cpu_backend.h"
 
 namespace cypris {
 namespace {

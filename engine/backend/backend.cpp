@@ -1,7 +1,7 @@
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 
 #include "engine/common/error.h"
-#include "engine/runtime/backend_checks.h"
+#include "engine/backend/backend_checks.h"
 
 namespace cypris {
 
