@@ -1,6 +1,8 @@
 // CPU GEMM for linear layers: y = x · Wᵀ (+ bias) with fp32 activations and weights stored as
 // F32, F16 or BF16. 16-bit weights stay 16-bit in memory; tiles of rows are converted to fp32
-// on the fly and multiplied with OpenBLAS cblas_sgemm, one tile per pool task.
+// on the fly and multiplied with OpenBLAS cblas_sgemm, one tile per pool task. Decode-sized
+// products (m <= 8 with AVX-512, m <= 4 with AVX2) convert each weight row in registers instead
+// and stream the weights once. Block-quantized weights go through kernels/cpu/quant/quant_gemm.h.
 #pragma once
 
 #include <cstdint>

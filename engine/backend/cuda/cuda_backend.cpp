@@ -17,6 +17,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/quant/quant_gemm.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rotary.h"
 
@@ -312,6 +313,11 @@ DeviceMemoryInfo CudaBackend::memory_info() {
 void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
   backend_checks::check_embedding(kName, ids, table, out);
   require_device(table, "embedding table");
+  if (dtype_is_quantized(table.dtype)) {
+    quant_embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1],
+                         out.as<float>(), impl_->stream);
+    return;
+  }
   embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1],
                  out.as<float>(), impl_->stream);
 }
@@ -321,6 +327,29 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   require_device(w, "linear weight");
   const GemmPrecision precision = impl_->fp32_gemm ? GemmPrecision::Fp32 : GemmPrecision::Fast;
   const int64_t m = x.shape[0], k = x.shape[1], n = w.shape[0];
+  if (dtype_is_quantized(w.dtype)) {
+    // GGUF weights: decode batches take the fused dequantize-and-dot GEMV; larger batches dequantize
+    // tiles of weight rows to fp16 (at most ~32 MiB at a time) and run the fp16 GEMM on each tile.
+    const float* b = bias ? bias->as<float>() : nullptr;
+    if (m <= kQuantGemvMaxRows && row_stride(x) % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
+      quant_gemv_cuda(x.as<float>(), m, k, row_stride(x), w.data, w.dtype, n, b, out.as<float>(), row_stride(out),
+                      impl_->stream);
+      return;
+    }
+    const int64_t tile = std::min<int64_t>(n, std::max<int64_t>(64, (int64_t{1} << 24) / k));
+    const size_t tile_bytes = (static_cast<size_t>(tile * k) * 2 + 255) / 256 * 256;
+    const size_t gemm_bytes = gemm_scratch_bytes(m, k, tile, DType::F16, precision);
+    DeviceTensor scratch = impl_->scratch(tile_bytes + gemm_bytes);
+    auto* tile_w = static_cast<uint16_t*>(scratch.view.data);
+    void* gemm_scratch = gemm_bytes ? static_cast<char*>(scratch.view.data) + tile_bytes : nullptr;
+    for (int64_t n0 = 0; n0 < n; n0 += tile) {
+      const int64_t nb = std::min(tile, n - n0);
+      quant_dequant_rows_f16_cuda(w.data, w.dtype, n0, nb, k, tile_w, impl_->stream);
+      gemm_xwt_cuda(impl_->cublas, x.as<float>(), m, k, row_stride(x), tile_w, DType::F16, nb, b ? b + n0 : nullptr,
+                    out.as<float>() + n0, row_stride(out), gemm_scratch, precision, impl_->stream);
+    }
+    return;
+  }
   const size_t scratch_bytes = gemm_scratch_bytes(m, k, n, w.dtype, precision);
   DeviceTensor scratch = scratch_bytes ? impl_->scratch(scratch_bytes) : DeviceTensor{};
   gemm_xwt_cuda(impl_->cublas, x.as<float>(), m, k, row_stride(x), w.data, w.dtype, n,

@@ -1,0 +1,33 @@
+// Launchers for block-quantized (GGUF) weights on the GPU: the fused dequantize-and-dot GEMV for
+// decode, dequantization of weight rows to fp16 (the prefill path feeds those tiles to the fp16
+// GEMM of kernels/cuda/gemm.h) and the embedding lookup from a quantized table. CPU reference:
+// kernels/cpu/quant/quant_ref.h (dequantize_row) — the values are the same bit for bit in fp32.
+// NEVER RAN ON A GPU: written and compiled without one (see docs/quantization.md).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine/common/dtype.h"
+
+namespace cypris {
+
+// Rows of x the GEMV handles; larger batches take the dequantize-to-fp16 + GEMM path.
+constexpr int64_t kQuantGemvMaxRows = 8;
+
+// y[m, n] = x[m, k] · Wᵀ (+ bias), W [n, k] quantized; m <= kQuantGemvMaxRows. Activations stay
+// fp32 (no 8-bit activation quantization on the GPU).
+void quant_gemv_cuda(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
+                     const float* bias, float* y, int64_t ldy, cudaStream_t stream);
+
+// out[r, :] = fp16(dequantized row row0 + r) for r < rows; out is [rows, k] __half bits.
+void quant_dequant_rows_f16_cuda(const void* w, DType w_dtype, int64_t row0, int64_t rows, int64_t k, uint16_t* out,
+                                 cudaStream_t stream);
+
+// out[t, :] = dequantized table row ids[t] (fp32); an id outside [0, vocab) gives zeros, as
+// embedding_cuda.
+void quant_embedding_cuda(const int32_t* ids, int64_t num_tokens, const void* table, DType dtype, int64_t vocab,
+                          int64_t hidden, float* out, cudaStream_t stream);
+
+}  // namespace cypris

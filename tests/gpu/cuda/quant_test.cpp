@@ -1,0 +1,133 @@
+// The CUDA quantized-weight kernels (kernels/cuda/quant/) against the CPU reference, for every GGUF
+// type, outputs poisoned before each run:
+//  - dequantized rows (fp32 embedding rows) equal kernels/cpu/quant's dequantize_row bit for bit,
+//    fp16 rows equal it rounded to fp16;
+//  - the fused GEMV (exact fp32 activations) equals an fp64 product of the dequantized weights
+//    within normalised error 1e-5 (fp32 summation only);
+//  - CudaBackend::linear on quantized weights, decode (GEMV) and prefill (fp16 tiles + tensor-core
+//    GEMM, which rounds to 16 bits: normalised error < 1e-2).
+// Skips itself without a GPU. Written without a GPU: it has never run.
+#include <gtest/gtest.h>
+
+#include "tests/gpu/cuda/gpu_test_util.h"
+
+#ifdef CYPRIS_HAVE_CUDA
+#include "engine/loader/weights.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "kernels/cpu/quant/quant_ref.h"
+#include "kernels/cuda/quant/quant_gemm.h"
+#include "tests/support/quant_weights.h"
+#endif
+
+namespace cypris {
+namespace {
+
+using namespace gpu_test;
+
+CYPRIS_SKIPPED_WITHOUT_CUDA(CudaQuant)
+#ifdef CYPRIS_HAVE_CUDA
+
+const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,  DType::Q2_K,
+                        DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+
+class CudaQuant : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaQuant, DequantizedRowsEqualTheCpuReference) {
+  CYPRIS_REQUIRE_GPU();
+  const DType t = GetParam();
+  const int64_t vocab = 13, hidden = 512;
+  const auto table = test::random_weights(t, vocab, hidden, 5);
+  std::vector<float> want(vocab * hidden);
+  quant::dequantize_row(t, table.data(), want.data(), vocab * hidden);
+
+  DevBuf<uint8_t> d_table(table);
+  const std::vector<int32_t> ids = {4, 0, 12, 4, 99};  // 99: out of range -> zeros
+  DevBuf<int32_t> d_ids(ids);
+  DevBuf<float> d_out(ids.size() * hidden);
+  d_out.poison();
+  quant_embedding_cuda(d_ids.get(), static_cast<int64_t>(ids.size()), d_table.get(), t, vocab, hidden, d_out.get(),
+                       nullptr);
+  const auto got = d_out.download();
+  for (size_t r = 0; r < ids.size(); ++r) {
+    for (int64_t c = 0; c < hidden; ++c) {
+      const float w = ids[r] < vocab ? want[ids[r] * hidden + c] : 0.0f;
+      ASSERT_EQ(got[r * hidden + c], w) << dtype_name(t) << " row " << r << " col " << c;
+    }
+  }
+
+  DevBuf<uint16_t> d_f16(5 * hidden);
+  d_f16.poison();
+  quant_dequant_rows_f16_cuda(d_table.get(), t, 3, 5, hidden, d_f16.get(), nullptr);
+  const auto f16 = d_f16.download();
+  for (int64_t i = 0; i < 5 * hidden; ++i) ASSERT_EQ(f16[i], f32_to_f16(want[3 * hidden + i])) << i;
+}
+
+TEST_P(CudaQuant, FusedGemvMatchesFp64) {
+  CYPRIS_REQUIRE_GPU();
+  const DType t = GetParam();
+  const int64_t n = 70, k = 768;
+  const auto w = test::random_weights(t, n, k, 9);
+  std::vector<float> wd(n * k);
+  quant::dequantize_row(t, w.data(), wd.data(), n * k);
+  const auto bias = randn(n, 3);
+  DevBuf<uint8_t> d_w(w);
+  DevBuf<float> d_bias(bias);
+  for (int64_t m : {int64_t{1}, int64_t{3}, kQuantGemvMaxRows}) {
+    const auto x = randn(m * k, 10 + static_cast<uint32_t>(m));
+    std::vector<float> ref(m * n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = bias[j];
+        for (int64_t c = 0; c < k; ++c) s += double(x[i * k + c]) * wd[j * k + c];
+        ref[i * n + j] = static_cast<float>(s);
+      }
+    }
+    DevBuf<float> d_x(x);
+    DevBuf<float> d_y(m * n);
+    d_y.poison();
+    quant_gemv_cuda(d_x.get(), m, k, k, d_w.get(), t, n, d_bias.get(), d_y.get(), n, nullptr);
+    EXPECT_LT(norm_err(d_y.download(), ref), 1e-5) << dtype_name(t) << " m=" << m;
+  }
+}
+
+TEST_P(CudaQuant, BackendLinearDecodeAndPrefill) {
+  CYPRIS_REQUIRE_GPU();
+  const DType t = GetParam();
+  const int64_t n = 300, k = 512;
+  const auto w = test::random_weights(t, n, k, 21);
+  std::vector<float> wd(n * k);
+  quant::dequantize_row(t, w.data(), wd.data(), n * k);
+  auto backend = std::make_unique<CudaBackend>();
+  HostTensor hw;
+  hw.dtype = t;
+  hw.shape = {n, k};
+  hw.buffer = Buffer(w.size());
+  std::memcpy(hw.buffer.data(), w.data(), w.size());
+  DeviceTensor dw = backend->upload_weight(std::move(hw));
+  for (int64_t m : {int64_t{2}, int64_t{40}}) {
+    const auto x = randn(m * k, 30 + static_cast<uint32_t>(m));
+    std::vector<float> ref(m * n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t c = 0; c < k; ++c) s += double(x[i * k + c]) * wd[j * k + c];
+        ref[i * n + j] = static_cast<float>(s);
+      }
+    }
+    DeviceTensor dx = backend->upload(x.data(), DType::F32, {m, k});
+    std::vector<float> poison(m * n, NAN);
+    DeviceTensor dy = backend->upload(poison.data(), DType::F32, {m, n});
+    backend->linear(dx.view, dw.view, nullptr, dy.view);
+    std::vector<float> got(m * n);
+    backend->download(dy.view, got.data());
+    EXPECT_LT(norm_err(got, ref), m <= kQuantGemvMaxRows ? 1e-5 : 1e-2) << dtype_name(t) << " m=" << m;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, CudaQuant, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+#endif  // CYPRIS_HAVE_CUDA
+
+}  // namespace
+}  // namespace cypris

@@ -1,0 +1,46 @@
+// Random block-quantized weights for kernel tests (CPU and GPU): random bytes with every fp16 scale
+// field set to a small random normal number, so each block is a valid block of its type.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "engine/common/dtype.h"
+#include "kernels/common/quant_blocks.h"
+
+namespace cypris::test {
+
+// n rows of k random weights: random bytes, then every fp16 scale field set to a small random
+// normal number (random bits could be Inf/NaN, which no quantizer writes).
+inline std::vector<uint8_t> random_weights(DType t, int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 g(seed);
+  const size_t bytes = dtype_nbytes(t, n * k);
+  std::vector<uint8_t> w(bytes);
+  for (auto& b : w) b = static_cast<uint8_t>(g());
+  std::uniform_real_distribution<float> u(0.002f, 0.05f);
+  auto h = [&] { return f32_to_f16((g() & 1 ? -1.0f : 1.0f) * u(g)); };
+  const size_t bb = dtype_block(t).bytes;
+  for (size_t off = 0; off < bytes; off += bb) {
+    uint8_t* p = w.data() + off;
+    auto set = [&](uint16_t* f) { *f = h(); };
+    switch (t) {
+      case DType::Q4_0: set(&reinterpret_cast<quant::BlockQ4_0*>(p)->d); break;
+      case DType::Q4_1: set(&reinterpret_cast<quant::BlockQ4_1*>(p)->d), set(&reinterpret_cast<quant::BlockQ4_1*>(p)->m); break;
+      case DType::Q5_0: set(&reinterpret_cast<quant::BlockQ5_0*>(p)->d); break;
+      case DType::Q5_1: set(&reinterpret_cast<quant::BlockQ5_1*>(p)->d), set(&reinterpret_cast<quant::BlockQ5_1*>(p)->m); break;
+      case DType::Q8_0: set(&reinterpret_cast<quant::BlockQ8_0*>(p)->d); break;
+      case DType::Q2_K: set(&reinterpret_cast<quant::BlockQ2_K*>(p)->d), set(&reinterpret_cast<quant::BlockQ2_K*>(p)->dmin); break;
+      case DType::Q3_K: set(&reinterpret_cast<quant::BlockQ3_K*>(p)->d); break;
+      case DType::Q4_K: set(&reinterpret_cast<quant::BlockQ4_K*>(p)->d), set(&reinterpret_cast<quant::BlockQ4_K*>(p)->dmin); break;
+      case DType::Q5_K: set(&reinterpret_cast<quant::BlockQ5_K*>(p)->d), set(&reinterpret_cast<quant::BlockQ5_K*>(p)->dmin); break;
+      case DType::Q6_K: set(&reinterpret_cast<quant::BlockQ6_K*>(p)->d); break;
+      case DType::IQ4_NL: set(&reinterpret_cast<quant::BlockIQ4_NL*>(p)->d); break;
+      case DType::IQ4_XS: set(&reinterpret_cast<quant::BlockIQ4_XS*>(p)->d); break;
+      default: break;
+    }
+  }
+  return w;
+}
+
+}  // namespace cypris::test
