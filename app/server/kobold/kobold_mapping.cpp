@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "app/server/errors.h"
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 #include "app/server/openai/sampling_from_json.h"
 
 namespace cypris::server {

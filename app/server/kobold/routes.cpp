@@ -7,7 +7,7 @@
 
 #include "app/server/errors.h"
 #include "app/server/kobold/kobold_mapping.h"
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 #include "app/server/router.h"
 #include "app/server/sse.h"
 

@@ -5,7 +5,7 @@
 
 #include "app/server/errors.h"
 #include "app/server/openai/chat_prompt.h"
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 #include "app/server/openai/routes.h"
 #include "app/server/openai/sampling_from_json.h"
 #include "app/server/router.h"

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "app/server/errors.h"
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 #include "app/server/openai/routes.h"
 #include "app/server/router.h"
 #include "engine/common/error.h"

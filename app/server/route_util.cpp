@@ -1,4 +1,4 @@
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 
 #include <fmt/format.h>
 

@@ -1,5 +1,6 @@
-// Pieces shared by the OpenAI and Kobold generation routes: turning prompts into token ids,
-// validating and submitting requests, and formatting logprobs. Internal to app/server/.
+// The server's shared route code, used by the OpenAI and Kobold routes alike: turning prompts into
+// token ids, validating and submitting requests, formatting logprobs and
+// reading typed body fields. Internal to app/server/.
 #pragma once
 
 #include <memory>
