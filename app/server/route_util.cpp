@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "app/server/errors.h"
+#include "app/server/sse.h"
 #include "app/server/openai/sampling_from_json.h"
 #include "engine/common/error.h"
 #include "engine/core/stats.h"
@@ -103,6 +104,7 @@ void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClie
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
                          const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params) {
   Submitted s;
+  s.arrival = std::chrono::steady_clock::now();
   const std::string summary = summarize_params(*params);
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateRequest req;
@@ -134,30 +136,72 @@ void untrack_all(ServerContext& ctx, const Submitted& s) {
   for (auto& st : s.streams) ctx.untrack(st);
 }
 
-std::optional<RequestOutput> next_output(RequestStream& s, const ServerContext& ctx,
-                                         const std::function<bool()>& client_alive) {
-  while (!s.done()) {
-    if (ctx.stopping()) s.cancel();
-    if (auto out = s.next(kPollInterval)) return out;
-    if (!client_alive()) {  // nobody to answer: stop generating
-      s.cancel();
-      return std::nullopt;
+DrainResult drain_outputs(ServerContext& ctx, const Submitted& sub, const std::function<bool()>& client_alive,
+                          const OnOutput& on_output) {
+  StreamSet set(sub.streams);
+  const size_t n = sub.streams.size();
+  std::vector<RequestTimer> timers(n, RequestTimer(&ctx.metrics, sub.arrival));
+  std::vector<std::optional<std::string>> reason(n);  // the first choice's finish reason, per stream
+  DrainResult r;
+  auto give_up = [&] {
+    r.client_gone = true;
+    set.cancel_all();
+    for (auto& t : timers) t.finish("abort");
+  };
+  while (!set.all_done()) {
+    if (ctx.stopping() && !r.server_stopping) {
+      r.server_stopping = true;
+      set.cancel_all();
+    }
+    auto got = set.next(kPollInterval);
+    if (!got) {
+      if (!client_alive()) {  // nobody to answer: stop generating
+        give_up();
+        break;
+      }
+      continue;
+    }
+    const size_t si = got->first;
+    const RequestOutput& out = got->second;
+    if (out.error) {
+      r.error = out.error;
+      timers[si].finish("error");
+      set.cancel_all();
+      break;
+    }
+    int64_t new_tokens = 0;
+    for (const auto& d : out.outputs) {
+      new_tokens += static_cast<int64_t>(d.token_ids.size());
+      if (d.index == 0 && d.finish_reason) reason[si] = d.finish_reason;
+    }
+    timers[si].on_tokens(new_tokens);
+    if (out.finished) {
+      r.prompt_tokens += out.num_prompt_tokens;
+      r.completion_tokens += out.num_generated_tokens;
+      timers[si].finish(r.server_stopping ? "abort" : reason[si].value_or("stop"));
+    }
+    if (!on_output(si, out)) {
+      give_up();
+      break;
+    }
+    // Every output is one engine step: a client that left is noticed here, not after the next wait.
+    if (!set.all_done() && !client_alive()) {
+      give_up();
+      break;
     }
   }
-  return std::nullopt;
+  return r;
 }
 
-std::optional<std::pair<size_t, RequestOutput>> next_output(StreamSet& set, const ServerContext& ctx,
-                                                            const std::function<bool()>& client_alive) {
-  while (!set.all_done()) {
-    if (ctx.stopping()) set.cancel_all();
-    if (auto got = set.next(kPollInterval)) return got;
-    if (!client_alive()) {  // nobody to answer: stop generating
-      set.cancel_all();
-      return std::nullopt;
-    }
-  }
-  return std::nullopt;
+void throw_if_failed(const DrainResult& r) {
+  if (r.error) throw HttpError(500, *r.error);
+}
+
+bool write_openai_stream_error(const std::function<bool(const std::string&)>& write, const DrainResult& r) {
+  if (!r.error) return false;
+  write(sse_data("{\"error\":" + error_object(500, *r.error) + "}"));
+  write(std::string(kSseDone));
+  return true;
 }
 
 void cancel_and_untrack(ServerContext& ctx, const Submitted& s) {

@@ -114,29 +114,17 @@ void register_kobold_routes(Router& r) {
   kai_post("/generate", [&ctx](const httplib::Request& req, httplib::Response& res) {
     KoboldJob job = start_generation(ctx, req);
     std::vector<std::string> texts;
-    RequestTimer timer(&ctx.metrics);
-    std::optional<std::string> error;
-    auto alive = connection_probe(req);
-    auto& s = job.sub->streams.front();
-    while (auto out = next_output(*s, ctx, alive)) {
-      if (out->error) {
-        error = out->error;
-        timer.finish("error");
-        break;
-      }
-      int64_t new_tokens = 0;
-      for (auto& d : out->outputs) {
+    const DrainResult r = drain_outputs(ctx, *job.sub, connection_probe(req), [&](size_t, const RequestOutput& out) {
+      for (auto& d : out.outputs) {
         if (d.index < 0 || d.index >= kMaxN) continue;
         if (texts.size() <= size_t(d.index)) texts.resize(size_t(d.index) + 1);
         texts[size_t(d.index)] += d.text;
         if (d.index == 0) ctx.kobold.append(job.genkey, d.text);
-        new_tokens += static_cast<int64_t>(d.token_ids.size());
-        if (d.finish_reason && d.index == 0) timer.finish(*d.finish_reason);
       }
-      timer.on_tokens(new_tokens);
-    }
+      return true;
+    });
     end_job(ctx, job);
-    if (error) throw HttpError(500, *error);
+    throw_if_failed(r);
     json results = json::array();
     for (auto& t : texts) results.push_back({{"text", t}});
     if (results.empty()) results.push_back({{"text", ""}});
@@ -149,29 +137,18 @@ void register_kobold_routes(Router& r) {
            start_event_stream(
                req, res,
                [c, job](const SseWrite& write) {
-                 auto& s = job.sub->streams.front();
-                 RequestTimer timer(&c->metrics);
                  // An empty write probes the client while the engine is busy.
-                 while (auto out = next_output(*s, *c, [&] { return write(""); })) {
-                   if (out->error) {
-                     timer.finish("error");
-                     write(sse_event("message", dump_json({{"token", ""}, {"error", *out->error}})));
-                     return;
-                   }
-                   int64_t new_tokens = 0;
-                   for (auto& d : out->outputs) {
-                     new_tokens += static_cast<int64_t>(d.token_ids.size());
-                     if (d.index != 0) continue;  // Kobold streams carry one output
-                     c->kobold.append(job.genkey, d.text);
-                     if (d.finish_reason) timer.finish(*d.finish_reason);
-                     if (d.text.empty()) continue;
-                     if (!write(sse_event("message", dump_json({{"token", d.text}})))) {
-                       s->cancel();
-                       return;
-                     }
-                   }
-                   timer.on_tokens(new_tokens);
-                 }
+                 const DrainResult r =
+                     drain_outputs(*c, *job.sub, [&] { return write(""); }, [&](size_t, const RequestOutput& out) {
+                       for (auto& d : out.outputs) {
+                         if (d.index != 0) continue;  // Kobold streams carry one output
+                         c->kobold.append(job.genkey, d.text);
+                         if (d.text.empty()) continue;
+                         if (!write(sse_event("message", dump_json({{"token", d.text}})))) return false;
+                       }
+                       return true;
+                     });
+                 if (r.error) write(sse_event("message", dump_json({{"token", ""}, {"error", *r.error}})));
                },
                [c, job] { end_job(*c, job); });
          }));
