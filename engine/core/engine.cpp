@@ -1,5 +1,7 @@
 #include "engine/core/engine.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <thread>
@@ -81,7 +83,20 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
         static_cast<int64_t>(cfg.cache.cpu_kvcache_space * kGiB / block_bytes));
     CYPRIS_CHECK(ro.num_blocks >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",
                  cfg.cache.cpu_kvcache_space, block_bytes / 1024.0);
+    // The cache's pages are taken only as they are used, so a size memory cannot back would start
+    // and fail much later (or die in the OOM killer): refuse it now.
+    const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    const double want = static_cast<double>(ro.num_blocks) * block_bytes;
+    CYPRIS_CHECK(phys <= 0 || want <= 0.9 * phys,
+                 "the KV cache would take {:.1f} GiB ({} blocks of {:.1f} KiB, from {}), more than 90% of this "
+                 "machine's {:.1f} GiB of memory; lower it",
+                 want / kGiB, ro.num_blocks, block_bytes / 1024.0,
+                 cfg.cache.num_gpu_blocks_override ? "--num-gpu-blocks-override"
+                                                   : fmt::format("--cpu-kvcache-space {}", cfg.cache.cpu_kvcache_space),
+                 phys / kGiB);
   }
+  CYPRIS_CHECK(ro.num_blocks <= INT32_MAX, "--num-gpu-blocks-override {} is more blocks than the scheduler counts ({})",
+               ro.num_blocks, INT32_MAX);
 
   if (!mo.skip_tokenizer_init) {
     const std::string tok_dir = mo.tokenizer.value_or(dir.string());
