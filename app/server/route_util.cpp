@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "app/server/connection_guard.h"
 #include "app/server/errors.h"
 #include "app/server/sse.h"
 #include "app/server/openai/sampling_from_json.h"
@@ -82,6 +83,27 @@ std::vector<PreparedPrompt> prompts_from_json(const json& prompt, const Tokenize
   return out;
 }
 
+int64_t max_text_tokens(const ServerContext& ctx, const EngineClient& engine) {
+  if (ctx.cfg().server.max_tokenize_tokens > 0) return ctx.cfg().server.max_tokenize_tokens;
+  const int64_t len = engine.model_info().max_model_len;
+  return len > 0 ? 4 * len : int64_t{1} << 20;
+}
+
+size_t max_text_bytes(const ServerContext& ctx, const EngineClient& engine) {
+  return static_cast<size_t>(max_text_tokens(ctx, engine)) * 16;
+}
+
+void check_text_size(const ServerContext& ctx, const EngineClient& engine, const std::string& text, const char* field) {
+  const size_t limit = max_text_bytes(ctx, engine);
+  if (text.size() > limit) {
+    throw HttpError(400,
+                    fmt::format("'{}' is {} bytes long; this server tokenizes at most {} bytes per text (16 per token "
+                                "of --max-tokenize-tokens {})",
+                                field, text.size(), limit, max_text_tokens(ctx, engine)),
+                    std::string(field));
+  }
+}
+
 void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClient& engine) {
   const ModelInfo info = engine.model_info();
   const Tokenizer* tok = engine.tokenizer();
@@ -104,7 +126,9 @@ void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClie
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
                          const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params) {
   Submitted s;
-  s.arrival = std::chrono::steady_clock::now();
+  // From the moment the request's head began to arrive, so time to first token counts the
+  // server's own work (parsing, tokenizing) too.
+  s.arrival = current_connection().fd >= 0 ? current_connection().arrival : std::chrono::steady_clock::now();
   const std::string summary = summarize_params(*params);
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateRequest req;
@@ -193,13 +217,21 @@ DrainResult drain_outputs(ServerContext& ctx, const Submitted& sub, const std::f
   return r;
 }
 
+static std::string shutdown_message(const DrainResult& r) {
+  return fmt::format("the server is shutting down: the request was cut off after {} generated tokens",
+                     r.completion_tokens);
+}
+
 void throw_if_failed(const DrainResult& r) {
   if (r.error) throw HttpError(500, *r.error);
+  // A partial answer must not look like a complete one.
+  if (r.server_stopping) throw HttpError(503, shutdown_message(r));
 }
 
 bool write_openai_stream_error(const std::function<bool(const std::string&)>& write, const DrainResult& r) {
-  if (!r.error) return false;
-  write(sse_data("{\"error\":" + error_object(500, *r.error) + "}"));
+  if (!r.error && !r.server_stopping) return false;
+  const std::string err = r.error ? error_object(500, *r.error) : error_object(503, shutdown_message(r));
+  write(sse_data("{\"error\":" + err + "}"));
   write(std::string(kSseDone));
   return true;
 }

@@ -28,6 +28,15 @@ std::vector<PreparedPrompt> prompts_from_json(const nlohmann::json& prompt, cons
 // Text -> ids; HttpError 400 when the model was loaded without a tokenizer.
 std::vector<int32_t> encode_text(const Tokenizer* tok, const std::string& text, bool add_special);
 
+// The most tokens one text may become in a request (--max-tokenize-tokens; by default 4 x the
+// model's context), and the most bytes of text the server tokenizes for one request (16 per
+// token, far more than any tokenizer packs): longer texts are refused before tokenizing, which
+// bounds each request's memory to a small multiple of its body.
+int64_t max_text_tokens(const ServerContext& ctx, const EngineClient& engine);
+size_t max_text_bytes(const ServerContext& ctx, const EngineClient& engine);
+// HttpError 400 naming field and the limit when text is longer than max_text_bytes().
+void check_text_size(const ServerContext& ctx, const EngineClient& engine, const std::string& text, const char* field);
+
 // Checks the parameters (HttpError 400 naming the parameter) and fills what needs the tokenizer.
 void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClient& engine);
 

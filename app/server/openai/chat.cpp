@@ -73,6 +73,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   const bool add_special = get_bool(body, "add_special_tokens", false);  // the template writes BOS itself
   const bool echo = get_bool(body, "echo", false);
 
+  check_text_size(ctx, *engine, prompt_text, "messages");
   PreparedPrompt prompt;
   prompt.text = prompt_text;
   prompt.ids = encode_text(tok, prompt_text, add_special);
@@ -170,7 +171,8 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
         const DrainResult r = drain_outputs(*c, *sub, [&] { return write(""); }, [&](size_t, const RequestOutput& out) {
           for (auto& d : out.outputs) {
             if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
-            if (d.text.empty() && !d.finish_reason && d.logprobs.empty()) continue;
+            // As in completions: without a tokenizer every new token still gets its (empty) chunk.
+            if (d.text.empty() && !d.finish_reason && d.logprobs.empty() && (tok || d.token_ids.empty())) continue;
             json delta = json::object();
             if (!d.text.empty() || !d.finish_reason) delta["content"] = d.text;
             json lp = nullptr;

@@ -54,6 +54,15 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   const bool add_special = get_bool(body, "add_special_tokens", false);  // Aphrodite adds no BOS by default
   if (echo && params.logprobs && !params.prompt_logprobs) params.prompt_logprobs = params.logprobs;
 
+  // Each text within what the server tokenizes, before any is tokenized.
+  auto check_size = [&](const json& e) {
+    if (e.is_string()) check_text_size(ctx, *engine, e.get_ref<const std::string&>(), "prompt");
+  };
+  if (body["prompt"].is_array()) {
+    for (const auto& e : body["prompt"]) check_size(e);
+  } else {
+    check_size(body["prompt"]);
+  }
   std::vector<PreparedPrompt> prompts = prompts_from_json(body["prompt"], tok, add_special);
   if (params.truncate_prompt_tokens) {
     for (auto& p : prompts) {
@@ -173,8 +182,10 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
                 ch.offset = prompt_text(ci, n).size();
               }
             }
-            // Nothing to say (a held-back stop string) and not the end: skip the chunk.
-            if (text.empty() && !d.finish_reason && d.logprobs.empty()) continue;
+            // Nothing to say (a held-back stop string) and not the end: skip the chunk. Without a
+            // tokenizer (--skip-tokenizer-init) text is always empty: each new token still gets its
+            // chunk, or a streaming client would see nothing until the end.
+            if (text.empty() && !d.finish_reason && d.logprobs.empty() && (tok || d.token_ids.empty())) continue;
             json lp = nullptr;
             if (want_logprobs) lp = completion_logprobs(tok, d.logprobs, ch.offset);
             json one = {{"index", ci},
