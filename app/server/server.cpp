@@ -8,6 +8,7 @@
 #include "app/server/auth.h"
 #include "app/server/connection_guard.h"
 #include "app/server/errors.h"
+#include "app/server/openai/chat_prompt.h"
 #include "app/server/router.h"
 #include "engine/common/error.h"
 #include "engine/common/log.h"
@@ -380,6 +381,8 @@ int Server::start() {
     port = static_cast<int>(o.port);
   }
   if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);
+  // A model whose own chat template is broken loads, but say so now rather than per request.
+  if (auto e = impl_->ctx.engine()) warn_about_broken_chat_templates(e->tokenizer(), o.chat_template.value_or(""));
   impl_->started = true;
   impl_->thread = std::thread([this] { impl_->http->listen_after_bind(); });
   const bool tls = o.ssl_certfile.has_value();
