@@ -1,6 +1,7 @@
 #include "app/server/connection_guard.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <openssl/ssl.h>
@@ -375,9 +376,11 @@ bool ConnectionGuard::serve(int fd, SSL_CTX* tls, const ProcessRequest& process)
   bool ret = false;
   if (ok) {
     Io io(fd, ssl, stopping_);
+    bool answered = false;
     auto answer = [&](int status, const std::string& message) {
       const std::string r = error_response(status, message);
       io.write_all(r.data(), r.size(), Clock::now() + std::min(limits_.io_timeout, std::chrono::milliseconds(2000)));
+      answered = true;
     };
     std::string buf;
     char tmp[8192];
@@ -402,9 +405,8 @@ bool ConnectionGuard::serve(int fd, SSL_CTX* tls, const ProcessRequest& process)
         searched = buf.size() >= 3 ? buf.size() - 3 : 0;
         const ssize_t n = io.read_some(tmp, sizeof(tmp), head_deadline);
         if (n == -2) {
-          answer(408, "the request head did not arrive within " +
-                          std::to_string(limits_.head_timeout.count() / 1000.0).substr(0, 4) +
-                          " s (--request-head-timeout)");
+          answer(408, fmt::format("the request head did not arrive within {:g} s (--request-head-timeout)",
+                                  limits_.head_timeout.count() / 1000.0));
         }
         if (n <= 0) {
           head_ok = false;
@@ -430,6 +432,15 @@ bool ConnectionGuard::serve(int fd, SSL_CTX* tls, const ProcessRequest& process)
       t_conn = CurrentConnection{};
       buf = strm.leftover();
       if (!ret || closed) break;
+    }
+    if (answered && !ssl) {
+      // Closing with unread bytes from the client would reset the connection, and a reset can
+      // destroy the answer before the client reads it: say we are done, and read what is still
+      // coming for a moment.
+      ::shutdown(fd, SHUT_WR);
+      const auto until = Clock::now() + std::chrono::milliseconds(500);
+      while (io.read_some(tmp, sizeof(tmp), until) > 0) {
+      }
     }
   }
   if (ssl) {

@@ -129,14 +129,14 @@ Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::st
   // From the moment the request's head began to arrive, so time to first token counts the
   // server's own work (parsing, tokenizing) too.
   s.arrival = current_connection().fd >= 0 ? current_connection().arrival : std::chrono::steady_clock::now();
-  const std::string summary = summarize_params(*params);
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateRequest req;
     req.request_id = prompts.size() == 1 ? base_id : fmt::format("{}-{}", base_id, i);
     req.prompt_token_ids = prompts[i].ids;
     req.prompt = prompts[i].text;
     req.params = params;
-    log_request(ctx.cfg().logging, req.request_id, req.prompt, summary);
+    // Not logged here: the engine logs each request it accepts, once, as a --max-log-len excerpt
+    // (logging here too printed every request twice, and rejected ones in full).
     try {
       auto stream = engine.submit(std::move(req));
       if (!stream) throw cypris::Error("the engine did not accept the request");
@@ -212,6 +212,13 @@ DrainResult drain_outputs(ServerContext& ctx, const Submitted& sub, const std::f
     if (!set.all_done() && !client_alive()) {
       give_up();
       break;
+    }
+  }
+  // The shutdown may cancel the request between the check above and its last output: a request
+  // that ended aborted while the server stops was cut off by it.
+  if (!r.client_gone && !r.error && !r.server_stopping && ctx.stopping()) {
+    for (const auto& why : reason) {
+      if (!why || *why == "abort") r.server_stopping = true;
     }
   }
   return r;

@@ -88,12 +88,12 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
     const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     const double want = static_cast<double>(ro.num_blocks) * block_bytes;
     CYPRIS_CHECK(phys <= 0 || want <= 0.9 * phys,
-                 "the KV cache would take {:.1f} GiB ({} blocks of {:.1f} KiB, from {}), more than 90% of this "
-                 "machine's {:.1f} GiB of memory; lower it",
-                 want / kGiB, ro.num_blocks, block_bytes / 1024.0,
-                 cfg.cache.num_gpu_blocks_override ? "--num-gpu-blocks-override"
-                                                   : fmt::format("--cpu-kvcache-space {}", cfg.cache.cpu_kvcache_space),
-                 phys / kGiB);
+                 "{}: the KV cache would take {:.1f} GiB ({} blocks of {:.1f} KiB), more than 90% of this machine's "
+                 "{:.1f} GiB of memory; lower it",
+                 cfg.cache.num_gpu_blocks_override
+                     ? fmt::format("--num-gpu-blocks-override {}", *cfg.cache.num_gpu_blocks_override)
+                     : fmt::format("--cpu-kvcache-space {}", cfg.cache.cpu_kvcache_space),
+                 want / kGiB, ro.num_blocks, block_bytes / 1024.0, phys / kGiB);
   }
   CYPRIS_CHECK(ro.num_blocks <= INT32_MAX, "--num-gpu-blocks-override {} is more blocks than the scheduler counts ({})",
                ro.num_blocks, INT32_MAX);

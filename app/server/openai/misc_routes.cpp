@@ -10,6 +10,7 @@
 #include <set>
 
 #include "app/server/errors.h"
+#include "app/server/openai/chat_prompt.h"
 #include "app/server/route_util.h"
 #include "app/server/openai/routes.h"
 #include "app/server/router.h"
@@ -256,12 +257,18 @@ void register_openai_routes(Router& r) {
     } catch (const std::length_error&) {
       throw HttpError(400, "cannot load the model: the options ask for a buffer larger than can exist");
     } catch (const cypris::Error& err) {
-      // The message can quote the files the options named (their paths, whether they exist,
-      // what they hold): it goes to the server's log, for the admin, not to the client.
-      LOG_ERROR("/v1/model/load failed: {}", err.what());
+      // A message about an option's value ("--cpu-kvcache-space 64: ...") is safe to show. Others
+      // can quote the files the options named (their paths, whether they exist, what they hold):
+      // those go to the server's log, for the admin, not to the client.
+      const std::string msg = err.what();
+      if (msg.rfind("--", 0) == 0 && msg.find('/') == std::string::npos) {
+        throw HttpError(400, "cannot load the model: " + msg);
+      }
+      LOG_ERROR("/v1/model/load failed: {}", msg);
       throw HttpError(400, "cannot load the model from these options; the server log says why", "model");
     }
     if (!e) throw HttpError(500, "the model loader returned no engine");
+    warn_about_broken_chat_templates(e->tokenizer(), ctx.cfg().server.chat_template.value_or(""));
     ctx.set_engine(std::move(e), cfg);
     LOG_INFO("model loaded (/v1/model/load): {}", cfg.model.model);
     send_json(res, 200, {{"status", "success"}, {"message", "model loaded"}});

@@ -11,6 +11,7 @@
 #include "app/server/context.h"
 #include "engine/common/error.h"
 #include "tests/integration/server/server_fixture.h"
+#include "tests/support/fake_tokenizer.h"
 
 using namespace cypris;
 using namespace cypris::test;
@@ -117,7 +118,12 @@ TEST(BoundedParameters, WrappingIntegersAndLooseBiasKeysAreRefusedByName) {
 // issue #20 item 4: one 31.5 MB /v1/tokenize cost 1.57 GB; ~15 at once exhausted 24 GB.
 TEST(BoundedMemory, ConcurrentHugeTokenizeRequestsStayWithinAFewBodies) {
   TestServer s;  // max_model_len 512: at most 2048 tokens (32 KiB of text) per request
-  const std::string huge = json{{"prompt", std::string(8u << 20, 'a')}}.dump();  // 8 MiB, one body
+  // 8 MiB of "a a a ...": 4M tokens, whose ids the old answer held twice as JSON values (~1.5 GB
+  // for 8 at once).
+  std::string words;
+  words.reserve(8u << 20);
+  while (words.size() < (8u << 20)) words += "a ";
+  const std::string huge = json{{"prompt", words}}.dump();
   // An answer within the limit: the ids once per field, counted right.
   auto ok = post_json(s, "/v1/tokenize", R"({"prompt":"a b c"})");
   ASSERT_EQ(ok.status, 200) << ok.body;
@@ -252,10 +258,17 @@ TEST(AdminLoad, ImpossibleSizesAndYamlBombsAreNamed400s) {
   AdminServer a;
   a.on_load = [](const EngineConfig& c) {
     if (c.cache.num_gpu_blocks_override.value_or(0) > 1000000) throw std::bad_alloc();
+    // What the engine's start-up check says (engine.cpp; tests/unit/engine/kv_space_test.cpp).
+    if (c.cache.cpu_kvcache_space > 1000) {
+      throw cypris::Error("--cpu-kvcache-space 100000: the KV cache would take 97656.2 GiB, more than memory");
+    }
   };
   Reply r = a.load("model: m\nnum-gpu-blocks-override: 1000000000000\n");
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("--num-gpu-blocks-override"), std::string::npos) << r.body;
+  r = a.load("model: m\ncpu-kvcache-space: 100000\n");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("--cpu-kvcache-space 100000"), std::string::npos) << r.body;
   // 300 bytes of nested aliases expanding to millions of values.
   std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
   char prev = 'a';
@@ -299,4 +312,32 @@ TEST(AdminLoad, OptionsALoadCannotApplyAreRefusedByName) {
   EXPECT_EQ(a.calls, 0);
   // The model's served names go with the model.
   EXPECT_EQ(a.load("model: m\nserved-model-name: [n1]\n").status, 200);
+}
+
+namespace {
+
+// The model's own tokenizer_config.json carries a template that does not parse.
+class BrokenTemplateTokenizer : public fake::FakeTokenizer {
+ public:
+  const std::vector<NamedChatTemplate>& chat_templates() const override { return templates_; }
+
+ private:
+  std::vector<NamedChatTemplate> templates_ = {{"default", "{% for m in messages %}{{ m.content "}};
+};
+
+}  // namespace
+
+// issue #20 item 10: the server's (the model's) broken template answered 400 blaming 'messages'.
+TEST(ChatTemplate, BrokenModelTemplateIsTheServersFault) {
+  fake::FakeEngineOptions o;
+  o.tokenizer = std::make_shared<BrokenTemplateTokenizer>();
+  TestServer s([](EngineConfig&) {}, o);
+  auto r = post_json(s, "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(r.status, 500) << r.body;
+  EXPECT_NE(r.body.find("tokenizer_config.json"), std::string::npos) << r.body;
+  EXPECT_FALSE(r.json["error"].contains("param") && r.json["error"]["param"] == "messages") << r.body;
+  // A broken template the client sends is still the client's 400.
+  r = post_json(s, "/v1/chat/completions",
+                R"({"messages":[{"role":"user","content":"hi"}],"chat_template":"{% if %}"})");
+  EXPECT_EQ(r.status, 400) << r.body;
 }

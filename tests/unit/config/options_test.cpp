@@ -90,7 +90,9 @@ TEST(OptionTable, DefaultsEqualTheReference) {
       {"cpu-offload-gb", 0.0},    {"guided-decoding-backend", "outlines"}, {"max-model-len", nullptr},
       {"max-num-batched-tokens", nullptr}, {"num-gpu-blocks-override", nullptr}, {"enable-prefix-caching", false},
       {"enable-chunked-prefill", false}, {"disable-log-stats", false}, {"disable-log-requests", false},
-      {"max-log-len", nullptr},   {"response-role", "assistant"}, {"launch-kobold-api", false},
+      {"response-role", "assistant"}, {"launch-kobold-api", false},
+      // Deliberately not Aphrodite's (unlimited): a 31.5 MB prompt became 31.5 MB of log (issue #20).
+      {"max-log-len", 512},
   };
   for (const auto& [flag, value] : expected) {
     const OptionSpec* s = find_option(flag);

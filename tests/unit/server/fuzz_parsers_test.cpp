@@ -9,7 +9,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
+#include <typeinfo>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -81,7 +86,7 @@ class Mutator {
             if (std::isdigit(static_cast<unsigned char>(s[i])) && pick(3) == 0) {
               size_t j = i;
               while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-              s.replace(i, j - i, kTokens[28 + pick(10)]);
+              s.replace(i, j - i, kTokens[26 + pick(11)]);
               break;
             }
           }
