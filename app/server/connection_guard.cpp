@@ -438,7 +438,7 @@ bool ConnectionGuard::serve(int fd, SSL_CTX* tls, const ProcessRequest& process)
       // destroy the answer before the client reads it: say we are done, and read what is still
       // coming for a moment.
       ::shutdown(fd, SHUT_WR);
-      const auto until = Clock::now() + std::chrono::milliseconds(500);
+      const auto until = Clock::now() + std::chrono::milliseconds(1000);
       while (io.read_some(tmp, sizeof(tmp), until) > 0) {
       }
     }

@@ -168,7 +168,8 @@ EngineConfig config_from_load_body(const httplib::Request& req, const EngineConf
   return cfg;
 }
 
-// Serialises /v1/model/load: one load at a time, the others answered 409 at once.
+// Serialises /v1/model/load: one load at a time, the others answered 409 at once. (Process-wide:
+// a process serves one Server, the desktop app's or the headless one.)
 std::mutex g_load_mu;
 
 }  // namespace
