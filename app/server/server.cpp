@@ -104,7 +104,8 @@ nlohmann::json parse_json_body(const httplib::Request& req, bool allow_empty) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(req.body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for numbers past a double (1e400), found by the fuzz test.
     throw HttpError(400, std::string("request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw HttpError(400, "request body must be a JSON object");

@@ -516,7 +516,7 @@ void load_options_text(const std::string& text, const std::string& source, Engin
   if (first == "{") {
     try {
       j = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e400
       CYPRIS_FAIL("{}: not valid JSON: {}", source, e.what());
     }
   } else {
@@ -530,7 +530,12 @@ void load_options_text(const std::string& text, const std::string& source, Engin
       CYPRIS_FAIL("{}: not valid YAML: line {}, column {}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
     }
   }
-  options_from_json(j, cfg, source, keys);
+  try {
+    options_from_json(j, cfg, source, keys);
+  } catch (const json::exception& e) {
+    // Values that are not UTF-8 text (YAML passes any bytes through), found by the fuzz test.
+    CYPRIS_FAIL("{}: an option's value cannot be read: {}", source, e.what());
+  }
 }
 
 void save_options_file(const std::string& path, const EngineConfig& cfg) {

@@ -102,12 +102,12 @@ class Mutator {
 
 struct Tally {
   int runs = 0, accepted = 0, refused = 0;
-  int json_type_errors = 0;  // refused by a nlohmann type error (the router answers those 400 too)
 };
 
 void report(const char* what, const Tally& t) {
-  std::printf("[fuzz] %s: %d executions, %d accepted, %d refused with a named error, %d with a JSON type error\n",
-              what, t.runs, t.accepted, t.refused, t.json_type_errors);
+  // Any other outcome (an escaped exception, a crash) has failed the test already.
+  std::printf("[fuzz] %s: %d executions, %d accepted, %d refused with a named error\n", what, t.runs, t.accepted,
+              t.refused);
   ::testing::Test::RecordProperty(std::string(what) + "_executions", t.runs);
 }
 
@@ -131,8 +131,6 @@ TEST(Fuzz, OptionsFilesAndLoadBodies) {
       ++t.accepted;
     } catch (const Error&) {
       ++t.refused;
-    } catch (const nlohmann::json::exception&) {
-      ++t.json_type_errors;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "input " << i << " escaped as " << typeid(e).name() << ": " << e.what() << "\n" << text;
     }
@@ -159,8 +157,6 @@ TEST(Fuzz, ModelConfigJson) {
       ++t.accepted;
     } catch (const Error&) {
       ++t.refused;
-    } catch (const nlohmann::json::exception&) {
-      ++t.json_type_errors;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "input " << i << " escaped as " << typeid(e).name() << ": " << e.what() << "\n" << text;
     }
@@ -201,8 +197,6 @@ TEST(Fuzz, SafetensorsHeaders) {
       ++t.accepted;
     } catch (const Error&) {
       ++t.refused;
-    } catch (const nlohmann::json::exception&) {
-      ++t.json_type_errors;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "input " << i << " escaped as " << typeid(e).name() << ": " << e.what() << "\n" << header;
     }
@@ -240,8 +234,6 @@ TEST(Fuzz, HttpJsonBodiesAndHeads) {
       ++t.refused;
     } catch (const Error&) {
       ++t.refused;
-    } catch (const nlohmann::json::exception&) {
-      ++t.json_type_errors;
     } catch (const std::exception& e) {
       ADD_FAILURE() << "input " << i << " escaped as " << typeid(e).name() << ": " << e.what() << "\n" << req.body;
     }
