@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/loader/model_config.h"
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 
 namespace cypris {
 
@@ -33,6 +33,16 @@ struct ForwardInputs {
 // Called with each named intermediate ("embed", "layers.3.q_rot", "logits", ...) when set, so a
 // debug dump can be compared layer by layer with a reference implementation.
 using DebugHook = std::function<void(const std::string& name, const Tensor& value)>;
+
+// A layer's view of the debug hook: names it dumps get the layer's prefix ("layers.3.").
+struct Dumper {
+  const DebugHook* hook = nullptr;
+  std::string prefix;
+  void operator()(const std::string& name, const Tensor& value) const {
+    if (hook && *hook) (*hook)(prefix + name, value);
+  }
+  Dumper sub(const std::string& more) const { return {hook, prefix + more}; }
+};
 
 struct ParallelConfig {
   int rank = 0;
@@ -62,6 +72,7 @@ class Model {
   void dump(const std::string& name, const Tensor& t) const {
     if (hook_) hook_(name, t);
   }
+  Dumper dumper(const std::string& prefix = "") const { return {&hook_, prefix}; }
   DebugHook hook_;
 };
 

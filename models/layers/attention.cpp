@@ -1,0 +1,55 @@
+#include "models/layers/attention.h"
+
+#include <cmath>
+
+#include "engine/common/error.h"
+
+namespace cypris {
+
+AttentionBlock::AttentionBlock(const WeightLoader& w, const TpLayout& layout, const AttentionSpec& spec)
+    : layout_(layout), sliding_window_(spec.sliding_window) {
+  const ModelConfig& cfg = w.config();
+  const int64_t h = cfg.hidden_size;
+  const int64_t d = layout.head_dim;
+  const int64_t qd = int64_t{cfg.num_attention_heads} * d;
+  const int64_t kvd = int64_t{cfg.num_key_value_heads} * d;
+  const std::string& p = spec.prefix;
+  std::vector<LinearPart> parts;
+  if (spec.fused_qkv.empty()) {
+    parts = {{p + spec.q, qd, layout.rows}, {p + spec.k, kvd, layout.kv_rows}, {p + spec.v, kvd, layout.kv_rows}};
+  } else {
+    // Row ranges of the one fused tensor, each split like the separate tensors would be.
+    const std::string f = p + spec.fused_qkv;
+    const int64_t all = qd + 2 * kvd;
+    parts = {{f, all, layout.rows, 0, qd}, {f, all, layout.kv_rows, qd, kvd}, {f, all, layout.kv_rows, qd + kvd, kvd}};
+  }
+  qkv_ = ColumnParallelLinear(w, parts, h, spec.qkv_bias);
+  o_ = RowParallelLinear(w, p + spec.o, h, qd, spec.o_bias);
+  scale_ = spec.scale > 0 ? spec.scale : 1.0f / std::sqrt(static_cast<float>(d));
+}
+
+void AttentionBlock::forward(Backend& b, const Tensor& x, const ForwardInputs& in, KvCacheLayer& kv,
+                             const RotaryCache& rope, ForwardScratch& scratch, Tensor& out, const Dumper& dump,
+                             bool reduce) const {
+  const int64_t q_width = layout_.q_width();
+  const int64_t kv_width = layout_.kv_width();
+  Tensor& qkv = scratch.get("qkv", q_width + 2 * kv_width);
+  Tensor& attn = scratch.get("attn", q_width);  // [T, Hq * D]
+  qkv_.forward(b, x, qkv);
+  Tensor q = column_slice(qkv, 0, q_width);
+  Tensor k = column_slice(qkv, q_width, kv_width);
+  Tensor v = column_slice(qkv, q_width + kv_width, kv_width);
+  dump("q", q);
+  dump("k", k);
+  dump("v", v);
+  rope.apply(b, q, k, in.positions, layout_.head_dim);
+  dump("q_rot", q);
+  dump("k_rot", k);
+  b.write_kv_cache(k, v, in.attn, kv.k.view, kv.v.view, kv.scales);
+  b.paged_attention(q, kv.k.view, kv.v.view, in.attn, scale_, sliding_window_, attn, kv.scales);
+  dump("attn", attn);
+  o_.forward(b, attn, out, reduce);
+  if (reduce) dump("o_proj", out);
+}
+
+}  // namespace cypris

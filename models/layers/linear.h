@@ -1,0 +1,52 @@
+// Tensor-parallel linear layers (vLLM's ColumnParallelLinear / MergedColumnParallelLinear /
+// QKVParallelLinear and RowParallelLinear) over Backend::linear. A column-parallel layer keeps
+// this rank's output rows (several checkpoint tensors may be stacked into one weight: q/k/v,
+// gate/up); a row-parallel layer keeps this rank's input columns and all-reduces its output.
+#pragma once
+
+#include <vector>
+
+#include "models/layers/weight_loader.h"
+
+namespace cypris {
+
+// Sums a tensor over the ranks in place (no-op at tp 1).
+void tp_all_reduce(const ModelBuildOptions& opt, Tensor& t);
+
+class ColumnParallelLinear {
+ public:
+  ColumnParallelLinear() = default;
+  // parts: the stacked tensors with their row shards; with_bias loads "<name minus .weight>.bias"
+  // of each part.
+  ColumnParallelLinear(const WeightLoader& w, const std::vector<LinearPart>& parts, int64_t in_features,
+                       bool with_bias);
+  // out [T, out_features()] = x [T, in] · Wᵀ (+ b); out may be a column slice.
+  void forward(Backend& b, const Tensor& x, Tensor& out) const;
+  int64_t out_features() const { return weight_.view.shape[0]; }
+  const Tensor& weight() const { return weight_.view; }
+
+ private:
+  DeviceTensor weight_;
+  DeviceTensor bias_;
+};
+
+class RowParallelLinear {
+ public:
+  RowParallelLinear() = default;
+  // name: the [out_features, in_features] tensor, split on its input dimension.
+  RowParallelLinear(const WeightLoader& w, const std::string& name, int64_t out_features, int64_t in_features,
+                    bool with_bias);
+  // out [T, out] = x [T, in / tp] · Wᵀ summed over the ranks, + b once. With reduce false the
+  // caller sums (several row-parallel outputs added before one all-reduce).
+  void forward(Backend& b, const Tensor& x, Tensor& out, bool reduce = true) const;
+
+ private:
+  DeviceTensor weight_;
+  DeviceTensor bias_;  // only on rank 0: the all-reduce adds it once
+  const ModelBuildOptions* opt_ = nullptr;
+};
+
+// The bias name of a weight name: "x.weight" -> "x.bias".
+std::string bias_name(const std::string& weight_name);
+
+}  // namespace cypris

@@ -1,0 +1,41 @@
+// The gated MLP of a decoder layer: merged gate/up projection (column-parallel), the gated
+// activation, and the row-parallel down projection.
+#pragma once
+
+#include <string>
+
+#include "models/layers/common.h"
+#include "models/layers/linear.h"
+#include "models/model.h"
+
+namespace cypris {
+
+enum class Activation { Silu };
+
+struct MlpSpec {
+  std::string prefix;  // "model.layers.3.mlp."
+  std::string gate = "gate_proj.weight", up = "up_proj.weight";
+  std::string fused_gate_up;  // e.g. "gate_up_proj.weight" (rows [gate | up]); empty: separate
+  std::string down = "down_proj.weight";
+  int64_t intermediate_size = 0;  // full width
+  bool bias = false;
+  Activation act = Activation::Silu;
+};
+
+class GatedMlp {
+ public:
+  GatedMlp() = default;
+  GatedMlp(const WeightLoader& w, const TpLayout& layout, const MlpSpec& spec);
+  // out [T, hidden] = down(act(gate(x)) * up(x)), all-reduced unless reduce is false. x and out may alias.
+  void forward(Backend& b, const Tensor& x, ForwardScratch& scratch, Tensor& out, const Dumper& dump,
+               bool reduce = true) const;
+  int64_t local_intermediate() const { return inter_; }
+
+ private:
+  ColumnParallelLinear gate_up_;  // [2 I / tp, hidden]: gate then up
+  RowParallelLinear down_;        // [hidden, I / tp]
+  int64_t inter_ = 0;             // I / tp
+  Activation act_ = Activation::Silu;
+};
+
+}  // namespace cypris
