@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/common/error.h"
+#include "engine/loader/model_config.h"
+
 namespace cypris {
 namespace {
 
@@ -111,7 +114,13 @@ RopeParameters compute_rope_parameters(const ModelConfig& cfg, std::optional<int
 std::vector<float> build_rope_cos_sin(const ModelConfig& cfg, int64_t max_len) {
   const int dim = cfg.rotary_dim();
   const int half = dim / 2;
-  std::vector<float> table(static_cast<size_t>(max_len) * dim);
+  // max_len comes from the model's config (or --max-model-len): check it before sizing a table
+  // with it, so a hostile value is an error naming it rather than a wrapped size and a crash.
+  CYPRIS_CHECK(max_len > 0 && max_len <= kMaxPositions,
+               "the rope table needs max_model_len in 1..{} positions, got {} (max_position_embeddings in config.json)",
+               kMaxPositions, max_len);
+  CYPRIS_CHECK(dim > 0 && dim <= 4096, "the rope table needs a rotary dimension in 1..4096, got {}", dim);
+  std::vector<float> table(static_cast<size_t>(max_len) * static_cast<size_t>(dim));
   RopeParameters params = compute_rope_parameters(cfg);
   const bool dynamic = cfg.rope_scaling.type == "dynamic";
   for (int64_t p = 0; p < max_len; ++p) {

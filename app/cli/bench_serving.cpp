@@ -124,7 +124,12 @@ RequestResult run_one(const BenchServingOptions& o, const json& body) {
       if (c.contains("delta") && c["delta"].contains("content") && c["delta"]["content"].is_string()) {
         text = c["delta"]["content"].get<std::string>();
       }
-      if (text.empty()) continue;
+      // A chunk counts as output when it carries text, or new tokens without text (a server started
+      // with --skip-tokenizer-init detokenizes nothing): any chunk that is neither the chat role
+      // chunk nor the final one. Tokens are counted from usage, not from text.
+      const bool role_chunk = c.contains("delta") && c["delta"].contains("role");
+      const bool final_chunk = c.contains("finish_reason") && !c["finish_reason"].is_null();
+      if (text.empty() && (role_chunk || final_chunk)) continue;
       const auto now = Clock::now();
       if (first) {
         r.ttft_ms = std::chrono::duration<double, std::milli>(now - start).count();
@@ -144,7 +149,7 @@ RequestResult run_one(const BenchServingOptions& o, const json& body) {
     r.error = fmt::format("HTTP {}: {}", res->status, res->body.substr(0, 200));
   } else if (!error_text.empty()) {
     r.error = error_text;
-  } else if (first) {
+  } else if (first && r.output_tokens == 0) {
     r.error = "no output";
   } else {
     r.ok = true;

@@ -1,5 +1,7 @@
 #include "app/server/connection.h"
 
+#include "app/server/connection_guard.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
@@ -32,6 +34,8 @@ static bool address_of(const sockaddr_storage& ss, std::string& addr, int& port)
 }
 
 int connection_fd(const httplib::Request& req) {
+  // The guard knows the socket of the request on this thread: no search.
+  if (current_connection().fd >= 0) return current_connection().fd;
   if (req.ssl) {
     int fd = SSL_get_fd(req.ssl);
     if (fd >= 0) return fd;

@@ -8,39 +8,34 @@
 
 namespace cypris::server {
 
-void KoboldRegistry::add(const std::string& genkey, std::shared_ptr<RequestStream> stream, const std::string& client) {
+bool KoboldRegistry::add(const std::string& owner, const std::string& genkey, std::shared_ptr<RequestStream> stream) {
   std::lock_guard<std::mutex> lock(mu_);
-  entries_[genkey] = Entry{std::move(stream), "", client};
+  return entries_.emplace(std::make_pair(owner, genkey), Entry{std::move(stream), ""}).second;
 }
 
-void KoboldRegistry::append(const std::string& genkey, const std::string& text) {
+void KoboldRegistry::append(const std::string& owner, const std::string& genkey, const std::string& text) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(genkey);
+  auto it = entries_.find({owner, genkey});
   if (it != entries_.end()) it->second.text += text;
 }
 
-void KoboldRegistry::remove(const std::string& genkey) {
+void KoboldRegistry::remove(const std::string& owner, const std::string& genkey) {
   std::lock_guard<std::mutex> lock(mu_);
-  entries_.erase(genkey);
+  entries_.erase({owner, genkey});
 }
 
-bool KoboldRegistry::contains(const std::string& genkey) const {
+std::optional<std::string> KoboldRegistry::partial(const std::string& owner, const std::string& genkey) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return entries_.count(genkey) > 0;
-}
-
-std::optional<std::string> KoboldRegistry::partial(const std::string& genkey) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(genkey);
+  auto it = entries_.find({owner, genkey});
   if (it == entries_.end()) return std::nullopt;
   return it->second.text;
 }
 
-int KoboldRegistry::abort(const std::string& genkey) {
+int KoboldRegistry::abort(const std::string& owner, const std::string& genkey) {
   std::shared_ptr<RequestStream> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = entries_.find(genkey);
+    auto it = entries_.find({owner, genkey});
     if (it == entries_.end()) return 0;
     s = it->second.stream;
   }
@@ -48,16 +43,24 @@ int KoboldRegistry::abort(const std::string& genkey) {
   return 1;
 }
 
-int KoboldRegistry::abort_client(const std::string& client) {
+int KoboldRegistry::abort_owner(const std::string& owner) {
   std::vector<std::shared_ptr<RequestStream>> hits;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [k, e] : entries_) {
-      if (e.client == client) hits.push_back(e.stream);
+      if (k.first == owner) hits.push_back(e.stream);
     }
   }
   for (auto& s : hits) s->cancel();
   return static_cast<int>(hits.size());
+}
+
+std::string random_genkey() {
+  // std::random_device reads the kernel's random source on Linux (getrandom).
+  static thread_local std::random_device rd;
+  std::string out = "KAI";
+  for (int i = 0; i < 4; ++i) out += fmt::format("{:08x}", static_cast<uint32_t>(rd()));
+  return out;
 }
 
 ServerContext::ServerContext(EngineConfig cfg, EngineFactory factory, std::shared_ptr<EngineClient> engine)

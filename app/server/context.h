@@ -17,28 +17,32 @@
 
 namespace cypris::server {
 
-// Kobold generations by genkey, for /api/extra/generate/check and /api/extra/abort.
+// Kobold generations, for /api/extra/generate/check and /api/extra/abort. Each belongs to the
+// client that started it (owner: its API key, or its address when it sent none): another owner
+// can neither read nor abort it, and the same genkey may be used by two owners at once.
 class KoboldRegistry {
  public:
-  void add(const std::string& genkey, std::shared_ptr<RequestStream> stream, const std::string& client);
-  void append(const std::string& genkey, const std::string& text);
-  void remove(const std::string& genkey);
-  bool contains(const std::string& genkey) const;
-  std::optional<std::string> partial(const std::string& genkey) const;
-  // Cancels the generation with that genkey; returns how many were cancelled.
-  int abort(const std::string& genkey);
-  // Cancels every running generation of that client (its remote address).
-  int abort_client(const std::string& client);
+  // false when that owner already has a generation with this genkey.
+  bool add(const std::string& owner, const std::string& genkey, std::shared_ptr<RequestStream> stream);
+  void append(const std::string& owner, const std::string& genkey, const std::string& text);
+  void remove(const std::string& owner, const std::string& genkey);
+  std::optional<std::string> partial(const std::string& owner, const std::string& genkey) const;
+  // Cancels the owner's generation with that genkey; returns how many were cancelled.
+  int abort(const std::string& owner, const std::string& genkey);
+  // Cancels every running generation of that owner (an abort without a genkey).
+  int abort_owner(const std::string& owner);
 
  private:
   struct Entry {
     std::shared_ptr<RequestStream> stream;
     std::string text;
-    std::string client;
   };
   mutable std::mutex mu_;
-  std::map<std::string, Entry> entries_;
+  std::map<std::pair<std::string, std::string>, Entry> entries_;  // by (owner, genkey)
 };
+
+// A random, unguessable id (128 bits, hex) for Kobold genkeys.
+std::string random_genkey();
 
 class ServerContext {
  public:

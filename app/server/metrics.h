@@ -50,7 +50,10 @@ class ServerMetrics {
 // finish() once; they feed the histograms above.
 class RequestTimer {
  public:
-  explicit RequestTimer(ServerMetrics* m) : m_(m), start_(std::chrono::steady_clock::now()), last_(start_) {}
+  // start: when the request arrived, so the time to first token includes queueing and prefill.
+  explicit RequestTimer(ServerMetrics* m,
+                        std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now())
+      : m_(m), start_(start), last_(start_) {}
   void on_tokens(int64_t num_new_tokens);
   void finish(const std::string& finish_reason);
 

@@ -7,7 +7,6 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/core/engine_client.h"
-#include "engine/core/stats.h"
 
 namespace cypris {
 
@@ -27,15 +26,11 @@ int serve_forever(const EngineConfig& cfg,
     if (!cfg.model.model.empty()) engine = make_engine(cfg);
     Server server(cfg, make_engine, std::move(engine));
     server.start();
-    // Follows the model across /v1/model/load and /v1/model/unload.
-    auto stats = std::make_unique<StatsLogger>(cfg.logging, [&server] {
-      auto e = server.engine();
-      return e ? e->stats() : EngineStats{};
-    });
+    // No stats logger here: each engine logs its own stats line (AsyncEngine), so a second one
+    // here printed every line twice.
     int sig = 0;
     sigwait(&set, &sig);
     LOG_INFO("received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    stats.reset();
     server.stop();
     return 0;
   } catch (const cypris::Error& e) {

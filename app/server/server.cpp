@@ -6,7 +6,9 @@
 #include <thread>
 
 #include "app/server/auth.h"
+#include "app/server/connection_guard.h"
 #include "app/server/errors.h"
+#include "app/server/openai/chat_prompt.h"
 #include "app/server/router.h"
 #include "engine/common/error.h"
 #include "engine/common/log.h"
@@ -102,7 +104,8 @@ nlohmann::json parse_json_body(const httplib::Request& req, bool allow_empty) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(req.body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for numbers past a double (1e400), found by the fuzz test.
     throw HttpError(400, std::string("request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw HttpError(400, "request body must be a JSON object");
@@ -144,10 +147,56 @@ void start_event_stream(const httplib::Request& req, httplib::Response& res,
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// httplib servers whose accepted sockets are served by the ConnectionGuard (admission caps, the
+// request-head deadline, stop within a poll slice) instead of httplib's own connection loop.
+class GuardedServer final : public httplib::Server {
+ public:
+  explicit GuardedServer(ConnectionGuard& g) : guard_(g) {}
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    return guard_.serve(sock, nullptr, [this](httplib::Stream& s, bool close, bool& closed, SSL*) {
+      return process_request(s, close, closed, nullptr);
+    });
+  }
+  ConnectionGuard& guard_;
+};
+
+class GuardedSslServer final : public httplib::SSLServer {
+ public:
+  GuardedSslServer(ConnectionGuard& g, const char* cert, const char* key) : httplib::SSLServer(cert, key), guard_(g) {}
+
+ private:
+  bool process_and_close_socket(socket_t sock) override {
+    return guard_.serve(sock, ssl_context(), [this](httplib::Stream& s, bool close, bool& closed, SSL* ssl) {
+      return process_request(s, close, closed, [ssl](httplib::Request& r) { r.ssl = ssl; });
+    });
+  }
+  ConnectionGuard& guard_;
+};
+
+ConnectionLimits limits_from(const EngineConfig& cfg) {
+  const ServerOptions& o = cfg.server;
+  ConnectionLimits l;
+  // Each streaming request holds a connection for its whole life: room for a full batch.
+  l.max_connections = static_cast<size_t>(
+      o.max_connections > 0 ? o.max_connections : std::max<int64_t>(64, cfg.scheduler.max_num_seqs + 32));
+  l.max_per_client = o.max_connections_per_client > 0 ? static_cast<size_t>(o.max_connections_per_client)
+                                                      : std::max<size_t>(1, l.max_connections * 3 / 4);
+  l.head_timeout = std::chrono::milliseconds(static_cast<int64_t>(o.request_head_timeout * 1000.0));
+  l.max_body_bytes = static_cast<size_t>(std::max<int64_t>(1, o.max_request_body_mb)) << 20;
+  return l;
+}
+
+}  // namespace
+
 struct Server::Impl {
   Impl(EngineConfig cfg, EngineFactory factory, std::shared_ptr<EngineClient> engine)
       : ctx(std::move(cfg), std::move(factory), std::move(engine)) {}
   ServerContext ctx;
+  std::unique_ptr<ConnectionGuard> guard;
   std::unique_ptr<httplib::Server> http;
   std::unique_ptr<Router> router;
   std::thread thread;
@@ -206,24 +255,23 @@ void Server::Impl::configure() {
   auth.api_keys = o.api_keys;
   auth.admin_key = o.admin_key;
   auth.kobold_no_auth = o.kobold_no_auth;
+  guard = std::make_unique<ConnectionGuard>(limits_from(ctx.cfg()));
   if (o.ssl_certfile || o.ssl_keyfile) {
     CYPRIS_CHECK(o.ssl_certfile && o.ssl_keyfile, "--ssl-certfile and --ssl-keyfile must be given together");
-    auto s = std::make_unique<httplib::SSLServer>(o.ssl_certfile->c_str(), o.ssl_keyfile->c_str());
+    auto s = std::make_unique<GuardedSslServer>(*guard, o.ssl_certfile->c_str(), o.ssl_keyfile->c_str());
     CYPRIS_CHECK(s->is_valid(),
                  "cannot use --ssl-certfile '{}' with --ssl-keyfile '{}': not a readable PEM "
                  "certificate and matching private key",
                  *o.ssl_certfile, *o.ssl_keyfile);
     http = std::move(s);
   } else {
-    http = std::make_unique<httplib::Server>();
+    http = std::make_unique<GuardedServer>(*guard);
   }
-  // Each streaming request holds a thread for its whole life: size the pool for a full batch.
-  const size_t threads = static_cast<size_t>(std::max<int64_t>(64, ctx.cfg().scheduler.max_num_seqs + 32));
+  // Connections over a cap are turned away by the guard on a worker thread; the spare threads
+  // make sure that happens at once even while every admitted connection is busy.
+  const size_t threads = guard->limits().max_connections + 16;
   http->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http->set_payload_max_length(static_cast<size_t>(std::max<int64_t>(1, o.max_request_body_mb)) << 20);
-  http->set_read_timeout(30, 0);
-  http->set_write_timeout(30, 0);
-  http->set_keep_alive_timeout(5);
+  http->set_payload_max_length(guard->limits().max_body_bytes);
   // httplib's default options add SO_REUSEPORT, which lets a second server bind the same port
   // and silently share its traffic: set SO_REUSEADDR only, so "address in use" is an error.
   // httplib also listens with a backlog of 5; remember the socket to raise it after binding, or a
@@ -268,6 +316,10 @@ void Server::Impl::configure() {
 
   httplib::Server::HandlerWithResponse on_error = [this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (current_connection().body_stalled) {
+      send_error(res, 408, "the request body stopped arriving before Content-Length bytes came");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (res.status == 404 && router->known_path(req.path)) {
       send_error(res, 405, "method " + req.method + " is not allowed on " + req.path);
     } else if (res.status == 404) {
@@ -330,6 +382,8 @@ int Server::start() {
     port = static_cast<int>(o.port);
   }
   if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);
+  // A model whose own chat template is broken loads, but say so now rather than per request.
+  if (auto e = impl_->ctx.engine()) warn_about_broken_chat_templates(e->tokenizer(), o.chat_template.value_or(""));
   impl_->started = true;
   impl_->thread = std::thread([this] { impl_->http->listen_after_bind(); });
   const bool tls = o.ssl_certfile.has_value();
@@ -346,6 +400,7 @@ void Server::stop() {
   impl_->started = false;
   impl_->ctx.set_stopping();
   impl_->ctx.cancel_all();
+  impl_->guard->stop();  // every connection ends within a poll slice, whatever its client does
   impl_->http->stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }

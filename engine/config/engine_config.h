@@ -132,6 +132,10 @@ struct ServerOptions {
   std::optional<std::string> root_path;
   std::vector<std::string> middleware;
   int64_t max_request_body_mb = 32;
+  int64_t max_connections = 0;             // 0: max(64, max_num_seqs + 32)
+  int64_t max_connections_per_client = 0;  // 0: three quarters of max_connections
+  double request_head_timeout = 10.0;      // seconds for a request's whole head
+  int64_t max_tokenize_tokens = 0;         // 0: 4 x max_model_len
 };
 
 struct VisionOptions {
@@ -145,7 +149,9 @@ struct LoggingOptions {
   std::string log_level = "info";
   bool disable_log_stats = false;
   bool disable_log_requests = false;
-  std::optional<int64_t> max_log_len;
+  // Prompt characters in a request's log line: a bounded excerpt by default, so a huge prompt
+  // does not become a huge log (Aphrodite prints everything unless this is set).
+  std::optional<int64_t> max_log_len = 512;
   double log_stats_interval = 5.0;  // seconds between stats lines
 };
 

@@ -371,6 +371,21 @@ std::vector<OptionSpec> build_table() {
   add(Opt("max-request-body-mb", bind_field(FIELD(server.max_request_body_mb)), "MIB",
           "Request bodies larger than this many MiB are refused with 413.")
           .range(1, 4096));
+  add(Opt("max-connections", bind_field(FIELD(server.max_connections)), "NUM",
+          "Connections the server holds at once; more are answered 503 at once. 0: max(64, "
+          "--max-num-seqs + 32).")
+          .range(0, 1000000));
+  add(Opt("max-connections-per-client", bind_field(FIELD(server.max_connections_per_client)), "NUM",
+          "Of those, connections from one client address. 0: three quarters of --max-connections.")
+          .range(0, 1000000));
+  add(Opt("request-head-timeout", bind_field(FIELD(server.request_head_timeout)), "SECONDS",
+          "Seconds a client has to send a request's whole head (request line and headers); slower "
+          "clients get 408 and are disconnected.")
+          .range(0.1, 3600));
+  add(Opt("max-tokenize-tokens", bind_field(FIELD(server.max_tokenize_tokens)), "NUM",
+          "The most tokens /v1/tokenize, /v1/token/encode and /api/extra/tokencount return for one "
+          "request; longer texts are refused with 400. 0: 4 times the model's context length.")
+          .range(0, std::nullopt));
 
   group = "Vision Language Options";
   add(Opt("image-input-type", bind_field(FIELD(vision.image_input_type)), "{pixel_values,image_features}",
@@ -392,7 +407,7 @@ std::vector<OptionSpec> build_table() {
   add(Opt("disable-log-stats", bind_field(FIELD(logging.disable_log_stats)), "", "Disable logging statistics."));
   add(Opt("disable-log-requests", bind_field(FIELD(logging.disable_log_requests)), "", "Disable logging requests."));
   add(Opt("max-log-len", bind_field(FIELD(logging.max_log_len)), "MAX_LOG_LEN",
-          "Max number of prompt characters or prompt ID numbers printed in the log. Default: unlimited.")
+          "Max number of prompt characters or prompt ID numbers printed in the log (0: none).")
           .range(0, std::nullopt));
   add(Opt("log-stats-interval", bind_field(FIELD(logging.log_stats_interval)), "SECONDS",
           "Seconds between two statistics lines in the log.")

@@ -201,19 +201,31 @@ bool looks_like_flag(const std::string& a) {
   return !(std::isdigit(static_cast<unsigned char>(c)) || c == '.');
 }
 
-json yaml_to_json(const YAML::Node& n) {
+// Options files are small: a file that expands past these (YAML aliases can repeat one node many
+// times over, a "billion laughs" of 300 bytes became 86 MB) is refused instead of expanded.
+constexpr size_t kMaxYamlValues = 10000;
+constexpr int kMaxYamlDepth = 32;
+
+json yaml_to_json(const YAML::Node& n, const std::string& source, size_t& budget, int depth = 0) {
+  CYPRIS_CHECK(budget > 0, "{}: more than {} values (YAML aliases expand to too much); options files are small",
+               source, kMaxYamlValues);
+  CYPRIS_CHECK(depth < kMaxYamlDepth, "{}: nested deeper than {} levels", source, kMaxYamlDepth);
+  --budget;
   switch (n.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
       return nullptr;
     case YAML::NodeType::Sequence: {
       json a = json::array();
-      for (const auto& e : n) a.push_back(yaml_to_json(e));
+      for (const auto& e : n) a.push_back(yaml_to_json(e, source, budget, depth + 1));
       return a;
     }
     case YAML::NodeType::Map: {
       json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      for (const auto& kv : n) {
+        CYPRIS_CHECK(kv.first.IsScalar(), "{}: option names must be plain words", source);
+        o[kv.first.Scalar()] = yaml_to_json(kv.second, source, budget, depth + 1);
+      }
       return o;
     }
     case YAML::NodeType::Scalar: {
@@ -471,7 +483,10 @@ void options_from_json(const json& j, EngineConfig& cfg, const std::string& sour
       CYPRIS_FAIL("{}: unknown option '{}'{}", source, k,
                   hint.empty() ? "" : fmt::format(" (did you mean '{}'?)", hint.substr(2)));
     }
-    if (s->name == "config") continue;
+    if (s->name == "config") {
+      if (keys) keys->insert(s->key());  // not followed, but the caller may want to refuse it
+      continue;
+    }
     set_option(cfg, *s, v, fmt::format("{}: key '{}'", source, k));
     if (keys) keys->insert(s->key());
   }
@@ -485,7 +500,11 @@ void load_options_file(const std::string& path, EngineConfig& cfg, std::set<std:
   CYPRIS_CHECK(in.good(), "--config: cannot read '{}'", path);
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
+  load_options_text(ss.str(), path, cfg, keys);
+}
+
+void load_options_text(const std::string& text, const std::string& source, EngineConfig& cfg,
+                       std::set<std::string>* keys) {
   json j;
   std::string first;
   for (char c : text) {
@@ -497,20 +516,26 @@ void load_options_file(const std::string& path, EngineConfig& cfg, std::set<std:
   if (first == "{") {
     try {
       j = json::parse(text);
-    } catch (const json::parse_error& e) {
-      CYPRIS_FAIL("{}: not valid JSON: {}", path, e.what());
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e400
+      CYPRIS_FAIL("{}: not valid JSON: {}", source, e.what());
     }
   } else {
     try {
       YAML::Node n = YAML::Load(text);
       if (n.IsNull()) return;  // empty file: nothing to set
-      CYPRIS_CHECK(n.IsMap(), "{}: expected a mapping of option names to values", path);
-      j = yaml_to_json(n);
+      CYPRIS_CHECK(n.IsMap(), "{}: expected a mapping of option names to values", source);
+      size_t budget = kMaxYamlValues;
+      j = yaml_to_json(n, source, budget);
     } catch (const YAML::Exception& e) {
-      CYPRIS_FAIL("{}: not valid YAML: line {}, column {}: {}", path, e.mark.line + 1, e.mark.column + 1, e.msg);
+      CYPRIS_FAIL("{}: not valid YAML: line {}, column {}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);
     }
   }
-  options_from_json(j, cfg, path, keys);
+  try {
+    options_from_json(j, cfg, source, keys);
+  } catch (const json::exception& e) {
+    // Values that are not UTF-8 text (YAML passes any bytes through), found by the fuzz test.
+    CYPRIS_FAIL("{}: an option's value cannot be read: {}", source, e.what());
+  }
 }
 
 void save_options_file(const std::string& path, const EngineConfig& cfg) {

@@ -99,6 +99,10 @@ nlohmann::json options_to_json(const EngineConfig& cfg, bool only_changed = fals
 void options_from_json(const nlohmann::json& j, EngineConfig& cfg, const std::string& source,
                        std::set<std::string>* explicit_keys = nullptr);
 void load_options_file(const std::string& path, EngineConfig& cfg, std::set<std::string>* explicit_keys = nullptr);
+// The same for options already read (source names them in errors): JSON when the text starts with
+// '{', else YAML; YAML that expands past 10000 values or 32 levels is refused.
+void load_options_text(const std::string& text, const std::string& source, EngineConfig& cfg,
+                       std::set<std::string>* explicit_keys = nullptr);
 void save_options_file(const std::string& path, const EngineConfig& cfg);
 
 std::string help_text(const std::string& usage, const std::vector<OptionSpec>& extra = {});

@@ -53,6 +53,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
     ro.enforce_eager = mo.enforce_eager;
     ro.max_seq_len_to_capture = mo.max_context_len_to_capture.value_or(mo.max_seq_len_to_capture);
   }
+  CYPRIS_CHECK(ro.num_blocks <= INT32_MAX, "--num-gpu-blocks-override {} is more blocks than the scheduler counts ({})",
+               ro.num_blocks, INT32_MAX);
 
   if (!mo.skip_tokenizer_init) {
     const std::string tok_dir = mo.tokenizer.value_or(dir.string());

@@ -41,8 +41,10 @@ StatsLogger::~StatsLogger() {
 void log_request(const LoggingOptions& opts, const std::string& request_id, const std::string& prompt,
                  const std::string& params_summary) {
   if (opts.disable_log_requests) return;
-  LOG_INFO("Received request {}: prompt: {:?}, {}", request_id, clip_for_log(prompt, opts.max_log_len.value_or(0)),
-           params_summary);
+  // --max-log-len 0 prints no prompt at all (Aphrodite's prompt[:0]).
+  const int64_t max_len = opts.max_log_len.value_or(0);
+  LOG_INFO("Received request {}: prompt: {:?}, {}", request_id,
+           opts.max_log_len && max_len == 0 ? std::string() : clip_for_log(prompt, max_len), params_summary);
 }
 
 }  // namespace cypris

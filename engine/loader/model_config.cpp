@@ -1,5 +1,7 @@
 #include "engine/loader/model_config.h"
 
+#include <algorithm>
+#include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -46,6 +48,13 @@ int64_t get_int(const json& j, const char* key, const std::string& source, std::
   return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
 }
 
+// A token id field: it must fit an int32 id.
+int32_t id_field(const json& j, const char* key, const std::string& source) {
+  const int64_t v = get_int(j, key, source);
+  CYPRIS_CHECK(v >= 0 && v <= INT32_MAX, "{}: field '{}' must be a token id (0..{}), got {}", source, key, INT32_MAX, v);
+  return static_cast<int32_t>(v);
+}
+
 double get_double(const json& j, const char* key, const std::string& source, std::optional<double> def = {}) {
   if (!has(j, key)) {
     CYPRIS_CHECK(def.has_value(), "{}: required field '{}' is missing", source, key);
@@ -77,14 +86,19 @@ std::vector<int32_t> get_id_list(const json& j, const char* key, const std::stri
   std::vector<int32_t> ids;
   if (!has(j, key)) return ids;
   const json& v = j.at(key);
+  auto one = [&](const json& e) {
+    CYPRIS_CHECK(e.is_number_integer(), "{}: field '{}' must hold integers, got {}", source, key, e.dump());
+    const int64_t id = e.get<int64_t>();
+    CYPRIS_CHECK(id >= 0 && id <= INT32_MAX, "{}: field '{}' holds {}, not a token id (0..{})", source, key, id,
+                 INT32_MAX);
+    ids.push_back(static_cast<int32_t>(id));
+  };
   if (v.is_number_integer()) {
-    ids.push_back(v.get<int32_t>());
+    one(v);
   } else {
     CYPRIS_CHECK(v.is_array(), "{}: field '{}' must be an integer or a list of integers", source, key);
-    for (const auto& e : v) {
-      CYPRIS_CHECK(e.is_number_integer(), "{}: field '{}' must hold integers, got {}", source, key, e.dump());
-      ids.push_back(e.get<int32_t>());
-    }
+    CYPRIS_CHECK(v.size() <= 1024, "{}: field '{}' lists {} ids (at most 1024)", source, key, v.size());
+    for (const auto& e : v) one(e);
   }
   return ids;
 }
@@ -139,12 +153,13 @@ RopeScaling parse_rope_scaling(const std::string& json_text, const std::string& 
 int64_t max_allowed_model_len(const ModelConfig& cfg) {
   const RopeScaling& rs = cfg.rope_scaling;
   const double max_pos = static_cast<double>(cfg.max_position_embeddings);
-  if (rs.type == "linear" || rs.type == "dynamic") return static_cast<int64_t>(max_pos * rs.factor);
+  double allowed = max_pos;
+  if (rs.type == "linear" || rs.type == "dynamic") allowed = max_pos * rs.factor;
   if (rs.type == "yarn" || rs.type == "llama3") {
-    const double original = rs.original_max_position_embeddings.value_or(max_pos);
-    return static_cast<int64_t>(std::max(max_pos, original * rs.factor));
+    allowed = std::max(max_pos, rs.original_max_position_embeddings.value_or(max_pos) * rs.factor);
   }
-  return cfg.max_position_embeddings;
+  // A huge factor must not become a huge (or wrapped) length.
+  return static_cast<int64_t>(std::min(allowed, static_cast<double>(kMaxPositions)));
 }
 
 ModelConfig parse_model_config(const std::string& config_json, const std::string& source,
@@ -163,9 +178,10 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   c.model_type = get_string(j, "model_type", source, "");
   c.hidden_size = get_int(j, "hidden_size", source);
   c.intermediate_size = get_int(j, "intermediate_size", source);
-  c.num_hidden_layers = static_cast<int>(get_int(j, "num_hidden_layers", source));
-  c.num_attention_heads = static_cast<int>(get_int(j, "num_attention_heads", source));
-  c.num_key_value_heads = static_cast<int>(get_int(j, "num_key_value_heads", source, c.num_attention_heads));
+  c.num_hidden_layers = static_cast<int>(std::clamp<int64_t>(get_int(j, "num_hidden_layers", source), -1, INT32_MAX));
+  c.num_attention_heads = static_cast<int>(std::clamp<int64_t>(get_int(j, "num_attention_heads", source), -1, INT32_MAX));
+  c.num_key_value_heads =
+      static_cast<int>(std::clamp<int64_t>(get_int(j, "num_key_value_heads", source, c.num_attention_heads), -1, INT32_MAX));
   c.vocab_size = get_int(j, "vocab_size", source);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", source, 2048);
   CYPRIS_CHECK(c.hidden_size > 0 && c.hidden_size <= (1 << 20), "{}: hidden_size {} is out of range", source,
@@ -181,9 +197,15 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
                c.num_key_value_heads, c.num_attention_heads);
   CYPRIS_CHECK(c.vocab_size > 0 && c.vocab_size <= (1 << 24), "{}: vocab_size {} is out of range", source,
                c.vocab_size);
-  CYPRIS_CHECK(c.max_position_embeddings > 0, "{}: max_position_embeddings must be positive", source);
+  // Positions size the rope table and the KV cache: 2^24 (16M) is past every released model and
+  // keeps max_len * head_dim far from overflowing (2^62 used to wrap and crash).
+  CYPRIS_CHECK(c.max_position_embeddings > 0 && c.max_position_embeddings <= kMaxPositions,
+               "{}: max_position_embeddings {} is out of range (1..{})", source, c.max_position_embeddings,
+               kMaxPositions);
   if (has(j, "head_dim")) {
-    c.head_dim = static_cast<int>(get_int(j, "head_dim", source));
+    const int64_t hd = get_int(j, "head_dim", source);
+    CYPRIS_CHECK(hd > 0 && hd <= 1024, "{}: head_dim {} is out of range (2..1024, even)", source, hd);
+    c.head_dim = static_cast<int>(hd);
   } else {
     CYPRIS_CHECK(c.hidden_size % c.num_attention_heads == 0,
                  "{}: hidden_size {} is not divisible by num_attention_heads {} (and no head_dim is given)", source,
@@ -217,8 +239,9 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   c.layer_sliding_window.assign(c.num_hidden_layers, 0);
   int window = 0;
   if (has(j, "sliding_window")) {
-    window = static_cast<int>(get_int(j, "sliding_window", source));
-    CYPRIS_CHECK(window > 0, "{}: sliding_window must be positive or null, got {}", source, window);
+    const int64_t w = get_int(j, "sliding_window", source);
+    CYPRIS_CHECK(w > 0 && w <= INT32_MAX, "{}: sliding_window must be positive or null, got {}", source, w);
+    window = static_cast<int>(w);
   }
   if (has(j, "layer_types")) {
     const json& lt = j.at("layer_types");
@@ -245,12 +268,12 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     }
   }
 
-  if (has(j, "bos_token_id")) c.bos_token_id = static_cast<int32_t>(get_int(j, "bos_token_id", source));
+  if (has(j, "bos_token_id")) c.bos_token_id = id_field(j, "bos_token_id", source);
   c.eos_token_ids = get_id_list(j, "eos_token_id", source);
   if (!generation_json.empty()) {
     const std::string gsrc = (std::filesystem::path(source).parent_path() / "generation_config.json").string();
     const json g = parse_json(generation_json, gsrc);
-    if (has(g, "bos_token_id")) c.bos_token_id = static_cast<int32_t>(get_int(g, "bos_token_id", gsrc));
+    if (has(g, "bos_token_id")) c.bos_token_id = id_field(g, "bos_token_id", gsrc);
     auto eos = get_id_list(g, "eos_token_id", gsrc);
     if (!eos.empty()) c.eos_token_ids = eos;
   }

@@ -71,6 +71,10 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
 // Parses a rope_scaling JSON object (as in config.json or --rope-scaling). Throws Error naming source.
 RopeScaling parse_rope_scaling(const std::string& json_text, const std::string& source);
 
+// The most positions a model may have (max_position_embeddings, and any max_model_len rope
+// scaling allows): 2^24, past every released model, so sizes derived from it cannot overflow.
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;
+
 // The longest context the config allows: max_position_embeddings, or more with rope scaling.
 int64_t max_allowed_model_len(const ModelConfig& cfg);
 

@@ -100,6 +100,8 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
       const DTypeInfo* info = find_dtype(t.dtype_name);
       CYPRIS_CHECK(info != nullptr, "{}: tensor '{}': unknown dtype '{}'", p, name, t.dtype_name);
       t.dtype = info->dtype;
+      CYPRIS_CHECK(entry["shape"].size() <= 16, "{}: tensor '{}': shape has {} dimensions (at most 16)", p, name,
+                   entry["shape"].size());
       uint64_t numel = 1;
       for (const auto& d : entry["shape"]) {
         CYPRIS_CHECK(d.is_number_unsigned(), "{}: tensor '{}': shape entries must be non-negative integers", p, name);
@@ -117,6 +119,10 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path
                    "{}: tensor '{}': data_offsets [{}, {}] are outside the data section ({} bytes): truncated or "
                    "corrupt file",
                    p, name, begin, end, data_size);
+      // numel * size could wrap past 2^64 (shape [2^62] of F64 "needs" 0 bytes): compare by division.
+      CYPRIS_CHECK(numel <= data_size / info->size,
+                   "{}: tensor '{}': shape holds {} elements of {}, more than the data section ({} bytes) can", p, name,
+                   numel, t.dtype_name, data_size);
       CYPRIS_CHECK(end - begin == numel * info->size,
                    "{}: tensor '{}': shape and dtype {} need {} bytes but data_offsets give {}", p, name, t.dtype_name,
                    numel * info->size, end - begin);

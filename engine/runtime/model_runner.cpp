@@ -1,5 +1,8 @@
 #include "engine/runtime/model_runner.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
@@ -71,6 +74,19 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
                  static_cast<double>(kv_block_bytes_) / 1024.0);
   } else {
     num_blocks_ = (cfg.max_model_len + block_size_ - 1) / block_size_;
+  }
+  if (backend().device() != Device::Cuda) {
+    // The cache's pages are taken only as they are used, so a size memory cannot back would start
+    // and fail much later (or die in the OOM killer): refuse it now (issue #20).
+    const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    const double want = static_cast<double>(num_blocks_) * static_cast<double>(kv_block_bytes_);  // all ranks
+    constexpr double kGiB = 1 << 30;
+    CYPRIS_CHECK(phys <= 0 || want <= 0.9 * phys,
+                 "{}: the KV cache would take {:.1f} GiB ({} blocks of {:.1f} KiB), more than 90% of this machine's "
+                 "{:.1f} GiB of memory; lower it",
+                 options.num_blocks > 0 ? fmt::format("--num-gpu-blocks-override {}", options.num_blocks)
+                                        : fmt::format("--cpu-kvcache-space {}", options.cpu_kv_cache_bytes / kGiB),
+                 want / kGiB, num_blocks_, static_cast<double>(kv_block_bytes_) / 1024.0, phys / kGiB);
   }
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
   if (!graph_policy_.enforce_eager) capture_graphs();

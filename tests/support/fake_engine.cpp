@@ -121,6 +121,8 @@ void FakeEngine::Core::step() {
         if (!d.finish_reason && c.generated >= r.max_tokens) d.finish_reason = "length";
         d.text = next.substr(c.text.size());
         c.text = next;
+        // --skip-tokenizer-init: the engine detokenizes nothing, outputs carry only token ids.
+        if (!opts.with_tokenizer) d.text.clear();
         if (d.finish_reason) c.finished = true;
         all_done = all_done && c.finished;
         out.outputs.push_back(std::move(d));

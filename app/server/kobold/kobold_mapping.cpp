@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "app/server/errors.h"
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 #include "app/server/openai/sampling_from_json.h"
 
 namespace cypris::server {
@@ -23,8 +23,14 @@ KoboldRequest kobold_request_from_json(const json& body, int64_t default_max_len
   }
   r.max_length = get_int(body, "max_length", default_max_length);
   r.max_context_length = get_int(body, "max_context_length", default_context);
-  if (r.max_length < 1)
-    throw HttpError(400, fmt::format("'max_length' must be >= 1, got {}", r.max_length), "max_length");
+  // Both become int token counts: anything past INT32_MAX would wrap (2^32+1 -> 1 token).
+  if (r.max_length < 1 || r.max_length > INT32_MAX) {
+    throw HttpError(400, fmt::format("'max_length' must be in [1, {}], got {}", INT32_MAX, r.max_length), "max_length");
+  }
+  if (r.max_context_length > INT32_MAX) {
+    throw HttpError(400, fmt::format("'max_context_length' must be at most {}, got {}", INT32_MAX, r.max_context_length),
+                    "max_context_length");
+  }
   if (r.max_context_length < 1) {
     throw HttpError(400, fmt::format("'max_context_length' must be >= 1, got {}", r.max_context_length),
                     "max_context_length");

@@ -5,9 +5,10 @@
 
 #include <mutex>
 
+#include "app/server/auth.h"
 #include "app/server/errors.h"
 #include "app/server/kobold/kobold_mapping.h"
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 #include "app/server/router.h"
 #include "app/server/sse.h"
 
@@ -45,10 +46,22 @@ std::vector<int32_t> cached_bad_words(const Tokenizer& tok) {
   return ids;
 }
 
+// Whose generation this is: the API key sent, else the client's address (a server without keys
+// cannot tell its users apart any better).
+std::string owner_of(const httplib::Request& req) {
+  auto key = presented_key(req.get_header_value("Authorization"), req.get_header_value("x-api-key"));
+  return key ? "key:" + *key : "addr:" + req.remote_addr;
+}
+
 struct KoboldJob {
+  std::string owner;
   std::string genkey;
   std::shared_ptr<Submitted> sub;
 };
+
+void end_job_streams(ServerContext& ctx, const Submitted& sub) {
+  cancel_and_untrack(ctx, sub);
+}
 
 // Parses, truncates, submits, and registers the genkey.
 KoboldJob start_generation(ServerContext& ctx, const httplib::Request& req) {
@@ -61,27 +74,29 @@ KoboldJob start_generation(ServerContext& ctx, const httplib::Request& req) {
     auto bans = cached_bad_words(*tok);
     kr.params.custom_token_bans.insert(kr.params.custom_token_bans.end(), bans.begin(), bans.end());
   }
+  check_text_size(ctx, *engine, kr.prompt, "prompt");
   PreparedPrompt p;
   p.text = kr.prompt;
   p.ids = truncate_kobold_prompt(encode_text(tok, kr.prompt, true), kr.max_context_length, kr.max_length, model_len);
   finish_params(kr.params, ctx, *engine);
   KoboldJob job;
-  job.genkey = kr.genkey.value_or(ctx.new_id("kai"));
-  if (ctx.kobold.contains(job.genkey)) {
+  job.owner = owner_of(req);
+  // Random when the client names none: a genkey is what /check and /abort act on.
+  job.genkey = kr.genkey.value_or(random_genkey());
+  // The engine's request id is the server's own, never the client's genkey: two owners may use
+  // the same genkey, and ids must not collide.
+  job.sub = std::make_shared<Submitted>(submit_prompts(ctx, *engine, ctx.new_id("kai"), {p},
+                                                       std::make_shared<const SamplingParams>(std::move(kr.params))));
+  if (!ctx.kobold.add(job.owner, job.genkey, job.sub->streams.front())) {
+    end_job_streams(ctx, *job.sub);
     throw HttpError(400, fmt::format("genkey '{}' is already generating", job.genkey), "genkey");
   }
-  job.sub = std::make_shared<Submitted>(
-      submit_prompts(ctx, *engine, job.genkey, {p}, std::make_shared<const SamplingParams>(std::move(kr.params))));
-  ctx.kobold.add(job.genkey, job.sub->streams.front(), req.remote_addr);
   return job;
 }
 
 void end_job(ServerContext& ctx, const KoboldJob& job) {
-  for (auto& s : job.sub->streams) {
-    if (!s->done()) s->cancel();
-  }
-  untrack_all(ctx, *job.sub);
-  ctx.kobold.remove(job.genkey);
+  cancel_and_untrack(ctx, *job.sub);
+  ctx.kobold.remove(job.owner, job.genkey);
 }
 
 std::string genkey_of(const httplib::Request& req) {
@@ -114,29 +129,17 @@ void register_kobold_routes(Router& r) {
   kai_post("/generate", [&ctx](const httplib::Request& req, httplib::Response& res) {
     KoboldJob job = start_generation(ctx, req);
     std::vector<std::string> texts;
-    RequestTimer timer(&ctx.metrics);
-    std::optional<std::string> error;
-    auto alive = connection_probe(req);
-    auto& s = job.sub->streams.front();
-    while (auto out = next_output(*s, ctx, alive)) {
-      if (out->error) {
-        error = out->error;
-        timer.finish("error");
-        break;
-      }
-      int64_t new_tokens = 0;
-      for (auto& d : out->outputs) {
+    const DrainResult r = drain_outputs(ctx, *job.sub, connection_probe(req), [&](size_t, const RequestOutput& out) {
+      for (auto& d : out.outputs) {
         if (d.index < 0 || d.index >= kMaxN) continue;
         if (texts.size() <= size_t(d.index)) texts.resize(size_t(d.index) + 1);
         texts[size_t(d.index)] += d.text;
-        if (d.index == 0) ctx.kobold.append(job.genkey, d.text);
-        new_tokens += static_cast<int64_t>(d.token_ids.size());
-        if (d.finish_reason && d.index == 0) timer.finish(*d.finish_reason);
+        if (d.index == 0) ctx.kobold.append(job.owner, job.genkey, d.text);
       }
-      timer.on_tokens(new_tokens);
-    }
+      return true;
+    });
     end_job(ctx, job);
-    if (error) throw HttpError(500, *error);
+    throw_if_failed(r);
     json results = json::array();
     for (auto& t : texts) results.push_back({{"text", t}});
     if (results.empty()) results.push_back({{"text", ""}});
@@ -149,28 +152,20 @@ void register_kobold_routes(Router& r) {
            start_event_stream(
                req, res,
                [c, job](const SseWrite& write) {
-                 auto& s = job.sub->streams.front();
-                 RequestTimer timer(&c->metrics);
                  // An empty write probes the client while the engine is busy.
-                 while (auto out = next_output(*s, *c, [&] { return write(""); })) {
-                   if (out->error) {
-                     timer.finish("error");
-                     write(sse_event("message", dump_json({{"token", ""}, {"error", *out->error}})));
-                     return;
-                   }
-                   int64_t new_tokens = 0;
-                   for (auto& d : out->outputs) {
-                     new_tokens += static_cast<int64_t>(d.token_ids.size());
-                     if (d.index != 0) continue;  // Kobold streams carry one output
-                     c->kobold.append(job.genkey, d.text);
-                     if (d.finish_reason) timer.finish(*d.finish_reason);
-                     if (d.text.empty()) continue;
-                     if (!write(sse_event("message", dump_json({{"token", d.text}})))) {
-                       s->cancel();
-                       return;
-                     }
-                   }
-                   timer.on_tokens(new_tokens);
+                 const DrainResult r =
+                     drain_outputs(*c, *job.sub, [&] { return write(""); }, [&](size_t, const RequestOutput& out) {
+                       for (auto& d : out.outputs) {
+                         if (d.index != 0) continue;  // Kobold streams carry one output
+                         c->kobold.append(job.owner, job.genkey, d.text);
+                         if (d.text.empty()) continue;
+                         if (!write(sse_event("message", dump_json({{"token", d.text}})))) return false;
+                       }
+                       return true;
+                     });
+                 if (r.error) write(sse_event("message", dump_json({{"token", ""}, {"error", *r.error}})));
+                 if (r.server_stopping && !r.error) {
+                   write(sse_event("message", dump_json({{"token", ""}, {"error", "the server is shutting down"}})));
                  }
                },
                [c, job] { end_job(*c, job); });
@@ -179,7 +174,7 @@ void register_kobold_routes(Router& r) {
   auto check = kobold_errors([&ctx](const httplib::Request& req, httplib::Response& res) {
     const std::string key = genkey_of(req);
     std::optional<std::string> text;
-    if (!key.empty()) text = ctx.kobold.partial(key);
+    if (!key.empty()) text = ctx.kobold.partial(owner_of(req), key);
     send_json(res, 200, {{"results", json::array({{{"text", text.value_or("")}}})}});
   });
   r.get("/api/extra/generate/check", check);
@@ -187,9 +182,10 @@ void register_kobold_routes(Router& r) {
 
   r.post("/api/extra/abort", kobold_errors([&ctx](const httplib::Request& req, httplib::Response& res) {
            const std::string key = genkey_of(req);
-           // No genkey (SillyTavern sends an empty body): stop this client's generations, as KoboldCpp
-           // stops its one running generation.
-           const int n = key.empty() ? ctx.kobold.abort_client(req.remote_addr) : ctx.kobold.abort(key);
+           // No genkey (SillyTavern sends an empty body): stop this owner's generations, as KoboldCpp
+           // stops its one running generation; never another key's.
+           const std::string owner = owner_of(req);
+           const int n = key.empty() ? ctx.kobold.abort_owner(owner) : ctx.kobold.abort(owner, key);
            send_json(res, 200, {{"success", n > 0}, {"aborted", n}});
          }));
 
@@ -198,8 +194,18 @@ void register_kobold_routes(Router& r) {
            auto engine = ctx.require_engine();
            auto it = body.find("prompt");
            if (it == body.end() || !it->is_string()) throw HttpError(400, "'prompt' must be a string", "prompt");
-           auto ids = encode_text(engine->tokenizer(), it->get<std::string>(), true);
-           send_json(res, 200, {{"value", ids.size()}, {"ids", ids}});
+           check_text_size(ctx, *engine, it->get_ref<const std::string&>(), "prompt");
+           auto ids = encode_text(engine->tokenizer(), it->get_ref<const std::string&>(), true);
+           if (static_cast<int64_t>(ids.size()) > max_text_tokens(ctx, *engine)) {
+             throw HttpError(400,
+                             fmt::format("the prompt is {} tokens; this server counts at most {} (--max-tokenize-tokens)",
+                                         ids.size(), max_text_tokens(ctx, *engine)),
+                             "prompt");
+           }
+           std::string list = "[";
+           for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
+           res.status = 200;
+           res.set_content(fmt::format("{{\"value\":{},\"ids\":{}]}}", ids.size(), list), "application/json");
          }));
 
   kai_get("/model", [&ctx](const httplib::Request&, httplib::Response& res) {

@@ -5,7 +5,7 @@
 
 #include "app/server/errors.h"
 #include "app/server/openai/chat_prompt.h"
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 #include "app/server/openai/routes.h"
 #include "app/server/openai/sampling_from_json.h"
 #include "app/server/router.h"
@@ -73,6 +73,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   const bool add_special = get_bool(body, "add_special_tokens", false);  // the template writes BOS itself
   const bool echo = get_bool(body, "echo", false);
 
+  check_text_size(ctx, *engine, prompt_text, "messages");
   PreparedPrompt prompt;
   prompt.text = prompt_text;
   prompt.ids = encode_text(tok, prompt_text, add_special);
@@ -106,36 +107,20 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   const int top_n = static_cast<int>(top_logprobs);
 
   if (!stream) {
-    auto alive = connection_probe(req);
-    RequestTimer timer(&ctx.metrics);
-    int64_t prompt_tokens = 0, completion_tokens = 0;
-    std::optional<std::string> error;
-    auto& s = sub->streams.front();
-    while (auto out = next_output(*s, ctx, alive)) {
-      if (out->error) {
-        error = out->error;
-        timer.finish("error");
-        break;
-      }
-      int64_t new_tokens = 0;
-      for (auto& d : out->outputs) {
+    const DrainResult r = drain_outputs(ctx, *sub, connection_probe(req), [&](size_t, const RequestOutput& out) {
+      for (auto& d : out.outputs) {
         if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
         ChatChoice& c = (*choices)[size_t(d.index)];
         c.text += d.text;
         c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
         if (d.finish_reason) c.finish_reason = d.finish_reason;
         if (d.stop_reason) c.stop_reason = d.stop_reason;
-        new_tokens += static_cast<int64_t>(d.token_ids.size());
       }
-      timer.on_tokens(new_tokens);
-      if (out->finished) {
-        prompt_tokens = out->num_prompt_tokens;
-        completion_tokens = out->num_generated_tokens;
-        timer.finish((*choices)[0].finish_reason.value_or("stop"));
-      }
-    }
+      return true;
+    });
     untrack_all(ctx, *sub);
-    if (error) throw HttpError(500, *error);
+    throw_if_failed(r);
+    const int64_t prompt_tokens = r.prompt_tokens, completion_tokens = r.completion_tokens;
     json jc = json::array();
     for (size_t i = 0; i < choices->size(); ++i) {
       ChatChoice& c = (*choices)[i];
@@ -162,8 +147,6 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
       req, res,
       [c, sub, choices, want_logprobs, top_n, include_usage, id, created, model, tok, engine, role,
        echo_text](const SseWrite& write) {
-        auto& s = sub->streams.front();
-        RequestTimer timer(&c->metrics);
         auto chunk = [&](json choices_json, json usage) {
           json j = {{"id", id},
                     {"object", "chat.completion.chunk"},
@@ -181,24 +164,15 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
           if (!write(chunk(
                   json::array({{{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}}),
                   nullptr))) {
-            s->cancel();
-            return;
+            return;  // on_end cancels
           }
         }
-        int64_t prompt_tokens = 0, completion_tokens = 0;
         // An empty write probes the client while the engine is busy.
-        while (auto out = next_output(*s, *c, [&] { return write(""); })) {
-          if (out->error) {
-            timer.finish("error");
-            write(sse_data("{\"error\":" + error_object(500, *out->error) + "}"));
-            write(std::string(kSseDone));
-            return;
-          }
-          int64_t new_tokens = 0;
-          for (auto& d : out->outputs) {
+        const DrainResult r = drain_outputs(*c, *sub, [&] { return write(""); }, [&](size_t, const RequestOutput& out) {
+          for (auto& d : out.outputs) {
             if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
-            new_tokens += static_cast<int64_t>(d.token_ids.size());
-            if (d.text.empty() && !d.finish_reason && d.logprobs.empty()) continue;
+            // As in completions: without a tokenizer every new token still gets its (empty) chunk.
+            if (d.text.empty() && !d.finish_reason && d.logprobs.empty() && (tok || d.token_ids.empty())) continue;
             json delta = json::object();
             if (!d.text.empty() || !d.finish_reason) delta["content"] = d.text;
             json lp = nullptr;
@@ -207,20 +181,14 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
                 {"index", d.index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", opt_json(d.finish_reason)}};
             if (d.finish_reason) one["stop_reason"] = opt_json(d.stop_reason);
             if (d.finish_reason) (*choices)[size_t(d.index)].finish_reason = d.finish_reason;
-            if (!write(chunk(json::array({one}), nullptr))) {
-              s->cancel();
-              return;
-            }
+            if (!write(chunk(json::array({one}), nullptr))) return false;
           }
-          timer.on_tokens(new_tokens);
-          if (out->finished) {
-            prompt_tokens = out->num_prompt_tokens;
-            completion_tokens = out->num_generated_tokens;
-            timer.finish((*choices)[0].finish_reason.value_or("stop"));
-          }
-        }
+          return true;
+        });
+        if (r.client_gone) return;
+        if (write_openai_stream_error(write, r)) return;
         if (include_usage) {
-          write(chunk(json::array(), usage_json(prompt_tokens, completion_tokens)));
+          write(chunk(json::array(), usage_json(r.prompt_tokens, r.completion_tokens)));
         }
         write(std::string(kSseDone));
       },

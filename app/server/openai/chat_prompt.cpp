@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "app/server/errors.h"
+#include "engine/common/log.h"
 #include "engine/common/error.h"
 #include "engine/tokenizer/chat_template.h"
 
@@ -108,11 +109,40 @@ std::string render_chat_prompt(const ordered_json& messages, const Tokenizer* to
   if (with_tools) ti.tools = in.tools;
   if (!in.documents.is_null()) ti.documents = in.documents;
   if (in.template_kwargs.is_object()) ti.extra = in.template_kwargs;
+  std::shared_ptr<const ChatTemplate> tmpl;
   try {
-    return parsed_template(source)->render(msgs, ti);
+    tmpl = parsed_template(source);
+  } catch (const cypris::Error& e) {
+    // A template the client sent is the client's fault; the server's or the model's own is not.
+    if (!in.template_override.empty()) throw HttpError(400, std::string("chat template: ") + e.what(), "chat_template");
+    throw HttpError(500, std::string(in.server_template.empty() ? "the model's chat template (tokenizer_config.json)"
+                                                                : "the server's --chat-template") +
+                             " cannot be parsed: " + e.what());
+  }
+  try {
+    return tmpl->render(msgs, ti);
   } catch (const cypris::Error& e) {
     throw HttpError(400, std::string("chat template: ") + e.what(),
                     in.template_override.empty() ? std::optional<std::string>("messages") : "chat_template");
+  }
+}
+
+void warn_about_broken_chat_templates(const Tokenizer* tok, const std::string& server_template) {
+  std::vector<NamedChatTemplate> all;
+  if (tok) all = tok->chat_templates();
+  if (!server_template.empty()) {
+    try {
+      all.push_back({"--chat-template", select_chat_template({}, false, server_template)});
+    } catch (const cypris::Error& e) {
+      LOG_WARN("--chat-template cannot be read: {}; /v1/chat/completions will answer 500", e.what());
+    }
+  }
+  for (const auto& t : all) {
+    try {
+      parsed_template(t.source);
+    } catch (const cypris::Error& e) {
+      LOG_WARN("chat template '{}' cannot be parsed: {}; chat requests that use it will answer 500", t.name, e.what());
+    }
   }
 }
 

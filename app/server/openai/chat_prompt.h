@@ -25,6 +25,10 @@ struct ChatPromptInputs {
 std::string render_chat_prompt(const nlohmann::ordered_json& messages, const Tokenizer* tok,
                                const ChatPromptInputs& in);
 
+// Parses the model's chat templates and --chat-template once, logging a warning for each that
+// cannot be parsed (chat requests would answer 500): called when a model is loaded.
+void warn_about_broken_chat_templates(const Tokenizer* tok, const std::string& server_template);
+
 // The text of a message's content: a string, or the "text" parts of a list of parts.
 std::string message_text(const nlohmann::json& content, size_t index);
 

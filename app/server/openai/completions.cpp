@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "app/server/errors.h"
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 #include "app/server/openai/routes.h"
 #include "app/server/openai/sampling_from_json.h"
 #include "app/server/router.h"
@@ -54,6 +54,15 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   const bool add_special = get_bool(body, "add_special_tokens", false);  // Aphrodite adds no BOS by default
   if (echo && params.logprobs && !params.prompt_logprobs) params.prompt_logprobs = params.logprobs;
 
+  // Each text within what the server tokenizes, before any is tokenized.
+  auto check_size = [&](const json& e) {
+    if (e.is_string()) check_text_size(ctx, *engine, e.get_ref<const std::string&>(), "prompt");
+  };
+  if (body["prompt"].is_array()) {
+    for (const auto& e : body["prompt"]) check_size(e);
+  } else {
+    check_size(body["prompt"]);
+  }
   std::vector<PreparedPrompt> prompts = prompts_from_json(body["prompt"], tok, add_special);
   if (params.truncate_prompt_tokens) {
     for (auto& p : prompts) {
@@ -79,22 +88,9 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   auto prompt_text = [prompts](size_t choice_idx, int n_) { return prompts[choice_idx / size_t(n_)].text; };
 
   if (!stream) {
-    auto alive = connection_probe(req);
-    StreamSet set(sub->streams);
-    std::vector<RequestTimer> timers(sub->streams.size(), RequestTimer(&ctx.metrics));
-    int64_t prompt_tokens = 0, completion_tokens = 0;
     std::vector<std::vector<PositionLogprobs>> prompt_lps(prompts.size());
-    std::optional<std::string> error;
-    while (auto got = next_output(set, ctx, alive)) {
-      auto& [si, out] = *got;
-      if (out.error) {
-        error = out.error;
-        set.cancel_all();
-        timers[si].finish("error");
-        break;
-      }
+    const DrainResult r = drain_outputs(ctx, *sub, connection_probe(req), [&](size_t si, const RequestOutput& out) {
       if (!out.prompt_logprobs.empty()) prompt_lps[si] = out.prompt_logprobs;
-      int64_t new_tokens = 0;
       for (auto& d : out.outputs) {
         if (d.index < 0 || d.index >= n) continue;  // not one of ours: never index out of range
         Choice& c = (*choices)[si * size_t(n) + size_t(d.index)];
@@ -102,17 +98,12 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
         c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
         if (d.finish_reason) c.finish_reason = d.finish_reason;
         if (d.stop_reason) c.stop_reason = d.stop_reason;
-        new_tokens += static_cast<int64_t>(d.token_ids.size());
       }
-      timers[si].on_tokens(new_tokens);
-      if (out.finished) {
-        prompt_tokens += out.num_prompt_tokens;
-        completion_tokens += out.num_generated_tokens;
-        timers[si].finish((*choices)[si * size_t(n)].finish_reason.value_or("stop"));
-      }
-    }
+      return true;
+    });
     untrack_all(ctx, *sub);
-    if (error) throw HttpError(500, *error);
+    throw_if_failed(r);
+    const int64_t prompt_tokens = r.prompt_tokens, completion_tokens = r.completion_tokens;
     json jchoices = json::array();
     for (size_t i = 0; i < choices->size(); ++i) {
       Choice& c = (*choices)[i];
@@ -168,9 +159,6 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
       req, res,
       [c, sub, choices, n, echo, want_logprobs, include_usage, one_event, id, created, model, tok, engine,
        prompt_text](const SseWrite& write) {
-        StreamSet set(sub->streams);
-        std::vector<RequestTimer> timers(sub->streams.size(), RequestTimer(&c->metrics));
-        int64_t prompt_tokens = 0, completion_tokens = 0;
         auto chunk = [&](json choices_json, json usage) {
           return sse_data(dump_json({{"id", id},
                                      {"object", "text_completion"},
@@ -180,16 +168,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
                                      {"usage", std::move(usage)}}));
         };
         // An empty write while the engine is busy finds out whether the client is still there.
-        while (auto got = next_output(set, *c, [&] { return write(""); })) {
-          auto& [si, out] = *got;
-          if (out.error) {
-            timers[si].finish("error");
-            set.cancel_all();
-            write(sse_data("{\"error\":" + error_object(500, *out.error) + "}"));
-            write(std::string(kSseDone));
-            return;
-          }
-          int64_t new_tokens = 0;
+        const DrainResult r = drain_outputs(*c, *sub, [&] { return write(""); }, [&](size_t si, const RequestOutput& out) {
           json together = json::array();  // one_event: this output's choices in one chunk
           for (auto& d : out.outputs) {
             if (d.index < 0 || d.index >= n) continue;
@@ -203,9 +182,10 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
                 ch.offset = prompt_text(ci, n).size();
               }
             }
-            new_tokens += static_cast<int64_t>(d.token_ids.size());
-            // Nothing to say (a held-back stop string) and not the end: skip the chunk.
-            if (text.empty() && !d.finish_reason && d.logprobs.empty()) continue;
+            // Nothing to say (a held-back stop string) and not the end: skip the chunk. Without a
+            // tokenizer (--skip-tokenizer-init) text is always empty: each new token still gets its
+            // chunk, or a streaming client would see nothing until the end.
+            if (text.empty() && !d.finish_reason && d.logprobs.empty() && (tok || d.token_ids.empty())) continue;
             json lp = nullptr;
             if (want_logprobs) lp = completion_logprobs(tok, d.logprobs, ch.offset);
             json one = {{"index", ci},
@@ -217,23 +197,15 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
             if (one_event) {
               together.push_back(std::move(one));
             } else if (!write(chunk(json::array({one}), nullptr))) {
-              set.cancel_all();
-              return;
+              return false;
             }
           }
-          if (!together.empty() && !write(chunk(std::move(together), nullptr))) {
-            set.cancel_all();
-            return;
-          }
-          timers[si].on_tokens(new_tokens);
-          if (out.finished) {
-            prompt_tokens += out.num_prompt_tokens;
-            completion_tokens += out.num_generated_tokens;
-            timers[si].finish((*choices)[si * size_t(n)].finish_reason.value_or("stop"));
-          }
-        }
+          return together.empty() || write(chunk(std::move(together), nullptr));
+        });
+        if (r.client_gone) return;
+        if (write_openai_stream_error(write, r)) return;
         if (include_usage) {
-          write(chunk(json::array(), usage_json(prompt_tokens, completion_tokens)));
+          write(chunk(json::array(), usage_json(r.prompt_tokens, r.completion_tokens)));
         }
         write(std::string(kSseDone));
       },

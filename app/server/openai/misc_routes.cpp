@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 
 #include "app/server/errors.h"
-#include "app/server/openai/common.h"
+#include "app/server/openai/chat_prompt.h"
+#include "app/server/route_util.h"
 #include "app/server/openai/routes.h"
 #include "app/server/router.h"
 #include "engine/common/error.h"
@@ -54,25 +57,60 @@ json model_cards(ServerContext& ctx) {
   return data;
 }
 
-json tokenize(ServerContext& ctx, const json& body, const std::string& raw) {
-  auto engine = ctx.require_engine();
-  const Tokenizer* tok = engine->tokenizer();
+// The ids of a /v1/tokenize body (prompt or chat messages), refused with 400 past the limits.
+std::vector<int32_t> tokenize_ids(ServerContext& ctx, const EngineClient& engine, const json& body,
+                                  const std::string& raw) {
+  const Tokenizer* tok = engine.tokenizer();
   if (!tok) throw HttpError(400, "this model was loaded with --skip-tokenizer-init: there is no tokenizer");
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
     const std::string text = chat_prompt_of(body, raw, tok, ctx, true);
+    check_text_size(ctx, engine, text, "messages");
     ids = tok->encode(text, get_bool(body, "add_special_tokens", false));
   } else {
     auto it = body.find("prompt");
     if (it == body.end() || !it->is_string()) throw HttpError(400, "'prompt' must be a string", "prompt");
-    ids = tok->encode(it->get<std::string>(), get_bool(body, "add_special_tokens", true));
+    check_text_size(ctx, engine, it->get_ref<const std::string&>(), "prompt");
+    ids = tok->encode(it->get_ref<const std::string&>(), get_bool(body, "add_special_tokens", true));
   }
-  return {{"tokens", ids},
-          {"count", ids.size()},
-          {"max_model_len", engine->model_info().max_model_len},
-          // v0.5-style and KoboldCpp-style clients read these.
-          {"value", ids.size()},
-          {"ids", ids}};
+  const int64_t limit = max_text_tokens(ctx, engine);
+  if (static_cast<int64_t>(ids.size()) > limit) {
+    throw HttpError(400,
+                    fmt::format("the text is {} tokens; this server tokenizes at most {} (--max-tokenize-tokens)",
+                                ids.size(), limit),
+                    body.contains("messages") ? "messages" : "prompt");
+  }
+  return ids;
+}
+
+// "[1,2,3]" written once and reused for each field that lists the ids: a large answer is sized
+// once instead of being built as JSON values per id (that held every id twice, 16+ bytes each).
+std::string ids_text(const std::vector<int32_t>& ids) {
+  std::string out;
+  out.reserve(ids.size() * 7 + 2);
+  out += '[';
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  out += ']';
+  return out;
+}
+
+void send_tokenize(httplib::Response& res, ServerContext& ctx, const httplib::Request& req, bool v05_names) {
+  auto engine = ctx.require_engine();
+  const std::vector<int32_t> ids = tokenize_ids(ctx, *engine, parse_json_body(req), req.body);
+  const std::string list = ids_text(ids);
+  std::string out;
+  if (v05_names) {
+    out = fmt::format("{{\"value\":{},\"ids\":{}}}", ids.size(), list);
+  } else {
+    // v0.5-style and KoboldCpp-style clients read value and ids.
+    out = fmt::format("{{\"tokens\":{},\"count\":{},\"max_model_len\":{},\"value\":{},\"ids\":{}}}", list,
+                      ids.size(), engine->model_info().max_model_len, ids.size(), list);
+  }
+  res.status = 200;
+  res.set_content(std::move(out), "application/json");
 }
 
 std::string detokenize(ServerContext& ctx, const json& tokens) {
@@ -93,6 +131,14 @@ std::string detokenize(ServerContext& ctx, const json& tokens) {
   return tok->decode(ids, false);
 }
 
+// Options a load body cannot apply: the server's own (its socket, keys, chat template, Kobold
+// settings: only a restart changes them) and --config (the body is the options). The model's
+// served names are applied with the model.
+bool load_can_apply(const OptionSpec& s) {
+  if (s.name == "served-model-name") return true;
+  return s.group != "API Options" && s.group != "Cypris Options";
+}
+
 // The options of /v1/model/load: YAML or JSON, as the body or as the multipart field config_file.
 EngineConfig config_from_load_body(const httplib::Request& req, const EngineConfig& base) {
   std::string text = req.body;
@@ -103,27 +149,28 @@ EngineConfig config_from_load_body(const httplib::Request& req, const EngineConf
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     throw HttpError(400, "the body must hold the options (YAML or JSON), e.g. {\"model\": \"/path/to/model\"}");
   }
-  // load_options_file reads YAML and JSON with the same checks as --config.
-  char path[] = "/tmp/cypris-model-load-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) throw HttpError(500, "cannot create a temporary file for the options");
-  close(fd);
-  {
-    std::ofstream out(path, std::ios::binary);
-    out << text;
-  }
+  // The same reading and checks as --config, without a file (no temporary path to leak).
   EngineConfig cfg = base;
-  try {
-    load_options_file(path, cfg);
-    std::filesystem::remove(path);
-  } catch (...) {
-    std::filesystem::remove(path);
-    throw;
+  std::set<std::string> keys;
+  load_options_text(text, "the load options", cfg, &keys);
+  for (const auto& k : keys) {
+    const OptionSpec* s = find_option(k);
+    if (s && !load_can_apply(*s)) {
+      throw HttpError(400,
+                      fmt::format("'{}' cannot be set by /v1/model/load: {}", s->name,
+                                  s->name == "config" ? "send the options themselves as the body"
+                                                      : "it is a server option; restart the server to change it"),
+                      s->name);
+    }
   }
   validate_options(cfg);
   if (cfg.model.model.empty()) throw HttpError(400, "the options must name a 'model'", "model");
   return cfg;
 }
+
+// Serialises /v1/model/load: one load at a time, the others answered 409 at once. (Process-wide:
+// a process serves one Server, the desktop app's or the headless one.)
+std::mutex g_load_mu;
 
 }  // namespace
 
@@ -136,19 +183,16 @@ void register_openai_routes(Router& r) {
          [&ctx](const httplib::Request& req, httplib::Response& res) { handle_completions(ctx, req, res); });
   r.post("/v1/chat/completions",
          [&ctx](const httplib::Request& req, httplib::Response& res) { handle_chat_completions(ctx, req, res); });
-  r.post("/v1/tokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    send_json(res, 200, tokenize(ctx, parse_json_body(req), req.body));
-  });
+  r.post("/v1/tokenize",
+         [&ctx](const httplib::Request& req, httplib::Response& res) { send_tokenize(res, ctx, req, false); });
   r.post("/v1/detokenize", [&ctx](const httplib::Request& req, httplib::Response& res) {
     const json body = parse_json_body(req);
     if (!body.contains("tokens")) throw HttpError(400, "'tokens' is required", "tokens");
     send_json(res, 200, {{"prompt", detokenize(ctx, body["tokens"])}});
   });
   // Aphrodite v0.5 names.
-  r.post("/v1/token/encode", [&ctx](const httplib::Request& req, httplib::Response& res) {
-    json out = tokenize(ctx, parse_json_body(req), req.body);
-    send_json(res, 200, {{"value", out["count"]}, {"ids", out["tokens"]}});
-  });
+  r.post("/v1/token/encode",
+         [&ctx](const httplib::Request& req, httplib::Response& res) { send_tokenize(res, ctx, req, true); });
   r.post("/v1/token/decode", [&ctx](const httplib::Request& req, httplib::Response& res) {
     json body;
     try {
@@ -200,18 +244,35 @@ void register_openai_routes(Router& r) {
   r.post("/v1/model/unload", unload);
   r.post("/v1/model/load", [&ctx](const httplib::Request& req, httplib::Response& res) {
     if (!ctx.factory()) throw HttpError(501, "this server cannot load models");
+    std::unique_lock<std::mutex> loading(g_load_mu, std::try_to_lock);
+    if (!loading.owns_lock()) throw HttpError(409, "another model load is in progress; try again when it is done");
     if (ctx.engine()) throw HttpError(400, "a model is already loaded; unload it first (/v1/model/unload)");
     EngineConfig cfg = config_from_load_body(req, ctx.engine_config());
     std::shared_ptr<EngineClient> e;
     try {
       e = ctx.factory()(cfg);
+    } catch (const std::bad_alloc&) {
+      throw HttpError(400,
+                      "cannot load the model: the options ask for more memory than this machine can allocate (see "
+                      "--num-gpu-blocks-override, --cpu-kvcache-space, --max-model-len)");
+    } catch (const std::length_error&) {
+      throw HttpError(400, "cannot load the model: the options ask for a buffer larger than can exist");
     } catch (const cypris::Error& err) {
-      throw HttpError(400, std::string("cannot load the model: ") + err.what(), "model");
+      // A message about an option's value ("--cpu-kvcache-space 64: ...") is safe to show. Others
+      // can quote the files the options named (their paths, whether they exist, what they hold):
+      // those go to the server's log, for the admin, not to the client.
+      const std::string msg = err.what();
+      if (msg.rfind("--", 0) == 0 && msg.find('/') == std::string::npos) {
+        throw HttpError(400, "cannot load the model: " + msg);
+      }
+      LOG_ERROR("/v1/model/load failed: {}", msg);
+      throw HttpError(400, "cannot load the model from these options; the server log says why", "model");
     }
     if (!e) throw HttpError(500, "the model loader returned no engine");
+    warn_about_broken_chat_templates(e->tokenizer(), ctx.cfg().server.chat_template.value_or(""));
     ctx.set_engine(std::move(e), cfg);
     LOG_INFO("model loaded (/v1/model/load): {}", cfg.model.model);
-    send_json(res, 200, {{"status", "success"}, {"message", "model " + cfg.model.model + " loaded"}});
+    send_json(res, 200, {{"status", "success"}, {"message", "model loaded"}});
   });
   auto not_yet = [](const std::string& what) {
     return

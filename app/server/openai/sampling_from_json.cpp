@@ -169,6 +169,10 @@ SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defa
           break;
         }
         double d = as_integer(used, *v);
+        // Int parameters are 32-bit: a larger value would wrap into something else entirely.
+        if (d < double(INT32_MIN) || d > double(INT32_MAX)) {
+          throw HttpError(400, fmt::format("'{}' must be in [{}, {}], got {}", used, INT32_MIN, INT32_MAX, v->dump()), used);
+        }
         if (name == "top_k" && d == 0) d = -1;  // 0 = off, as clients send it
         info.set(p, d);
         break;
@@ -211,9 +215,11 @@ SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defa
         for (const auto& [k, b] : v->items()) {
           int64_t id = 0;
           try {
-            size_t pos = 0;
-            id = std::stoll(k, &pos);
-            if (pos != k.size()) throw std::invalid_argument(k);
+            // Digits only: stoll would also take " 5" and "+5", which no client means as an id.
+            if (k.empty() || k.size() > 10 || k.find_first_not_of("0123456789") != std::string::npos) {
+              throw std::invalid_argument(k);
+            }
+            id = std::stoll(k);
           } catch (const std::exception&) {
             throw HttpError(400, fmt::format("'{}' keys must be token ids, got \"{}\"", used, k), used);
           }

@@ -40,6 +40,25 @@ TEST(BenchServing, RandomPromptsCompletions) {
   EXPECT_NE(report.find("P99 TTFT (ms):"), std::string::npos);
 }
 
+// issue #16 item 10: against a server started with --skip-tokenizer-init every chunk's text is
+// empty; the requests still succeed and their tokens are counted (from usage, not text).
+TEST(BenchServing, SkipTokenizerInitServerCountsTokens) {
+  fake::FakeEngineOptions fo;
+  fo.with_tokenizer = false;
+  TestServer s([](EngineConfig&) {}, fo);
+  cli::BenchServingOptions o;
+  o.port = s.port;
+  o.num_prompts = 4;
+  o.input_len = 3;
+  o.output_len = 6;
+  o.max_concurrency = 2;
+  auto r = cli::bench_serving(o);
+  EXPECT_EQ(r.failed, 0) << (r.errors.empty() ? "" : r.errors[0]);
+  EXPECT_EQ(r.completed, 4);
+  EXPECT_EQ(r.output_tokens, 24);
+  EXPECT_GT(r.ttft.mean, 0.0);
+}
+
 TEST(BenchServing, DatasetChatWithRateAndKey) {
   TestServer s([](EngineConfig& c) { c.server.api_keys = {"k"}; });
   const std::string path = std::string(::testing::TempDir()) + "/bench_prompts.jsonl";

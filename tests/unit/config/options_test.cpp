@@ -90,7 +90,9 @@ TEST(OptionTable, DefaultsEqualTheReference) {
       {"cpu-offload-gb", 0.0},    {"guided-decoding-backend", "outlines"}, {"max-model-len", nullptr},
       {"max-num-batched-tokens", nullptr}, {"num-gpu-blocks-override", nullptr}, {"enable-prefix-caching", false},
       {"enable-chunked-prefill", false}, {"disable-log-stats", false}, {"disable-log-requests", false},
-      {"max-log-len", nullptr},   {"response-role", "assistant"}, {"launch-kobold-api", false},
+      {"response-role", "assistant"}, {"launch-kobold-api", false},
+      // Deliberately not Aphrodite's (unlimited): a 31.5 MB prompt became 31.5 MB of log (issue #20).
+      {"max-log-len", 512},
   };
   for (const auto& [flag, value] : expected) {
     const OptionSpec* s = find_option(flag);
@@ -325,6 +327,51 @@ TEST(Docs, ReadmeOptionReferenceMatchesTheTable) {
   std::string generated = option_reference_markdown();
   while (!generated.empty() && generated.front() == '\n') generated.erase(generated.begin());
   EXPECT_EQ(in_readme, generated) << "run tests/tools/update_readme_options.sh";
+}
+
+}  // namespace
+}  // namespace cypris
+
+namespace cypris {
+namespace {
+
+std::string load_error(const std::string& text) {
+  EngineConfig cfg;
+  try {
+    load_options_text(text, "the load options", cfg);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// issue #20 item 9: 300 bytes of nested YAML aliases expanded to 86 MB.
+TEST(OptionsText, YamlAliasBombIsRefusedBeforeExpanding) {
+  std::string bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char k = 'b'; k <= 'i'; ++k) {
+    bomb += std::string(1, k) + ": &" + k + " [";
+    for (int i = 0; i < 10; ++i) bomb += std::string(i ? ", " : "") + "*" + static_cast<char>(k - 1);
+    bomb += "]\n";
+  }
+  const std::string msg = load_error(bomb);
+  EXPECT_THAT(msg, HasSubstr("the load options"));
+  EXPECT_THAT(msg, HasSubstr("aliases"));
+  EXPECT_THAT(load_error(std::string(40, '[') + std::string(40, ']')), HasSubstr("expected a mapping"));
+  std::string deep = "model: ";
+  for (int i = 0; i < 40; ++i) deep += "[";
+  for (int i = 0; i < 40; ++i) deep += "]";
+  EXPECT_THAT(load_error(deep), HasSubstr("nested deeper"));
+}
+
+TEST(OptionsText, TextIsReadLikeAFileAndNamesItsSource) {
+  EngineConfig cfg;
+  load_options_text("model: m\nmax-model-len: 300\n", "the load options", cfg);
+  EXPECT_EQ(cfg.model.model, "m");
+  EXPECT_THAT(load_error("{\"model\": 1"), HasSubstr("the load options: not valid JSON"));
+  EXPECT_THAT(load_error("no_such: 1\n"), HasSubstr("the load options: unknown option 'no_such'"));
+  std::set<std::string> keys;
+  load_options_text("config: /x.yaml\nmodel: m\n", "s", cfg, &keys);
+  EXPECT_EQ(keys.count("config"), 1u);  // reported (not followed), so a caller can refuse it
 }
 
 }  // namespace

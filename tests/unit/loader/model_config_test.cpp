@@ -56,6 +56,33 @@ TEST(ModelConfig, MissingOrBadFieldsNameTheField) {
             std::string::npos);
 }
 
+// issue #20 item 1: max_position_embeddings = 2^62 overflowed the rope table's size and crashed;
+// 2^30..2^40 gave a bare std::bad_alloc. Every such size is an error naming the file and field.
+TEST(ModelConfig, HugePositionCountsAreRangeErrorsNamingTheField) {
+  for (const char* v : {"4611686018427387904", "1073741824", "1099511627776", "-5"}) {
+    std::string cfg = kLlama;
+    cfg.replace(cfg.find("\"max_position_embeddings\":256"), 29, std::string("\"max_position_embeddings\":") + v);
+    const std::string msg = error_of([&] { parse_model_config(cfg, "m/config.json"); });
+    EXPECT_NE(msg.find("m/config.json"), std::string::npos) << v << ": " << msg;
+    EXPECT_NE(msg.find("max_position_embeddings"), std::string::npos) << v << ": " << msg;
+  }
+  // Rope scaling cannot stretch the allowed length past the same bound.
+  std::string cfg = kLlama;
+  cfg.insert(cfg.size() - 1, R"(,"rope_scaling":{"rope_type":"linear","factor":1e15})");
+  EXPECT_LE(max_allowed_model_len(parse_model_config(cfg, "c")), kMaxPositions);
+  // Ids that do not fit an int32 token id.
+  cfg = kLlama;
+  cfg.replace(cfg.find("\"eos_token_id\":2"), 16, "\"eos_token_id\":4294967298");
+  EXPECT_NE(error_of([&] { parse_model_config(cfg, "c"); }).find("eos_token_id"), std::string::npos);
+}
+
+TEST(Rope, TableSizeIsCheckedBeforeAllocating) {
+  ModelConfig c = parse_model_config(kLlama, "c");
+  EXPECT_NE(error_of([&] { build_rope_cos_sin(c, int64_t{1} << 62); }).find("max_model_len"), std::string::npos);
+  EXPECT_NE(error_of([&] { build_rope_cos_sin(c, 0); }).find("max_model_len"), std::string::npos);
+  EXPECT_EQ(build_rope_cos_sin(c, 4).size(), size_t(4) * c.rotary_dim());
+}
+
 TEST(ModelConfig, MaxModelLenNeedsRopeScalingToGrow) {
   ConfigOverrides o;
   o.max_model_len = 128;

@@ -126,6 +126,18 @@ TEST(Safetensors, ShapeAndSizeMismatch) {
   expect_error([&] { SafetensorsFile f(p); }, {p.string(), "'w'", "6 bytes", "8"});
 }
 
+// issue #20 item 1: sizes multiplied without overflow checks. [2^62] elements of F64 "need"
+// 2^65 bytes, which wrapped to 0 and matched data_offsets [0, 0].
+TEST(Safetensors, ShapeWhoseByteSizeWrapsIsRefused) {
+  TempDir d;
+  const auto p = d.path() / "wrap.safetensors";
+  write_st(p, R"({"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,0]}})", floats({1}));
+  expect_error([&] { SafetensorsFile f(p); }, {p.string(), "'w'", "elements"});
+  write_st(p, R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})",
+           floats({1}));
+  expect_error([&] { SafetensorsFile f(p); }, {p.string(), "'w'", "dimensions"});
+}
+
 TEST(Safetensors, MalformedHeaderJson) {
   TempDir d;
   const auto p = d.path() / "json.safetensors";

@@ -1,8 +1,12 @@
-// Pieces shared by the OpenAI and Kobold generation routes: turning prompts into token ids,
-// validating and submitting requests, and formatting logprobs. Internal to app/server/.
+// The server's shared route code, used by the OpenAI and Kobold routes alike: turning prompts into
+// token ids, validating and submitting requests, draining their outputs (drain_outputs), formatting logprobs and
+// reading typed body fields. Internal to app/server/.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -24,12 +28,22 @@ std::vector<PreparedPrompt> prompts_from_json(const nlohmann::json& prompt, cons
 // Text -> ids; HttpError 400 when the model was loaded without a tokenizer.
 std::vector<int32_t> encode_text(const Tokenizer* tok, const std::string& text, bool add_special);
 
+// The most tokens one text may become in a request (--max-tokenize-tokens; by default 4 x the
+// model's context), and the most bytes of text the server tokenizes for one request (16 per
+// token, far more than any tokenizer packs): longer texts are refused before tokenizing, which
+// bounds each request's memory to a small multiple of its body.
+int64_t max_text_tokens(const ServerContext& ctx, const EngineClient& engine);
+size_t max_text_bytes(const ServerContext& ctx, const EngineClient& engine);
+// HttpError 400 naming field and the limit when text is longer than max_text_bytes().
+void check_text_size(const ServerContext& ctx, const EngineClient& engine, const std::string& text, const char* field);
+
 // Checks the parameters (HttpError 400 naming the parameter) and fills what needs the tokenizer.
 void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClient& engine);
 
 struct Submitted {
   std::vector<std::shared_ptr<RequestStream>> streams;  // one per prompt
   std::vector<int64_t> prompt_lens;
+  std::chrono::steady_clock::time_point arrival;  // when the request arrived (time to first token)
 };
 
 // Submits one engine request per prompt (ids "<base_id>-<i>"); engine rejections (context length,
@@ -64,17 +78,34 @@ std::string get_string(const nlohmann::json& body, const char* key, const std::s
 // stream_options.include_usage
 bool stream_include_usage(const nlohmann::json& body);
 
-// How long a handler waits for the next output before checking the connection again.
+// How long the drain waits for the next output before looking at the connection and the server.
 inline constexpr std::chrono::milliseconds kPollInterval{20};
 
-// The next output of s, waiting in kPollInterval slices. The request is cancelled when the server
-// is stopping (its final "abort" output still comes) and when client_alive() says the client has
-// gone; then std::nullopt comes back at once, as it does when the stream is finished.
-std::optional<RequestOutput> next_output(RequestStream& s, const ServerContext& ctx,
-                                         const std::function<bool()>& client_alive);
-// The same over the streams of a multi-prompt request: the next output of any of them, with the
-// index of its stream.
-std::optional<std::pair<size_t, RequestOutput>> next_output(StreamSet& set, const ServerContext& ctx,
-                                                            const std::function<bool()>& client_alive);
+// How a request's streams ended, as drain_outputs() saw it.
+struct DrainResult {
+  std::optional<std::string> error;  // the engine's error, when one came
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  bool client_gone = false;  // the client went away (or on_output said stop): everything was cancelled
+  bool server_stopping = false;  // the server is shutting down: the request was cut off
+};
+
+// Called with (stream index, output) for every output of a request; false stops the request (the
+// client is gone, e.g. a write failed).
+using OnOutput = std::function<bool(size_t, const RequestOutput&)>;
+
+// The one loop that drains a submitted request's streams into the caller's choices: every output
+// goes to on_output, the request's metrics (time to first token, inter-token time, latency,
+// finish reason) are recorded, and the request is cancelled as soon as the client is gone
+// (client_alive() is asked after every output, so within one engine step, and while waiting) or
+// the server is stopping (its final "abort" outputs still come). An engine error cancels the rest
+// and ends the drain. Returns when every stream is finished or the request was given up.
+DrainResult drain_outputs(ServerContext& ctx, const Submitted& sub, const std::function<bool()>& client_alive,
+                          const OnOutput& on_output);
+
+// Non-streaming routes: HttpError 500 with the engine's error when the drain ended with one.
+void throw_if_failed(const DrainResult& r);
+// OpenAI streaming routes: when the drain ended with an error, writes it as an error event and
+// data: [DONE] and returns true.
+bool write_openai_stream_error(const std::function<bool(const std::string&)>& write, const DrainResult& r);
 
 }  // namespace cypris::server

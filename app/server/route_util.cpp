@@ -1,11 +1,13 @@
-#include "app/server/openai/common.h"
+#include "app/server/route_util.h"
 
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
 
+#include "app/server/connection_guard.h"
 #include "app/server/errors.h"
+#include "app/server/sse.h"
 #include "app/server/openai/sampling_from_json.h"
 #include "engine/common/error.h"
 #include "engine/core/stats.h"
@@ -81,6 +83,27 @@ std::vector<PreparedPrompt> prompts_from_json(const json& prompt, const Tokenize
   return out;
 }
 
+int64_t max_text_tokens(const ServerContext& ctx, const EngineClient& engine) {
+  if (ctx.cfg().server.max_tokenize_tokens > 0) return ctx.cfg().server.max_tokenize_tokens;
+  const int64_t len = engine.model_info().max_model_len;
+  return len > 0 ? 4 * len : int64_t{1} << 20;
+}
+
+size_t max_text_bytes(const ServerContext& ctx, const EngineClient& engine) {
+  return static_cast<size_t>(max_text_tokens(ctx, engine)) * 16;
+}
+
+void check_text_size(const ServerContext& ctx, const EngineClient& engine, const std::string& text, const char* field) {
+  const size_t limit = max_text_bytes(ctx, engine);
+  if (text.size() > limit) {
+    throw HttpError(400,
+                    fmt::format("'{}' is {} bytes long; this server tokenizes at most {} bytes per text (16 per token "
+                                "of --max-tokenize-tokens {})",
+                                field, text.size(), limit, max_text_tokens(ctx, engine)),
+                    std::string(field));
+  }
+}
+
 void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClient& engine) {
   const ModelInfo info = engine.model_info();
   const Tokenizer* tok = engine.tokenizer();
@@ -103,14 +126,17 @@ void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClie
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
                          const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params) {
   Submitted s;
-  const std::string summary = summarize_params(*params);
+  // From the moment the request's head began to arrive, so time to first token counts the
+  // server's own work (parsing, tokenizing) too.
+  s.arrival = current_connection().fd >= 0 ? current_connection().arrival : std::chrono::steady_clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateRequest req;
     req.request_id = prompts.size() == 1 ? base_id : fmt::format("{}-{}", base_id, i);
     req.prompt_token_ids = prompts[i].ids;
     req.prompt = prompts[i].text;
     req.params = params;
-    log_request(ctx.cfg().logging, req.request_id, req.prompt, summary);
+    // Not logged here: the engine logs each request it accepts, once, as a --max-log-len excerpt
+    // (logging here too printed every request twice, and rejected ones in full).
     try {
       auto stream = engine.submit(std::move(req));
       if (!stream) throw cypris::Error("the engine did not accept the request");
@@ -134,30 +160,87 @@ void untrack_all(ServerContext& ctx, const Submitted& s) {
   for (auto& st : s.streams) ctx.untrack(st);
 }
 
-std::optional<RequestOutput> next_output(RequestStream& s, const ServerContext& ctx,
-                                         const std::function<bool()>& client_alive) {
-  while (!s.done()) {
-    if (ctx.stopping()) s.cancel();
-    if (auto out = s.next(kPollInterval)) return out;
-    if (!client_alive()) {  // nobody to answer: stop generating
-      s.cancel();
-      return std::nullopt;
+DrainResult drain_outputs(ServerContext& ctx, const Submitted& sub, const std::function<bool()>& client_alive,
+                          const OnOutput& on_output) {
+  StreamSet set(sub.streams);
+  const size_t n = sub.streams.size();
+  std::vector<RequestTimer> timers(n, RequestTimer(&ctx.metrics, sub.arrival));
+  std::vector<std::optional<std::string>> reason(n);  // the first choice's finish reason, per stream
+  DrainResult r;
+  auto give_up = [&] {
+    r.client_gone = true;
+    set.cancel_all();
+    for (auto& t : timers) t.finish("abort");
+  };
+  while (!set.all_done()) {
+    if (ctx.stopping() && !r.server_stopping) {
+      r.server_stopping = true;
+      set.cancel_all();
+    }
+    auto got = set.next(kPollInterval);
+    if (!got) {
+      if (!client_alive()) {  // nobody to answer: stop generating
+        give_up();
+        break;
+      }
+      continue;
+    }
+    const size_t si = got->first;
+    const RequestOutput& out = got->second;
+    if (out.error) {
+      r.error = out.error;
+      timers[si].finish("error");
+      set.cancel_all();
+      break;
+    }
+    int64_t new_tokens = 0;
+    for (const auto& d : out.outputs) {
+      new_tokens += static_cast<int64_t>(d.token_ids.size());
+      if (d.index == 0 && d.finish_reason) reason[si] = d.finish_reason;
+    }
+    timers[si].on_tokens(new_tokens);
+    if (out.finished) {
+      r.prompt_tokens += out.num_prompt_tokens;
+      r.completion_tokens += out.num_generated_tokens;
+      timers[si].finish(r.server_stopping ? "abort" : reason[si].value_or("stop"));
+    }
+    if (!on_output(si, out)) {
+      give_up();
+      break;
+    }
+    // Every output is one engine step: a client that left is noticed here, not after the next wait.
+    if (!set.all_done() && !client_alive()) {
+      give_up();
+      break;
     }
   }
-  return std::nullopt;
+  // The shutdown may cancel the request between the check above and its last output: a request
+  // that ended aborted while the server stops was cut off by it.
+  if (!r.client_gone && !r.error && !r.server_stopping && ctx.stopping()) {
+    for (const auto& why : reason) {
+      if (!why || *why == "abort") r.server_stopping = true;
+    }
+  }
+  return r;
 }
 
-std::optional<std::pair<size_t, RequestOutput>> next_output(StreamSet& set, const ServerContext& ctx,
-                                                            const std::function<bool()>& client_alive) {
-  while (!set.all_done()) {
-    if (ctx.stopping()) set.cancel_all();
-    if (auto got = set.next(kPollInterval)) return got;
-    if (!client_alive()) {  // nobody to answer: stop generating
-      set.cancel_all();
-      return std::nullopt;
-    }
-  }
-  return std::nullopt;
+static std::string shutdown_message(const DrainResult& r) {
+  return fmt::format("the server is shutting down: the request was cut off after {} generated tokens",
+                     r.completion_tokens);
+}
+
+void throw_if_failed(const DrainResult& r) {
+  if (r.error) throw HttpError(500, *r.error);
+  // A partial answer must not look like a complete one.
+  if (r.server_stopping) throw HttpError(503, shutdown_message(r));
+}
+
+bool write_openai_stream_error(const std::function<bool(const std::string&)>& write, const DrainResult& r) {
+  if (!r.error && !r.server_stopping) return false;
+  const std::string err = r.error ? error_object(500, *r.error) : error_object(503, shutdown_message(r));
+  write(sse_data("{\"error\":" + err + "}"));
+  write(std::string(kSseDone));
+  return true;
 }
 
 void cancel_and_untrack(ServerContext& ctx, const Submitted& s) {
