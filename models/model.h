@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/loader/model_config.h"
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 
 namespace cypris {
 

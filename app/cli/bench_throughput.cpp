@@ -10,7 +10,7 @@
 #include "app/cli/options_cli.h"
 #include "engine/common/error.h"
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace cypris::cli {

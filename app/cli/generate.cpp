@@ -10,7 +10,7 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "engine/runtime/debug_dump.h"
 #include "engine/tokenizer/tokenizer.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/outputs.h"
+#include "engine/request/outputs.h"
 #include "engine/core/stats.h"
 
 namespace cypris {

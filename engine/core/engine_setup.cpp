@@ -4,7 +4,7 @@
 
 #include "engine/common/error.h"
 #include "engine/loader/hub/hub.h"
-#include "engine/runtime/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/runtime/kv_cache_scales.h"
 
 namespace cypris {
@@ -37,10 +37,13 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
                "--pipeline-parallel-size {}: pipeline parallelism is not supported yet in Cypris (see "
                "docs/distributed.md)",
                cfg.parallel.pipeline_parallel_size);
-  CYPRIS_CHECK(cfg.parallel.tensor_parallel_size >= 1 && cfg.parallel.tensor_parallel_size <= 256,
-               "--tensor-parallel-size {} must be in [1, 256]", cfg.parallel.tensor_parallel_size);
   ro.parallel.world_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
   ro.device = resolve_device(cfg.device.device);
+  // The KV cache: the runner sizes it for every device (model_runner.h, num_blocks).
+  ro.num_blocks = cfg.cache.num_gpu_blocks_override.value_or(0);
+  ro.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
+  ro.cpu_kv_cache_bytes = cfg.cache.cpu_kvcache_space * 1024.0 * 1024.0 * 1024.0;
+  ro.max_num_seqs = cfg.scheduler.max_num_seqs;
   ro.kv_cache_dtype = parse_kv_cache_dtype(cfg.quant.kv_cache_dtype);
   ro.quantization_param_path = cfg.quant.quantization_param_path.value_or("");
   return ro;

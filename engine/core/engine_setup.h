@@ -17,7 +17,8 @@ namespace cypris {
 std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
                                               const std::optional<std::string>& download_dir);
 
-// Runner options for cfg's model (num_blocks left 0: the caller sizes the cache).
+// Runner options for cfg's model, the KV cache budget included (the runner sizes the cache for every
+// device); max_num_batched_tokens is the caller's (it needs the model's max_model_len).
 ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir);
 
 }  // namespace cypris

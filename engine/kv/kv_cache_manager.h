@@ -15,7 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/core/request.h"
+#include "engine/request/request.h"
 #include "engine/kv/block_pool.h"
 
 namespace cypris {

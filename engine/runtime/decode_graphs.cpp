@@ -44,6 +44,8 @@ BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, in
                "CUDA graphs: cannot pad a batch of {} sequences and {} tokens to {} rows", n, b.num_tokens(), size);
   BatchContext p;
   p.max_blocks_per_seq = static_cast<int32_t>(width);
+  p.max_query_len = 1;
+  p.max_seq_len = std::max(1, b.max_seq_len);
   p.block_tables.assign(static_cast<size_t>(size) * static_cast<size_t>(width), 0);
   p.query_start_loc.push_back(0);
   for (int i = 0; i < size; ++i) {
@@ -53,6 +55,7 @@ BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, in
     p.slot_mapping.push_back(real ? b.slot_mapping[i] : -1);
     p.query_start_loc.push_back(i + 1);
     p.seq_lens.push_back(real ? b.seq_lens[i] : 1);
+    if (real) p.max_seq_len = std::max(p.max_seq_len, b.seq_lens[i]);
     p.logits_indices.push_back(static_cast<size_t>(i) < r ? b.logits_indices[i] : i);
     if (!real) continue;
     // Only the blocks the context uses are read.

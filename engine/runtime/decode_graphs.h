@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/runtime/backend.h"
-#include "engine/runtime/batch_context.h"
+#include "engine/backend/backend.h"
+#include "engine/scheduler/batch_context.h"
 
 namespace cypris {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/common/dtype.h"
-#include "engine/runtime/backend.h"  // KvCacheScales
+#include "engine/backend/backend.h"  // KvCacheScales
 
 namespace cypris {
 

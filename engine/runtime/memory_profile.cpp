@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/common/error.h"
+#include "engine/backend/tp_workers.h"  // kv_heads_per_rank
 
 namespace cypris {
 
@@ -27,6 +28,11 @@ int64_t kv_cache_blocks(const GpuMemoryBudget& m) {
   return static_cast<int64_t>(blocks);
 }
 
+int64_t kv_cache_bytes_per_block(const ModelConfig& cfg, int block_size, int tp, DType kv_cache_dtype) {
+  return int64_t{2} * cfg.num_hidden_layers * block_size * kv_heads_per_rank(cfg.num_key_value_heads, tp) * tp *
+         cfg.head_dim * static_cast<int64_t>(dtype_size(kv_cache_dtype));
+}
+
 BatchContext make_profile_prefill_batch(int64_t num_tokens, int64_t num_seqs, int64_t max_model_len, int block_size) {
   CYPRIS_CHECK(num_tokens >= 1 && max_model_len >= 1 && block_size >= 1,
                "memory profile: {} tokens, max model length {}, block size {}", num_tokens, max_model_len, block_size);
@@ -39,6 +45,8 @@ BatchContext make_profile_prefill_batch(int64_t num_tokens, int64_t num_seqs, in
     longest = std::max(longest, lens[s]);
   }
   b.max_blocks_per_seq = static_cast<int32_t>((longest + block_size - 1) / block_size);
+  b.max_query_len = static_cast<int32_t>(longest);
+  b.max_seq_len = static_cast<int32_t>(longest);
   b.query_start_loc.push_back(0);
   for (int64_t s = 0; s < seqs; ++s) {
     for (int64_t i = 0; i < lens[s]; ++i) {
@@ -59,6 +67,8 @@ BatchContext make_profile_decode_batch(int num_seqs, int32_t seq_len, int block_
                seq_len);
   BatchContext b;
   b.max_blocks_per_seq = (seq_len + block_size - 1) / block_size;
+  b.max_query_len = 1;
+  b.max_seq_len = seq_len;
   for (int s = 0; s < num_seqs; ++s) {
     b.token_ids.push_back(0);
     b.positions.push_back(seq_len - 1);

@@ -1,14 +1,21 @@
-// Sizing the GPU KV cache for --gpu-memory-utilization from a profile run (vLLM's
-// determine_num_available_blocks): the dummy batches the ModelRunner runs before the cache exists,
-// and the arithmetic that turns the measured peak into a number of blocks. Pure logic.
+// Sizing the KV cache: the bytes of one block (the one formula for every device), and for
+// --gpu-memory-utilization a profile run (vLLM's determine_num_available_blocks): the dummy
+// batches the ModelRunner runs before the cache exists, and the arithmetic that turns the
+// measured peak into a number of blocks. Pure logic.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/runtime/batch_context.h"
+#include "engine/common/dtype.h"
+#include "engine/loader/model_config.h"
+#include "engine/scheduler/batch_context.h"
 
 namespace cypris {
+
+// K and V of every layer for one block of block_size tokens, summed over the tp ranks (each rank
+// holds its KV heads; replicated heads count on every rank that holds them).
+int64_t kv_cache_bytes_per_block(const ModelConfig& cfg, int block_size, int tp, DType kv_cache_dtype);
 
 // What the KV cache may take, all in bytes of one device.
 struct GpuMemoryBudget {

@@ -7,14 +7,14 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
-#include "engine/runtime/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/runtime/memory_profile.h"
 #include "engine/runtime/kv_cache_scales.h"
-#include "engine/runtime/tp_workers.h"
+#include "engine/backend/tp_workers.h"
 #include "engine/runtime/cuda/device_sampler.h"  // no CUDA headers; defined only in CUDA builds
 #include "engine/sampling/gpu_sampling.h"
 #if CYPRIS_HAVE_CUDA
-#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #endif
 #include "models/registry/registry.h"
 
@@ -23,9 +23,12 @@ namespace cypris {
 ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   CYPRIS_CHECK(options.block_size > 0 && options.block_size <= 1024, "block size {} must be in [1, 1024]",
                options.block_size);
+  // The one check of the tensor-parallel size along the engine's path: its range here, the model's
+  // shapes in check_tensor_parallel, the GPU count where the communicators are made.
   const int tp = options.parallel.world_size;
   CYPRIS_CHECK(tp >= 1 && tp <= 256, "--tensor-parallel-size {} must be in [1, 256]", tp);
-  const ModelConfig cfg = load_model_config(options.model_dir, options.load.overrides);
+  const ModelConfig cfg =
+      options.config ? *options.config : load_model_config(options.model_dir, options.load.overrides);
   resolve_architecture(cfg);  // fail before reading any weights
   check_tensor_parallel(cfg, tp);
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
@@ -56,9 +59,18 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
         tp);
   }
   // The cache is sized once the weights are in place (on a GPU, from the memory left).
-  num_blocks_ = options.num_blocks > 0 ? options.num_blocks : (cfg.max_model_len + block_size_ - 1) / block_size_;
-  if (options.num_blocks <= 0 && backend().device() == Device::Cuda && options.gpu_memory_utilization > 0) {
+  kv_block_bytes_ = cypris::kv_cache_bytes_per_block(cfg, block_size_, tp, kv_cache_dtype_);
+  if (options.num_blocks > 0) {
+    num_blocks_ = options.num_blocks;
+  } else if (backend().device() == Device::Cuda && options.gpu_memory_utilization > 0) {
     num_blocks_ = blocks_from_device_memory(cfg, options);
+  } else if (options.cpu_kv_cache_bytes > 0) {
+    num_blocks_ = static_cast<int64_t>(options.cpu_kv_cache_bytes / static_cast<double>(kv_block_bytes_));
+    CYPRIS_CHECK(num_blocks_ >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",
+                 options.cpu_kv_cache_bytes / (1024.0 * 1024.0 * 1024.0),
+                 static_cast<double>(kv_block_bytes_) / 1024.0);
+  } else {
+    num_blocks_ = (cfg.max_model_len + block_size_ - 1) / block_size_;
   }
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
   if (!graph_policy_.enforce_eager) capture_graphs();
@@ -244,6 +256,11 @@ void ModelRunner::capture_graphs() {
 }
 
 Logits ModelRunner::execute(const BatchContext& b) {
+  const StepLogits logits = execute_step(b);
+  return download(logits, 0, logits.rows());
+}
+
+StepLogits ModelRunner::execute_step(const BatchContext& b) {
   b.validate(num_blocks_, block_size_);
   if (backend().device() != Device::Cpu) {
     // Device kernels cannot throw: check on the host what the CPU kernels check as they go.
@@ -257,18 +274,9 @@ Logits ModelRunner::execute(const BatchContext& b) {
                    max_pos);
     }
   }
-  Logits out;
+  StepLogits out;
   if (!debug_hook_ && is_graph_eligible(b, graph_policy_)) {
-    Backend& be = backend();
-    const Tensor logits = ranks_.front().graphs->replay(b);
-    if (logits_consumer_) {  // GPU sampling reads the replay's logits where they are
-      logits_consumer_(logits);
-      return out;
-    }
-    out.rows = logits.shape[0];
-    out.vocab = logits.shape[1];
-    out.data.resize(static_cast<size_t>(out.rows * out.vocab));
-    be.download(logits, out.data.data());
+    out.view = ranks_.front().graphs->replay(b);  // the graph's buffer: valid until the next replay
     return out;
   }
   if (!workers_) {
@@ -279,14 +287,33 @@ Logits ModelRunner::execute(const BatchContext& b) {
   return out;
 }
 
-void ModelRunner::forward_rank(Rank& r, const BatchContext& b, Logits* out) {
+Logits ModelRunner::download(const StepLogits& logits, int64_t first_row, int64_t num_rows) {
+  CYPRIS_CHECK(first_row >= 0 && num_rows >= 0 && first_row + num_rows <= logits.rows(),
+               "logits rows [{}, {}) are outside the step's {} rows", first_row, first_row + num_rows, logits.rows());
+  Logits out;
+  out.rows = num_rows;
+  out.vocab = logits.vocab();
+  out.data.resize(static_cast<size_t>(out.rows * out.vocab));
+  if (num_rows == 0) return out;
+  const Tensor& t = logits.view;
+  const int64_t ld = row_stride(t);
+  Tensor rows(static_cast<float*>(t.data) + first_row * ld, DType::F32, {num_rows, out.vocab}, t.device);
+  rows.device_index = t.device_index;
+  if (ld != out.vocab) rows.strides = {ld, 1};
+  on_rank0([&] { backend().download(rows, out.data.data()); });
+  return out;
+}
+
+void ModelRunner::on_rank0(const std::function<void()>& fn) {
+  if (!workers_) return fn();
+  workers_->run([&](int rank) {
+    if (rank == 0) fn();
+  });
+}
+
+void ModelRunner::forward_rank(Rank& r, const BatchContext& b, StepLogits* out) {
   Backend& be = *r.backend;
   const int64_t n = b.num_tokens();
-  int max_query_len = 0, max_seq_len = 0;
-  for (int s = 0; s < b.num_seqs(); ++s) {
-    max_query_len = std::max(max_query_len, b.query_start_loc[s + 1] - b.query_start_loc[s]);
-    max_seq_len = std::max(max_seq_len, b.seq_lens[s]);
-  }
   ForwardInputs in;
   DeviceTensor ids = be.upload(b.token_ids.data(), DType::I32, {n});
   DeviceTensor pos = be.upload(b.positions.data(), DType::I32, {n});
@@ -304,15 +331,12 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, Logits* out) {
   in.attn.slot_mapping = slots.view;
   in.attn.num_seqs = b.num_seqs();
   in.attn.max_blocks_per_seq = b.max_blocks_per_seq;
-  in.attn.max_query_len = max_query_len;
-  in.attn.max_seq_len = max_seq_len;
+  in.attn.max_query_len = b.max_query_len;  // the scheduler's maxima (validate() checked them)
+  in.attn.max_seq_len = b.max_seq_len;
   DeviceTensor logits = r.model->forward(in, r.kv_cache);
   if (!out) return;
-  if (logits_consumer_) return logits_consumer_(logits.view);  // GPU sampling: no download
-  out->rows = logits.view.shape[0];
-  out->vocab = logits.view.shape[1];
-  out->data.resize(static_cast<size_t>(out->rows * out->vocab));
-  be.download(logits.view, out->data.data());
+  out->view = logits.view;
+  out->storage = std::move(logits.storage);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -327,28 +351,28 @@ bool ModelRunner::can_sample_on_device() const {
 #endif
 }
 
-std::vector<SampleOutput> ModelRunner::execute_and_sample(const BatchContext& b, std::span<const SamplerRow> rows,
-                                                          int max_log_probs) {
+std::vector<SampleOutput> ModelRunner::sample_on_device(const StepLogits& logits, int64_t first_row,
+                                                        std::span<const SamplerRow> rows, int max_log_probs) {
 #if CYPRIS_HAVE_CUDA
   CYPRIS_CHECK(can_sample_on_device(), "GPU sampling needs a CUDA backend");
-  CYPRIS_CHECK(b.logits_indices.size() == rows.size(), "GPU sampling: {} logits rows for {} sampling rows",
-               b.logits_indices.size(), rows.size());
+  const int64_t n = static_cast<int64_t>(rows.size());
+  CYPRIS_CHECK(first_row >= 0 && first_row + n <= logits.rows(), "GPU sampling: rows [{}, {}) of {} logits rows",
+               first_row, first_row + n, logits.rows());
+  if (rows.empty()) return {};
   const GpuSamplingInputs in = build_gpu_sampling_inputs(rows, max_log_probs);
+  const Tensor& t = logits.view;
+  Tensor view(static_cast<float*>(t.data) + first_row * row_stride(t), DType::F32, {n, logits.vocab()}, t.device);
+  view.device_index = t.device_index;
+  if (row_stride(t) != logits.vocab()) view.strides = {row_stride(t), 1};
   GpuSamplingOutputs res;
-  // Runs on rank 0's thread (its device is current there).
-  logits_consumer_ = [&](const Tensor& logits) {
+  on_rank0([&] {
     if (!device_sampler_) device_sampler_ = std::make_unique<DeviceSampler>(static_cast<CudaBackend&>(backend()));
-    res = device_sampler_->run(logits, in);
-  };
-  try {
-    execute(b);
-  } catch (...) {
-    logits_consumer_ = nullptr;
-    throw;
-  }
-  logits_consumer_ = nullptr;
+    res = device_sampler_->run(view, in);
+  });
   return finish_gpu_sampling(rows, in, res);
 #else
+  (void)logits;
+  (void)first_row;
   CYPRIS_FAIL("GPU sampling: this build has no CUDA backend ({} rows)", rows.size());
 #endif
 }

@@ -1,5 +1,6 @@
 // ModelRunner: owns the backend, the model and the paged KV cache, and runs one flattened batch
-// (BatchContext) to logits. The engine core calls execute() once per step. With tensor
+// (BatchContext) to logits (StepLogits, left on the device). The engine core calls execute() once
+// per step, then samples rows on the device and/or downloads the others. With tensor
 // parallelism (parallel.world_size > 1) it owns one shard of each per rank, runs the ranks on
 // worker threads (tp_workers.h) and returns rank 0's logits.
 #pragma once
@@ -8,14 +9,16 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "engine/kv/kv_cache_manager.h"  // BlockCopy
+#include "engine/loader/model_config.h"
 #include "engine/loader/weights.h"
-#include "engine/runtime/batch_context.h"
 #include "engine/runtime/decode_graphs.h"
+#include "engine/scheduler/batch_context.h"
 #include "models/model.h"
 
 namespace cypris {
@@ -29,8 +32,15 @@ struct ModelRunnerOptions {
   std::filesystem::path model_dir;  // a local folder with config.json (+ weights unless load_format is dummy)
   LoadOptions load;
   int threads = 0;          // CPU backend threads in all (split between ranks); <= 0: one per hardware thread
+  // The model's config when the caller already loaded it (the engine does, to size the scheduler);
+  // unset: read from model_dir with load.overrides.
+  std::optional<ModelConfig> config;
   int block_size = 16;      // tokens per KV-cache block
-  int64_t num_blocks = 0;   // 0: sized from gpu_memory_utilization on a GPU, else one sequence of max_model_len
+  // The KV cache, sized here for every device: num_blocks when > 0; else on a GPU from
+  // gpu_memory_utilization; else cpu_kv_cache_bytes / the bytes of a block when > 0
+  // (--cpu-kvcache-space); else one sequence of max_model_len.
+  int64_t num_blocks = 0;
+  double cpu_kv_cache_bytes = 0;
   ParallelConfig parallel;  // world_size = --tensor-parallel-size; rank is ignored
   std::string device = "cpu";   // auto | cuda | cpu (backend_factory.h)
   bool cuda_fp32_gemm = false;  // CUDA: fp32 GEMMs for 16-bit weights (CPU numerics; for tests)
@@ -50,6 +60,17 @@ struct ModelRunnerOptions {
   std::string quantization_param_path;
 };
 
+// Rank 0's logits of one step where the forward pass left them (device memory on a GPU backend,
+// host memory on the CPU backend): [logits_indices.size(), vocab] fp32. Valid until the next
+// execute_step(). The engine reads it per row: sample_on_device() for the rows the GPU sampler takes,
+// download() for the others (CPU sampling, beam search, prompt logprobs).
+struct StepLogits {
+  Tensor view;                    // [rows, vocab] fp32
+  std::shared_ptr<void> storage;  // keeps an eager forward's output alive (a graph replay's is the graph's)
+  int64_t rows() const { return view.ndim() == 2 ? view.shape[0] : 0; }
+  int64_t vocab() const { return view.ndim() == 2 ? view.shape[1] : 0; }
+};
+
 // Logits of the requested rows, fp32 on the host.
 struct Logits {
   std::vector<float> data;  // [rows, vocab]
@@ -64,18 +85,22 @@ class ModelRunner {
   explicit ModelRunner(const ModelRunnerOptions& options);
   ~ModelRunner();
 
-  // Writes the batch's K/V into the cache and returns logits [logits_indices.size(), vocab].
+  // Writes the batch's K/V into the cache and returns the logits [logits_indices.size(), vocab],
+  // left where the backend computed them (the engine's step).
+  StepLogits execute_step(const BatchContext& batch);
+  // execute_step and download of every row (tools and tests).
   Logits execute(const BatchContext& batch);
+  // Host copies of rows [first_row, first_row + num_rows) of a step's logits.
+  Logits download(const StepLogits& logits, int64_t first_row, int64_t num_rows);
 
   // GPU sampling (engine/sampling/gpu_sampling.h): true when rank 0 runs on a CUDA device and the
   // environment does not switch it off (CYPRIS_GPU_SAMPLING=0, for comparisons).
   bool can_sample_on_device() const;
-  // Like execute(), but rank 0's logits stay on the device: row i of the logits is sampled for
-  // rows[i] by the GPU sampler and only tokens and logprobs come back (as Sampler::sample returns
-  // them; each token is appended to its row's state). The batch must have exactly rows.size()
-  // logits rows, and every row must pass gpu_sampling_supported (Error otherwise).
-  std::vector<SampleOutput> execute_and_sample(const BatchContext& batch, std::span<const SamplerRow> rows,
-                                               int max_log_probs);
+  // Samples logits rows [first_row, first_row + rows.size()) for rows[i] with the GPU sampler; only
+  // tokens and logprobs come back (as Sampler::sample returns them; each token is appended to its
+  // row's state). Every row must pass gpu_sampling_supported (Error otherwise).
+  std::vector<SampleOutput> sample_on_device(const StepLogits& logits, int64_t first_row,
+                                             std::span<const SamplerRow> rows, int max_log_probs);
 
   const ModelConfig& config() const { return rank0_model()->config(); }
   DType weight_dtype() const { return weight_dtype_; }
@@ -86,11 +111,8 @@ class ModelRunner {
   int num_cuda_graphs() const { return ranks_.front().graphs ? ranks_.front().graphs->num_graphs() : 0; }
   DType kv_cache_dtype() const { return kv_cache_dtype_; }
   // K and V of every layer for one block, summed over the ranks (4 bytes per element for fp32, 1 for
-  // fp8): for sizing the cache from a memory budget.
-  int64_t kv_cache_bytes_per_block() const {
-    return int64_t{2} * rank0_model()->num_layers() * block_size_ * rank0_model()->num_kv_heads() *
-           rank0_model()->head_dim() * static_cast<int64_t>(dtype_size(kv_cache_dtype_)) * tensor_parallel_size();
-  }
+  // fp8; memory_profile.h): for sizing the cache and the swap pool from a memory budget.
+  int64_t kv_cache_bytes_per_block() const { return kv_block_bytes_; }
   // Rank 0's backend and model shard.
   Backend& backend() { return *ranks_.front().backend; }
   Model& model() { return *ranks_.front().model; }
@@ -125,9 +147,11 @@ class ModelRunner {
   size_t profile_peak(const ModelConfig& cfg, const BatchContext& b);
   void capture_graphs();
   // Runs the batch on one rank; fills *out with the logits when out is not null (rank 0).
-  void forward_rank(Rank& r, const BatchContext& batch, Logits* out);
+  void forward_rank(Rank& r, const BatchContext& batch, StepLogits* out);
   // Runs fn(rank) on every rank: on the worker threads at tp > 1, else right here.
   void for_each_rank(const std::function<void(Rank&)>& fn);
+  // Runs fn on rank 0's thread (its device is current there).
+  void on_rank0(const std::function<void()>& fn);
 
   std::vector<Rank> ranks_;
   std::unique_ptr<TpWorkers> workers_;  // null at world size 1
@@ -136,12 +160,11 @@ class ModelRunner {
   DType kv_cache_dtype_ = DType::F32;
   std::string kv_scales_source_;  // rank 0's, for the load log
   int64_t num_blocks_ = 0;
+  int64_t kv_block_bytes_ = 0;
   int64_t num_swap_blocks_ = 0;
   DecodeGraphPolicy graph_policy_;  // enforce_eager unless graphs are in use
   bool debug_hook_ = false;         // a hook reads intermediates: graphs cannot replay
-  // GPU sampling: set by execute_and_sample for one step; forward_rank hands rank 0's device
-  // logits to it instead of downloading them. Declared last: destroyed before the ranks.
-  std::function<void(const Tensor&)> logits_consumer_;
+  // GPU sampling scratch, made on first use. Declared last: destroyed before the ranks.
   std::unique_ptr<DeviceSampler> device_sampler_;
 };
 

@@ -9,8 +9,8 @@
 #include <optional>
 #include <vector>
 
-#include "engine/core/outputs.h"  // PositionLogprobs
-#include "engine/core/sampling_params.h"
+#include "engine/request/outputs.h"  // PositionLogprobs
+#include "engine/request/sampling_params.h"
 
 namespace cypris {
 

@@ -9,21 +9,9 @@ namespace cypris {
 
 bool gpu_sampling_supported(const SamplerRow& row, int max_log_probs) {
   const SamplingParams& p = *row.params;
-  const SamplingState& s = *row.state;
-  if (row.allowed_mask || p.use_beam_search) return false;
-  // masks applied before the chain
-  if (static_cast<int>(s.output_ids().size()) < p.min_tokens) return false;  // EOS / stop ids banned
-  if (!p.custom_token_bans.empty() || p.allowed_token_ids || !s.next_position_bans().empty()) return false;
-  // samplers the GPU path does not implement
-  if (p.mirostat_mode != 0 || p.dry_multiplier != 0.0f || p.no_repeat_ngram_size > 0 || p.dynatemp_enabled() ||
-      p.smoothing_factor > 0.0f || p.xtc_probability > 0.0f || p.skew != 0.0f || p.nsigma > 0.0f || p.top_a > 0.0f ||
-      p.tfs < 1.0f || p.eta_cutoff > 0.0f || p.epsilon_cutoff > 0.0f || p.typical_p < 1.0f)
-    return false;
-  // order: the GPU runs penalties, temperature, top-k/top-p, min-p (the default chain). Temperature
-  // last only matters when temperature changes the distribution and a truncation depends on it.
-  const bool temp_neutral = p.temperature == 0.0f || p.temperature == 1.0f;
-  if (p.temperature_last && !temp_neutral && (p.top_p < 1.0f || p.min_p > 0.0f)) return false;
-  if (p.sampler_priority && *p.sampler_priority != default_sampler_order(false)) return false;
+  if (p.use_beam_search) return false;  // the beam search ranks the whole row itself
+  const SamplerSet active = active_samplers(row);
+  if (!active.subset_of(kGpuSamplers) || !p.in_default_order(active)) return false;
   if (p.logprobs && std::min(*p.logprobs, max_log_probs) > kMaxGpuTopLogprobs) return false;
   return true;
 }

@@ -2,8 +2,9 @@
 // (gpu_sampling_supported), the flattened per-step inputs for kernels/cuda/sampling.h
 // (build_gpu_sampling_inputs) and turning the device's results back into SampleOutputs.
 // The GPU path implements logit_bias, repetition/presence/frequency penalties, temperature,
-// top-k, top-p, min-p, a seeded Philox draw and raw logprobs; any other parameter sends the
-// whole step to the CPU sampler (engine/sampling/sampler.h).
+// top-k, top-p, min-p, a seeded Philox draw and raw logprobs (kGpuSamplers); a row that uses
+// anything else goes to the CPU sampler (engine/sampling/sampler.h) in the same step, which draws
+// from the same Philox stream.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +12,18 @@
 #include <vector>
 
 #include "engine/sampling/sampler.h"
-#include "kernels/cpu/sampling.h"
+#include "kernels/common/sampling_types.h"
 
 namespace cypris {
 
-// True when the row's parameters and state need nothing beyond what the GPU path implements (and
-// it uses the default chain order for them: penalties, temperature, top-k/top-p, min-p).
+// What the GPU sampler implements, in the default chain order (penalties, temperature,
+// top-k/top-p, min-p).
+inline constexpr SamplerSet kGpuSamplers{
+    SamplerFeature::LogitBias, SamplerFeature::Penalties, SamplerFeature::Temperature, SamplerFeature::TopP,
+    SamplerFeature::TopK,      SamplerFeature::MinP,      SamplerFeature::Order};
+
+// True when the row's features (active_samplers) are all in kGpuSamplers, run in the default order,
+// and its top-N logprobs fit the GPU path.
 bool gpu_sampling_supported(const SamplerRow& row, int max_log_probs);
 
 // Host arrays of one step's sampling rows (the SamplingBatch without the logits).
@@ -30,7 +37,7 @@ struct GpuSamplingInputs {
   int32_t max_top = 0;  // the largest top-N any row wants
 
   int32_t rows() const { return static_cast<int32_t>(params.size()); }
-  // A SamplingBatch over these host arrays (for sample_rows_cpu).
+  // A SamplingBatch over these host arrays (for sample_rows_cpu, kernels/cpu/sampling.h).
   SamplingBatch host_batch(const float* logits, int64_t ld, int32_t vocab) const;
 };
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <random>
 #include <thread>
 
 #include "engine/common/error.h"
@@ -38,7 +39,6 @@ SamplingState::SamplingState(const SamplingParams& params, std::vector<int32_t> 
       params.seed ? *params.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   // Mix the sequence index in so a request's sequences differ, and seed 0/1/2 are far apart.
   stream_key_ = splitmix64(seed ^ splitmix64(0xC1A55ull + seq_index));
-  rng_.seed(stream_key_);
   mirostat_mu_ = 2.0f * params.mirostat_tau;
 }
 
@@ -59,8 +59,15 @@ std::span<const int32_t> SamplingState::next_position_bans() const {
   return it->second;
 }
 
-double SamplingState::next_uniform() {
-  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+SamplerSet active_samplers(const SamplerRow& row) {
+  SamplerSet a = row.params->active_samplers();
+  if (a.has(SamplerFeature::MinTokens) &&
+      static_cast<int64_t>(row.state->output_ids().size()) >= row.params->min_tokens) {
+    a.remove(SamplerFeature::MinTokens);  // the EOS / stop-id ban is over
+  }
+  if (!row.state->next_position_bans().empty()) a.add(SamplerFeature::PositionBans);
+  if (row.allowed_mask) a.add(SamplerFeature::GuidedMask);
+  return a;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -160,33 +167,18 @@ Sampler::~Sampler() {
 
 namespace {
 
-// A row whose logits go straight to the draw: no masks, penalties or truncation beyond
-// temperature / top-k / top-p (and temperature before top-p).
-bool is_plain(const SamplingParams& p, const SamplingState& s) {
-  if (p.min_tokens > 0 || !p.custom_token_bans.empty() || p.allowed_token_ids || !p.logit_bias.empty() ||
-      !s.next_position_bans().empty())
-    return false;
-  if (p.penalties_enabled()) return false;
-  if (p.dry_multiplier != 0.0f || p.no_repeat_ngram_size > 0 || p.dynatemp_enabled()) return false;
-  if (p.nsigma > 0.0f || p.top_a > 0.0f || p.min_p > 0.0f || p.tfs < 1.0f || p.eta_cutoff > 0.0f ||
-      p.epsilon_cutoff > 0.0f || p.typical_p < 1.0f || p.smoothing_factor > 0.0f || p.xtc_probability > 0.0f ||
-      p.skew != 0.0f || p.mirostat_mode == 2)
-    return false;
-  if (p.top_p < 1.0f && p.temperature != 0.0f) {
-    const auto order = p.sampler_order();
-    const auto t = std::find(order.begin(), order.end(), SamplerId::Temperature);
-    const auto tp = std::find(order.begin(), order.end(), SamplerId::TopPTopK);
-    if (t > tp) return false;
-  }
-  return true;
+// A row whose logits go straight to the draw (kPlainSamplers, in the default order).
+bool is_plain(const SamplingParams& p, SamplerSet active) {
+  return active.subset_of(kPlainSamplers) && p.in_default_order(active);
 }
 
 int32_t raw_argmax(const float* x, int32_t V) {
   return sampling_detail::argmax_of(x, V);
 }
 
-// Draws from the live tokens of `row` after softmax and skew. Walks the live list (sparse) or the
-// vocabulary (dense) in a fixed order, so the result depends only on the row and the uniform u.
+// Draws from the live tokens of `row` after softmax and skew: the inverse CDF at u in vocabulary
+// order, as the GPU sampler draws (kernels/cuda/sampling.cu), so the same logits and uniform give
+// the same token on either device.
 int32_t draw(RowLogits& row, float skew, double u, std::vector<float>* probs_out) {
   float m;
   double z;
@@ -196,19 +188,16 @@ int32_t draw(RowLogits& row, float skew, double u, std::vector<float>* probs_out
   auto& pr = row.buffers().tmp_d;
   ids.clear();
   pr.clear();
-  row.for_each_live([&](int32_t id, float v) {
-    ids.push_back(id);
-    pr.push_back(sampling_detail::fast_exp(v - m) / z);
-  });
+  row.for_each_live([&](int32_t id, float) { ids.push_back(id); });
+  if (row.sparse()) std::sort(ids.begin(), ids.end());  // a sparse live list is in value order
+  const float* x = row.data();
+  for (int32_t id : ids) pr.push_back(sampling_detail::fast_exp(x[id] - m) / z);
   if (skew != 0.0f) {
     // Aphrodite's skew: cumulative probabilities in vocabulary order raised to exp(skew).
-    std::vector<size_t> order(ids.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
     const double e = std::exp(static_cast<double>(skew));
     double cum = 0.0, prev = 0.0;
     std::vector<double> np(pr.size());
-    for (size_t k : order) {
+    for (size_t k = 0; k < pr.size(); ++k) {
       cum += pr[k];
       const double c = std::pow(std::min(cum, 1.0), e);
       np[k] = std::max(0.0, c - prev);
@@ -242,7 +231,7 @@ int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, 
   const int32_t V = cfg.vocab_size;
   const bool greedy = p.temperature == 0.0f;
   const bool want_debug = dense_out || probs_out;
-  if (!want_debug && !allowed_mask && is_plain(p, s)) {
+  if (!want_debug && is_plain(p, active_samplers(SamplerRow{&p, &s, allowed_mask}))) {
     if (greedy) return raw_argmax(raw, V);
     // Fast path: top-k by partial selection on the raw logits (temperature does not change the
     // order), then temperature and top-p on the few survivors only.
@@ -257,7 +246,7 @@ int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, 
       row.keep_only(std::move(ids), true);
       sampling_detail::apply_temperature(row, p);
       sampling_detail::apply_top_k_top_p(row, -1, p.top_p);
-      return draw(row, 0.0f, s.next_uniform(), nullptr);
+      return draw(row, 0.0f, s.uniform(), nullptr);
     }
   }
 general:
@@ -275,7 +264,7 @@ general:
       *dense_out = std::vector<float>(x, x + V);
       return -1;
     }
-    token = draw(row, 0.0f, s.next_uniform(), probs_out);
+    token = draw(row, 0.0f, s.uniform(), probs_out);
     if (token >= 0) {
       const double surprise = -(static_cast<double>(x[token]) - max_v - log_z) / std::log(2.0);
       s.set_mirostat_mu(static_cast<float>(s.mirostat_mu() - p.mirostat_eta * (surprise - p.mirostat_tau)));
@@ -294,7 +283,7 @@ general:
         if (token >= 0) (*probs_out)[token] = 1.0f;
       }
     } else {
-      token = draw(row, p.skew, s.next_uniform(), probs_out);
+      token = draw(row, p.skew, s.uniform(), probs_out);
     }
   }
   // Every token masked (e.g. allowed_token_ids all banned): fall back to the model's own choice

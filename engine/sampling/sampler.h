@@ -5,8 +5,11 @@
 // banned-string position bans; then the sampler chain (default order, temperature_last, or
 // sampler_priority; Mirostat 2 replaces the chain); then softmax, skew and the draw (argmax when
 // temperature == 0). Rows are independent: a row's result depends only on its logits, params and
-// state, never on the other rows of the batch (each request has its own seeded RNG). On CUDA, steps whose
-// rows all qualify are sampled on the GPU from Philox instead (docs/cuda_backend.md, "GPU sampling").
+// state, never on the other rows of the batch. The draws come from the request's Philox stream
+// (kernels/common/philox.h: key from the seed and sequence index, counter = output position), the
+// same stream the GPU sampler draws from, so on CUDA the engine sends each row that the GPU path
+// supports (gpu_sampling.h) to the GPU and the others here, and a seeded row gets the same tokens
+// either way (docs/cuda_backend.md, "GPU sampling").
 //
 // Logprobs are log_softmax of the RAW logits, before any processing (like vLLM's default): they
 // describe the model, not the sampler settings, and do not change when a client tweaks top_p.
@@ -15,12 +18,12 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <random>
 #include <span>
 #include <vector>
 
-#include "engine/core/outputs.h"  // TokenLogprob
-#include "engine/core/sampling_params.h"
+#include "engine/request/outputs.h"  // TokenLogprob
+#include "engine/request/sampling_params.h"
+#include "kernels/common/philox.h"
 
 namespace cypris {
 
@@ -31,11 +34,12 @@ struct SampleOutput {
   std::vector<TokenLogprob> top_logprobs;  // most likely first; min(params.logprobs, max_log_probs) entries
 };
 
-// Per-sequence sampling state: token history (prompt + output), the request's RNG and Mirostat's mu.
+// Per-sequence sampling state: token history (prompt + output), the request's Philox stream key
+// and Mirostat's mu.
 class SamplingState {
  public:
   SamplingState() = default;
-  // seq_index tells the request's n/best_of sequences apart: each gets its own RNG stream derived
+  // seq_index tells the request's n/best_of sequences apart: each gets its own stream derived
   // from the seed, so the same seed gives the same tokens whatever else is in the batch.
   SamplingState(const SamplingParams& params, std::vector<int32_t> prompt_ids, uint32_t seq_index = 0);
 
@@ -55,11 +59,12 @@ class SamplingState {
   void ban_at_next_position(int32_t token);
   std::span<const int32_t> next_position_bans() const;
 
-  std::mt19937_64& rng() { return rng_; }
-  // Uniform double in [0, 1) from the request's RNG (53 bits).
-  double next_uniform();
-  // Key of the request's counter-based (Philox) stream for the GPU sampler: derived from the seed
-  // and seq_index like rng(), fixed for the request's life (the counter is the output position).
+  // The uniform in [0, 1) of the output position being sampled (the next one), from the request's
+  // Philox stream. lane 0: the token's draw; lane 1: XTC's coin. A rewound position draws the same
+  // uniform again (its banned token is masked by then).
+  double uniform(int lane = 0) const { return philox_uniform(stream_key_, output_ids_.size(), lane); }
+  // Key of the request's counter-based (Philox) stream: derived from the seed and seq_index, fixed
+  // for the request's life (the counter is the output position). The GPU sampler gets it as is.
   uint64_t stream_key() const { return stream_key_; }
   float mirostat_mu() const { return mirostat_mu_; }
   void set_mirostat_mu(float mu) { mirostat_mu_ = mu; }
@@ -68,7 +73,6 @@ class SamplingState {
   std::vector<int32_t> prompt_ids_;
   std::vector<int32_t> output_ids_;
   std::map<size_t, std::vector<int32_t>> position_bans_;  // output position -> banned tokens
-  std::mt19937_64 rng_{0};
   uint64_t stream_key_ = 0;
   float mirostat_mu_ = 0.0f;
 };
@@ -88,6 +92,17 @@ struct SamplerRow {
   const uint32_t* allowed_mask = nullptr;
 };
 
+// The features a row uses: its request's (SamplingParams::active_samplers) and its state's
+// (min_tokens still pending, banned-string position bans, a guided-decoding mask). The one list the
+// sampler's fast path and the GPU path (gpu_sampling.h) choose from; a new logits processor (e.g. a
+// grammar mask) adds its feature here.
+SamplerSet active_samplers(const SamplerRow& row);
+
+// Rows using only these (in the default order) go straight to the draw: top-k by partial selection
+// on the raw logits, temperature and top-p on the survivors.
+inline constexpr SamplerSet kPlainSamplers{SamplerFeature::Temperature, SamplerFeature::TopP, SamplerFeature::TopK,
+                                           SamplerFeature::Order};
+
 class Sampler {
  public:
   explicit Sampler(SamplerConfig config);
@@ -98,12 +113,12 @@ class Sampler {
   const SamplerConfig& config() const { return config_; }
 
   // logits: [rows.size(), vocab_size], row-major, not modified. Each row's sampled token is appended to
-  // its state (and its RNG and Mirostat mu advance). Rows are spread over config.num_threads threads;
+  // its state (and its Mirostat mu advances). Rows are spread over config.num_threads threads;
   // one caller at a time (the engine thread): the per-thread buffers belong to this Sampler.
   std::vector<SampleOutput> sample(const float* logits, std::span<const SamplerRow> rows);
 
   // The logits of one row after the pre-chain masks and the sampler chain (masked tokens are -inf),
-  // before softmax, skew and the draw. Advances the RNG exactly as sample() would (XTC's coin).
+  // before softmax, skew and the draw (XTC's coin is the one sample() would toss).
   // For tests and debugging. With Mirostat 2 this is the Mirostat mask (the chain is skipped).
   std::vector<float> process(std::span<const float> logits, const SamplingParams& params, SamplingState& state,
                              const uint32_t* allowed_mask = nullptr);

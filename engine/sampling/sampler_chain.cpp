@@ -710,7 +710,7 @@ void run_chain(RowLogits& row, const SamplingParams& p, SamplingState& s) {
         apply_quadratic(row, p.smoothing_factor, p.smoothing_curve);
         break;
       case SamplerId::Xtc:
-        if (p.xtc_probability > 0.0f) apply_xtc(row, p.xtc_threshold, p.xtc_probability, s.next_uniform());
+        if (p.xtc_probability > 0.0f) apply_xtc(row, p.xtc_threshold, p.xtc_probability, s.uniform(1));
         break;
     }
   }

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris {
 

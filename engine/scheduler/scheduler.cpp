@@ -298,6 +298,7 @@ SchedulerOutput Scheduler::schedule() {
     auto ids = kv_.block_ids(s.request->request_id());
     s.block_ids.assign(ids.begin(), ids.end());
   }
+  out.batch = build_batch_context(out);
   return out;
 }
 

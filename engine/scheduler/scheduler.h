@@ -10,9 +10,9 @@
 // thread owns it.
 //
 // One engine step (CONVENTIONS.md point 2):
-//   SchedulerOutput out = scheduler.schedule();
-//   BatchLayout batch = build_batch_layout(out);  // runner: swap out, swap in, copy, then forward
-//   std::vector<StepResult> results = ...;        // one per batch.sampled_requests entry
+//   SchedulerOutput out = scheduler.schedule();  // out.batch: what the runner runs (after swap out,
+//                                                //   swap in, copy)
+//   std::vector<StepResult> results = ...;        // one per out.batch.sampled_seqs entry
 //   auto updates = scheduler.update_from_output(out, results);  // new tokens, finished requests
 // Stop strings found after detokenizing: finish_request(id, RequestStatus::FinishedStopped).
 #pragma once
@@ -27,7 +27,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/core/request.h"
+#include "engine/request/request.h"
 #include "engine/kv/kv_cache_manager.h"
 #include "engine/scheduler/scheduler_config.h"
 #include "engine/scheduler/scheduler_output.h"

@@ -1,6 +1,6 @@
-// What one scheduler step decided (SchedulerOutput) and what the engine reports back after the
-// model ran (StepResult -> RequestUpdate). The runner builds its BatchContext from
-// SchedulerOutput (see batch_layout.h); model code never sees scheduler objects.
+// What one scheduler step decided (SchedulerOutput, with the flattened batch the model runner
+// consumes as is: batch_context.h) and what the engine reports back after the model ran
+// (StepResult -> RequestUpdate). Model code never sees scheduler objects.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/request.h"
+#include "engine/request/request.h"
 #include "engine/kv/kv_cache_manager.h"
+#include "engine/scheduler/batch_context.h"
 
 namespace cypris {
 
@@ -41,6 +42,10 @@ struct SchedulerOutput {
   std::vector<BlockCopy> blocks_to_swap_out;  // 1. GPU -> CPU
   std::vector<BlockCopy> blocks_to_swap_in;   // 2. CPU -> GPU
   std::vector<BlockCopy> blocks_to_copy;      // 3. GPU -> GPU (copy-on-write after fork)
+
+  // The step flattened for the model runner (build_batch_context of the above); the engine adds
+  // its prompt-logprob rows and orders the logits rows, the runner reads the rest as is.
+  BatchContext batch;
 
   bool empty() const { return scheduled.empty(); }
 };

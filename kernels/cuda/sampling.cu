@@ -39,7 +39,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "engine/common/error.h"
-#include "kernels/cpu/philox.h"
+#include "kernels/common/philox.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/sampling.h"
 

@@ -1,7 +1,7 @@
 // Launchers for GPU-side sampling: a row-wise argmax (greedy rows) and the batched sampler of the
 // GPU fast path (bias, penalties, temperature, top-k, top-p, min-p, a Philox draw, raw logprobs),
 // so a step downloads a few numbers per row instead of a vocabulary of floats. The parameters and
-// results are the plain structs of kernels/cpu/sampling.h; CPU references: argmax_rows_cpu
+// results are the plain structs of kernels/common/sampling_types.h; CPU references: argmax_rows_cpu
 // (kernels/cpu/ops.h) and sample_rows_cpu (kernels/cpu/sampling.h).
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/sampling.h"
+#include "kernels/common/sampling_types.h"
 
 namespace cypris {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
-#include "engine/runtime/communicator.h"
+#include "engine/backend/communicator.h"
 
 namespace cypris {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "engine/common/error.h"
-#include "engine/runtime/communicator.h"
+#include "engine/backend/communicator.h"
 #include "models/layers/linear.h"
 
 namespace cypris {

@@ -6,8 +6,8 @@
 #include <type_traits>
 
 #include "engine/common/error.h"
-#include "engine/runtime/communicator.h"
-#include "engine/runtime/tp_workers.h"
+#include "engine/backend/communicator.h"
+#include "engine/backend/tp_workers.h"
 
 namespace cypris {
 namespace {

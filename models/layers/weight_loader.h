@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/loader/weights.h"
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 #include "models/model.h"
 
 namespace cypris {

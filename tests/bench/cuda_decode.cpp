@@ -16,7 +16,7 @@
 #ifdef CYPRIS_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "engine/runtime/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "engine/runtime/model_runner.h"
 #endif
 

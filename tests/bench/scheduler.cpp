@@ -1,15 +1,14 @@
-// Scheduler overhead benchmark: schedule() + build_batch_layout() + update_from_output() per step
+// Scheduler overhead benchmark: schedule() (with its batch) + update_from_output() per step
 // with a fake model, for a full batch of decoding requests (the steady state of a busy server).
 // Usage: bench_scheduler [num_requests=1024] [max_num_seqs=256] [prefix_caching=1]
+#include "engine/scheduler/scheduler.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <vector>
-
-#include "engine/scheduler/batch_layout.h"
-#include "engine/scheduler/scheduler.h"
 
 int main(int argc, char** argv) {
   using namespace cypris;
@@ -34,10 +33,10 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   while (sched.has_unfinished_requests()) {
     SchedulerOutput out = sched.schedule();
-    BatchLayout layout = build_batch_layout(out);
+    const BatchContext& layout = out.batch;
     std::vector<StepResult> results;
-    results.reserve(layout.sampled_requests.size());
-    for (int32_t r : layout.sampled_requests) {
+    results.reserve(layout.sampled_seqs.size());
+    for (int32_t r : layout.sampled_seqs) {
       const auto& req = *out.scheduled[size_t(r)].request;
       results.push_back({req.request_id(), {int32_t(7 + req.num_tokens() % 1000)}, RequestStatus::Running});
     }

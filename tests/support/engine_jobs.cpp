@@ -3,9 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris::testing_support {
 
@@ -54,6 +55,68 @@ GenerateRequest make_greedy_request(const Job& job) {
   r.prompt_token_ids = job.prompt;
   r.params = p;
   return r;
+}
+
+Outputs run_requests(Engine& engine, const std::vector<GenerateRequest>& reqs) {
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+  for (const auto& r : reqs) {
+    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
+    engine.add_request(r, streams[r.request_id]);
+  }
+  Outputs out;
+  for (int step = 0; engine.has_unfinished_requests() && step < 100000; ++step) {
+    engine.step();
+    for (auto& [id, st] : streams) {
+      while (auto o = st->next(std::chrono::milliseconds(0))) {
+        EXPECT_FALSE(o->error.has_value()) << *o->error;
+        for (const auto& d : o->outputs) out[id].insert(out[id].end(), d.token_ids.begin(), d.token_ids.end());
+      }
+    }
+  }
+  EXPECT_FALSE(engine.has_unfinished_requests());
+  return out;
+}
+
+namespace {
+
+GenerateRequest with_params(const Job& job, const std::string& id, const SamplingParams& p) {
+  GenerateRequest r;
+  r.request_id = id;
+  r.prompt_token_ids = job.prompt;
+  r.params = std::make_shared<SamplingParams>(p);
+  return r;
+}
+
+}  // namespace
+
+GenerateRequest make_seeded_request(const Job& job, const std::string& id) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.9f;
+  p.seed = 42;
+  p.max_tokens = 32;
+  p.ignore_eos = true;
+  return with_params(job, id, p);
+}
+
+GenerateRequest make_dry_request(const Job& job, const std::string& id) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.dry_multiplier = 0.8f;
+  p.dry_sequence_breaker_ids = {13};  // set: the engine leaves resolving the strings out
+  p.max_tokens = 24;
+  p.ignore_eos = true;
+  return with_params(job, id, p);
+}
+
+GenerateRequest make_prompt_logprobs_request(const Job& job, const std::string& id) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.prompt_logprobs = 3;
+  p.logprobs = 2;
+  p.max_tokens = 20;
+  p.ignore_eos = true;
+  return with_params(job, id, p);
 }
 
 Outputs run_batched(Engine& engine, const std::vector<Job>& jobs) {

@@ -40,6 +40,17 @@ Outputs run_batched(Engine& engine, const std::vector<Job>& jobs);
 // Each job alone on a fresh engine built from cfg.
 Outputs run_solo(const EngineConfig& cfg, const std::vector<Job>& jobs);
 
+// Submits the requests up front and steps the engine until all finish; the generated ids per request
+// id. Fails the test on an error output.
+Outputs run_requests(Engine& engine, const std::vector<GenerateRequest>& reqs);
+
+// The requests of the seeded-sampling tests: a seeded request (temperature 1, top_p 0.9, seed 42,
+// ignore_eos, 32 tokens) on the prompt of job, and batch-mates that take other sampler paths: a DRY
+// request and a prompt-logprobs request.
+GenerateRequest make_seeded_request(const Job& job, const std::string& id = "seeded");
+GenerateRequest make_dry_request(const Job& job, const std::string& id = "dry");
+GenerateRequest make_prompt_logprobs_request(const Job& job, const std::string& id = "prompt-logprobs");
+
 // Every job got exactly max_tokens tokens, the same as in expected (its solo run).
 void expect_same_outputs(const std::vector<Job>& jobs, const Outputs& expected, const Outputs& got);
 

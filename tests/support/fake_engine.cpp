@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "engine/common/error.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris::fake {
 

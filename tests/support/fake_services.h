@@ -13,7 +13,7 @@
 
 #include "app/ui/state/services.h"
 #include "engine/core/engine_client.h"
-#include "engine/core/outputs.h"
+#include "engine/request/outputs.h"
 
 namespace cypris::fake {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace cypris::server {

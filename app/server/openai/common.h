@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "app/server/context.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace cypris::server {

@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris::server {
 

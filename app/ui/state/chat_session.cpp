@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/engine_client.h"
-#include "engine/core/outputs.h"
+#include "engine/request/outputs.h"
 
 namespace cypris {
 

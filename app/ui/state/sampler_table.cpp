@@ -11,7 +11,7 @@
 #include <span>
 
 #include "engine/common/error.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris {
 

@@ -1,6 +1,6 @@
 // The chat's sampler controls: every per-request sampling parameter (name as in the API request
 // body, type, default, slider range, hard limits, help, group), generated from SamplingParams'
-// descriptor table (engine/core/sampling_params.h, sampling_param_table()) plus the few choices
+// descriptor table (engine/request/sampling_params.h, sampling_param_table()) plus the few choices
 // only the UI makes (the chat's max_tokens default, slider ends); the current values; and presets
 // (resources/sampler_presets/*.json).
 #pragma once

@@ -8,7 +8,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
-#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "models/model.h"
 

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "engine/common/error.h"
-#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "kernels/cuda/sampling.h"
 
 namespace cypris {

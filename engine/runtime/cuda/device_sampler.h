@@ -4,7 +4,7 @@
 // Only compiled with CUDA; no CUDA headers here.
 #pragma once
 
-#include "engine/runtime/backend.h"
+#include "engine/backend/backend.h"
 #include "engine/sampling/gpu_sampling.h"
 
 namespace cypris {

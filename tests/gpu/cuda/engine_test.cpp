@@ -10,7 +10,7 @@
 
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
 #endif
 

@@ -17,7 +17,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/common/dtype.h"
-#include "engine/runtime/backend_factory.h"
+#include "engine/backend/backend_factory.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/paged_attention.h"

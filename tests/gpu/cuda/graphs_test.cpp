@@ -10,7 +10,7 @@
 
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/common/error.h"
-#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/runtime/model_runner.h"
 #endif
 

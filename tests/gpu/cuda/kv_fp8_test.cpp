@@ -11,7 +11,7 @@
 
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/paged_attention.h"

@@ -9,7 +9,7 @@
 #include "tests/gpu/cuda/gpu_test_util.h"
 
 #ifdef CYPRIS_HAVE_CUDA
-#include "engine/runtime/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/runtime/model_runner.h"
 #endif
 

@@ -21,7 +21,7 @@
 
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "kernels/cuda/sampling.h"
 #include "tests/support/engine_jobs.h"
 #endif
@@ -246,26 +246,6 @@ TEST(CudaSamplingEngine, GreedyOutputsSameWithGpuSamplingOnAndOff) {
   Engine engine(cfg);
   expect_same_outputs(jobs, off, run_batched(engine, jobs));
 }
-// Runs the requests to completion on one engine (all submitted up front); tokens per request id.
-std::map<std::string, std::vector<int32_t> > run_requests(Engine& engine, const std::vector<GenerateRequest>& reqs) {
-  std::map<std::string, std::shared_ptr<RequestStream> > streams;
-  for (const auto& r : reqs) {
-    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
-    engine.add_request(r, streams[r.request_id]);
-  }
-  std::map<std::string, std::vector<int32_t> > out;
-  for (int step = 0; engine.has_unfinished_requests() && step < 100000; ++step) {
-    engine.step();
-    for (auto& [id, st] : streams) {
-      while (auto o = st->next(std::chrono::milliseconds(0))) {
-        EXPECT_FALSE(o->error.has_value()) << *o->error;
-        for (const auto& d : o->outputs) out[id].insert(out[id].end(), d.token_ids.begin(), d.token_ids.end());
-      }
-    }
-  }
-  return out;
-}
-
 TEST(CudaSamplingEngine, SeededRequestIgnoresItsBatch) {
   CYPRIS_REQUIRE_GPU();
   using namespace testing_support;
@@ -296,6 +276,40 @@ TEST(CudaSamplingEngine, SeededRequestIgnoresItsBatch) {
   ASSERT_EQ(alone.size(), 40u);
   EXPECT_EQ(got.at("seeded"), alone);
 }
+// The issue-15 guarantee on a GPU: a seeded request (temperature 1, top_p 0.9) gets the same tokens
+// alone, beside a DRY request (sampled on the CPU in the same step) and beside a prompt-logprobs
+// request (whose rows are downloaded), and the GPU sampler gives the tokens the CPU sampler gives
+// on the same logits (CYPRIS_GPU_SAMPLING=0 sends every row to the CPU sampler).
+TEST(CudaSamplingEngine, SeededRowsSameOnGpuAndCpuWhateverTheBatch) {
+  CYPRIS_REQUIRE_GPU();
+  using namespace testing_support;
+  EngineConfig cfg = stories_config(1, "cuda");
+  cfg.cache.num_gpu_blocks_override = 2000;
+  const auto jobs = make_jobs(4, 2024);
+  auto run = [&](const std::vector<GenerateRequest>& reqs) {
+    Engine engine(cfg);
+    return run_requests(engine, reqs);
+  };
+  ::setenv("CYPRIS_GPU_SAMPLING", "0", 1);
+  const Outputs cpu_alone = run({make_seeded_request(jobs[0])});
+  const Outputs cpu_dry = run({make_dry_request(jobs[1]), make_seeded_request(jobs[0])});
+  ::unsetenv("CYPRIS_GPU_SAMPLING");
+  const Outputs gpu_alone = run({make_seeded_request(jobs[0])});
+  const Outputs gpu_dry = run({make_dry_request(jobs[1]), make_seeded_request(jobs[0])});
+  const Outputs gpu_plp = run({make_seeded_request(jobs[0]), make_prompt_logprobs_request(jobs[2])});
+  const Outputs gpu_mixed = run({make_dry_request(jobs[1]), make_seeded_request(jobs[0]),
+                                 make_prompt_logprobs_request(jobs[2]), make_greedy_request(jobs[3])});
+  const std::vector<int32_t>& want = gpu_alone.at("seeded");
+  ASSERT_EQ(want.size(), 32u);
+  EXPECT_EQ(cpu_alone.at("seeded"), want) << "the CPU sampler and the GPU sampler differ on a seeded row";
+  EXPECT_EQ(cpu_dry.at("seeded"), want);
+  EXPECT_EQ(gpu_dry.at("seeded"), want) << "a DRY batch-mate changed a seeded row";
+  EXPECT_EQ(gpu_plp.at("seeded"), want) << "a prompt-logprobs batch-mate changed a seeded row";
+  EXPECT_EQ(gpu_mixed.at("seeded"), want);
+  // The DRY row runs on the CPU sampler either way: the same tokens with GPU sampling on and off.
+  EXPECT_EQ(gpu_dry.at("dry"), cpu_dry.at("dry"));
+}
+
 #endif
 
 }  // namespace

@@ -7,9 +7,9 @@
 
 #include "engine/common/error.h"
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #ifdef CYPRIS_HAVE_CUDA
-#include "engine/runtime/cuda/nccl_communicator.h"
+#include "engine/backend/cuda/nccl_communicator.h"
 #endif
 
 namespace cypris {

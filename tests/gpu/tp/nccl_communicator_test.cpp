@@ -8,8 +8,8 @@
 #include <cuda_runtime.h>
 
 #include "engine/common/error.h"
-#include "engine/runtime/cuda/nccl_communicator.h"
-#include "engine/runtime/tp_workers.h"
+#include "engine/backend/cuda/nccl_communicator.h"
+#include "engine/backend/tp_workers.h"
 #endif
 
 namespace cypris {

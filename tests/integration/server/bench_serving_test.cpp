@@ -8,7 +8,7 @@
 
 #include "app/cli/commands.h"
 #include "engine/common/error.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "tests/integration/server/server_fixture.h"
 
 using namespace cypris;

@@ -3,7 +3,7 @@
 
 #include <thread>
 
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "tests/integration/server/server_fixture.h"
 
 using namespace cypris;

@@ -14,7 +14,7 @@
 
 #include "engine/common/error.h"
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "engine/sampling/beam_search.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/support/engine_jobs.h"

@@ -11,7 +11,7 @@
 
 #include "engine/common/error.h"
 #include "engine/core/async_engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
 
 namespace cypris {

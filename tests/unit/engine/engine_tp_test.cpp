@@ -10,7 +10,7 @@
 
 #include "engine/common/error.h"
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
 
 namespace cypris {

@@ -12,7 +12,7 @@
 
 #include "engine/common/error.h"
 #include "engine/core/engine.h"
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 #include "engine/runtime/kv_cache_scales.h"
 #include "engine/runtime/model_runner.h"
 #include "tests/support/engine_jobs.h"

@@ -1,7 +1,7 @@
-// Philox4x32-10 (kernels/cpu/philox.h, shared with the GPU sampler) against the known-answer
+// Philox4x32-10 (kernels/common/philox.h, shared with the GPU sampler) against the known-answer
 // vectors of Random123 (kat_vectors, philox4x32_10; re-derived by tests/tools/philox_kat.py), and
 // the sampler's uniform built on it.
-#include "kernels/cpu/philox.h"
+#include "kernels/common/philox.h"
 
 #include <gtest/gtest.h>
 

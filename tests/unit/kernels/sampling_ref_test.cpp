@@ -5,6 +5,7 @@
 // follow that distribution with the Philox uniform.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -162,6 +163,38 @@ TEST(SamplingReference, DrawsFollowTheDistribution) {
       EXPECT_NEAR(freq[i], probs[i], 0.015) << "token " << i;
       if (probs[i] == 0.0) EXPECT_EQ(freq[i], 0.0) << "token " << i << " is outside the support";
     }
+  }
+}
+
+// The engine's CPU sampler draws from the same Philox stream (key from the seed, counter = output
+// position) in the same vocabulary order as the GPU sampler, whose reference this is: for every
+// seed, the same token. This is what lets the engine sample each row on either device.
+TEST(SamplingReference, SameTokensAsTheEngineSamplerForEverySeed) {
+  const int32_t V = static_cast<int32_t>(kRow.size());
+  SamplerConfig sc;
+  sc.vocab_size = V;
+  Sampler sampler(sc);
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    std::map<int32_t, int> seen;
+    size_t support = 0;
+    for (uint64_t seed = 0; seed < 300; ++seed) {
+      Case cs = c;
+      cs.p.seed = seed;
+      Built b;
+      build(cs, b);
+      GpuSamplingOutputs out;
+      out.resize(1, b.in.max_top);
+      sample_rows_cpu(b.in.host_batch(kRow.data(), V, V), out.results());
+      if (seed == 0) {
+        for (double q : sampling_probs_cpu(b.in.host_batch(kRow.data(), V, V), 0)) support += q > 0.0;
+      }
+      const std::vector<SampleOutput> got = sampler.sample(kRow.data(), b.rows);
+      ASSERT_EQ(got[0].token, out.tokens[0]) << "seed " << seed;
+      seen[got[0].token]++;
+    }
+    // Drawn, not forced: with more than one token in the support, the seeds pick different ones.
+    EXPECT_GE(seen.size(), std::min<size_t>(support, 2));
   }
 }
 

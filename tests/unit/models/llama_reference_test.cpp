@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "engine/common/error.h"
-#include "engine/runtime/cpu/cpu_backend.h"
-#include "engine/runtime/cpu/cpu_communicator.h"
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cpu/cpu_communicator.h"
 #include "engine/runtime/debug_dump.h"
 #include "engine/runtime/model_runner.h"
 #include "models/registry/registry.h"

@@ -70,8 +70,10 @@ TEST(GpuSamplingPredicate, EveryOtherSamplerGoesToTheCpu) {
       {"custom order",
        [](SamplingParams& p) {
          auto order = default_sampler_order(false);
-         std::swap(order[0], order[1]);
+         std::swap(order[1], order[3]);  // temperature before the penalties
          p.sampler_priority = order;
+         p.temperature = 0.5f;
+         p.repetition_penalty = 1.2f;
        }},
       {"too many logprobs", [](SamplingParams& p) { p.logprobs = kMaxGpuTopLogprobs + 1; }},
   };
@@ -85,6 +87,12 @@ TEST(GpuSamplingPredicate, EveryOtherSamplerGoesToTheCpu) {
   t.temperature = 0.5f;
   t.top_k = 10;
   EXPECT_TRUE(supported(t));
+  SamplingParams o;  // a custom order that only moves samplers this request does not use
+  auto order = default_sampler_order(false);
+  std::swap(order[0], order[1]);  // DRY and the penalties, both off
+  o.sampler_priority = order;
+  o.top_p = 0.9f;
+  EXPECT_TRUE(supported(o));
 }
 
 TEST(GpuSamplingPredicate, MasksAndStateSendTheRowToTheCpu) {

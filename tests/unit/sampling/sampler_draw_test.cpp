@@ -186,9 +186,12 @@ TEST(SamplerDraw, SequencesOfOneRequestGetDifferentStreams) {
   SamplingState s0(p, {}, 0), s0b(p, {}, 0), s1(p, {}, 1);
   std::vector<double> a, b, c;
   for (int i = 0; i < 8; ++i) {
-    a.push_back(s0.next_uniform());
-    b.push_back(s0b.next_uniform());
-    c.push_back(s1.next_uniform());
+    a.push_back(s0.uniform());
+    b.push_back(s0b.uniform());
+    c.push_back(s1.uniform());
+    s0.append(1);  // the counter is the output position
+    s0b.append(1);
+    s1.append(1);
   }
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);

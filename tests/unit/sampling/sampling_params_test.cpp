@@ -1,6 +1,6 @@
 // SamplingParams: validation messages name the parameter and its range; the descriptor table agrees
 // with the struct defaults; sampler_priority parsing; lenient client values.
-#include "engine/core/sampling_params.h"
+#include "engine/request/sampling_params.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/scheduler/batch_layout.h"
+#include "engine/scheduler/batch_context.h"
 #include "engine/scheduler/scheduler.h"
 
 namespace cypris::testing {
@@ -53,7 +53,7 @@ class FakeRunner {
     copy_blocks(out.blocks_to_swap_out, gpu_, cpu_);
     copy_blocks(out.blocks_to_swap_in, cpu_, gpu_);
     copy_blocks(out.blocks_to_copy, gpu_, gpu_);
-    BatchLayout layout = build_batch_layout(out);
+    const BatchContext layout = build_batch_context(out);
     // Context: every token before this step must be readable through the block table.
     for (const auto& s : out.scheduled) {
       auto tokens = s.request->all_token_ids();
@@ -71,7 +71,7 @@ class FakeRunner {
       gpu_[size_t(layout.slot_mapping[size_t(i)])] = encode(layout.token_ids[size_t(i)], layout.positions[size_t(i)]);
     }
     std::vector<StepResult> results;
-    for (int32_t r : layout.sampled_requests) {
+    for (int32_t r : layout.sampled_seqs) {
       const auto& req = *out.scheduled[size_t(r)].request;
       StepResult res;
       res.request_id = req.request_id();

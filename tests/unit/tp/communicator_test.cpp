@@ -10,8 +10,8 @@
 
 #include "engine/common/error.h"
 #include "engine/loader/model_config.h"
-#include "engine/runtime/cpu/cpu_communicator.h"
-#include "engine/runtime/tp_workers.h"
+#include "engine/backend/cpu/cpu_communicator.h"
+#include "engine/backend/tp_workers.h"
 
 namespace cypris {
 namespace {

@@ -1,0 +1,132 @@
+// The Backend: the small set of ops the models are written against (embedding, linear, norms,
+// rotary, paged KV cache write + attention, activation, row gather), and the memory they run on.
+// CpuBackend (engine/backend/cpu/) and CudaBackend (engine/backend/cuda/, CUDA builds) implement it;
+// make_backend (backend_factory.h) picks one. Activations are fp32 on both; weights may be
+// F32/F16/BF16. 2-D activations may be column slices of a wider buffer: their strides are {row_stride, 1}.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/common/tensor.h"
+#include "engine/loader/weights.h"
+
+namespace cypris {
+
+// A tensor together with ownership of its memory (host or device).
+struct DeviceTensor {
+  Tensor view;
+  std::shared_ptr<void> storage;
+  bool defined() const { return view.data != nullptr || view.numel() == 0; }
+};
+
+// Row stride in elements of a 2-D tensor (its width when contiguous).
+inline int64_t row_stride(const Tensor& t) {
+  return t.strides.empty() ? t.shape.back() : t.strides[0];
+}
+
+// Columns [col0, col0 + ncols) of a 2-D tensor, as a strided view.
+Tensor column_slice(const Tensor& t, int64_t col0, int64_t ncols);
+
+// Paged-attention metadata on the backend's device (copied from a BatchContext).
+struct AttentionMetadata {
+  Tensor query_start_loc;  // I32 [num_seqs + 1]
+  Tensor seq_lens;         // I32 [num_seqs]
+  Tensor block_tables;     // I32 [num_seqs, max_blocks_per_seq]
+  Tensor slot_mapping;     // I64 [num_tokens]
+  int num_seqs = 0;
+  int64_t max_blocks_per_seq = 0;
+  // Host-side upper bounds (0 = unknown) so a device backend can size its launch without reading
+  // device memory back: the longest new-token run and the longest context in the batch.
+  int max_query_len = 0;
+  int max_seq_len = 0;
+};
+
+// fp8 KV cache scales of one layer (vLLM semantics): the cache holds fp8(x / scale) and attention
+// reads fp32(stored) * scale. Ignored for an fp32 cache.
+struct KvCacheScales {
+  float k = 1.0f;
+  float v = 1.0f;
+};
+
+// Free and total bytes of the backend's device memory (both 0 on the CPU).
+struct DeviceMemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+
+  // Uninitialised memory on the device.
+  virtual DeviceTensor empty(DType dtype, const std::vector<int64_t>& shape) = 0;
+  virtual DeviceTensor zeros(DType dtype, const std::vector<int64_t>& shape) = 0;
+  // Copies host data to the device.
+  virtual DeviceTensor upload(const void* data, DType dtype, const std::vector<int64_t>& shape) = 0;
+  // Takes a loaded weight; the CPU backend keeps the host buffer as it is (no copy).
+  virtual DeviceTensor upload_weight(HostTensor&& host) = 0;
+  // Copies a contiguous device tensor to host memory (t.nbytes() bytes).
+  virtual void download(const Tensor& t, void* dst) = 0;
+  // Host memory the device can copy to and from quickly (pinned on CUDA): the KV swap pool.
+  virtual DeviceTensor empty_host(DType dtype, const std::vector<int64_t>& shape) = 0;
+  // Waits until all work queued on the device is done (no-op on the CPU).
+  virtual void synchronize() = 0;
+  virtual DeviceMemoryInfo memory_info() = 0;
+  // The memory profile behind --gpu-memory-utilization: the most activation memory in use at
+  // once since reset_peak_memory(), beyond what was in use at the reset (0 on the CPU).
+  virtual void reset_peak_memory() {}
+  virtual size_t peak_memory_bytes() { return 0; }
+  // Gives the allocator's cached free blocks back to the device (after the profile run, so that
+  // the KV cache and the CUDA graphs find the memory the budget left them); no-op on the CPU.
+  virtual void release_cached_memory() {}
+
+  // out[t] = table[ids[t]]; ids I32 [T], table [vocab, hidden], out F32 [T, hidden].
+  virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
+  // out = x · wᵀ + bias; x [M, K], w [N, K], bias F32 [N] or null, out [M, N].
+  virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  // out = rms_norm(x) * w; w F32 [hidden].
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // residual += x; x = rms_norm(residual) * w.
+  virtual void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
+  // Neox rotary in place on q [T, Hq*D] and k [T, Hkv*D]; cos_sin F32 [max_pos, rot_dim].
+  virtual void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) = 0;
+  // Stores k, v [T, Hkv*D] at meta.slot_mapping in the caches [num_blocks, block_size, Hkv, D]
+  // (F32, or F8E4M3 / F8E5M2 quantised with kv_scales).
+  virtual void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
+                              Tensor& v_cache, const KvCacheScales& kv_scales = {}) = 0;
+  // Causal attention of q [T, Hq*D] over the cached context; out [T, Hq*D]. window 0 = full.
+  // scale is the softmax scale; kv_scales dequantise an fp8 cache; softcap > 0 caps the scores
+  // as softcap * tanh(score / softcap) before the softmax (Gemma 2).
+  virtual void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                               const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
+                               const KvCacheScales& kv_scales = {}, float softcap = 0.0f) = 0;
+  // out = silu(x[:, :I]) * x[:, I:]; x [T, 2I], out [T, I].
+  virtual void silu_and_mul(const Tensor& x, Tensor& out) = 0;
+  // out = gelu_tanh(x[:, :I]) * x[:, I:]; x [T, 2I], out [T, I] (Gemma's GeGLU).
+  virtual void gelu_tanh_and_mul(const Tensor& x, Tensor& out) = 0;
+  // RMSNorm of each head in place: x [T, H*D] (may be a column slice), w F32 [D] (Qwen3's q/k norms).
+  virtual void rms_norm_heads(Tensor& x, const Tensor& w, float eps) = 0;
+  // In place on x F32 [R, C] (may be a column slice): x = cap * tanh(scale * x / cap) when
+  // cap > 0, else x * scale (embedding scaling, logit soft-capping, logit scale).
+  virtual void scale_and_cap(Tensor& x, float scale, float cap) = 0;
+  // out[r] = x[indices[r]]; x F32 [T, H], indices I32 [R], out F32 [R, H].
+  virtual void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) = 0;
+  // out[indices[r]] += weights[r] * src[r]; src F32 [R, H], indices I32 [R] (distinct within a call,
+  // in [0, T)), weights F32 [R], out F32 [T, H]: a mixture-of-experts layer adds one expert's rows
+  // back to their tokens.
+  virtual void scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) = 0;
+
+  // KV block moves. A block is one slab along dim 0 ([block_size, Hkv, D] of a layer's cache);
+  // src_dst holds (src, dst) block-id pairs flattened, ids already validated by the caller.
+  // copy_blocks: inside each cache tensor (copy-on-write), all tensors in one go.
+  virtual void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) = 0;
+  // swap_blocks: from src to dst, where either may be host memory from empty_host (swap out/in).
+  virtual void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) = 0;
+};
+
+}  // namespace cypris

@@ -1,0 +1,28 @@
+// Choosing and creating the Backend for --device: "cpu", "cuda", or "auto" (CUDA when the build
+// has it and a GPU is present, else the CPU). Callers never include a CUDA header.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/backend/backend.h"
+
+namespace cypris {
+
+struct BackendOptions {
+  std::string device = "cpu";  // auto | cuda | cpu (neuron/tpu are treated as auto)
+  int threads = 0;             // CPU backend threads; <= 0: one per hardware thread
+  int cuda_device = 0;
+  bool cuda_fp32_gemm = false;  // see CudaBackendOptions::fp32_gemm
+};
+
+// True when this binary was built with the CUDA backend.
+bool cuda_compiled();
+// Usable CUDA devices: 0 without CUDA in the build, without a driver, or on any driver error.
+int cuda_device_count();
+// "cuda" or "cpu" for a --device value. Throws Error for "cuda" when the build has no CUDA or no
+// GPU is present, and for unknown values.
+std::string resolve_device(const std::string& device);
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+
+}  // namespace cypris

@@ -1,0 +1,440 @@
+#include "engine/backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "engine/common/error.h"
+#include "engine/common/log.h"
+#include "engine/backend/backend_checks.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/cache_ops.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rotary.h"
+
+namespace cypris {
+namespace {
+
+using backend_checks::require_contiguous;
+
+// A caching allocator: a step allocates the same activation sizes every time, and cudaMalloc /
+// cudaFree synchronise the device, so freed blocks wait in size-keyed lists. All work runs on one
+// stream, so a block handed out again is only touched by work queued after its last use.
+// The main pool reuses blocks of the exact (rounded) size. The CUDA graphs' private pool is
+// best-fit (a block up to twice the request), so the smaller graphs, captured after the largest,
+// run in the largest one's memory instead of each keeping their own. It never frees during a
+// capture (cudaFree would break it). Bytes handed out are counted, with their peak, for the
+// memory profile behind --gpu-memory-utilization.
+class DevicePool {
+ public:
+  DevicePool(int device, bool best_fit) : device_(device), best_fit_(best_fit) {}
+  ~DevicePool() {
+    cudaSetDevice(device_);
+    for (auto& [bytes, list] : free_) {
+      for (void* p : list) cudaFree(p);
+    }
+  }
+
+  static size_t round_up(size_t bytes) {
+    if (bytes <= (size_t{1} << 20)) {
+      size_t r = 512;
+      while (r < bytes) r <<= 1;
+      return r;
+    }
+    const size_t step = size_t{2} << 20;
+    return (bytes + step - 1) / step * step;
+  }
+
+  // A block of at least `bytes` (already rounded); *got is its real size, to hand back to put().
+  void* get(size_t bytes, size_t* got) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = best_fit_ ? free_.lower_bound(bytes) : free_.find(bytes);
+      while (it != free_.end() && it->second.empty() && best_fit_ && it->first <= 2 * bytes) ++it;
+      if (it != free_.end() && !it->second.empty() && it->first <= 2 * bytes) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        *got = it->first;
+        cached_ -= it->first;
+        note_get(it->first);
+        return p;
+      }
+    }
+    void* p = nullptr;
+    // A graph-pool miss happens inside a capture (best-fit can hand a smaller request the block a
+    // later, larger one needed). cudaMalloc is a "potentially unsafe" call that invalidates a
+    // capture begun in global or thread-local mode, so the graphs would never capture; it is safe
+    // here (never freed before the graphs are destroyed), so relax this thread's mode around it.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (best_fit_) cudaThreadExchangeStreamCaptureMode(&mode);
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (best_fit_) cudaThreadExchangeStreamCaptureMode(&mode);
+    if (err != cudaSuccess && !best_fit_) {
+      cudaGetLastError();  // clear the sticky-free allocation error and retry after emptying the cache
+      release_cached();
+      err = cudaMalloc(&p, bytes);
+    }
+    CYPRIS_CHECK(err == cudaSuccess, "CUDA out of memory: cannot allocate {:.1f} MiB on device {} ({}); lower "
+                 "--gpu-memory-utilization, --max-num-batched-tokens or --max-model-len",
+                 static_cast<double>(bytes) / (1 << 20), device_, cudaGetErrorString(err));
+    std::lock_guard<std::mutex> lock(mu_);
+    reserved_ += bytes;
+    *got = bytes;
+    note_get(bytes);
+    return p;
+  }
+
+  void put(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_[bytes].push_back(p);
+    cached_ += bytes;
+    in_use_ -= bytes;
+  }
+
+  void release_cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cudaDeviceSynchronize();
+    for (auto& [bytes, list] : free_) {
+      for (void* p : list) cudaFree(p);
+      reserved_ -= bytes * list.size();
+      list.clear();
+    }
+    cached_ = 0;
+  }
+
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    baseline_ = peak_ = in_use_;
+  }
+  size_t peak_since_reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_ - baseline_;
+  }
+  size_t reserved() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reserved_;
+  }
+
+ private:
+  void note_get(size_t bytes) {
+    in_use_ += bytes;
+    peak_ = std::max(peak_, in_use_);
+  }
+
+  int device_;
+  bool best_fit_;
+  std::mutex mu_;
+  std::map<size_t, std::vector<void*>> free_;
+  size_t cached_ = 0;    // in the free lists
+  size_t reserved_ = 0;  // from cudaMalloc, in all
+  size_t in_use_ = 0;    // handed out
+  size_t peak_ = 0, baseline_ = 0;
+};
+
+constexpr const char* kName = "cuda backend";
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+void require_device(const Tensor& t, const char* what) {
+  CYPRIS_CHECK(t.device == Device::Cuda || t.numel() == 0, "cuda backend: {} is not in device memory", what);
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  int device = 0;
+  bool fp32_gemm = false;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::shared_ptr<DevicePool> pool;
+  std::shared_ptr<DevicePool> graph_pool;  // CUDA graphs' activations (cuda_graphs.cpp), made on first use
+  bool use_graph_pool = false;
+  void* cublas_workspace = nullptr;
+
+  DeviceTensor pooled(DType dtype, const std::vector<int64_t>& shape) {
+    Tensor view(nullptr, dtype, shape, Device::Cuda);
+    view.device_index = device;
+    const size_t bytes = view.nbytes();
+    if (bytes == 0) return DeviceTensor{view, nullptr};
+    std::shared_ptr<DevicePool> from = use_graph_pool ? graph_pool : pool;
+    size_t got = 0;
+    void* p = from->get(DevicePool::round_up(bytes), &got);
+    view.data = p;
+    return DeviceTensor{view, std::shared_ptr<void>(p, [from, got](void* q) { from->put(q, got); })};
+  }
+
+  // Scratch memory for one call, returned to the pool when the call's work has been queued.
+  DeviceTensor scratch(size_t bytes) {
+    return pooled(DType::U8, {static_cast<int64_t>(bytes)});
+  }
+};
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: an error here means "no GPU"
+    return 0;
+  }
+  return n;
+}
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_unique<Impl>()) {
+  const int count = cuda_device_count();
+  CYPRIS_CHECK(count > 0, "--device cuda: no CUDA device is available (no GPU or no driver); use --device cpu");
+  CYPRIS_CHECK(options.device >= 0 && options.device < count, "CUDA device {} does not exist ({} device(s))",
+               options.device, count);
+  impl_->device = options.device;
+  impl_->fp32_gemm = options.fp32_gemm;
+  CUDA_CHECK(cudaSetDevice(options.device));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  const cublasStatus_t st = cublasCreate(&impl_->cublas);
+  CYPRIS_CHECK(st == CUBLAS_STATUS_SUCCESS, "cuBLAS initialisation failed: {}", cublasGetStatusString(st));
+  cublasSetStream(impl_->cublas, impl_->stream);
+  cublasSetMathMode(impl_->cublas, CUBLAS_DEFAULT_MATH);  // no TF32: fp32 GEMMs stay fp32
+  impl_->pool = std::make_shared<DevicePool>(options.device, false);
+  // cuBLAS gets its workspace up front: allocating one lazily inside a graph capture would fail,
+  // and the memory profile then counts it with the weights.
+  CUDA_CHECK(cudaMalloc(&impl_->cublas_workspace, kCublasWorkspaceBytes));
+  const cublasStatus_t ws = cublasSetWorkspace(impl_->cublas, impl_->cublas_workspace, kCublasWorkspaceBytes);
+  CYPRIS_CHECK(ws == CUBLAS_STATUS_SUCCESS, "cuBLAS workspace: {}", cublasGetStatusString(ws));
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
+  LOG_INFO("CUDA backend on device {}: {} (sm_{}{}, {} SMs, {:.1f} GiB)", options.device, prop.name, prop.major,
+           prop.minor, prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1u << 30));
+}
+
+CudaBackend::~CudaBackend() {
+  if (impl_->stream) cudaStreamSynchronize(impl_->stream);
+  if (impl_->cublas) cublasDestroy(impl_->cublas);
+  if (impl_->cublas_workspace) cudaFree(impl_->cublas_workspace);
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+void CudaBackend::reset_peak_memory() {
+  impl_->pool->reset_peak();
+}
+
+size_t CudaBackend::peak_memory_bytes() {
+  return impl_->pool->peak_since_reset();
+}
+
+void CudaBackend::release_cached_memory() {
+  impl_->pool->release_cached();
+}
+
+void CudaBackend::set_graph_pool(bool on) {
+  if (on && !impl_->graph_pool) impl_->graph_pool = std::make_shared<DevicePool>(impl_->device, true);
+  impl_->use_graph_pool = on;
+}
+
+size_t CudaBackend::graph_pool_bytes() const {
+  return impl_->graph_pool ? impl_->graph_pool->reserved() : 0;
+}
+
+void* CudaBackend::stream() const { return impl_->stream; }
+
+DeviceTensor CudaBackend::empty(DType dtype, const std::vector<int64_t>& shape) { return impl_->pooled(dtype, shape); }
+
+DeviceTensor CudaBackend::zeros(DType dtype, const std::vector<int64_t>& shape) {
+  DeviceTensor t = empty(dtype, shape);
+  if (t.view.nbytes()) CUDA_CHECK(cudaMemsetAsync(t.view.data, 0, t.view.nbytes(), impl_->stream));
+  return t;
+}
+
+DeviceTensor CudaBackend::upload(const void* data, DType dtype, const std::vector<int64_t>& shape) {
+  DeviceTensor t = empty(dtype, shape);
+  // From pageable memory the call returns once the data is staged, so the caller may reuse it.
+  if (t.view.nbytes()) {
+    CUDA_CHECK(cudaMemcpyAsync(t.view.data, data, t.view.nbytes(), cudaMemcpyHostToDevice, impl_->stream));
+  }
+  return t;
+}
+
+DeviceTensor CudaBackend::empty_exact(DType dtype, const std::vector<int64_t>& shape) {
+  Tensor view(nullptr, dtype, shape, Device::Cuda);
+  view.device_index = impl_->device;
+  if (view.nbytes() == 0) return DeviceTensor{view, nullptr};
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, view.nbytes());
+  CYPRIS_CHECK(err == cudaSuccess, "CUDA out of memory: cannot allocate {:.1f} MiB for a {} tensor {} ({})",
+               static_cast<double>(view.nbytes()) / (1 << 20), dtype_name(dtype), view.shape_str(),
+               cudaGetErrorString(err));
+  view.data = p;
+  return DeviceTensor{view, std::shared_ptr<void>(p, [](void* q) { cudaFree(q); })};
+}
+
+DeviceTensor CudaBackend::upload_weight(HostTensor&& host) {
+  DeviceTensor t = empty_exact(host.dtype, host.shape);
+  if (t.view.nbytes()) {
+    CYPRIS_CHECK(host.buffer.size() >= t.view.nbytes(), "upload_weight: host buffer of {} bytes for {} bytes",
+                 host.buffer.size(), t.view.nbytes());
+    CUDA_CHECK(cudaMemcpyAsync(t.view.data, host.buffer.data(), t.view.nbytes(), cudaMemcpyHostToDevice,
+                               impl_->stream));
+    // The host buffer is freed when this returns.
+    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+  }
+  return t;
+}
+
+void CudaBackend::download(const Tensor& t, void* dst) {
+  require_contiguous(kName, t, "download source");
+  if (!t.nbytes()) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, t.data, t.nbytes(), cudaMemcpyDefault, impl_->stream));
+  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
+
+DeviceTensor CudaBackend::empty_host(DType dtype, const std::vector<int64_t>& shape) {
+  Tensor view(nullptr, dtype, shape, Device::Cpu);
+  if (view.nbytes() == 0) return DeviceTensor{view, nullptr};
+  void* p = nullptr;
+  const cudaError_t err = cudaMallocHost(&p, view.nbytes());
+  CYPRIS_CHECK(err == cudaSuccess, "cannot pin {:.1f} MiB of host memory for the KV swap space ({}); lower --swap-space",
+               static_cast<double>(view.nbytes()) / (1 << 20), cudaGetErrorString(err));
+  view.data = p;
+  return DeviceTensor{view, std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); })};
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+
+DeviceMemoryInfo CudaBackend::memory_info() {
+  DeviceMemoryInfo info;
+  CUDA_CHECK(cudaMemGetInfo(&info.free_bytes, &info.total_bytes));
+  return info;
+}
+
+void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
+  backend_checks::check_embedding(kName, ids, table, out);
+  require_device(table, "embedding table");
+  embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1],
+                 out.as<float>(), impl_->stream);
+}
+
+void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  backend_checks::check_linear(kName, x, w, bias, out);
+  require_device(w, "linear weight");
+  const GemmPrecision precision = impl_->fp32_gemm ? GemmPrecision::Fp32 : GemmPrecision::Fast;
+  const int64_t m = x.shape[0], k = x.shape[1], n = w.shape[0];
+  const size_t scratch_bytes = gemm_scratch_bytes(m, k, n, w.dtype, precision);
+  DeviceTensor scratch = scratch_bytes ? impl_->scratch(scratch_bytes) : DeviceTensor{};
+  gemm_xwt_cuda(impl_->cublas, x.as<float>(), m, k, row_stride(x), w.data, w.dtype, n,
+                bias ? bias->as<float>() : nullptr, out.as<float>(), row_stride(out), scratch.view.data, precision,
+                impl_->stream);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  backend_checks::check_rms_norm(kName, x, w, out);
+  rms_norm_cuda(x.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], out.as<float>(), impl_->stream);
+}
+
+void CudaBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
+  backend_checks::check_fused_add_rms_norm(kName, x, residual, w);
+  fused_add_rms_norm_cuda(x.as<float>(), residual.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1],
+                          impl_->stream);
+}
+
+void CudaBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) {
+  backend_checks::check_rotary(kName, q, k, positions, cos_sin, head_dim);
+  rotary_cuda(q.as<float>(), row_stride(q), static_cast<int>(q.shape[1] / head_dim), k.as<float>(), row_stride(k),
+              static_cast<int>(k.shape[1] / head_dim), head_dim, static_cast<int>(cos_sin.shape[1]),
+              positions.as<int32_t>(), positions.shape[0], cos_sin.as<float>(), cos_sin.shape[0], impl_->stream);
+}
+
+void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
+                                 Tensor& v_cache, const KvCacheScales& kv_scales) {
+  const int64_t width = backend_checks::check_write_kv_cache(kName, k, v, meta, k_cache, v_cache);
+  reshape_and_cache_cuda(k.as<float>(), row_stride(k), v.as<float>(), row_stride(v), k.shape[0],
+                         meta.slot_mapping.as<int64_t>(), width, k_cache.data, v_cache.data,
+                         k_cache.shape[0] * k_cache.shape[1], impl_->stream, k_cache.dtype, kv_scales.k, kv_scales.v);
+}
+
+void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                                  const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
+                                  const KvCacheScales& kv_scales, float softcap) {
+  PagedAttentionCudaParams p;
+  static_cast<PagedAttentionParams&>(p) = backend_checks::paged_attention_params(
+      kName, q, k_cache, v_cache, meta, scale, sliding_window, out, kv_scales, softcap);
+  p.num_tokens = q.shape[0];
+  p.max_query_len = meta.max_query_len;
+  p.max_seq_len = meta.max_seq_len;
+  const size_t ws = paged_attention_workspace_bytes(p);
+  DeviceTensor workspace = ws ? impl_->scratch(ws) : DeviceTensor{};
+  paged_attention_cuda(p, workspace.view.data, impl_->stream);
+}
+
+void CudaBackend::silu_and_mul(const Tensor& x, Tensor& out) {
+  backend_checks::check_silu_and_mul(kName, x, out);
+  silu_and_mul_cuda(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), impl_->stream);
+}
+
+void CudaBackend::gelu_tanh_and_mul(const Tensor& x, Tensor& out) {
+  backend_checks::check_silu_and_mul(kName, x, out);
+  gelu_tanh_and_mul_cuda(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), impl_->stream);
+}
+
+void CudaBackend::rms_norm_heads(Tensor& x, const Tensor& w, float eps) {
+  backend_checks::check_rms_norm_heads(kName, x, w);
+  const int d = static_cast<int>(w.shape[0]);
+  rms_norm_heads_cuda(x.as<float>(), row_stride(x), x.shape[0], static_cast<int>(x.shape[1] / d), d, w.as<float>(),
+                      eps, impl_->stream);
+}
+
+void CudaBackend::scale_and_cap(Tensor& x, float scale, float cap) {
+  backend_checks::check_scale_and_cap(kName, x, scale, cap);
+  scale_and_cap_cuda(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), scale, cap, impl_->stream);
+}
+
+void CudaBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) {
+  backend_checks::check_scatter_add_rows(kName, src, indices, weights, out);
+  scatter_add_rows_cuda(src.as<float>(), src.shape[0], src.shape[1], indices.as<int32_t>(), weights.as<float>(),
+                        out.as<float>(), out.shape[0], impl_->stream);
+}
+
+void CudaBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) {
+  backend_checks::check_gather_rows(kName, x, indices, out);
+  gather_rows_cuda(x.as<float>(), x.shape[0], x.shape[1], indices.as<int32_t>(), indices.shape[0], out.as<float>(),
+                   impl_->stream);
+}
+
+void CudaBackend::copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) {
+  CYPRIS_CHECK(src_dst.size() % 2 == 0, "cuda backend: copy_blocks needs (src, dst) pairs");
+  if (caches.empty() || src_dst.empty()) return;
+  const int64_t block_bytes = static_cast<int64_t>(caches[0].nbytes() / static_cast<size_t>(caches[0].shape[0]));
+  std::vector<uint64_t> ptrs;
+  for (const Tensor& c : caches) {
+    require_device(c, "copy_blocks cache");
+    CYPRIS_CHECK(static_cast<int64_t>(c.nbytes() / static_cast<size_t>(c.shape[0])) == block_bytes,
+                 "cuda backend: copy_blocks caches differ in block size");
+    ptrs.push_back(reinterpret_cast<uint64_t>(c.data));
+  }
+  const int64_t num_pairs = static_cast<int64_t>(src_dst.size() / 2);
+  DeviceTensor dptrs = upload(ptrs.data(), DType::I64, {static_cast<int64_t>(ptrs.size())});
+  DeviceTensor dpairs = upload(src_dst.data(), DType::I64, {num_pairs, 2});
+  for (int64_t p0 = 0; p0 < num_pairs; p0 += 65535) {
+    const int64_t n = std::min<int64_t>(65535, num_pairs - p0);
+    copy_blocks_cuda(static_cast<const uint64_t*>(dptrs.view.data), static_cast<int>(ptrs.size()),
+                     dpairs.view.as<int64_t>() + 2 * p0, n, block_bytes, impl_->stream);
+  }
+}
+
+void CudaBackend::swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) {
+  CYPRIS_CHECK(src_dst.size() % 2 == 0 && src.ndim() >= 1 && dst.ndim() >= 1, "cuda backend: swap_blocks arguments");
+  if (src_dst.empty()) return;
+  const size_t bytes = src.nbytes() / static_cast<size_t>(src.shape[0]);
+  CYPRIS_CHECK(bytes == dst.nbytes() / static_cast<size_t>(dst.shape[0]),
+               "cuda backend: swap_blocks between tensors of different block sizes");
+  // Device <-> pinned host: cudaMemcpyDefault lets unified addressing pick the direction.
+  for (size_t i = 0; i < src_dst.size(); i += 2) {
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst.data) + src_dst[i + 1] * bytes,
+                               static_cast<const char*>(src.data) + src_dst[i] * bytes, bytes, cudaMemcpyDefault,
+                               impl_->stream));
+  }
+}
+
+}  // namespace cypris

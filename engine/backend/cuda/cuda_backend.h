@@ -1,0 +1,82 @@
+// The CUDA backend: device memory from cudaMalloc (a caching pool for activations, exact
+// allocations for weights and the KV cache), one non-blocking stream for all work, cuBLAS for
+// the large GEMMs and the kernels of kernels/cuda/. Only compiled when the build has CUDA; the
+// rest of the engine reaches it through make_backend (engine/backend/backend_factory.h). This
+// header stays free of CUDA headers so that including it costs nothing.
+#pragma once
+
+#include <memory>
+
+#include "engine/backend/backend.h"
+
+namespace cypris {
+
+struct CudaBackendOptions {
+  int device = 0;
+  // Multiply 16-bit weights in fp32 for more than a few rows (the CPU backend's numerics) instead
+  // of rounding activations to 16 bits for the tensor cores. For equivalence tests.
+  bool fp32_gemm = false;
+};
+
+class CudaBackend : public Backend {
+ public:
+  // Throws Error when the device cannot be used (no driver, no such device).
+  explicit CudaBackend(const CudaBackendOptions& options = {});
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  Device device() const override { return Device::Cuda; }
+
+  DeviceTensor empty(DType dtype, const std::vector<int64_t>& shape) override;
+  DeviceTensor zeros(DType dtype, const std::vector<int64_t>& shape) override;
+  DeviceTensor upload(const void* data, DType dtype, const std::vector<int64_t>& shape) override;
+  DeviceTensor upload_weight(HostTensor&& host) override;
+  void download(const Tensor& t, void* dst) override;
+  DeviceTensor empty_host(DType dtype, const std::vector<int64_t>& shape) override;
+  void synchronize() override;
+  DeviceMemoryInfo memory_info() override;
+
+  void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
+  void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) override;
+  void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
+                      Tensor& v_cache, const KvCacheScales& kv_scales = {}) override;
+  void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMetadata& meta,
+                       float scale, int sliding_window, Tensor& out, const KvCacheScales& kv_scales = {},
+                       float softcap = 0.0f) override;
+  void silu_and_mul(const Tensor& x, Tensor& out) override;
+  void gelu_tanh_and_mul(const Tensor& x, Tensor& out) override;
+  void rms_norm_heads(Tensor& x, const Tensor& w, float eps) override;
+  void scale_and_cap(Tensor& x, float scale, float cap) override;
+  void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
+  void scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) override;
+  void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) override;
+  void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) override;
+
+  void reset_peak_memory() override;
+  size_t peak_memory_bytes() override;
+  void release_cached_memory() override;
+
+  // While on, activations come from the CUDA graphs' private pool (best-fit, kept for replays)
+  // instead of the main one: memory a graph uses between replays is then never handed to
+  // anything that outlives a replay. cuda_graphs.cpp turns it on around warm-up and capture.
+  void set_graph_pool(bool on);
+  // Device memory the graphs' pool holds.
+  size_t graph_pool_bytes() const;
+
+  // Device memory outside the caching pool (weights, KV cache): exact size, freed on release.
+  DeviceTensor empty_exact(DType dtype, const std::vector<int64_t>& shape);
+  // The stream all work runs on (a cudaStream_t).
+  void* stream() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Number of usable CUDA devices; 0 when the driver is missing or reports an error.
+int cuda_device_count();
+
+}  // namespace cypris

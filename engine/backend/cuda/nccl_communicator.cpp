@@ -1,0 +1,96 @@
+#include "engine/backend/cuda/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "engine/common/error.h"
+#include "engine/backend/tp_workers.h"
+
+namespace cypris {
+
+namespace {
+
+void check_nccl(ncclResult_t r, const char* what) {
+  CYPRIS_CHECK(r == ncclSuccess, "NCCL {} failed: {}", what, ncclGetErrorString(r));
+}
+
+void check_cuda(cudaError_t r, const char* what) {
+  CYPRIS_CHECK(r == cudaSuccess, "CUDA {} failed: {}", what, cudaGetErrorString(r));
+}
+
+ncclComm_t as_comm(void* c) {
+  return static_cast<ncclComm_t>(c);
+}
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+// Collectives are enqueued from the rank's own thread, whose current device must be the rank's.
+struct DeviceGuard {
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&previous);
+    if (previous != device) check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  }
+  ~DeviceGuard() { cudaSetDevice(previous); }
+  int previous = 0;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(void* comm, int rank, int world_size, int device)
+    : comm_(comm), rank_(rank), world_size_(world_size), device_(device) {
+  DeviceGuard guard(device_);
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&scratch_), sizeof(float)), "cudaMalloc");
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (scratch_) cudaFree(scratch_);
+  if (comm_) ncclCommDestroy(as_comm(comm_));
+}
+
+void NcclCommunicator::all_reduce_sum(float* data, int64_t count) {
+  if (world_size_ == 1 || count <= 0) return;
+  DeviceGuard guard(device_);
+  check_nccl(
+      ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat32, ncclSum, as_comm(comm_), as_stream(stream_)),
+      "all-reduce");
+}
+
+void NcclCommunicator::all_gather(const float* send, float* recv, int64_t count) {
+  if (count <= 0) return;
+  DeviceGuard guard(device_);
+  check_nccl(ncclAllGather(send, recv, static_cast<size_t>(count), ncclFloat32, as_comm(comm_), as_stream(stream_)),
+             "all-gather");
+}
+
+void NcclCommunicator::barrier() {
+  if (world_size_ == 1) return;
+  // NCCL has no barrier: a one-element all-reduce, waited for, serves as one.
+  DeviceGuard guard(device_);
+  check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, as_comm(comm_), as_stream(stream_)), "barrier");
+  check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
+}
+
+int visible_cuda_devices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size) {
+  check_gpu_count(world_size, visible_cuda_devices());
+  std::vector<ncclComm_t> comms(static_cast<size_t>(world_size));
+  std::vector<int> devices(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) devices[r] = r;
+  check_nccl(ncclCommInitAll(comms.data(), world_size, devices.data()), "communicator init");
+  std::vector<std::unique_ptr<NcclCommunicator>> out;
+  for (int r = 0; r < world_size; ++r) {
+    out.push_back(std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comms[r], r, world_size, devices[r])));
+  }
+  return out;
+}
+
+}  // namespace cypris

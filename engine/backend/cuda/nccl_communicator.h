@@ -1,0 +1,46 @@
+// The Communicator for GPU ranks: NCCL collectives, one communicator per GPU of this process
+// (device ordinals as CUDA_VISIBLE_DEVICES presents them). Compiled only in the CUDA build.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/backend/communicator.h"
+
+namespace cypris {
+
+class NcclCommunicator : public Communicator {
+ public:
+  ~NcclCommunicator() override;
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  int device() const { return device_; }
+  // The CUDA stream (cudaStream_t) the collectives are enqueued on; the backend's compute stream
+  // of this rank, so a collective runs after the kernels that produced its input. Null: the
+  // legacy default stream.
+  void set_stream(void* stream) { stream_ = stream; }
+  // The collectives are asynchronous on the stream, like the backend's kernels.
+  void all_reduce_sum(float* data, int64_t count) override;
+  void all_gather(const float* send, float* recv, int64_t count) override;
+  void barrier() override;
+
+ private:
+  friend std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
+  NcclCommunicator(void* comm, int rank, int world_size, int device);
+
+  void* comm_ = nullptr;  // ncclComm_t
+  void* stream_ = nullptr;
+  int rank_ = 0;
+  int world_size_ = 1;
+  int device_ = 0;
+  float* scratch_ = nullptr;  // one float on the device, for barrier()
+};
+
+// The number of GPUs this process sees (after CUDA_VISIBLE_DEVICES); 0 when there is no driver.
+int visible_cuda_devices();
+
+// world_size communicators on devices 0 .. world_size-1 (index = rank), created together in this
+// process (ncclCommInitAll). Throws Error naming --tensor-parallel-size when fewer GPUs are visible.
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
+
+}  // namespace cypris
