@@ -4,6 +4,7 @@
 #include "models/layers/attention.h"
 #include "models/layers/common.h"
 #include "models/layers/mlp.h"
+#include "models/layers/moe.h"
 #include "models/layers/vocab_parallel.h"
 
 namespace cypris {
@@ -14,12 +15,17 @@ struct LlamaLayer {
   AttentionBlock attn;
   RmsNorm post_norm;
   GatedMlp mlp;
+  SparseMoe moe;  // instead of mlp when is_moe
+  bool is_moe = false;
 };
 
 class LlamaModel : public Model {
  public:
-  LlamaModel(const ModelConfig& cfg, const WeightSource& weights, Backend& backend, const ModelBuildOptions& opt)
+  LlamaModel(const ModelConfig& cfg, const WeightSource& weights, Backend& backend, const ModelBuildOptions& opt,
+             const LlamaVariant& variant)
       : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)) {
+    CYPRIS_CHECK(cfg.hidden_act == "silu", "{}: {} uses a SiLU MLP, but hidden_act is {}", cfg.source,
+                 cfg.architectures.front(), cfg.hidden_act);
     const WeightLoader w(cfg_, weights, backend, opt_);
     const int64_t h = cfg.hidden_size;
     const float eps = static_cast<float>(cfg.rms_norm_eps);
@@ -35,12 +41,33 @@ class LlamaModel : public Model {
       a.qkv_bias = cfg.qkv_bias;
       a.o_bias = cfg.o_bias;
       a.sliding_window = cfg.layer_sliding_window[i];
+      a.fused_qkv = variant.fused_qkv;
+      if (variant.qk_norm) {
+        a.q_norm = "q_norm.weight";
+        a.k_norm = "k_norm.weight";
+        a.qk_norm_eps = eps;
+      }
       L.attn = AttentionBlock(w, layout_, a);
-      MlpSpec m;
-      m.prefix = p + "mlp.";
-      m.intermediate_size = cfg.intermediate_size;
-      m.bias = cfg.mlp_bias;
-      L.mlp = GatedMlp(w, layout_, m);
+      L.is_moe = !cfg.layer_is_moe.empty() && cfg.layer_is_moe[i];
+      if (L.is_moe) {
+        MoeSpec m;
+        m.prefix = p + variant.moe_block;
+        m.gate = variant.moe_gate;
+        m.up = variant.moe_up;
+        m.down = variant.moe_down;
+        m.num_experts = cfg.num_experts;
+        m.top_k = cfg.num_experts_per_tok;
+        m.renormalize = cfg.norm_topk_prob;
+        m.intermediate_size = cfg.moe_intermediate_size;
+        L.moe = SparseMoe(w, layout_, m);
+      } else {
+        MlpSpec m;
+        m.prefix = p + "mlp.";
+        m.intermediate_size = cfg.intermediate_size;
+        m.bias = cfg.mlp_bias;
+        m.fused_gate_up = variant.fused_gate_up;
+        L.mlp = GatedMlp(w, layout_, m);
+      }
     }
     final_norm_ = RmsNorm(w, "model.norm.weight", h, eps);
     lm_head_ = LmHead(w, cfg.tie_word_embeddings ? &embed_ : nullptr);
@@ -76,7 +103,12 @@ class LlamaModel : public Model {
       L.post_norm.add_forward(backend_, hidden.view, residual.view);
       d("residual_mid", residual.view);
       d("post_norm", hidden.view);
-      L.mlp.forward(backend_, hidden.view, scratch, hidden.view, d);
+      if (L.is_moe) {
+        hidden = L.moe.forward(backend_, hidden.view, d);
+        d("mlp_out", hidden.view);
+      } else {
+        L.mlp.forward(backend_, hidden.view, scratch, hidden.view, d);
+      }
     }
     final_norm_.add_forward(backend_, hidden.view, residual.view);
     dump("final_norm", hidden.view);
@@ -101,7 +133,12 @@ class LlamaModel : public Model {
 
 std::unique_ptr<Model> create_llama_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                           const ModelBuildOptions& options) {
-  return std::make_unique<LlamaModel>(cfg, weights, backend, options);
+  return std::make_unique<LlamaModel>(cfg, weights, backend, options, LlamaVariant{});
+}
+
+std::unique_ptr<Model> create_llama_style_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
+                                                const ModelBuildOptions& options, const LlamaVariant& variant) {
+  return std::make_unique<LlamaModel>(cfg, weights, backend, options, variant);
 }
 
 }  // namespace cypris

@@ -14,4 +14,16 @@ namespace cypris {
 std::unique_ptr<Model> create_llama_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                           const ModelBuildOptions& options);
 
+// What a Llama-shaped family changes in the pre-norm decoder (models/qwen3.cpp uses it).
+struct LlamaVariant {
+  bool qk_norm = false;  // per-head RMSNorm of q and k before rotary ("self_attn.q_norm.weight")
+  // Checkpoints that store q/k/v and gate/up fused (Phi-3): the fused tensors' names; empty: separate.
+  std::string fused_qkv, fused_gate_up;
+  // The sparse MLP of the layers cfg.layer_is_moe marks (Qwen3-MoE's names; Mixtral's differ).
+  std::string moe_block = "mlp.";
+  std::string moe_gate = "gate_proj.weight", moe_up = "up_proj.weight", moe_down = "down_proj.weight";
+};
+std::unique_ptr<Model> create_llama_style_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
+                                                const ModelBuildOptions& options, const LlamaVariant& variant);
+
 }  // namespace cypris

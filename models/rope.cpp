@@ -107,6 +107,22 @@ RopeParameters compute_rope_parameters(const ModelConfig& cfg, std::optional<int
       out.inv_freq[i] = interp * (1 - extrap_factor) + extrap * extrap_factor;
     }
     out.attention_factor = static_cast<float>(attention_factor);
+  } else if (rs.type == "longrope") {
+    // transformers' _compute_longrope_parameters: per-dimension factors, short below the original
+    // length, long from it on; the factor is max_position_embeddings / original length when the
+    // config gives the latter.
+    const double max_pos = static_cast<double>(cfg.max_position_embeddings);
+    const double original = rs.original_max_position_embeddings.value_or(max_pos);
+    const double factor = rs.original_max_position_embeddings ? max_pos / original : rs.factor;
+    const double attention_factor =
+        rs.attention_factor ? *rs.attention_factor
+                            : (factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(original)));
+    const bool use_long = seq_len && static_cast<double>(*seq_len) > original;
+    const std::vector<double>& ext = use_long ? rs.long_factor : rs.short_factor;
+    const std::vector<float> pf = pos_freqs(cfg.rope_theta, dim);
+    out.inv_freq.resize(pf.size());
+    for (size_t i = 0; i < pf.size(); ++i) out.inv_freq[i] = 1.0f / (static_cast<float>(ext[i]) * pf[i]);
+    out.attention_factor = static_cast<float>(attention_factor);
   }
   return out;
 }
@@ -123,8 +139,14 @@ std::vector<float> build_rope_cos_sin(const ModelConfig& cfg, int64_t max_len) {
   std::vector<float> table(static_cast<size_t>(max_len) * static_cast<size_t>(dim));
   RopeParameters params = compute_rope_parameters(cfg);
   const bool dynamic = cfg.rope_scaling.type == "dynamic";
+  // longrope: positions from the original length on use the long factors (vLLM's per-position
+  // table; transformers switches the whole sequence once it is longer than that).
+  const bool longrope = cfg.rope_scaling.type == "longrope";
+  const int64_t original = static_cast<int64_t>(
+      cfg.rope_scaling.original_max_position_embeddings.value_or(static_cast<double>(cfg.max_position_embeddings)));
   for (int64_t p = 0; p < max_len; ++p) {
     if (dynamic && p + 1 > cfg.max_position_embeddings) params = compute_rope_parameters(cfg, p + 1);
+    if (longrope && p == original) params = compute_rope_parameters(cfg, p + 1);
     float* row = table.data() + p * dim;
     for (int i = 0; i < half; ++i) {
       const float angle = params.inv_freq[i] * static_cast<float>(p);

@@ -1,7 +1,8 @@
 // Rotary embedding frequencies for every RoPE variant the Llama family uses, computed the way
 // Hugging Face transformers does (modeling_rope_utils: _compute_default_rope_parameters,
 // _compute_linear_scaling_rope_parameters, _compute_dynamic_ntk_parameters,
-// _compute_yarn_parameters, _compute_llama3_parameters), in float32 like transformers.
+// _compute_yarn_parameters, _compute_llama3_parameters, _compute_longrope_parameters), in float32
+// like transformers.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,7 @@
 #include "engine/backend/backend.h"
 
+#include <cmath>
+
 #include "engine/common/error.h"
 #include "engine/backend/backend_checks.h"
 
@@ -113,8 +115,11 @@ void check_paged_attention(const char* backend, const Tensor& q, const Tensor& k
 
 PagedAttentionParams paged_attention_params(const char* backend, const Tensor& q, const Tensor& k_cache,
                                             const Tensor& v_cache, const AttentionMetadata& meta, float scale,
-                                            int sliding_window, Tensor& out, const KvCacheScales& kv_scales) {
+                                            int sliding_window, Tensor& out, const KvCacheScales& kv_scales,
+                                            float softcap) {
   check_paged_attention(backend, q, k_cache, v_cache, meta, out);
+  CYPRIS_CHECK(softcap >= 0.0f && std::isfinite(softcap), "{}: attention soft-cap must be >= 0, got {}", backend,
+               softcap);
   PagedAttentionParams p;
   p.q = q.as<float>();
   p.ldq = row_stride(q);
@@ -135,6 +140,7 @@ PagedAttentionParams paged_attention_params(const char* backend, const Tensor& q
   p.num_seqs = meta.num_seqs;
   p.scale = scale;
   p.sliding_window = sliding_window;
+  p.softcap = softcap;
   p.out = out.as<float>();
   p.ldo = row_stride(out);
   return p;
@@ -147,6 +153,35 @@ void check_silu_and_mul(const char* backend, const Tensor& x, const Tensor& out)
   require_contiguous(backend, out, "silu_and_mul output");
   CYPRIS_CHECK(x.shape[0] == out.shape[0] && x.shape[1] == 2 * out.shape[1], "{}: silu_and_mul shapes x {} out {}",
                backend, x.shape_str(), out.shape_str());
+}
+
+void check_rms_norm_heads(const char* backend, const Tensor& x, const Tensor& w) {
+  require(backend, x, DType::F32, 2, "rms_norm_heads input");
+  require(backend, w, DType::F32, 1, "rms_norm_heads weight");
+  CYPRIS_CHECK(w.shape[0] > 0 && x.shape[1] % w.shape[0] == 0 && row_stride(x) >= x.shape[1],
+               "{}: rms_norm_heads shapes x {} w {} (x's width must be whole heads)", backend, x.shape_str(),
+               w.shape_str());
+}
+
+void check_scale_and_cap(const char* backend, const Tensor& x, float scale, float cap) {
+  require(backend, x, DType::F32, 2, "scale_and_cap input");
+  CYPRIS_CHECK(row_stride(x) >= x.shape[1], "{}: scale_and_cap row stride {} below width {}", backend, row_stride(x),
+               x.shape[1]);
+  CYPRIS_CHECK(std::isfinite(scale) && std::isfinite(cap) && cap >= 0.0f,
+               "{}: scale_and_cap needs a finite scale and a cap >= 0, got {} and {}", backend, scale, cap);
+}
+
+void check_scatter_add_rows(const char* backend, const Tensor& src, const Tensor& indices, const Tensor& weights,
+                            const Tensor& out) {
+  require(backend, src, DType::F32, 2, "scatter_add_rows source");
+  require(backend, indices, DType::I32, 1, "scatter_add_rows indices");
+  require(backend, weights, DType::F32, 1, "scatter_add_rows weights");
+  require(backend, out, DType::F32, 2, "scatter_add_rows output");
+  require_contiguous(backend, src, "scatter_add_rows source");
+  require_contiguous(backend, out, "scatter_add_rows output");
+  CYPRIS_CHECK(indices.shape[0] == src.shape[0] && weights.shape[0] == src.shape[0] && out.shape[1] == src.shape[1],
+               "{}: scatter_add_rows shapes src {} indices {} weights {} out {}", backend, src.shape_str(),
+               indices.shape_str(), weights.shape_str(), out.shape_str());
 }
 
 void check_gather_rows(const char* backend, const Tensor& x, const Tensor& indices, const Tensor& out) {

@@ -100,14 +100,26 @@ class Backend {
   virtual void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                               Tensor& v_cache, const KvCacheScales& kv_scales = {}) = 0;
   // Causal attention of q [T, Hq*D] over the cached context; out [T, Hq*D]. window 0 = full.
-  // scale is the softmax scale; kv_scales dequantise an fp8 cache.
+  // scale is the softmax scale; kv_scales dequantise an fp8 cache; softcap > 0 caps the scores
+  // as softcap * tanh(score / softcap) before the softmax (Gemma 2).
   virtual void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
-                               const KvCacheScales& kv_scales = {}) = 0;
+                               const KvCacheScales& kv_scales = {}, float softcap = 0.0f) = 0;
   // out = silu(x[:, :I]) * x[:, I:]; x [T, 2I], out [T, I].
   virtual void silu_and_mul(const Tensor& x, Tensor& out) = 0;
+  // out = gelu_tanh(x[:, :I]) * x[:, I:]; x [T, 2I], out [T, I] (Gemma's GeGLU).
+  virtual void gelu_tanh_and_mul(const Tensor& x, Tensor& out) = 0;
+  // RMSNorm of each head in place: x [T, H*D] (may be a column slice), w F32 [D] (Qwen3's q/k norms).
+  virtual void rms_norm_heads(Tensor& x, const Tensor& w, float eps) = 0;
+  // In place on x F32 [R, C] (may be a column slice): x = cap * tanh(scale * x / cap) when
+  // cap > 0, else x * scale (embedding scaling, logit soft-capping, logit scale).
+  virtual void scale_and_cap(Tensor& x, float scale, float cap) = 0;
   // out[r] = x[indices[r]]; x F32 [T, H], indices I32 [R], out F32 [R, H].
   virtual void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) = 0;
+  // out[indices[r]] += weights[r] * src[r]; src F32 [R, H], indices I32 [R] (distinct within a call,
+  // in [0, T)), weights F32 [R], out F32 [T, H]: a mixture-of-experts layer adds one expert's rows
+  // back to their tokens.
+  virtual void scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) = 0;
 
   // KV block moves. A block is one slab along dim 0 ([block_size, Hkv, D] of a layer's cache);
   // src_dst holds (src, dst) block-id pairs flattened, ids already validated by the caller.

@@ -32,8 +32,14 @@ void check_paged_attention(const char* backend, const Tensor& q, const Tensor& k
 // the tensors' own: host memory on the CPU, device memory on a GPU).
 PagedAttentionParams paged_attention_params(const char* backend, const Tensor& q, const Tensor& k_cache,
                                             const Tensor& v_cache, const AttentionMetadata& meta, float scale,
-                                            int sliding_window, Tensor& out, const KvCacheScales& kv_scales);
+                                            int sliding_window, Tensor& out, const KvCacheScales& kv_scales,
+                                            float softcap = 0.0f);
+// silu_and_mul and gelu_tanh_and_mul.
 void check_silu_and_mul(const char* backend, const Tensor& x, const Tensor& out);
+void check_rms_norm_heads(const char* backend, const Tensor& x, const Tensor& w);
+void check_scale_and_cap(const char* backend, const Tensor& x, float scale, float cap);
+void check_scatter_add_rows(const char* backend, const Tensor& src, const Tensor& indices, const Tensor& weights,
+                            const Tensor& out);
 void check_gather_rows(const char* backend, const Tensor& x, const Tensor& indices, const Tensor& out);
 
 }  // namespace cypris::backend_checks

@@ -109,11 +109,24 @@ RopeScaling rope_scaling_from_json(const json& r, const std::string& source) {
   RopeScaling rs;
   rs.type = get_string(r, "rope_type", src, get_string(r, "type", src, "default"));
   if (rs.type == "mrope") rs.type = "default";  // same frequencies; the sections only matter for vision models
-  const bool known =
-      rs.type == "default" || rs.type == "linear" || rs.type == "dynamic" || rs.type == "yarn" || rs.type == "llama3";
-  CYPRIS_CHECK(known, "{}: rope_type '{}' is not supported; supported: default, linear, dynamic, yarn, llama3", src,
+  if (rs.type == "su") rs.type = "longrope";     // Phi-3's early name for it
+  const bool known = rs.type == "default" || rs.type == "linear" || rs.type == "dynamic" || rs.type == "yarn" ||
+                     rs.type == "llama3" || rs.type == "longrope";
+  CYPRIS_CHECK(known,
+               "{}: rope_type '{}' is not supported; supported: default, linear, dynamic, yarn, llama3, longrope", src,
                rs.type);
-  if (rs.type != "default") {
+  if (rs.type == "longrope") {
+    for (auto [key, dst] : {std::pair{"short_factor", &rs.short_factor}, std::pair{"long_factor", &rs.long_factor}}) {
+      CYPRIS_CHECK(has(r, key) && r.at(key).is_array(), "{}: longrope needs '{}' (a list of numbers)", src, key);
+      for (const auto& e : r.at(key)) {
+        CYPRIS_CHECK(e.is_number() && e.get<double>() > 0, "{}: '{}' must hold positive numbers, got {}", src, key,
+                     e.dump());
+        dst->push_back(e.get<double>());
+      }
+    }
+    rs.factor = get_double(r, "factor", src, 1.0);
+    rs.attention_factor = get_opt_double(r, "attention_factor", src);
+  } else if (rs.type != "default") {
     rs.factor = get_double(r, "factor", src);
     CYPRIS_CHECK(rs.factor >= 1.0, "{}: 'factor' must be >= 1, got {}", src, rs.factor);
   }
@@ -164,7 +177,16 @@ int64_t max_allowed_model_len(const ModelConfig& cfg) {
 
 ModelConfig parse_model_config(const std::string& config_json, const std::string& source,
                                const ConfigOverrides& overrides, const std::string& generation_json) {
-  const json j = parse_json(config_json, source);
+  json j = parse_json(config_json, source);
+  // A multimodal checkpoint (Gemma3ForConditionalGeneration) nests the language model's config
+  // under text_config: its fields are read as if they were at the top level.
+  if (has(j, "text_config")) {
+    CYPRIS_CHECK(j.at("text_config").is_object(), "{}: text_config must be a JSON object", source);
+    const json text = j.at("text_config");
+    for (const auto& [key, value] : text.items()) {
+      if (!value.is_null()) j[key] = value;
+    }
+  }
   ModelConfig c;
   c.source = source;
   if (has(j, "architectures")) {
@@ -221,12 +243,46 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
                "{}: partial_rotary_factor {} must be in (0, 1] and give an even rotary dimension", source,
                c.partial_rotary_factor);
   if (has(j, "rope_scaling")) c.rope_scaling = rope_scaling_from_json(j.at("rope_scaling"), source);
-  const std::string act = get_string(j, "hidden_act", source, "silu");
-  CYPRIS_CHECK(act == "silu" || act == "swish", "{}: hidden_act '{}' is not supported (silu)", source, act);
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, false);
+  if (c.rope_scaling.type == "longrope") {
+    // Phi-3 keeps the pre-training length at the top level; it sets the scaling factor too.
+    if (has(j, "original_max_position_embeddings")) {
+      c.rope_scaling.original_max_position_embeddings = get_double(j, "original_max_position_embeddings", source);
+    }
+    const size_t half = static_cast<size_t>(c.rotary_dim() / 2);
+    CYPRIS_CHECK(c.rope_scaling.short_factor.size() == half && c.rope_scaling.long_factor.size() == half,
+                 "{}: rope_scaling short_factor and long_factor need rotary_dim / 2 = {} entries, got {} and {}", source,
+                 half, c.rope_scaling.short_factor.size(), c.rope_scaling.long_factor.size());
+  }
+  // Gemma names its activation hidden_activation (its hidden_act is a legacy field).
+  const std::string act = get_string(j, "hidden_activation", source, get_string(j, "hidden_act", source, "silu"));
+  if (act == "silu" || act == "swish") {
+    c.hidden_act = "silu";
+  } else if (act == "gelu_pytorch_tanh" || act == "gelu_tanh" || act == "gelu_new" ||
+             (act == "gelu" && c.model_type.rfind("gemma", 0) == 0)) {
+    c.hidden_act = "gelu_tanh";  // Gemma's "gelu" is the tanh approximation in transformers too
+  } else {
+    CYPRIS_FAIL("{}: hidden_act '{}' is not supported (silu, gelu_pytorch_tanh)", source, act);
+  }
+  const std::string arch0 = c.architectures.front();
+  const bool is_gemma = c.model_type.rfind("gemma", 0) == 0 || arch0.rfind("Gemma", 0) == 0;
+  // Gemma's configs default to tied embeddings (Gemma2Config, Gemma3TextConfig).
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, is_gemma);
+  if (has(j, "query_pre_attn_scalar")) {
+    c.query_pre_attn_scalar = get_double(j, "query_pre_attn_scalar", source);
+    CYPRIS_CHECK(*c.query_pre_attn_scalar > 0, "{}: query_pre_attn_scalar must be positive", source);
+  }
+  c.attn_logit_softcapping = get_double(j, "attn_logit_softcapping", source, 0.0);
+  c.final_logit_softcapping = get_double(j, "final_logit_softcapping", source, 0.0);
+  CYPRIS_CHECK(c.attn_logit_softcapping >= 0 && c.final_logit_softcapping >= 0,
+               "{}: attn_logit_softcapping and final_logit_softcapping must be >= 0 or null", source);
+  c.rope_local_base_freq = get_opt_double(j, "rope_local_base_freq", source);
+  CYPRIS_CHECK(!c.rope_local_base_freq || *c.rope_local_base_freq > 0, "{}: rope_local_base_freq must be positive",
+               source);
   c.torch_dtype = get_string(j, "torch_dtype", source, get_string(j, "dtype", source, ""));
 
-  const bool is_qwen2 = c.model_type == "qwen2" || c.architectures.front() == "Qwen2ForCausalLM";
+  const bool is_qwen2 = c.model_type == "qwen2" || arch0 == "Qwen2ForCausalLM";
+  // Qwen3 (dense and MoE) shares Qwen2's sliding-window fields but has attention_bias like Llama.
+  const bool qwen_windows = is_qwen2 || c.model_type.rfind("qwen3", 0) == 0 || arch0.rfind("Qwen3", 0) == 0;
   if (is_qwen2) {
     c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj
   } else {
@@ -257,7 +313,16 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
       }
     }
   } else if (window > 0) {
-    if (is_qwen2) {
+    if (c.model_type == "gemma2" || arch0 == "Gemma2ForCausalLM") {
+      for (int i = 0; i < c.num_hidden_layers; i += 2) c.layer_sliding_window[i] = window;  // even layers slide
+    } else if (is_gemma) {
+      // Gemma 3: every sliding_window_pattern-th layer is global, the others slide.
+      const int64_t pattern = get_int(j, "sliding_window_pattern", source, 6);
+      CYPRIS_CHECK(pattern > 0, "{}: sliding_window_pattern must be positive", source);
+      for (int i = 0; i < c.num_hidden_layers; ++i) {
+        if ((i + 1) % pattern != 0) c.layer_sliding_window[i] = window;
+      }
+    } else if (qwen_windows) {
       const bool use = get_bool(j, "use_sliding_window", source, false);
       const int max_window_layers = static_cast<int>(get_int(j, "max_window_layers", source, c.num_hidden_layers));
       for (int i = 0; i < c.num_hidden_layers; ++i) {
@@ -265,6 +330,38 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
       }
     } else {
       c.layer_sliding_window.assign(c.num_hidden_layers, window);
+    }
+  }
+
+  // Mixture of experts: Qwen3-MoE's num_experts, Mixtral's num_local_experts.
+  c.num_experts = static_cast<int>(get_int(j, "num_experts", source, get_int(j, "num_local_experts", source, 0)));
+  c.layer_is_moe.assign(c.num_hidden_layers, false);
+  if (c.num_experts > 0) {
+    CYPRIS_CHECK(c.num_experts <= 4096, "{}: num_experts {} is out of range", source, c.num_experts);
+    c.num_experts_per_tok = static_cast<int>(get_int(j, "num_experts_per_tok", source));
+    CYPRIS_CHECK(c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.num_experts,
+                 "{}: num_experts_per_tok {} must be in [1, num_experts = {}]", source, c.num_experts_per_tok,
+                 c.num_experts);
+    c.moe_intermediate_size = get_int(j, "moe_intermediate_size", source, c.intermediate_size);
+    CYPRIS_CHECK(c.moe_intermediate_size > 0 && c.moe_intermediate_size <= (1 << 22),
+                 "{}: moe_intermediate_size {} is out of range", source, c.moe_intermediate_size);
+    // Mixtral always renormalises the top-k gates; Qwen3-MoE when norm_topk_prob (default false).
+    const bool mixtral = c.model_type == "mixtral" || arch0 == "MixtralForCausalLM";
+    c.norm_topk_prob = mixtral ? true : get_bool(j, "norm_topk_prob", source, false);
+    const int64_t step = get_int(j, "decoder_sparse_step", source, 1);
+    CYPRIS_CHECK(step >= 1, "{}: decoder_sparse_step must be at least 1, got {}", source, step);
+    std::vector<int> dense_layers;
+    if (has(j, "mlp_only_layers")) {
+      CYPRIS_CHECK(j.at("mlp_only_layers").is_array(), "{}: mlp_only_layers must be a list of layer indices", source);
+      for (const auto& e : j.at("mlp_only_layers")) {
+        CYPRIS_CHECK(e.is_number_integer() && e.get<int>() >= 0 && e.get<int>() < c.num_hidden_layers,
+                     "{}: mlp_only_layers holds {}, not a layer index below {}", source, e.dump(), c.num_hidden_layers);
+        dense_layers.push_back(e.get<int>());
+      }
+    }
+    for (int i = 0; i < c.num_hidden_layers; ++i) {
+      const bool dense = std::find(dense_layers.begin(), dense_layers.end(), i) != dense_layers.end();
+      c.layer_is_moe[i] = !dense && (i + 1) % step == 0;
     }
   }
 

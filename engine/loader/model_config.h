@@ -10,7 +10,8 @@
 
 namespace cypris {
 
-// HF `rope_scaling` ("rope_type" or legacy "type"): default, linear, dynamic, yarn, llama3.
+// HF `rope_scaling` ("rope_type" or legacy "type"): default, linear, dynamic, yarn, llama3, longrope
+// (Phi-3's "su" is read as longrope).
 struct RopeScaling {
   std::string type = "default";
   double factor = 1.0;
@@ -23,6 +24,8 @@ struct RopeScaling {
   std::optional<double> mscale;            // yarn
   std::optional<double> mscale_all_dim;    // yarn
   bool truncate = true;                    // yarn
+  std::vector<double> short_factor;        // longrope: [rotary_dim / 2], positions below the original length
+  std::vector<double> long_factor;         // longrope: [rotary_dim / 2], positions from it on
 };
 
 struct ModelConfig {
@@ -45,8 +48,23 @@ struct ModelConfig {
   bool qkv_bias = false;                  // Qwen2 always; Llama when attention_bias
   bool o_bias = false;                    // Llama attention_bias
   bool mlp_bias = false;                  // Llama mlp_bias
+  std::string hidden_act = "silu";        // the MLP's gate activation: silu or gelu_tanh
   std::string torch_dtype;                // "float32", "float16", "bfloat16" or "" when absent
   std::vector<int> layer_sliding_window;  // [num_hidden_layers], 0 = full attention
+  // Gemma 2 / 3: softmax scale query_pre_attn_scalar^-0.5, tanh soft-capping of the attention
+  // scores and of the final logits (0 = off), and the RoPE base of the sliding-window layers.
+  std::optional<double> query_pre_attn_scalar;
+  double attn_logit_softcapping = 0.0;
+  double final_logit_softcapping = 0.0;
+  std::optional<double> rope_local_base_freq;
+  // Mixture of experts (Qwen3-MoE, Mixtral): num_experts routed experts per MoE layer, the top
+  // num_experts_per_tok per token, gates renormalised over those when norm_topk_prob. Qwen3-MoE's
+  // experts have moe_intermediate_size; layers in mlp_only_layers (or off decoder_sparse_step) are dense.
+  int num_experts = 0;
+  int num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = true;
+  std::vector<bool> layer_is_moe;  // [num_hidden_layers]
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // generation_config.json first, else config.json
   int64_t max_model_len = 0;           // resolved: --max-model-len or max_position_embeddings

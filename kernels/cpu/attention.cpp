@@ -155,6 +155,7 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
         float mx = -INFINITY;
         for (int64_t j = 0; j < n; ++j) {
           scores[j] = dot(q, k_rows[j], d) * p.scale;
+          if (p.softcap > 0.0f) scores[j] = p.softcap * std::tanh(scores[j] / p.softcap);
           mx = std::max(mx, scores[j]);
         }
         float sum = 0.0f;

@@ -45,6 +45,7 @@ struct PagedAttentionParams {
   int num_seqs = 0;
   float scale = 1.0f;
   int sliding_window = 0;  // > 0: a query at position p sees keys in (p - window, p]
+  float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
   float* out = nullptr;    // [num_tokens, num_heads, head_dim], row stride ldo
   int64_t ldo = 0;
 };

@@ -105,12 +105,64 @@ void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* 
   });
 }
 
+void rms_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
+                        ThreadPool* pool) {
+  parallel(pool, rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        float* head = x + r * ld + static_cast<int64_t>(h) * head_dim;
+        rms_row(head, weight, eps, head_dim, head);
+      }
+    }
+  });
+}
+
+void gelu_tanh_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* g = x + t * 2 * inter;
+      const float* u = g + inter;
+      float* o = out + t * inter;
+      for (int64_t i = 0; i < inter; ++i) {
+        const float v = g[i];
+        o[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v))) * u[i];
+      }
+    }
+  });
+}
+
+void scale_and_cap_cpu(float* x, int64_t rows, int64_t cols, int64_t ld, float scale, float cap, ThreadPool* pool) {
+  parallel(pool, rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = x + r * ld;
+      if (cap > 0.0f) {
+        for (int64_t i = 0; i < cols; ++i) row[i] = cap * std::tanh(row[i] * scale / cap);
+      } else {
+        for (int64_t i = 0; i < cols; ++i) row[i] *= scale;
+      }
+    }
+  });
+}
+
 void gather_rows_cpu(const float* x, int64_t num_rows_x, int64_t hidden, const int32_t* indices, int64_t count,
                      float* out) {
   for (int64_t r = 0; r < count; ++r) {
     CYPRIS_CHECK(indices[r] >= 0 && indices[r] < num_rows_x, "logits index {} is out of range [0, {})", indices[r],
                  num_rows_x);
     std::memcpy(out + r * hidden, x + static_cast<int64_t>(indices[r]) * hidden, sizeof(float) * hidden);
+  }
+}
+
+void scatter_add_rows_cpu(const float* src, int64_t count, int64_t hidden, const int32_t* indices, const float* weights,
+                          float* out, int64_t rows_out) {
+  for (int64_t r = 0; r < count; ++r) {
+    CYPRIS_CHECK(indices[r] >= 0 && indices[r] < rows_out, "scatter_add_rows: row index {} is out of range [0, {})",
+                 indices[r], rows_out);
+    float* o = out + static_cast<int64_t>(indices[r]) * hidden;
+    const float* s = src + r * hidden;
+    const float w = weights[r];
+    for (int64_t i = 0; i < hidden; ++i) o[i] += w * s[i];
   }
 }
 

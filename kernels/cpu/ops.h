@@ -30,12 +30,29 @@ void rotary_cpu(float* q, int64_t ldq, int num_q_heads, float* k, int64_t ldk, i
                 int rot_dim, const int32_t* positions, int64_t num_tokens, const float* cos_sin, int64_t max_pos,
                 ThreadPool* pool);
 
+// RMSNorm of each head_dim-wide head in place (Qwen3 / Gemma 3 q and k norms): x [rows, heads *
+// head_dim] with row stride ld, weight [head_dim].
+void rms_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
+                        ThreadPool* pool);
+
+// out[t, i] = gelu_tanh(x[t, i]) * x[t, inter + i] (Gemma's GeGLU, tanh approximation).
+void gelu_tanh_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool);
+
+// x = cap * tanh(scale * x / cap) when cap > 0, else scale * x, in place on [rows, cols] with row
+// stride ld (Gemma's embedding scaling and logit soft-capping, Cohere's logit scale).
+void scale_and_cap_cpu(float* x, int64_t rows, int64_t cols, int64_t ld, float scale, float cap, ThreadPool* pool);
+
 // out[t, i] = silu(x[t, i]) * x[t, inter + i]; x: [num_tokens, 2 * inter], out: [num_tokens, inter].
 void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool);
 
 // out[r, :] = x[indices[r], :] for hidden-wide fp32 rows.
 void gather_rows_cpu(const float* x, int64_t num_rows_x, int64_t hidden, const int32_t* indices, int64_t count,
                      float* out);
+
+// out[indices[r], :] += weights[r] * src[r, :] for hidden-wide fp32 rows; indices in [0, rows_out)
+// (checked), distinct within one call.
+void scatter_add_rows_cpu(const float* src, int64_t count, int64_t hidden, const int32_t* indices, const float* weights,
+                          float* out, int64_t rows_out);
 
 // out[r] = index of the largest x[r, :] (first on ties, NaNs skipped; 0 for an all-NaN row).
 // The reference for the GPU argmax (greedy sampling); x: [rows, vocab] with row stride ld.

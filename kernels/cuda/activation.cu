@@ -31,6 +31,29 @@ static __global__ void silu_and_mul_kernel(const float* __restrict__ x, int64_t 
   }
 }
 
+static __global__ void gelu_tanh_and_mul_kernel(const float* __restrict__ x, int64_t num_tokens, int64_t inter,
+                                                float* __restrict__ out) {
+  const int64_t n = num_tokens * inter;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / inter;
+    const int64_t i = idx % inter;
+    const float g = x[t * 2 * inter + i];
+    const float u = x[t * 2 * inter + inter + i];
+    out[idx] = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+  }
+}
+
+static __global__ void scale_and_cap_kernel(float* __restrict__ x, int64_t rows, int64_t cols, int64_t ld, float scale,
+                                            float cap) {
+  const int64_t n = rows * cols;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float* e = x + (idx / cols) * ld + idx % cols;
+    *e = cap > 0.0f ? cap * tanhf(*e * scale / cap) : *e * scale;
+  }
+}
+
 static __global__ void add_bias_kernel(float* __restrict__ y, int64_t rows, int64_t cols, int64_t ldy,
                                        const float* __restrict__ bias) {
   const int64_t n = rows * cols;
@@ -68,6 +91,21 @@ void silu_and_mul_cuda(const float* x, int64_t num_tokens, int64_t inter, float*
   CYPRIS_CHECK(num_tokens >= 0 && inter > 0, "silu_and_mul_cuda: tokens {} inter {}", num_tokens, inter);
   if (num_tokens == 0) return;
   silu_and_mul_kernel<<<grid_for(num_tokens * inter), kThreads, 0, stream>>>(x, num_tokens, inter, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gelu_tanh_and_mul_cuda(const float* x, int64_t num_tokens, int64_t inter, float* out, cudaStream_t stream) {
+  CYPRIS_CHECK(num_tokens >= 0 && inter > 0, "gelu_tanh_and_mul_cuda: tokens {} inter {}", num_tokens, inter);
+  if (num_tokens == 0) return;
+  gelu_tanh_and_mul_kernel<<<grid_for(num_tokens * inter), kThreads, 0, stream>>>(x, num_tokens, inter, out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void scale_and_cap_cuda(float* x, int64_t rows, int64_t cols, int64_t ld, float scale, float cap,
+                        cudaStream_t stream) {
+  CYPRIS_CHECK(rows >= 0 && cols >= 0 && ld >= cols, "scale_and_cap_cuda: rows {} cols {} ld {}", rows, cols, ld);
+  if (rows == 0 || cols == 0) return;
+  scale_and_cap_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(x, rows, cols, ld, scale, cap);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -14,6 +14,14 @@ namespace cypris {
 // out[t, i] = silu(x[t, i]) * x[t, inter + i]; x [num_tokens, 2 * inter], out [num_tokens, inter].
 void silu_and_mul_cuda(const float* x, int64_t num_tokens, int64_t inter, float* out, cudaStream_t stream);
 
+// out[t, i] = gelu_tanh(x[t, i]) * x[t, inter + i] (Gemma's GeGLU). CPU reference: gelu_tanh_and_mul_cpu.
+void gelu_tanh_and_mul_cuda(const float* x, int64_t num_tokens, int64_t inter, float* out, cudaStream_t stream);
+
+// In place on x [rows, cols] with row stride ld: cap * tanh(scale * x / cap) when cap > 0, else
+// scale * x. CPU reference: scale_and_cap_cpu.
+void scale_and_cap_cuda(float* x, int64_t rows, int64_t cols, int64_t ld, float scale, float cap,
+                        cudaStream_t stream);
+
 // y[m, n] += bias[n] for y [rows, cols] with row stride ldy.
 void add_bias_cuda(float* y, int64_t rows, int64_t cols, int64_t ldy, const float* bias, cudaStream_t stream);
 

@@ -62,6 +62,25 @@ void embedding_cuda(const int32_t* ids, int64_t num_tokens, const void* table, D
   CUDA_CHECK(cudaGetLastError());
 }
 
+static __global__ void scatter_add_rows_kernel(const float* __restrict__ src, int64_t hidden,
+                                               const int32_t* __restrict__ indices, const float* __restrict__ weights,
+                                               float* __restrict__ out, int64_t rows_out) {
+  const int64_t r = blockIdx.x;
+  const int32_t row = indices[r];
+  if (row < 0 || row >= rows_out) return;
+  const float w = weights[r];
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) out[row * hidden + i] += w * src[r * hidden + i];
+}
+
+void scatter_add_rows_cuda(const float* src, int64_t count, int64_t hidden, const int32_t* indices,
+                           const float* weights, float* out, int64_t rows_out, cudaStream_t stream) {
+  CYPRIS_CHECK(hidden > 0 && rows_out >= 0, "scatter_add_rows_cuda: hidden {} rows {}", hidden, rows_out);
+  if (count <= 0) return;
+  scatter_add_rows_kernel<<<static_cast<unsigned>(count), 256, 0, stream>>>(src, hidden, indices, weights, out,
+                                                                            rows_out);
+  CUDA_CHECK(cudaGetLastError());
+}
+
 void gather_rows_cuda(const float* x, int64_t num_rows_x, int64_t hidden, const int32_t* indices, int64_t count,
                       float* out, cudaStream_t stream) {
   CYPRIS_CHECK(hidden > 0, "gather_rows_cuda: hidden {}", hidden);

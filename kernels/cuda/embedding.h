@@ -20,4 +20,10 @@ void embedding_cuda(const int32_t* ids, int64_t num_tokens, const void* table, D
 void gather_rows_cuda(const float* x, int64_t num_rows_x, int64_t hidden, const int32_t* indices, int64_t count,
                       float* out, cudaStream_t stream);
 
+// out[indices[r], :] += weights[r] * src[r, :] (one expert's rows back to their tokens); indices
+// distinct within a call, so no two blocks write one row; out-of-range indices are skipped.
+// CPU reference: scatter_add_rows_cpu.
+void scatter_add_rows_cuda(const float* src, int64_t count, int64_t hidden, const int32_t* indices,
+                           const float* weights, float* out, int64_t rows_out, cudaStream_t stream);
+
 }  // namespace cypris

@@ -111,7 +111,10 @@ static __global__ void decode_kernel(PagedAttentionCudaParams p, int num_splits,
       float part = 0.0f;
       for (int i = lane; i < d; i += 32) part += q_s[i] * Load::load(p.k_cache, kr + i, p.k_scale);
       part = warp_sum(part);
-      if (lane == 0) p_s[j] = part * p.scale;
+      if (lane == 0) {
+        const float sc = part * p.scale;
+        p_s[j] = p.softcap > 0.0f ? p.softcap * tanhf(sc / p.softcap) : sc;
+      }
     }
     __syncthreads();
     float cmax = -INFINITY;
@@ -251,6 +254,7 @@ static __global__ void prefill_kernel(PagedAttentionCudaParams p) {
         const float* qr = q_s + r * d;
         const float* kr = k_s + j * (d + 1);
         for (int i = 0; i < d; ++i) sc += qr[i] * kr[i];
+        if (p.softcap > 0.0f) sc = p.softcap * tanhf(sc / p.softcap);  // q was pre-scaled
       }
       s_s[r * (kBk + 1) + j] = sc;
     }

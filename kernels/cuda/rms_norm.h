@@ -16,4 +16,9 @@ void rms_norm_cuda(const float* x, const float* weight, float eps, int64_t rows,
 void fused_add_rms_norm_cuda(float* x, float* residual, const float* weight, float eps, int64_t rows, int64_t hidden,
                              cudaStream_t stream);
 
+// RMSNorm of each head in place: x [rows, heads * head_dim] with row stride ld, weight [head_dim]
+// (Qwen3 / Gemma 3 q and k norms). CPU reference: rms_norm_heads_cpu.
+void rms_norm_heads_cuda(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
+                         cudaStream_t stream);
+
 }  // namespace cypris

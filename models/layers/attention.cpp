@@ -23,8 +23,22 @@ AttentionBlock::AttentionBlock(const WeightLoader& w, const TpLayout& layout, co
     const int64_t all = qd + 2 * kvd;
     parts = {{f, all, layout.rows, 0, qd}, {f, all, layout.kv_rows, qd, kvd}, {f, all, layout.kv_rows, qd + kvd, kvd}};
   }
-  qkv_ = ColumnParallelLinear(w, parts, h, spec.qkv_bias);
+  if (spec.interleaved_rope) {
+    CYPRIS_CHECK(w.config().rotary_dim() == d, "{}: interleaved rotary over part of a head is not supported",
+                 w.config().source);
+    qkv_ = ColumnParallelLinear::interleaved_to_neox(w, parts, h, spec.qkv_bias, layout.q_width() + layout.kv_width(),
+                                                     static_cast<int>(d));
+  } else {
+    qkv_ = ColumnParallelLinear(w, parts, h, spec.qkv_bias);
+  }
+  rope_ = spec.rope;
   o_ = RowParallelLinear(w, p + spec.o, h, qd, spec.o_bias);
+  if (!spec.q_norm.empty()) {
+    qk_norm_ = true;
+    q_norm_ = RmsNorm(w, p + spec.q_norm, d, spec.qk_norm_eps, spec.qk_norm_offset);
+    k_norm_ = RmsNorm(w, p + spec.k_norm, d, spec.qk_norm_eps, spec.qk_norm_offset);
+  }
+  softcap_ = spec.softcap;
   scale_ = spec.scale > 0 ? spec.scale : 1.0f / std::sqrt(static_cast<float>(d));
 }
 
@@ -42,11 +56,19 @@ void AttentionBlock::forward(Backend& b, const Tensor& x, const ForwardInputs& i
   dump("q", q);
   dump("k", k);
   dump("v", v);
-  rope.apply(b, q, k, in.positions, layout_.head_dim);
-  dump("q_rot", q);
-  dump("k_rot", k);
+  if (qk_norm_) {
+    b.rms_norm_heads(q, q_norm_.weight(), q_norm_.eps());
+    b.rms_norm_heads(k, k_norm_.weight(), k_norm_.eps());
+    dump("q_norm", q);
+    dump("k_norm", k);
+  }
+  if (rope_) {
+    rope.apply(b, q, k, in.positions, layout_.head_dim);
+    dump("q_rot", q);
+    dump("k_rot", k);
+  }
   b.write_kv_cache(k, v, in.attn, kv.k.view, kv.v.view, kv.scales);
-  b.paged_attention(q, kv.k.view, kv.v.view, in.attn, scale_, sliding_window_, attn, kv.scales);
+  b.paged_attention(q, kv.k.view, kv.v.view, in.attn, scale_, sliding_window_, attn, kv.scales, softcap_);
   dump("attn", attn);
   o_.forward(b, attn, out, reduce);
   if (reduce) dump("o_proj", out);

@@ -1,5 +1,5 @@
 // The attention block of a decoder layer over the paged KV cache: merged q/k/v projection
-// (column-parallel: this rank's heads), rotary, cache write, paged
+// (column-parallel: this rank's heads), optional per-head q/k RMSNorm, rotary, cache write, paged
 // attention, and the row-parallel output projection.
 #pragma once
 
@@ -20,7 +20,17 @@ struct AttentionSpec {
   std::string o = "o_proj.weight";
   bool qkv_bias = false;
   bool o_bias = false;
-  float scale = 0.0f;  // softmax scale; 0: 1 / sqrt(head_dim)
+  // Per-head RMSNorm of q and k before rotary (Qwen3, Gemma 3): weight names under prefix.
+  std::string q_norm, k_norm;
+  float qk_norm_eps = 1e-6f;
+  float qk_norm_offset = 0.0f;  // Gemma's (1 + w)
+  float scale = 0.0f;           // softmax scale; 0: 1 / sqrt(head_dim)
+  float softcap = 0.0f;         // > 0: attention scores soft-capped (Gemma 2)
+  bool rope = true;             // false: no positional rotation (Cohere 2's global layers)
+  // The checkpoint's rotary pairs dims (2i, 2i+1) (GPT-J style, Cohere): q and k rows are
+  // reordered within each head at load to [even dims | odd dims], which the Neox rotary then
+  // rotates the same way (q·k is unchanged by reordering both alike).
+  bool interleaved_rope = false;
   int sliding_window = 0;
 };
 
@@ -36,7 +46,11 @@ class AttentionBlock {
   TpLayout layout_;
   ColumnParallelLinear qkv_;  // [(Hq + 2 Hkv) * D on this rank, hidden]
   RowParallelLinear o_;       // [hidden, Hq * D / tp]
+  RmsNorm q_norm_, k_norm_;
+  bool qk_norm_ = false;
   float scale_ = 1.0f;
+  float softcap_ = 0.0f;
+  bool rope_ = true;
   int sliding_window_ = 0;
 };
 

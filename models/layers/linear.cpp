@@ -1,5 +1,8 @@
 #include "models/layers/linear.h"
 
+#include <cstring>
+#include <vector>
+
 #include "engine/common/error.h"
 #include "engine/backend/communicator.h"
 
@@ -23,6 +26,51 @@ ColumnParallelLinear::ColumnParallelLinear(const WeightLoader& w, const std::vec
     for (LinearPart& p : bias_parts) p.name = bias_name(p.name);
     bias_ = w.load_stacked_bias(bias_parts);
   }
+}
+
+namespace {
+
+// Rows [0, rows) of t regrouped per head: new row h*D + i takes old row h*D + 2i (i < D/2) or
+// h*D + 2(i - D/2) + 1.
+void deinterleave_rows(HostTensor& t, int64_t rows, int head_dim) {
+  const int64_t cols = t.shape.size() > 1 ? t.shape[1] : 1;
+  const size_t row_bytes = dtype_nbytes(t.dtype, cols);
+  std::vector<char> head(row_bytes * static_cast<size_t>(head_dim));
+  char* base = static_cast<char*>(t.buffer.data());
+  const int half = head_dim / 2;
+  for (int64_t h0 = 0; h0 < rows; h0 += head_dim) {
+    char* src = base + row_bytes * static_cast<size_t>(h0);
+    std::memcpy(head.data(), src, head.size());
+    for (int i = 0; i < head_dim; ++i) {
+      const int old = i < half ? 2 * i : 2 * (i - half) + 1;
+      std::memcpy(src + row_bytes * i, head.data() + row_bytes * old, row_bytes);
+    }
+  }
+}
+
+}  // namespace
+
+ColumnParallelLinear ColumnParallelLinear::interleaved_to_neox(const WeightLoader& w,
+                                                               const std::vector<LinearPart>& parts,
+                                                               int64_t in_features, bool with_bias, int64_t rows,
+                                                               int head_dim) {
+  ColumnParallelLinear l;
+  HostTensor weight = w.load_linear_host(parts, in_features);
+  deinterleave_rows(weight, rows, head_dim);
+  l.weight_ = w.backend().upload_weight(std::move(weight));
+  if (with_bias) {
+    std::vector<LinearPart> bias_parts = parts;
+    for (LinearPart& p : bias_parts) p.name = bias_name(p.name);
+    DeviceTensor b = w.load_stacked_bias(bias_parts);
+    HostTensor hb;
+    hb.dtype = DType::F32;
+    hb.shape = {b.view.shape[0]};
+    hb.buffer = Buffer(b.view.nbytes());
+    w.backend().download(b.view, hb.buffer.data());
+    deinterleave_rows(hb, rows, head_dim);
+    l.bias_ = w.backend().upload_weight(std::move(hb));
+  }
+  return l;
 }
 
 void ColumnParallelLinear::forward(Backend& b, const Tensor& x, Tensor& out) const {

@@ -20,6 +20,10 @@ class ColumnParallelLinear {
   // of each part.
   ColumnParallelLinear(const WeightLoader& w, const std::vector<LinearPart>& parts, int64_t in_features,
                        bool with_bias);
+  // The first `rows` output rows (q and k) reordered within each head_dim group from interleaved
+  // pairs to [even | odd] halves (see AttentionSpec::interleaved_rope).
+  static ColumnParallelLinear interleaved_to_neox(const WeightLoader& w, const std::vector<LinearPart>& parts,
+                                                  int64_t in_features, bool with_bias, int64_t rows, int head_dim);
   // out [T, out_features()] = x [T, in] · Wᵀ (+ b); out may be a column slice.
   void forward(Backend& b, const Tensor& x, Tensor& out) const;
   int64_t out_features() const { return weight_.view.shape[0]; }

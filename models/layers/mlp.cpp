@@ -27,7 +27,11 @@ void GatedMlp::forward(Backend& b, const Tensor& x, ForwardScratch& scratch, Ten
   Tensor& gate_up = scratch.get("gate_up", 2 * inter_);
   Tensor& act = scratch.get("act", inter_);
   gate_up_.forward(b, x, gate_up);
-  b.silu_and_mul(gate_up, act);
+  if (act_ == Activation::GeluTanh) {
+    b.gelu_tanh_and_mul(gate_up, act);
+  } else {
+    b.silu_and_mul(gate_up, act);
+  }
   dump("mlp_act", act);
   down_.forward(b, act, out, reduce);
   if (reduce) dump("mlp_out", out);

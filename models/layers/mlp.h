@@ -10,7 +10,7 @@
 
 namespace cypris {
 
-enum class Activation { Silu };
+enum class Activation { Silu, GeluTanh };
 
 struct MlpSpec {
   std::string prefix;  // "model.layers.3.mlp."

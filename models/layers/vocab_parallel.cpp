@@ -16,8 +16,7 @@ VocabShard VocabShard::of(int64_t vocab, int rank, int tp) {
   return s;
 }
 
-VocabParallelEmbedding::VocabParallelEmbedding(const WeightLoader& w, const std::string& name)
-    : opt_(&w.options()) {
+VocabParallelEmbedding::VocabParallelEmbedding(const WeightLoader& w, const std::string& name) : opt_(&w.options()) {
   const ModelConfig& cfg = w.config();
   const auto& par = w.options().parallel;
   vocab_ = cfg.vocab_size;

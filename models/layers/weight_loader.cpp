@@ -87,7 +87,8 @@ void WeightLoader::read_rows(const std::string& name, int64_t full_rows, int64_t
   CYPRIS_CHECK(chunk > 0 && row0 + n <= full_rows, "{}: rows [{}, {}) of tensor '{}' outside its {} rows",
                weights_.describe(), row0, row0 + n, name, full_rows);
   for (int64_t r = row0; r < row0 + n; r += chunk) {
-    weights_.read_into(name, full, dtype, ShardSpec::split(0, static_cast<int>(r / chunk), static_cast<int>(full_rows / chunk)),
+    weights_.read_into(name, full, dtype,
+                       ShardSpec::split(0, static_cast<int>(r / chunk), static_cast<int>(full_rows / chunk)),
                        static_cast<char*>(dst) + row_bytes * static_cast<size_t>(r - row0));
   }
 }
@@ -114,18 +115,23 @@ DType WeightLoader::linear_dtype(const std::string& resolved_name) const {
 }
 
 DeviceTensor WeightLoader::load_linear(const std::vector<LinearPart>& parts, int64_t cols) const {
+  return backend_.upload_weight(load_linear_host(parts, cols));
+}
+
+HostTensor WeightLoader::load_linear_host(const std::vector<LinearPart>& parts, int64_t cols) const {
   CYPRIS_CHECK(!parts.empty(), "load_linear: no parts");
   std::vector<std::string> names;
   for (const LinearPart& p : parts) names.push_back(resolve(p.name));
   const DType dtype = linear_dtype(names.front());
   for (size_t i = 1; i < names.size(); ++i) {
-    CYPRIS_CHECK(linear_dtype(names[i]) == dtype, "{}: tensors '{}' and '{}' are merged into one weight but are "
-                 "stored as {} and {}", weights_.describe(), names.front(), names[i], dtype_name(dtype),
-                 dtype_name(linear_dtype(names[i])));
+    CYPRIS_CHECK(linear_dtype(names[i]) == dtype,
+                 "{}: tensors '{}' and '{}' are merged into one weight but are "
+                 "stored as {} and {}",
+                 weights_.describe(), names.front(), names[i], dtype_name(dtype), dtype_name(linear_dtype(names[i])));
   }
   // Row-parallel: one tensor split along its input dimension.
   if (parts.size() == 1 && parts[0].shard.dim == 1) {
-    return backend_.upload_weight(weights_.load(names[0], {parts[0].full_rows, cols}, dtype, parts[0].shard));
+    return weights_.load(names[0], {parts[0].full_rows, cols}, dtype, parts[0].shard);
   }
   int64_t rows = 0;
   for (const LinearPart& p : parts) rows += part_rows(p).second;
@@ -145,7 +151,7 @@ DeviceTensor WeightLoader::load_linear(const std::vector<LinearPart>& parts, int
     }
     offset += count;
   }
-  return backend_.upload_weight(std::move(out));
+  return out;
 }
 
 DeviceTensor WeightLoader::load_stacked_bias(const std::vector<LinearPart>& parts) const {

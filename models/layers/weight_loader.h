@@ -69,6 +69,8 @@ class WeightLoader {
   // Every linear weight goes through here. Column-parallel / merged: parts stacked row-wise, each
   // [full_rows, cols] split on dim 0; row-parallel: one part whose shard splits dim 1.
   DeviceTensor load_linear(const std::vector<LinearPart>& parts, int64_t cols) const;
+  // The same in host memory, for a layer that reorders rows before uploading (Cohere's q/k).
+  HostTensor load_linear_host(const std::vector<LinearPart>& parts, int64_t cols) const;
 
   // This rank's vocabulary rows of a [vocab, hidden] tensor, zero-padded to alloc_rows rows
   // (vocab slices of ceil(vocab / tp) rows; the last ranks may hold fewer real rows).

@@ -4,7 +4,12 @@
 #include <fmt/ranges.h>
 
 #include "engine/common/error.h"
+#include "models/cohere.h"
+#include "models/gemma.h"
 #include "models/llama.h"
+#include "models/mixtral.h"
+#include "models/phi3.h"
+#include "models/qwen3.h"
 
 namespace cypris {
 namespace {
@@ -22,6 +27,15 @@ const Entry kModels[] = {
     {"LlamaForCausalLM", create_llama_model},
     {"MistralForCausalLM", create_llama_model},
     {"Qwen2ForCausalLM", create_llama_model},
+    {"Qwen3ForCausalLM", create_qwen3_model},
+    {"Qwen3MoeForCausalLM", create_qwen3_moe_model},
+    {"MixtralForCausalLM", create_mixtral_model},
+    {"Phi3ForCausalLM", create_phi3_model},
+    {"CohereForCausalLM", create_cohere_model},
+    {"Cohere2ForCausalLM", create_cohere_model},
+    {"Gemma2ForCausalLM", create_gemma_model},
+    {"Gemma3ForCausalLM", create_gemma_model},
+    {"Gemma3ForConditionalGeneration", create_gemma_model},  // the text model; vision weights are not loaded
 };
 
 }  // namespace

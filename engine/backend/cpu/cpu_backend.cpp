@@ -99,9 +99,9 @@ void CpuBackend::write_kv_cache(const Tensor& k, const Tensor& v, const Attentio
 
 void CpuBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                  const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
-                                 const KvCacheScales& kv_scales) {
-  const PagedAttentionParams p =
-      backend_checks::paged_attention_params(kName, q, k_cache, v_cache, meta, scale, sliding_window, out, kv_scales);
+                                 const KvCacheScales& kv_scales, float softcap) {
+  const PagedAttentionParams p = backend_checks::paged_attention_params(kName, q, k_cache, v_cache, meta, scale,
+                                                                        sliding_window, out, kv_scales, softcap);
   CYPRIS_CHECK(meta.query_start_loc.as<int32_t>()[meta.num_seqs] == q.shape[0],
                "cpu backend: attention metadata does not cover the {} query rows", q.shape[0]);
   paged_attention_cpu(p, pool_.get());
@@ -112,9 +112,32 @@ void CpuBackend::silu_and_mul(const Tensor& x, Tensor& out) {
   silu_and_mul_cpu(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), pool_.get());
 }
 
+void CpuBackend::gelu_tanh_and_mul(const Tensor& x, Tensor& out) {
+  backend_checks::check_silu_and_mul(kName, x, out);
+  gelu_tanh_and_mul_cpu(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), pool_.get());
+}
+
+void CpuBackend::rms_norm_heads(Tensor& x, const Tensor& w, float eps) {
+  backend_checks::check_rms_norm_heads(kName, x, w);
+  const int d = static_cast<int>(w.shape[0]);
+  rms_norm_heads_cpu(x.as<float>(), row_stride(x), x.shape[0], static_cast<int>(x.shape[1] / d), d, w.as<float>(), eps,
+                     pool_.get());
+}
+
+void CpuBackend::scale_and_cap(Tensor& x, float scale, float cap) {
+  backend_checks::check_scale_and_cap(kName, x, scale, cap);
+  scale_and_cap_cpu(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), scale, cap, pool_.get());
+}
+
 void CpuBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) {
   backend_checks::check_gather_rows(kName, x, indices, out);
   gather_rows_cpu(x.as<float>(), x.shape[0], x.shape[1], indices.as<int32_t>(), indices.shape[0], out.as<float>());
+}
+
+void CpuBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) {
+  backend_checks::check_scatter_add_rows(kName, src, indices, weights, out);
+  scatter_add_rows_cpu(src.as<float>(), src.shape[0], src.shape[1], indices.as<int32_t>(), weights.as<float>(),
+                       out.as<float>(), out.shape[0]);
 }
 
 namespace {

@@ -36,9 +36,14 @@ class CpuBackend : public Backend {
   void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                       Tensor& v_cache, const KvCacheScales& kv_scales = {}) override;
   void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMetadata& meta,
-                       float scale, int sliding_window, Tensor& out, const KvCacheScales& kv_scales = {}) override;
+                       float scale, int sliding_window, Tensor& out, const KvCacheScales& kv_scales = {},
+                       float softcap = 0.0f) override;
   void silu_and_mul(const Tensor& x, Tensor& out) override;
+  void gelu_tanh_and_mul(const Tensor& x, Tensor& out) override;
+  void rms_norm_heads(Tensor& x, const Tensor& w, float eps) override;
+  void scale_and_cap(Tensor& x, float scale, float cap) override;
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
+  void scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) override;
   void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) override;
   void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) override;
 

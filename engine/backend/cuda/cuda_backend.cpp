@@ -385,10 +385,10 @@ void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const Attenti
 
 void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                   const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
-                                  const KvCacheScales& kv_scales) {
+                                  const KvCacheScales& kv_scales, float softcap) {
   PagedAttentionCudaParams p;
-  static_cast<PagedAttentionParams&>(p) =
-      backend_checks::paged_attention_params(kName, q, k_cache, v_cache, meta, scale, sliding_window, out, kv_scales);
+  static_cast<PagedAttentionParams&>(p) = backend_checks::paged_attention_params(
+      kName, q, k_cache, v_cache, meta, scale, sliding_window, out, kv_scales, softcap);
   p.num_tokens = q.shape[0];
   p.max_query_len = meta.max_query_len;
   p.max_seq_len = meta.max_seq_len;
@@ -400,6 +400,29 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const 
 void CudaBackend::silu_and_mul(const Tensor& x, Tensor& out) {
   backend_checks::check_silu_and_mul(kName, x, out);
   silu_and_mul_cuda(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), impl_->stream);
+}
+
+void CudaBackend::gelu_tanh_and_mul(const Tensor& x, Tensor& out) {
+  backend_checks::check_silu_and_mul(kName, x, out);
+  gelu_tanh_and_mul_cuda(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), impl_->stream);
+}
+
+void CudaBackend::rms_norm_heads(Tensor& x, const Tensor& w, float eps) {
+  backend_checks::check_rms_norm_heads(kName, x, w);
+  const int d = static_cast<int>(w.shape[0]);
+  rms_norm_heads_cuda(x.as<float>(), row_stride(x), x.shape[0], static_cast<int>(x.shape[1] / d), d, w.as<float>(),
+                      eps, impl_->stream);
+}
+
+void CudaBackend::scale_and_cap(Tensor& x, float scale, float cap) {
+  backend_checks::check_scale_and_cap(kName, x, scale, cap);
+  scale_and_cap_cuda(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), scale, cap, impl_->stream);
+}
+
+void CudaBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) {
+  backend_checks::check_scatter_add_rows(kName, src, indices, weights, out);
+  scatter_add_rows_cuda(src.as<float>(), src.shape[0], src.shape[1], indices.as<int32_t>(), weights.as<float>(),
+                        out.as<float>(), out.shape[0], impl_->stream);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) {

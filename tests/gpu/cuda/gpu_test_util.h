@@ -144,6 +144,7 @@ inline std::vector<float> paged_attention_on_gpu(const PagedAttentionParams& p, 
   if (!hints) g.max_query_len = g.max_seq_len = 0;
   g.scale = p.scale;
   g.sliding_window = p.sliding_window;
+  g.softcap = p.softcap;
   g.out = dout.get();
   g.ldo = p.ldo;
   const size_t ws = paged_attention_workspace_bytes(g);

@@ -151,6 +151,64 @@ TEST(CudaKernels, SiluAndMulMatchesCpu) {
   EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
 }
 
+TEST(CudaKernels, ScatterAddRowsMatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const int64_t rows_out = 50, hidden = 300, count = 17;
+  std::vector<float> out = randn(rows_out * hidden, 35);
+  std::vector<float> src = randn(count * hidden, 36);
+  std::vector<float> w = randn(count, 37);
+  std::vector<int32_t> idx(rows_out);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::shuffle(idx.begin(), idx.end(), std::mt19937(38));
+  idx.resize(count);
+  std::vector<float> ref = out;
+  scatter_add_rows_cpu(src.data(), count, hidden, idx.data(), w.data(), ref.data(), rows_out);
+  DevBuf<float> dsrc(src), dw(w), dout(out);
+  DevBuf<int32_t> didx(idx);
+  scatter_add_rows_cuda(dsrc.get(), count, hidden, didx.get(), dw.get(), dout.get(), rows_out, nullptr);
+  EXPECT_LT(norm_err(dout.download(), ref), kF32Tol);
+}
+
+TEST(CudaKernels, GeluTanhAndMulMatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const int64_t n = 17, inter = 343;
+  std::vector<float> x = randn(n * 2 * inter, 31, 3.0f);
+  std::vector<float> ref(n * inter);
+  gelu_tanh_and_mul_cpu(x.data(), n, inter, ref.data(), nullptr);
+  DevBuf<float> dx(x), out(ref.size());
+  out.poison();
+  gelu_tanh_and_mul_cuda(dx.get(), n, inter, out.get(), nullptr);
+  EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
+}
+
+// Per-head RMSNorm on the q slice of a fused qkv row (strided), head_dim 128 and an odd one.
+TEST(CudaKernels, RmsNormHeadsMatchesCpuOnStridedSlices) {
+  CYPRIS_REQUIRE_GPU();
+  for (int d : {128, 40}) {
+    const int64_t rows = 21, heads = 6, ld = heads * d + 3 * d;
+    std::vector<float> x = randn(rows * ld, 32, 2.0f);
+    std::vector<float> w = randn(d, 33);
+    std::vector<float> ref = x;
+    rms_norm_heads_cpu(ref.data(), ld, rows, heads, d, w.data(), 1e-6f, nullptr);
+    DevBuf<float> dx(x), dw(w);
+    rms_norm_heads_cuda(dx.get(), ld, rows, heads, d, dw.get(), 1e-6f, nullptr);
+    EXPECT_LT(norm_err(dx.download(), ref), kF32Tol) << "head_dim " << d;  // the k/v columns stay untouched
+  }
+}
+
+TEST(CudaKernels, ScaleAndCapMatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const int64_t rows = 9, cols = 1000, ld = 1010;
+  for (float cap : {0.0f, 30.0f}) {
+    std::vector<float> x = randn(rows * ld, 34, 50.0f);
+    std::vector<float> ref = x;
+    scale_and_cap_cpu(ref.data(), rows, cols, ld, 0.5f, cap, nullptr);
+    DevBuf<float> dx(x);
+    scale_and_cap_cuda(dx.get(), rows, cols, ld, 0.5f, cap, nullptr);
+    EXPECT_LT(norm_err(dx.download(), ref), kF32Tol) << "cap " << cap;
+  }
+}
+
 struct GemmCase {
   int64_t m, k, n;
   DType dtype;
@@ -282,6 +340,13 @@ TEST_P(PagedAttention, MatchesCpu) {
     EXPECT_LT(norm_err(paged_attention_on_gpu(p, b, hints), ref), kF32Tol)
         << c.name << (hints ? " with" : " without") << " hints";
   }
+  // Gemma 2's tanh soft-capping of the scores, in the decode (split-K) and the prefill kernels.
+  p.softcap = 0.7f;
+  std::vector<float> capped(ref.size());
+  p.out = capped.data();
+  paged_attention_cpu(p, nullptr);
+  EXPECT_GT(norm_err(capped, ref), 1e-4) << c.name << ": the cap changes the result";
+  EXPECT_LT(norm_err(paged_attention_on_gpu(p, b), capped), kF32Tol) << c.name << " soft-capped";
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,0 +1,191 @@
+#include "models/cohere.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "engine/common/error.h"
+#include "models/layers/attention.h"
+#include "models/layers/common.h"
+#include "models/layers/mlp.h"
+#include "models/layers/vocab_parallel.h"
+
+namespace cypris {
+namespace {
+
+// The Cohere fields ModelConfig does not carry, read from config.json (text_config included).
+struct CohereFields {
+  double layer_norm_eps = 1e-5;
+  double logit_scale = 0.0625;  // CohereConfig's default
+  bool tie_word_embeddings = true;
+  int sliding_window_pattern = 4;
+  bool has_layer_types = false;
+};
+
+CohereFields read_cohere_fields(const ModelConfig& cfg) {
+  std::ifstream in(cfg.source);
+  CYPRIS_CHECK(in.good(), "cannot read {} (the Cohere models read layer_norm_eps and logit_scale from it)", cfg.source);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  CYPRIS_CHECK(j.is_object(), "{}: malformed JSON", cfg.source);
+  CohereFields f;
+  auto number = [&](const char* key, double def) {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    CYPRIS_CHECK(j[key].is_number(), "{}: field '{}' must be a number, got {}", cfg.source, key, j[key].dump());
+    return j[key].get<double>();
+  };
+  f.layer_norm_eps = number("layer_norm_eps", 1e-5);
+  f.logit_scale = number("logit_scale", 0.0625);
+  f.sliding_window_pattern = static_cast<int>(number("sliding_window_pattern", 4));
+  CYPRIS_CHECK(f.layer_norm_eps > 0 && f.sliding_window_pattern > 0,
+               "{}: layer_norm_eps and sliding_window_pattern must be positive", cfg.source);
+  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()) {
+    f.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
+  }
+  CYPRIS_CHECK(!j.value("use_qk_norm", false), "{}: use_qk_norm (Command R+'s per-head LayerNorm) is not supported yet",
+               cfg.source);
+  f.has_layer_types = j.contains("layer_types") && !j["layer_types"].is_null();
+  return f;
+}
+
+// Cohere's LayerNorm without bias, from the RMSNorm op: LN(x) * w = rms_norm(x - mean(x)) * w, since
+// the variance is the mean square of the centred row. The centring is a GEMM by (I - 1/H); a
+// dedicated layer_norm Backend op would save that GEMM (H² multiply-adds per token and norm).
+class BiaslessLayerNorm {
+ public:
+  BiaslessLayerNorm() = default;
+  BiaslessLayerNorm(const WeightLoader& w, const std::string& name, int64_t h, float eps, const DeviceTensor* centre)
+      : norm_(w, name, h, eps), centre_(centre) {}
+  void forward(Backend& b, const Tensor& x, Tensor& centred, Tensor& out) const {
+    b.linear(x, centre_->view, nullptr, centred);
+    norm_.forward(b, centred, out);
+  }
+
+ private:
+  RmsNorm norm_;
+  const DeviceTensor* centre_ = nullptr;
+};
+
+struct CohereLayer {
+  BiaslessLayerNorm input_norm;
+  AttentionBlock attn;
+  GatedMlp mlp;
+};
+
+class CohereModel : public Model {
+ public:
+  CohereModel(const ModelConfig& cfg, const WeightSource& weights, Backend& backend, const ModelBuildOptions& opt)
+      : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)) {
+    const std::string& arch = cfg.architectures.front();
+    CYPRIS_CHECK(cfg.hidden_act == "silu", "{}: {} uses a SiLU MLP, but hidden_act is {}", cfg.source, arch,
+                 cfg.hidden_act);
+    const CohereFields f = read_cohere_fields(cfg);
+    logit_scale_ = static_cast<float>(f.logit_scale);
+    const bool cohere2 = arch == "Cohere2ForCausalLM";
+    const WeightLoader w(cfg_, weights, backend, opt_);
+    const int64_t h = cfg.hidden_size;
+    const float eps = static_cast<float>(f.layer_norm_eps);
+    std::vector<float> c(static_cast<size_t>(h * h), -1.0f / static_cast<float>(h));
+    for (int64_t i = 0; i < h; ++i) c[i * h + i] += 1.0f;
+    centre_ = backend.upload(c.data(), DType::F32, {h, h});
+    embed_ = VocabParallelEmbedding(w, "model.embed_tokens.weight");
+    layers_.resize(cfg.num_hidden_layers);
+    for (int i = 0; i < cfg.num_hidden_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      CohereLayer& L = layers_[i];
+      L.input_norm = BiaslessLayerNorm(w, p + "input_layernorm.weight", h, eps, &centre_);
+      AttentionSpec a;
+      a.prefix = p + "self_attn.";
+      a.qkv_bias = a.o_bias = cfg.qkv_bias;
+      a.interleaved_rope = true;
+      int window = cfg.layer_sliding_window[i];
+      if (cohere2 && !f.has_layer_types) {
+        // Cohere 2: every sliding_window_pattern-th layer is global (no rotary), the others slide.
+        const int any = *std::max_element(cfg.layer_sliding_window.begin(), cfg.layer_sliding_window.end());
+        window = (i + 1) % f.sliding_window_pattern != 0 ? any : 0;
+      }
+      a.sliding_window = window;
+      a.rope = !cohere2 || window > 0;
+      L.attn = AttentionBlock(w, layout_, a);
+      MlpSpec m;
+      m.prefix = p + "mlp.";
+      m.intermediate_size = cfg.intermediate_size;
+      L.mlp = GatedMlp(w, layout_, m);
+    }
+    final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps, &centre_);
+    lm_head_ = LmHead(w, f.tie_word_embeddings ? &embed_ : nullptr);
+    rope_ = RotaryCache(backend, cfg);
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  int num_layers() const override { return cfg_.num_hidden_layers; }
+  int num_kv_heads() const override { return layout_.kv_heads; }
+  int head_dim() const override { return layout_.head_dim; }
+
+  DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
+    CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",
+                 kv.size(), cfg_.num_hidden_layers);
+    const int64_t t = in.token_ids.shape[0];
+    const int64_t h = cfg_.hidden_size;
+    ForwardScratch scratch(backend_, t);
+    DeviceTensor residual = backend_.empty(DType::F32, {t, h});  // [T, hidden]
+    DeviceTensor normed = backend_.empty(DType::F32, {t, h});
+    DeviceTensor centred = backend_.empty(DType::F32, {t, h});
+    DeviceTensor attn = backend_.empty(DType::F32, {t, h});
+    DeviceTensor mlp = backend_.empty(DType::F32, {t, h});
+    // Row additions through scatter_add_rows with the identity rows and unit weights.
+    std::vector<int32_t> iota(static_cast<size_t>(t));
+    std::iota(iota.begin(), iota.end(), 0);
+    const std::vector<float> ones(static_cast<size_t>(t), 1.0f);
+    DeviceTensor rows = backend_.upload(iota.data(), DType::I32, {t});
+    DeviceTensor unit = backend_.upload(ones.data(), DType::F32, {t});
+
+    embed_.forward(backend_, in.token_ids, residual.view);
+    dump("embed", residual.view);
+    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
+      const CohereLayer& L = layers_[i];
+      const Dumper d = dumper("layers." + std::to_string(i) + ".");
+      L.input_norm.forward(backend_, residual.view, centred.view, normed.view);
+      d("input_norm", normed.view);
+      // One all-reduce for both branches: each leaves its rank's partial sum.
+      L.attn.forward(backend_, normed.view, in, kv[i], rope_, scratch, attn.view, d, /*reduce=*/false);
+      L.mlp.forward(backend_, normed.view, scratch, mlp.view, d, /*reduce=*/false);
+      backend_.scatter_add_rows(mlp.view, rows.view, unit.view, attn.view);
+      tp_all_reduce(opt_, attn.view);
+      d("attn_plus_mlp", attn.view);
+      backend_.scatter_add_rows(attn.view, rows.view, unit.view, residual.view);
+      d("residual", residual.view);
+    }
+    final_norm_.forward(backend_, residual.view, centred.view, normed.view);
+    dump("final_norm", normed.view);
+    DeviceTensor logits = lm_head_.forward_selected(backend_, normed.view, in.logits_indices);
+    backend_.scale_and_cap(logits.view, logit_scale_, 0.0f);
+    dump("logits", logits.view);
+    return logits;
+  }
+
+ private:
+  ModelConfig cfg_;
+  Backend& backend_;
+  ModelBuildOptions opt_;
+  TpLayout layout_;
+  float logit_scale_ = 1.0f;
+  DeviceTensor centre_;  // F32 [hidden, hidden] = I - 1/hidden
+  VocabParallelEmbedding embed_;
+  std::vector<CohereLayer> layers_;
+  BiaslessLayerNorm final_norm_;
+  LmHead lm_head_;
+  RotaryCache rope_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> create_cohere_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
+                                           const ModelBuildOptions& options) {
+  return std::make_unique<CohereModel>(cfg, weights, backend, options);
+}
+
+}  // namespace cypris

@@ -1,0 +1,85 @@
+#include "models/layers/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/common/error.h"
+
+namespace cypris {
+
+ExpertRouting route_top_k(const std::vector<float>& logits, int64_t num_tokens, int num_experts, int top_k,
+                          bool renormalize) {
+  CYPRIS_CHECK(top_k > 0 && top_k <= num_experts, "route_top_k: top-{} of {} experts", top_k, num_experts);
+  ExpertRouting r;
+  r.tokens.resize(num_experts);
+  r.weights.resize(num_experts);
+  std::vector<double> p(num_experts);
+  std::vector<int> order(num_experts);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* row = logits.data() + t * num_experts;
+    const double mx = *std::max_element(row, row + num_experts);
+    double sum = 0;
+    for (int e = 0; e < num_experts; ++e) sum += p[e] = std::exp(static_cast<double>(row[e]) - mx);
+    for (int e = 0; e < num_experts; ++e) p[e] /= sum;
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + top_k, order.end(),
+                      [&](int a, int b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    double chosen = 0;
+    for (int k = 0; k < top_k; ++k) chosen += p[order[k]];
+    for (int k = 0; k < top_k; ++k) {
+      const int e = order[k];
+      r.tokens[e].push_back(static_cast<int32_t>(t));
+      r.weights[e].push_back(static_cast<float>(renormalize ? p[e] / chosen : p[e]));
+    }
+  }
+  return r;
+}
+
+SparseMoe::SparseMoe(const WeightLoader& w, const TpLayout& layout, const MoeSpec& spec)
+    : top_k_(spec.top_k), renormalize_(spec.renormalize), opt_(&w.options()) {
+  CYPRIS_CHECK(spec.num_experts > 0 && spec.top_k > 0 && spec.top_k <= spec.num_experts,
+               "{}: top-{} routing over {} experts", spec.prefix, spec.top_k, spec.num_experts);
+  router_ =
+      w.load_linear({{spec.prefix + spec.router, spec.num_experts, ShardSpec::replicated()}}, w.config().hidden_size);
+  experts_.reserve(spec.num_experts);
+  for (int e = 0; e < spec.num_experts; ++e) {
+    MlpSpec m;
+    m.prefix = spec.prefix + spec.experts + std::to_string(e) + ".";
+    m.gate = spec.gate;
+    m.up = spec.up;
+    m.down = spec.down;
+    m.intermediate_size = spec.intermediate_size;
+    m.act = spec.act;
+    experts_.emplace_back(w, layout, m);
+  }
+}
+
+DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump) const {
+  const int64_t t = x.shape[0];
+  const int64_t h = x.shape[1];
+  const int num_experts = static_cast<int>(experts_.size());
+  DeviceTensor out = b.zeros(DType::F32, {t, h});
+  if (t == 0) return out;
+  DeviceTensor logits = b.empty(DType::F32, {t, num_experts});  // [T, E]
+  b.linear(x, router_.view, nullptr, logits.view);
+  dump("router_logits", logits.view);
+  std::vector<float> host(static_cast<size_t>(t * num_experts));
+  b.download(logits.view, host.data());
+  const ExpertRouting routing = route_top_k(host, t, num_experts, top_k_, renormalize_);
+  for (int e = 0; e < num_experts; ++e) {
+    const int64_t n = static_cast<int64_t>(routing.tokens[e].size());
+    if (n == 0) continue;
+    DeviceTensor idx = b.upload(routing.tokens[e].data(), DType::I32, {n});
+    DeviceTensor gates = b.upload(routing.weights[e].data(), DType::F32, {n});
+    DeviceTensor rows = b.empty(DType::F32, {n, h});  // [n_e, hidden]: this expert's tokens
+    b.gather_rows(x, idx.view, rows.view);
+    ForwardScratch scratch(b, n);
+    experts_[e].forward(b, rows.view, scratch, rows.view, Dumper{}, /*reduce=*/false);
+    b.scatter_add_rows(rows.view, idx.view, gates.view, out.view);
+  }
+  tp_all_reduce(*opt_, out.view);
+  return out;
+}
+
+}  // namespace cypris

@@ -1,0 +1,54 @@
+// A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral): a replicated router picks the top-k
+// experts of each token (softmax over all experts, then the k largest, renormalised when the
+// config says so); each expert is a gated MLP split over the tensor-parallel ranks like a dense
+// one. This is the reference path: the top-k is chosen on the host, tokens are grouped by expert
+// (one gather, one expert MLP and one weighted scatter-add per expert with tokens), and the sum
+// is all-reduced once. A fused GPU path (one grouped GEMM per projection) is not written yet.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/layers/mlp.h"
+
+namespace cypris {
+
+struct MoeSpec {
+  std::string prefix;                  // "model.layers.3.mlp."
+  std::string router = "gate.weight";  // [num_experts, hidden]
+  std::string experts = "experts.";    // expert e's tensors under prefix + experts + e + "."
+  std::string gate = "gate_proj.weight", up = "up_proj.weight", down = "down_proj.weight";
+  int num_experts = 0;
+  int top_k = 0;
+  bool renormalize = true;
+  int64_t intermediate_size = 0;  // one expert's full width
+  Activation act = Activation::Silu;
+};
+
+// Routing of T tokens: for each expert, its tokens and their gate weights.
+struct ExpertRouting {
+  std::vector<std::vector<int32_t>> tokens;  // [num_experts][n_e]
+  std::vector<std::vector<float>> weights;   // [num_experts][n_e]
+};
+
+// Top-k routing of router logits [T, E] (row-major): softmax, k largest (lower expert id first on
+// ties), divided by their sum when renormalize.
+ExpertRouting route_top_k(const std::vector<float>& logits, int64_t num_tokens, int num_experts, int top_k,
+                          bool renormalize);
+
+class SparseMoe {
+ public:
+  SparseMoe() = default;
+  SparseMoe(const WeightLoader& w, const TpLayout& layout, const MoeSpec& spec);
+  // Returns F32 [T, hidden] = sum over each token's experts of gate * expert(x), all-reduced.
+  DeviceTensor forward(Backend& b, const Tensor& x, const Dumper& dump) const;
+
+ private:
+  DeviceTensor router_;  // [E, hidden], replicated
+  std::vector<GatedMlp> experts_;
+  int top_k_ = 0;
+  bool renormalize_ = true;
+  const ModelBuildOptions* opt_ = nullptr;
+};
+
+}  // namespace cypris

@@ -1,0 +1,19 @@
+// Qwen3 (dense) and Qwen3-MoE: the Llama decoder with a per-head RMSNorm of q and k before
+// rotary, no q/k/v biases unless attention_bias, head_dim given by the config; Qwen3-MoE's sparse
+// layers route each token to its top num_experts_per_tok of num_experts SiLU experts.
+#pragma once
+
+#include <memory>
+
+#include "engine/loader/weights.h"
+#include "models/model.h"
+
+namespace cypris {
+
+std::unique_ptr<Model> create_qwen3_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
+                                          const ModelBuildOptions& options);
+
+std::unique_ptr<Model> create_qwen3_moe_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
+                                              const ModelBuildOptions& options);
+
+}  // namespace cypris

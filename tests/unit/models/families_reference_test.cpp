@@ -1,0 +1,195 @@
+// The model families beyond Llama (Qwen3, Qwen3-MoE and Mixtral with top-2-of-8 experts, Gemma 2,
+// Gemma 3 and Gemma 3's text part inside a multimodal checkpoint, Phi-3 with fused projections and
+// longrope scaling past its original length) against the independent float64 torch reference of
+// tests/tools/gen_family_fixtures.py: tiny random configs with every feature of the family on.
+// Full-prefill logits within 1e-4, the reference's greedy continuation token by token through
+// the paged cache, and tensor parallelism over 2 CPU ranks equal to one rank.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/common/error.h"
+#include "engine/runtime/model_runner.h"
+#include "models/layers/moe.h"
+#include "models/registry/registry.h"
+
+namespace cypris {
+namespace {
+
+const std::string kFixtures = std::string(CYPRIS_FIXTURES_DIR) + "/models/";
+
+struct Expected {
+  std::vector<int32_t> ids;
+  std::vector<std::vector<float>> logits;  // [T][vocab]
+  std::vector<int32_t> greedy;             // the reference's greedy continuation of ids[:12]
+};
+
+Expected load_expected(const std::string& name) {
+  std::ifstream in(kFixtures + name + "/expected.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto j = nlohmann::json::parse(ss.str());
+  return {j["input_ids"].get<std::vector<int32_t>>(), j["logits"].get<std::vector<std::vector<float>>>(),
+          j["greedy"].get<std::vector<int32_t>>()};
+}
+
+// max |a - b| / max |b| over a row.
+double rel_err(const float* a, const float* b, int64_t n) {
+  double diff = 0, mag = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    mag = std::max(mag, std::abs(static_cast<double>(b[i])));
+  }
+  return diff / mag;
+}
+
+ModelRunnerOptions options(const std::string& name, int tp = 1, int block_size = 4) {
+  ModelRunnerOptions o;
+  o.model_dir = kFixtures + name;
+  o.load.dtype = "float32";
+  o.threads = 2;
+  o.block_size = block_size;
+  o.num_blocks = 16;
+  o.parallel.world_size = tp;
+  return o;
+}
+
+Logits full_prefill(ModelRunner& runner, const std::vector<int32_t>& ids) {
+  BatchContext b = make_single_sequence_batch(ids, 0, runner.block_size());
+  b.logits_indices.clear();
+  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) b.logits_indices.push_back(i);
+  return runner.execute(b);
+}
+
+class Families : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Families, FullPrefillMatchesTorchReference) {
+  const std::string name = GetParam();
+  const Expected e = load_expected(name);
+  ModelRunner runner(options(name));
+  const Logits l = full_prefill(runner, e.ids);
+  ASSERT_EQ(l.rows, static_cast<int64_t>(e.ids.size()));
+  for (int64_t r = 0; r < l.rows; ++r) {
+    EXPECT_LT(rel_err(l.row(r), e.logits[r].data(), l.vocab), 1e-4) << name << " row " << r;
+  }
+}
+
+// Prefill 12 tokens, then decode one token at a time through the paged cache (blocks of 4, so
+// the sliding windows cross block boundaries): the reference's greedy tokens.
+TEST_P(Families, GreedyDecodeMatchesTorchReference) {
+  const std::string name = GetParam();
+  const Expected e = load_expected(name);
+  ModelRunner runner(options(name));
+  std::vector<int32_t> ids(e.ids.begin(), e.ids.begin() + 12);
+  Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
+  std::vector<int32_t> got;
+  for (size_t step = 0; step < e.greedy.size(); ++step) {
+    const int32_t next = static_cast<int32_t>(std::max_element(l.row(0), l.row(0) + l.vocab) - l.row(0));
+    got.push_back(next);
+    ids.push_back(next);
+    const int32_t one[] = {next};
+    l = runner.execute(make_single_sequence_batch(one, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
+  }
+  EXPECT_EQ(got, e.greedy) << name;
+}
+
+TEST_P(Families, TwoCpuRanksGiveTheOneRankLogits) {
+  const std::string name = GetParam();
+  const Expected e = load_expected(name);
+  ModelRunner one(options(name));
+  ModelRunner two(options(name, 2));
+  ASSERT_EQ(two.tensor_parallel_size(), 2);
+  const Logits a = full_prefill(one, e.ids);
+  const Logits b = full_prefill(two, e.ids);
+  ASSERT_EQ(a.rows, b.rows);
+  for (int64_t r = 0; r < a.rows; ++r) EXPECT_LT(rel_err(b.row(r), a.row(r), a.vocab), 1e-5) << name << " row " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Families,
+                         ::testing::Values("qwen3_qknorm_sliding", "qwen3_moe_top2_of_8", "mixtral_top2_of_8",
+                                           "phi3_fused_longrope", "cohere_parallel_block", "cohere2_sliding_nope",
+                                           "gemma2_softcap_sliding", "gemma3_local_global", "gemma3_multimodal_text"));
+
+TEST(Registry, ListsTheFamilies) {
+  const auto archs = supported_architectures();
+  for (const char* a : {"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM",
+                        "Phi3ForCausalLM", "CohereForCausalLM", "Cohere2ForCausalLM", "Gemma2ForCausalLM",
+                        "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}) {
+    EXPECT_NE(std::find(archs.begin(), archs.end(), a), archs.end()) << a;
+  }
+}
+
+// Routing: softmax, top-k (lower id first on ties), optional renormalisation.
+TEST(MoeRouting, TopKOfSoftmaxRenormalisedOrNot) {
+  const std::vector<float> logits = {0.0f, 2.0f,  1.0f, 2.0f,   // tie between experts 1 and 3
+                                     5.0f, -1.0f, 0.0f, 4.0f};  // experts 0 and 3
+  const ExpertRouting r = route_top_k(logits, 2, 4, 2, true);
+  EXPECT_EQ(r.tokens[1], std::vector<int32_t>({0}));
+  EXPECT_EQ(r.tokens[3], std::vector<int32_t>({0, 1}));
+  EXPECT_EQ(r.tokens[0], std::vector<int32_t>({1}));
+  EXPECT_TRUE(r.tokens[2].empty());
+  EXPECT_NEAR(r.weights[1][0], 0.5, 1e-6);
+  EXPECT_NEAR(r.weights[0][0], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
+  const ExpertRouting raw = route_top_k(logits, 2, 4, 2, false);
+  const double z = 1 + 2 * std::exp(2.0) + std::exp(1.0);
+  EXPECT_NEAR(raw.weights[1][0], std::exp(2.0) / z, 1e-6);
+  EXPECT_THROW(route_top_k(logits, 2, 4, 5, true), Error);
+}
+
+TEST(Registry, UnsupportedArchitectureNamesItAndListsTheFamilies) {
+  ModelConfig cfg = parse_model_config(
+      R"({"architectures":["FalconForCausalLM"],"hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,
+          "num_attention_heads":4,"vocab_size":16})",
+      "/m/config.json");
+  try {
+    resolve_architecture(cfg);
+    FAIL() << "expected an error";
+  } catch (const Error& err) {
+    const std::string msg = err.what();
+    EXPECT_NE(msg.find("FalconForCausalLM"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Gemma3ForCausalLM"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Qwen3MoeForCausalLM"), std::string::npos) << msg;
+  }
+}
+
+TEST(FamilyConfigs, BadMoeAndGemmaFieldsAreNamed) {
+  const std::string base =
+      R"("hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":16)";
+  auto error_of = [&](const std::string& json) {
+    try {
+      parse_model_config(json, "/m/config.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(
+      error_of(R"({"architectures":["Qwen3MoeForCausalLM"],"num_experts":8,"num_experts_per_tok":9,)" + base + "}")
+          .find("num_experts_per_tok"),
+      std::string::npos);
+  EXPECT_NE(error_of(R"({"architectures":["Qwen3MoeForCausalLM"],"num_experts":8,"num_experts_per_tok":2,)"
+                     R"("mlp_only_layers":[5],)" +
+                     base + "}")
+                .find("mlp_only_layers"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"architectures":["Gemma2ForCausalLM"],"model_type":"gemma2","final_logit_softcapping":-1,)" +
+                     base + "}")
+                .find("softcapping"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"architectures":["X"],"hidden_act":"relu",)" + base + "}").find("relu"), std::string::npos);
+  // Gemma 3: every sliding_window_pattern-th layer is global; Gemma 2: the odd layers are.
+  const ModelConfig g3 = parse_model_config(
+      R"({"architectures":["Gemma3ForCausalLM"],"model_type":"gemma3_text","sliding_window":8,"sliding_window_pattern":2,)" +
+          base + "}",
+      "/m/config.json");
+  EXPECT_EQ(g3.layer_sliding_window, std::vector<int>({8, 0}));
+  EXPECT_TRUE(g3.tie_word_embeddings);
+  EXPECT_EQ(g3.hidden_act, "silu");  // no hidden_activation given
+}
+
+}  // namespace
+}  // namespace cypris
