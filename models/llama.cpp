@@ -218,21 +218,32 @@ class LlamaModel : public Model {
     HostTensor out;
     out.dtype = dtype;
     out.shape = cols > 0 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows};
-    const int64_t row_elems = cols > 0 ? cols : 1;
-    out.buffer = Buffer(static_cast<size_t>(rows * row_elems) * dtype_size(dtype));
+    const size_t row_bytes = dtype_nbytes(dtype, cols > 0 ? cols : 1);  // whole blocks for a quantized type
+    out.buffer = Buffer(static_cast<size_t>(rows) * row_bytes);
     int64_t offset = 0;
     for (const auto& [name, full_rows, shard] : parts) {
       std::vector<int64_t> full = cols > 0 ? std::vector<int64_t>{full_rows, cols} : std::vector<int64_t>{full_rows};
       w.read_into(resolve(w, name), full, dtype, shard,
-                  static_cast<char*>(out.buffer.data()) + offset * row_elems * dtype_size(dtype));
+                  static_cast<char*>(out.buffer.data()) + static_cast<size_t>(offset) * row_bytes);
       offset += full_rows / shard.world_size;
     }
     return backend_.upload_weight(std::move(out));
   }
 
+  // A linear weight (or a stack of them) stays in its own quantized type (GGUF) when every part has
+  // the same one and the backend multiplies it; otherwise it is loaded in the model's weight dtype.
+  DType linear_dtype(const WeightSource& w, const std::vector<std::string>& names) const {
+    std::optional<DType> type;
+    for (const auto& name : names) {
+      const auto t = w.native_dtype(resolve(w, name));
+      if (!t || !dtype_is_quantized(*t) || (type && *type != *t)) return opt_.weight_dtype;
+      type = t;
+    }
+    return type && backend_.supports_quantized_weight(*type) ? *type : opt_.weight_dtype;
+  }
+
   void load(const WeightSource& w) {
     const auto& par = opt_.parallel;
-    const DType wd = opt_.weight_dtype;
     const int64_t h = cfg_.hidden_size;
     const int64_t qd = int64_t{cfg_.num_attention_heads} * d_;
     const int64_t kvd = int64_t{cfg_.num_key_value_heads} * d_;
@@ -256,17 +267,18 @@ class LlamaModel : public Model {
       L.qkv = load_stacked(
           w,
           {{a + "q_proj.weight", qd, rows}, {a + "k_proj.weight", kvd, kv_rows}, {a + "v_proj.weight", kvd, kv_rows}},
-          h, wd);
+          h, linear_dtype(w, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}));
       if (cfg_.qkv_bias) {
         L.qkv_bias = load_stacked(
             w, {{a + "q_proj.bias", qd, rows}, {a + "k_proj.bias", kvd, kv_rows}, {a + "v_proj.bias", kvd, kv_rows}}, 0,
             DType::F32);
       }
-      L.o = load_one(w, a + "o_proj.weight", {h, qd}, wd, cols);
+      L.o = load_one(w, a + "o_proj.weight", {h, qd}, linear_dtype(w, {a + "o_proj.weight"}), cols);
       if (cfg_.o_bias) L.o_bias = load_one(w, a + "o_proj.bias", {h}, DType::F32, rep);
       const std::string m = p + "mlp.";
-      L.gate_up = load_stacked(w, {{m + "gate_proj.weight", I, rows}, {m + "up_proj.weight", I, rows}}, h, wd);
-      L.down = load_one(w, m + "down_proj.weight", {h, I}, wd, cols);
+      L.gate_up = load_stacked(w, {{m + "gate_proj.weight", I, rows}, {m + "up_proj.weight", I, rows}}, h,
+                               linear_dtype(w, {m + "gate_proj.weight", m + "up_proj.weight"}));
+      L.down = load_one(w, m + "down_proj.weight", {h, I}, linear_dtype(w, {m + "down_proj.weight"}), cols);
       if (cfg_.mlp_bias) {
         L.gate_up_bias =
             load_stacked(w, {{m + "gate_proj.bias", I, rows}, {m + "up_proj.bias", I, rows}}, 0, DType::F32);
@@ -282,7 +294,8 @@ class LlamaModel : public Model {
       CYPRIS_CHECK(w.contains("lm_head.weight"),
                    "{}: tensor 'lm_head.weight' not found and tie_word_embeddings is false in {}", w.describe(),
                    cfg_.source);
-      lm_head_ = par.world_size == 1 ? load_one(w, "lm_head.weight", {cfg_.vocab_size, h}, wd, rows)
+      lm_head_ = par.world_size == 1 ? load_one(w, "lm_head.weight", {cfg_.vocab_size, h},
+                                                linear_dtype(w, {"lm_head.weight"}), rows)
                                      : backend_.upload_weight(load_vocab_rows(w, "lm_head.weight", vocab_rank_));
     }
   }

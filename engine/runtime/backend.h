@@ -62,6 +62,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual Device device() const = 0;
+  // Whether linear() takes a weight of this block-quantized type (Q4_K, ...) as it is. A model
+  // loads a quantized weight in its own type only then, else dequantized to its weight dtype.
+  // Backends with quantized kernels override this.
+  virtual bool supports_quantized_weight(DType type) const { return false; }
 
   // Uninitialised memory on the device.
   virtual DeviceTensor empty(DType dtype, const std::vector<int64_t>& shape) = 0;

@@ -1,0 +1,159 @@
+// GGUF models end to end on the CPU backend against llama.cpp's own logits and greedy tokens
+// (testdata/gguf/refs, produced by libllama on the CPU), and tensor parallelism on a GGUF model.
+//
+// Tolerances (max |ours - llama.cpp| over a row, relative to the row's max |logit|), derived from
+// what llama.cpp rounds that Cypris does not:
+//  - F32 files: llama.cpp keeps K and V in an f16 cache (relative rounding 2^-11 = 4.9e-4 per
+//    element); attention passes that on to the residual stream, so logits differ by a few 1e-4 of
+//    their scale: bound 2e-3.
+//  - F16 files: as F32, and ggml's F16 matmul rounds the activations to f16 too (vec_dot_type F16),
+//    another 2^-11 per input of every projection: bound 5e-3.
+//  - BF16 files: ggml rounds the activations to bf16 (2^-8 = 3.9e-3 per input): bound 3e-2.
+// The measured errors are printed; they sit well inside these bounds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/loader/gguf.h"
+#include "engine/runtime/model_runner.h"
+
+namespace cypris {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const fs::path kDir = fs::path(CYPRIS_TESTDATA_DIR) / "gguf";
+
+struct Ref {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int32_t> greedy;
+  std::vector<float> logits;  // all positions of all prompts, n_vocab each
+  int64_t vocab = 0;
+};
+
+Ref load_ref(const std::string& name) {
+  Ref r;
+  std::ifstream in(kDir / "refs" / (name + ".json"));
+  const json j = json::parse(in);
+  r.prompts = j["prompts"].get<std::vector<std::vector<int32_t>>>();
+  r.greedy = j["greedy"].get<std::vector<int32_t>>();
+  r.vocab = j["n_vocab"].get<int64_t>();
+  std::ifstream lf(kDir / "refs" / (name + ".logits.f32"), std::ios::binary);
+  lf.seekg(0, std::ios::end);
+  r.logits.resize(static_cast<size_t>(lf.tellg()) / 4);
+  lf.seekg(0);
+  lf.read(reinterpret_cast<char*>(r.logits.data()), static_cast<std::streamsize>(r.logits.size() * 4));
+  return r;
+}
+
+ModelRunnerOptions options(const std::string& name, const std::string& dtype, int tp = 1) {
+  ModelRunnerOptions o;
+  o.model_dir = kDir / (name + ".gguf");
+  o.load.dtype = dtype;
+  o.threads = 2;
+  o.parallel.world_size = tp;
+  o.num_blocks = 16;
+  return o;
+}
+
+Logits full_prefill(ModelRunner& runner, const std::vector<int32_t>& ids) {
+  BatchContext b = make_single_sequence_batch(ids, 0, runner.block_size());
+  b.logits_indices.clear();
+  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) b.logits_indices.push_back(i);
+  return runner.execute(b);
+}
+
+int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
+
+std::vector<int32_t> greedy(ModelRunner& runner, std::vector<int32_t> ids, int steps) {
+  std::vector<int32_t> out;
+  Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
+  for (int i = 0; i < steps; ++i) {
+    const int32_t next = argmax(l.row(0), l.vocab);
+    out.push_back(next);
+    ids.push_back(next);
+    const int32_t tok[] = {next};
+    if (i + 1 < steps)
+      l = runner.execute(make_single_sequence_batch(tok, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
+  }
+  return out;
+}
+
+// The largest row error over every position of every prompt, relative to the row's scale.
+double max_rel_err(ModelRunner& runner, const Ref& ref) {
+  double worst = 0;
+  size_t row = 0;
+  for (const auto& prompt : ref.prompts) {
+    const Logits l = full_prefill(runner, prompt);
+    EXPECT_EQ(l.vocab, ref.vocab);
+    for (int64_t r = 0; r < l.rows; ++r, ++row) {
+      const float* want = ref.logits.data() + row * ref.vocab;
+      double diff = 0, mag = 0;
+      for (int64_t v = 0; v < ref.vocab; ++v) {
+        diff = std::max(diff, std::abs(static_cast<double>(l.row(r)[v]) - want[v]));
+        mag = std::max(mag, std::abs(static_cast<double>(want[v])));
+      }
+      worst = std::max(worst, diff / mag);
+    }
+  }
+  EXPECT_EQ(row * ref.vocab, ref.logits.size());
+  return worst;
+}
+
+struct Case {
+  const char* file;
+  const char* dtype;  // Cypris weight dtype
+  double tolerance;
+};
+
+class GgufLogits : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GgufLogits, MatchLlamaCppWithinTheDerivedTolerance) {
+  const Case c = GetParam();
+  const Ref ref = load_ref(c.file);
+  ModelRunner runner(options(c.file, c.dtype));
+  const double err = max_rel_err(runner, ref);
+  std::printf("[ gguf ] %s as %s: max row error %.3g of the logit scale (bound %.3g)\n", c.file, c.dtype, err,
+              c.tolerance);
+  EXPECT_LT(err, c.tolerance);
+  EXPECT_EQ(greedy(runner, ref.prompts[0], static_cast<int>(ref.greedy.size())), ref.greedy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, GgufLogits,
+                         ::testing::Values(Case{"stories260k-F32", "float32", 2e-3},
+                                           Case{"tiny-random-F16", "float16", 5e-3},
+                                           Case{"tiny-random-BF16", "bfloat16", 3e-2}),
+                         [](const auto& info) {
+                           std::string n = info.param.file;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
+
+TEST(GgufModel, TensorParallelRanksGiveTheUnsplitLogits) {
+  const Ref ref = load_ref("stories260k-F32");
+  ModelRunner one(options("stories260k-F32", "float32", 1));
+  ModelRunner two(options("stories260k-F32", "float32", 2));
+  for (const auto& prompt : ref.prompts) {
+    const Logits a = full_prefill(one, prompt);
+    const Logits b = full_prefill(two, prompt);
+    ASSERT_EQ(a.rows, b.rows);
+    for (int64_t r = 0; r < a.rows; ++r) {
+      double diff = 0, mag = 0;
+      for (int64_t v = 0; v < a.vocab; ++v) {
+        diff = std::max(diff, std::abs(static_cast<double>(a.row(r)[v]) - b.row(r)[v]));
+        mag = std::max(mag, std::abs(static_cast<double>(a.row(r)[v])));
+      }
+      EXPECT_LT(diff / mag, 1e-5) << "row " << r;
+    }
+  }
+  EXPECT_EQ(greedy(two, ref.prompts[0], 32), std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + 32));
+}
+
+}  // namespace
+}  // namespace cypris

@@ -1,0 +1,208 @@
+// The tokenizer a GGUF file carries: stories260k's `llama` vocabulary (written by llama.cpp's
+// converter) encodes and decodes like stories260k's own tokenizer.json and reproduces the prompts
+// and the published story of testdata/gguf/refs; `gpt2` vocabularies built from the Qwen2, Llama 3
+// and GPT-2 test tokenizers (vocab, merges, token types, tokenizer.ggml.pre) give the reference
+// ids of their cases.jsonl; special ids, add_bos and chat templates come from the metadata.
+#include "engine/tokenizer/gguf_tokenizer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "engine/common/error.h"
+#include "tests/support/gguf_writer.h"
+#include "tests/unit/tokenizer/tokenizer_test_util.h"
+
+namespace cypris {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+const fs::path kGguf = fs::path(CYPRIS_TESTDATA_DIR) / "gguf";
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::unique_ptr<Tokenizer> from_bytes(const std::string& bytes) {
+  GgufModel m(std::make_unique<GgufFile>("mem.gguf", bytes.data(), bytes.size()));
+  return load_gguf_tokenizer(m);
+}
+
+const std::vector<std::string> kTexts = {
+    "Once upon a time, there was a little girl named Lily.",
+    "She loved to play outside in the park.",
+    " leading space and  two  spaces",
+    "Numbers 12345 and ünïcödé — dashes…",
+    "emoji 🤗 bytes",
+    "line\nbreaks\n\nand\ttabs",
+    "<s>special</s> in text",
+    "",
+};
+
+TEST(GgufTokenizer, Stories260kEncodesAndDecodesLikeItsTokenizerJson) {
+  auto g = load_tokenizer(kGguf / "stories260k-F32.gguf");
+  auto hf = load_tokenizer(fs::path(CYPRIS_TESTDATA_DIR) / "models" / "stories260k");
+  EXPECT_EQ(g->vocab_size(), 512);
+  EXPECT_EQ(g->bos_id(), 1);
+  EXPECT_EQ(g->eos_id(), 2);
+  EXPECT_EQ(g->unk_id(), 0);
+  EXPECT_EQ(g->bos_token(), "<s>");
+  EXPECT_EQ(g->eos_token(), "</s>");
+  EXPECT_TRUE(g->chat_templates().empty());
+  for (const auto& t : kTexts) {
+    SCOPED_TRACE(t);
+    EXPECT_EQ(g->encode(t, true), hf->encode(t, true));
+    EXPECT_EQ(g->encode(t, false), hf->encode(t, false));
+    const auto ids = hf->encode(t, true);
+    EXPECT_EQ(g->decode(ids), hf->decode(ids));
+  }
+  for (int32_t id = 0; id < 512; ++id) EXPECT_EQ(g->id_to_piece(id), hf->id_to_piece(id)) << id;
+}
+
+TEST(GgufTokenizer, Stories260kGivesLlamaCppsPromptsAndStory) {
+  auto tok = load_tokenizer(kGguf / "stories260k-Q8_0.gguf");
+  const json ref = read_json(kGguf / "refs" / "stories260k-F32.json");
+  // The 6-token prompt: its text encodes back to the same ids, BOS first (add_bos).
+  const auto prompt = ref["prompts"][1].get<std::vector<int32_t>>();
+  const std::string text = tok->decode(prompt);
+  EXPECT_EQ(tok->encode(text, true), prompt) << text;
+  // llama.cpp's greedy continuation spells the published story.
+  const auto greedy = ref["greedy"].get<std::vector<int32_t>>();
+  const std::string story = tok->decode(greedy);
+  const std::string expected =
+      read_text(fs::path(CYPRIS_TESTDATA_DIR) / "models" / "stories260k" / "expected_greedy_200_from_bos.txt");
+  ASSERT_GT(story.size(), 40u);
+  EXPECT_EQ(expected.substr(0, story.size()), story);
+  EXPECT_THAT(story, ::testing::StartsWith("Once upon a time, there was a little girl named Lily."));
+}
+
+// A GGUF `gpt2` vocabulary made from a test tokenizer's tokenizer.json, the way llama.cpp's
+// converter writes one: tokens by id, CONTROL for special added tokens, USER_DEFINED for others.
+std::string gpt2_gguf(const std::string& name, const std::string& pre, std::optional<int> bos, bool add_bos) {
+  const json j = read_json(testing::tokenizer_dir(name) / "tokenizer.json");
+  std::map<int, std::pair<std::string, int>> by_id;  // id -> (text, type)
+  for (const auto& [text, id] : j["model"]["vocab"].items()) by_id[id.get<int>()] = {text, 1};
+  for (const auto& a : j["added_tokens"]) by_id[a["id"].get<int>()] = {a["content"], a["special"].get<bool>() ? 3 : 4};
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  for (const auto& [id, tt] : by_id) {
+    EXPECT_EQ(id, static_cast<int>(tokens.size()));
+    tokens.push_back(tt.first);
+    types.push_back(tt.second);
+  }
+  std::vector<std::string> merges;
+  for (const auto& m : j["model"]["merges"]) {
+    merges.push_back(m.is_string() ? m.get<std::string>() : m[0].get<std::string>() + " " + m[1].get<std::string>());
+  }
+  test::GgufWriter w;
+  w.kv_str("tokenizer.ggml.model", "gpt2");
+  w.kv_str("tokenizer.ggml.pre", pre);
+  w.kv_strs("tokenizer.ggml.tokens", tokens);
+  w.kv_i32s("tokenizer.ggml.token_type", types);
+  w.kv_strs("tokenizer.ggml.merges", merges);
+  if (bos) w.kv_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(*bos));
+  w.kv_bool("tokenizer.ggml.add_bos_token", add_bos);
+  w.kv_str("tokenizer.chat_template", "{{ messages[0]['content'] }}");
+  return w.bytes();
+}
+
+TEST(GgufTokenizer, Gpt2VocabulariesGiveTheReferenceIds) {
+  struct Case {
+    const char* name;
+    const char* pre;
+  };
+  for (const Case c : {Case{"qwen2-bpe", "qwen2"}, Case{"llama3-bpe", "llama-bpe"}, Case{"gpt2-bpe", "gpt-2"}}) {
+    SCOPED_TRACE(c.name);
+    const std::string bytes = gpt2_gguf(c.name, c.pre, std::nullopt, false);
+    auto tok = from_bytes(bytes);
+    const Tokenizer& ref = testing::cached_tokenizer(c.name);
+    for (const auto& tc : testing::load_cases(c.name)) {
+      EXPECT_EQ(tok->encode(tc.text, false), tc.ids) << "text: '" << tc.text << "'";
+      EXPECT_EQ(tok->decode(tc.ids, false), ref.decode(tc.ids, false)) << "text: '" << tc.text << "'";
+    }
+    ASSERT_EQ(tok->chat_templates().size(), 1u);
+    EXPECT_EQ(tok->chat_templates()[0].source, "{{ messages[0]['content'] }}");
+  }
+}
+
+TEST(GgufTokenizer, SpecialTokensAndAddBosComeFromTheMetadata) {
+  // Llama 3: <|begin_of_text|> is 128000, a CONTROL token recognised in text.
+  auto tok = from_bytes(gpt2_gguf("llama3-bpe", "llama-bpe", 128000, true));
+  EXPECT_EQ(tok->bos_id(), 128000);
+  EXPECT_EQ(tok->bos_token(), "<|begin_of_text|>");
+  EXPECT_EQ(tok->encode("Hello world", true), (std::vector<int32_t>{128000, 9906, 1917}));
+  EXPECT_EQ(tok->encode("Hello world", false), (std::vector<int32_t>{9906, 1917}));
+  EXPECT_EQ(tok->encode("<|begin_of_text|>Hello", false), (std::vector<int32_t>{128000, 9906}));
+  EXPECT_TRUE(tok->is_special(128000));
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{128000, 9906}, true), "Hello");
+}
+
+TEST(GgufTokenizer, BadVocabulariesAreErrorsNamingTheKey) {
+  test::GgufWriter none;
+  none.kv_str("general.architecture", "llama");
+  try {
+    from_bytes(none.bytes());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("mem.gguf: the file has no tokenizer"));
+  }
+  test::GgufWriter kind;
+  kind.kv_str("tokenizer.ggml.model", "rwkv");
+  kind.kv_strs("tokenizer.ggml.tokens", {"a"});
+  EXPECT_THAT([&] {
+    try {
+      from_bytes(kind.bytes());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }(), HasSubstr("tokenizer model 'rwkv' (tokenizer.ggml.model) is not supported; supported: llama, gpt2"));
+  test::GgufWriter pre;
+  pre.kv_str("tokenizer.ggml.model", "gpt2");
+  pre.kv_str("tokenizer.ggml.pre", "martian");
+  pre.kv_strs("tokenizer.ggml.tokens", {"a", "b", "ab"});
+  pre.kv_strs("tokenizer.ggml.merges", {"a b"});
+  try {
+    from_bytes(pre.bytes());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'tokenizer.ggml.pre' is 'martian'; supported pre-tokenizers: default"));
+  }
+  test::GgufWriter scores;
+  scores.kv_str("tokenizer.ggml.model", "llama");
+  scores.kv_strs("tokenizer.ggml.tokens", {"<unk>", "a"});
+  scores.kv_f32s("tokenizer.ggml.scores", {0.0f});
+  try {
+    from_bytes(scores.bytes());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'tokenizer.ggml.scores' has 1 entries for 2 tokens"));
+  }
+  test::GgufWriter bos;
+  bos.kv_str("tokenizer.ggml.model", "llama");
+  bos.kv_strs("tokenizer.ggml.tokens", {"<unk>", "a"});
+  bos.kv_u32("tokenizer.ggml.bos_token_id", 7);
+  try {
+    from_bytes(bos.bytes());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'tokenizer.ggml.bos_token_id' is 7, outside the vocabulary of 2 tokens"));
+  }
+}
+
+}  // namespace
+}  // namespace cypris
