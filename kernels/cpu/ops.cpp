@@ -5,6 +5,7 @@
 
 #include "engine/common/error.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant/quant_gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
@@ -32,6 +33,10 @@ void embedding_cpu(const int32_t* ids, int64_t num_tokens, const void* table, DT
                    int64_t hidden, float* out, ThreadPool* pool) {
   for (int64_t t = 0; t < num_tokens; ++t) {
     CYPRIS_CHECK(ids[t] >= 0 && ids[t] < vocab, "token id {} at position {} is out of range [0, {})", ids[t], t, vocab);
+  }
+  if (dtype_is_quantized(table_dtype)) {
+    quant_embedding(ids, num_tokens, table, table_dtype, hidden, out, pool);
+    return;
   }
   const size_t esize = dtype_size(table_dtype);
   parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {

@@ -7,6 +7,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant/quant_gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
@@ -61,6 +62,12 @@ void CpuBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) 
 
 void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   backend_checks::check_linear(kName, x, w, bias, out);
+  if (dtype_is_quantized(w.dtype)) {
+    // GGUF weights stay quantized; activations go to 8 bits per block (kernels/cpu/quant/).
+    quant_gemm_xwt(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), w.data, w.dtype, w.shape[0],
+                   bias ? bias->as<float>() : nullptr, out.as<float>(), row_stride(out), pool_.get());
+    return;
+  }
   gemm_xwt(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), w.data, w.dtype, w.shape[0],
            bias ? bias->as<float>() : nullptr, out.as<float>(), row_stride(out), pool_.get());
 }

@@ -1,0 +1,124 @@
+// Quantized linear and embedding (see quant_gemm.h).
+//
+// Work split: the activations are quantized once on the calling thread (they are small: m x k
+// bytes), then the pool splits the weight rows. Each task walks its weight rows in order, so the
+// quantized weights stream from memory exactly once; for each weight row every activation row of
+// the current m-tile is dotted while the row sits in L1. m is tiled so the tile of quantized
+// activations (kMTile x k bytes) stays in L2 for large prefill batches.
+#include "kernels/cpu/quant/quant_gemm.h"
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "engine/common/error.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant/quant_ref.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace cypris {
+namespace {
+
+constexpr int64_t kMTile = 32;
+
+void check_weight(DType w_dtype, int64_t k) {
+  CYPRIS_CHECK(quant::supported(w_dtype), "quantized linear: weight type {} is not a supported quantized type",
+               dtype_name(w_dtype));
+  const int be = quant::block_elems(w_dtype);
+  CYPRIS_CHECK(k % be == 0, "quantized linear: row length {} is not a multiple of the {} block ({} values)", k,
+               dtype_name(w_dtype), be);
+}
+
+void run(ThreadPool* pool, int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool) {
+    pool->parallel_for(n, fn, min_chunk);
+  } else {
+    fn(0, n);
+  }
+}
+
+void dequant_gemm(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
+                  const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
+  // Tiles of 64 rows become fp32 and go through the fp32 GEMM one pool task each; the fp32 GEMM
+  // itself runs without the pool here (nested parallel_for would run serially anyway).
+  constexpr int64_t kRows = 64;
+  const size_t row_bytes = dtype_nbytes(w_dtype, k);
+  run(pool, (n + kRows - 1) / kRows, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> tile(static_cast<size_t>(kRows * k));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t n0 = t * kRows, nb = std::min(kRows, n - n0);
+      for (int64_t r = 0; r < nb; ++r) {
+        quant::dequantize_row(w_dtype, static_cast<const uint8_t*>(w) + (n0 + r) * row_bytes, tile.data() + r * k, k);
+      }
+      std::vector<float> yt(static_cast<size_t>(m * nb));
+      gemm_xwt(x, m, k, ldx, tile.data(), DType::F32, nb, bias ? bias + n0 : nullptr, yt.data(), nb, nullptr);
+      for (int64_t i = 0; i < m; ++i) std::copy_n(yt.data() + i * nb, nb, y + i * ldy + n0);
+    }
+  });
+}
+
+}  // namespace
+
+void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
+                    const float* bias, float* y, int64_t ldy, ThreadPool* pool, QuantPath path) {
+  check_weight(w_dtype, k);
+  if (m == 0 || n == 0) return;
+  if (path == QuantPath::DequantGemm) {
+    dequant_gemm(x, m, k, ldx, w, w_dtype, n, bias, y, ldy, pool);
+    return;
+  }
+  quant::Isa isa = quant::best_isa();
+  if (path == QuantPath::Int8Scalar) isa = quant::Isa::Scalar;
+  if (path == QuantPath::Int8Avx2) isa = quant::Isa::Avx2;
+  if (path == QuantPath::Int8Avx512) isa = quant::Isa::Avx512;
+  CYPRIS_CHECK(quant::isa_available(isa), "quantized linear: this CPU has no {}", quant::isa_name(isa));
+  const quant::DotFn dot = quant::dot_fn(w_dtype, isa);
+  const quant::QuantizeFn quantize = quant::quantize_fn(isa);
+  const int block = quant::act_block(w_dtype);
+
+  // [m, k] int8, [m, k / block] scales, [m, k / 16] group sums. Reused across calls on this thread.
+  thread_local std::vector<int8_t> qs;
+  thread_local std::vector<float> ds;
+  thread_local std::vector<int16_t> bsums;
+  qs.resize(static_cast<size_t>(m * k));
+  ds.resize(static_cast<size_t>(m * (k / block)));
+  bsums.resize(static_cast<size_t>(m * (k / 16)));
+  int8_t* qs_p = qs.data();
+  float* ds_p = ds.data();
+  int16_t* bs_p = bsums.data();
+  run(pool, m, 4, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      quantize(x + i * ldx, k, block, qs_p + i * k, ds_p + i * (k / block), bs_p + i * (k / 16));
+    }
+  });
+
+  const size_t row_bytes = dtype_nbytes(w_dtype, k);
+  const auto* wb = static_cast<const uint8_t*>(w);
+  run(pool, n, 8, [&](int64_t j0, int64_t j1) {
+    for (int64_t i0 = 0; i0 < m; i0 += kMTile) {
+      const int64_t i1 = std::min(m, i0 + kMTile);
+      for (int64_t j = j0; j < j1; ++j) {
+        const void* row = wb + j * row_bytes;
+        const float b = bias ? bias[j] : 0.0f;
+        for (int64_t i = i0; i < i1; ++i) {
+          const quant::ActRow a{qs_p + i * k, ds_p + i * (k / block), bs_p + i * (k / 16)};
+          y[i * ldy + j] = dot(row, a, k) + b;
+        }
+      }
+    }
+  });
+}
+
+void quant_embedding(const int32_t* ids, int64_t num_tokens, const void* table, DType dtype, int64_t hidden,
+                     float* out, ThreadPool* pool) {
+  check_weight(dtype, hidden);
+  const size_t row_bytes = dtype_nbytes(dtype, hidden);
+  run(pool, num_tokens, 4, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      quant::dequantize_row(dtype, static_cast<const uint8_t*>(table) + static_cast<int64_t>(ids[t]) * row_bytes,
+                            out + t * hidden, hidden);
+    }
+  });
+}
+
+}  // namespace cypris

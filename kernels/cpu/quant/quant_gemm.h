@@ -1,0 +1,37 @@
+// Linear layers and embedding lookups with block-quantized weights (GGUF types), weights kept
+// quantized in memory.
+//
+// y = x · Wᵀ (+ bias): the activations are quantized to 8 bits per block (one fp32 scale per 32 or
+// 256 values, as the weight type's block) and each output is an integer dot product per block
+// (quant_dot.h), parallel over weight rows. The alternative path dequantizes tiles of weight rows
+// to fp32 and uses the fp32 GEMM: exact in the activations, used as a reference and selectable.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/common/dtype.h"
+#include "kernels/cpu/quant/quant_dot.h"
+
+namespace cypris {
+
+class ThreadPool;
+
+enum class QuantPath {
+  Auto,           // 8-bit activations, best ISA
+  Int8Scalar,     // 8-bit activations, scalar reference kernels
+  Int8Avx2,       // 8-bit activations, AVX2 kernels
+  Int8Avx512,     // 8-bit activations, AVX-512 VNNI kernels
+  DequantGemm,    // fp32 tiles of dequantized weights + fp32 GEMM
+};
+
+// x: [m, k] fp32 with row stride ldx; w: [n, k] in w_dtype (quantized, rows of whole blocks);
+// bias: [n] or null; y: [m, n] fp32 with row stride ldy. Throws cypris::Error when the type is not
+// a supported quantized type or k is not a whole number of blocks, or the path's ISA is missing.
+void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
+                    const float* bias, float* y, int64_t ldy, ThreadPool* pool, QuantPath path = QuantPath::Auto);
+
+// out[t, :] = dequantized table row ids[t]; ids already range-checked by the caller.
+void quant_embedding(const int32_t* ids, int64_t num_tokens, const void* table, DType dtype, int64_t hidden,
+                     float* out, ThreadPool* pool);
+
+}  // namespace cypris

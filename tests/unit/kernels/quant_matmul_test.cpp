@@ -1,0 +1,257 @@
+// Quantized dot products and linear layers (kernels/cpu/quant/):
+//  - the AVX2 and AVX-512 activation quantizers give the scalar reference's bytes exactly;
+//  - every SIMD dot kernel equals the scalar reference up to float summation order;
+//  - the quantized linear equals an fp64 product of the dequantized weights with the exact
+//    activations, within the error bound the 8-bit activations allow (derived below);
+//  - the dequantize-then-fp32-GEMM path is exact to fp32 rounding; embedding rows are the
+//    dequantized rows bit for bit; bad shapes and types are refused.
+// Weights are random blocks (random bytes with sane fp16 scales) and real rows from llama.cpp's
+// tiny-random GGUF files. Outputs are poisoned with NaN before each run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/common/error.h"
+#include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/quant_dot.h"
+#include "kernels/cpu/quant/quant_gemm.h"
+#include "kernels/cpu/quant/quant_ref.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tests/support/mini_gguf.h"
+
+namespace cypris {
+namespace {
+
+using quant::Isa;
+
+float kNaN() { return std::numeric_limits<float>::quiet_NaN(); }
+
+const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,  DType::Q2_K,
+                        DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+
+std::string type_name(const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); }
+
+// n rows of k random weights: random bytes, then every fp16 scale field set to a small random
+// normal number (random bits could be Inf/NaN, which no quantizer writes).
+std::vector<uint8_t> random_weights(DType t, int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 g(seed);
+  const size_t bytes = dtype_nbytes(t, n * k);
+  std::vector<uint8_t> w(bytes);
+  for (auto& b : w) b = static_cast<uint8_t>(g());
+  std::uniform_real_distribution<float> u(0.002f, 0.05f);
+  auto h = [&] { return f32_to_f16((g() & 1 ? -1.0f : 1.0f) * u(g)); };
+  const int bb = quant::block_bytes(t);
+  for (size_t off = 0; off < bytes; off += bb) {
+    uint8_t* p = w.data() + off;
+    auto set = [&](uint16_t* f) { *f = h(); };
+    switch (t) {
+      case DType::Q4_0: set(&reinterpret_cast<quant::BlockQ4_0*>(p)->d); break;
+      case DType::Q4_1: set(&reinterpret_cast<quant::BlockQ4_1*>(p)->d), set(&reinterpret_cast<quant::BlockQ4_1*>(p)->m); break;
+      case DType::Q5_0: set(&reinterpret_cast<quant::BlockQ5_0*>(p)->d); break;
+      case DType::Q5_1: set(&reinterpret_cast<quant::BlockQ5_1*>(p)->d), set(&reinterpret_cast<quant::BlockQ5_1*>(p)->m); break;
+      case DType::Q8_0: set(&reinterpret_cast<quant::BlockQ8_0*>(p)->d); break;
+      case DType::Q2_K: set(&reinterpret_cast<quant::BlockQ2_K*>(p)->d), set(&reinterpret_cast<quant::BlockQ2_K*>(p)->dmin); break;
+      case DType::Q3_K: set(&reinterpret_cast<quant::BlockQ3_K*>(p)->d); break;
+      case DType::Q4_K: set(&reinterpret_cast<quant::BlockQ4_K*>(p)->d), set(&reinterpret_cast<quant::BlockQ4_K*>(p)->dmin); break;
+      case DType::Q5_K: set(&reinterpret_cast<quant::BlockQ5_K*>(p)->d), set(&reinterpret_cast<quant::BlockQ5_K*>(p)->dmin); break;
+      case DType::Q6_K: set(&reinterpret_cast<quant::BlockQ6_K*>(p)->d); break;
+      case DType::IQ4_NL: set(&reinterpret_cast<quant::BlockIQ4_NL*>(p)->d); break;
+      case DType::IQ4_XS: set(&reinterpret_cast<quant::BlockIQ4_XS*>(p)->d); break;
+      default: break;
+    }
+  }
+  return w;
+}
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  // A few outliers, as real activations have: they set the block scale.
+  for (size_t i = 0; i < n; i += 97) v[i] *= 8.0f;
+  return v;
+}
+
+struct QuantizedActs {
+  std::vector<int8_t> qs;
+  std::vector<float> d;
+  std::vector<int16_t> bsum;
+  quant::ActRow row() const { return {qs.data(), d.data(), bsum.data()}; }
+};
+
+QuantizedActs quantize(quant::QuantizeFn fn, const float* x, int64_t k, int block) {
+  QuantizedActs a;
+  a.qs.assign(k, 99);
+  a.d.assign(k / block, kNaN());
+  a.bsum.assign(k / 16, -999);
+  fn(x, k, block, a.qs.data(), a.d.data(), a.bsum.data());
+  return a;
+}
+
+std::vector<Isa> simd_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::Avx2, Isa::Avx512})
+    if (quant::isa_available(isa)) out.push_back(isa);
+  return out;
+}
+
+class QuantKernels : public ::testing::TestWithParam<DType> {};
+
+TEST(QuantActs, SimdQuantizerGivesTheReferenceBytes) {
+  if (!quant::isa_available(Isa::Avx2)) GTEST_SKIP() << "no AVX2";
+  for (int block : {32, 256}) {
+    const int64_t k = block * 5;
+    std::vector<float> x = randn(k, 7 + block);
+    for (int i = 0; i < 32; ++i) x[i] = 0.0f;  // an all-zero block: d = 0, q = 0
+    x[40] = 0.5f * std::abs(x[41]);            // ties are rounded the same way
+    const QuantizedActs ref = quantize(quant::quantize_acts_ref, x.data(), k, block);
+    const QuantizedActs simd = quantize(quant::quantize_fn(Isa::Avx2), x.data(), k, block);
+    EXPECT_EQ(simd.qs, ref.qs) << "block " << block;
+    EXPECT_EQ(simd.bsum, ref.bsum) << "block " << block;
+    for (size_t b = 0; b < ref.d.size(); ++b) EXPECT_EQ(simd.d[b], ref.d[b]);
+  }
+}
+
+TEST(QuantActs, ErrorIsAtMostHalfAStep) {
+  const int64_t k = 512;
+  const std::vector<float> x = randn(k, 3);
+  for (int block : {32, 256}) {
+    const QuantizedActs a = quantize(quant::quantize_acts_ref, x.data(), k, block);
+    for (int64_t i = 0; i < k; ++i) {
+      const float d = a.d[i / block];
+      EXPECT_LE(std::abs(x[i] - d * a.qs[i]), 0.5f * d * (1 + 1e-5f)) << i;
+    }
+  }
+}
+
+// Every SIMD dot equals the scalar reference: same integer sums per block, only the float
+// additions of block results differ in order, so |simd - ref| <= 1e-5 * sum |block terms|.
+TEST_P(QuantKernels, SimdDotEqualsScalarReference) {
+  const DType t = GetParam();
+  const int be = quant::block_elems(t);
+  for (int64_t k : {int64_t{be}, int64_t{be} * 3, int64_t{4096}}) {
+    const int64_t n = 7;
+    const auto w = random_weights(t, n, k, 11 + static_cast<uint32_t>(k));
+    const auto x = randn(k, 5);
+    const QuantizedActs a = quantize(quant::quantize_acts_ref, x.data(), k, quant::act_block(t));
+    std::vector<float> wd(k);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* row = w.data() + j * dtype_nbytes(t, k);
+      quant::dequantize_row(t, row, wd.data(), k);
+      double mag = 0;
+      for (int64_t i = 0; i < k; ++i) mag += std::abs(double(wd[i]) * a.d[i / be] * a.qs[i]);
+      const float ref = quant::dot_ref(t, row, a.row(), k);
+      for (Isa isa : simd_isas()) {
+        const float got = quant::dot_fn(t, isa)(row, a.row(), k);
+        EXPECT_NEAR(got, ref, 1e-5 * mag + 1e-30) << quant::isa_name(isa) << " k=" << k << " row " << j;
+      }
+    }
+  }
+}
+
+// The quantized linear against fp64 on the exact activations. With x_i = d_b q_i + e_i and
+// |e_i| <= d_b / 2 (round to nearest; d_b = max|x| / 127 over x's block b), the kernels compute
+// sum_i w_i (x_i - e_i) up to fp32 rounding, so
+//   |y - sum_i w_i x_i| <= sum_i |w_i| d_b(i) / 2  +  1e-5 * sum_i |w_i x_i|
+// (the second term covers fp32 accumulation over k <= 4096 and the rounding of x / d).
+void check_linear(DType t, int64_t m, int64_t n, int64_t k, QuantPath path, ThreadPool* pool, bool with_bias) {
+  const int be = quant::block_elems(t);
+  const auto w = random_weights(t, n, k, 100 + static_cast<uint32_t>(m * 7 + n));
+  const auto x = randn(m * k, 200 + static_cast<uint32_t>(m));
+  const auto bias = randn(n, 300);
+  std::vector<float> wd(n * k);
+  quant::dequantize_row(t, w.data(), wd.data(), n * k);
+  std::vector<float> y(m * n, kNaN());
+  quant_gemm_xwt(x.data(), m, k, k, w.data(), t, n, with_bias ? bias.data() : nullptr, y.data(), n, pool, path);
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<double> step(k / be);
+    for (int64_t b = 0; b < k / be; ++b) {
+      double amax = 0;
+      for (int64_t c = 0; c < be; ++c) amax = std::max(amax, double(std::abs(x[i * k + b * be + c])));
+      step[b] = amax / 127.0;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = with_bias ? bias[j] : 0.0, bound = 0, mag = std::abs(exact);
+      for (int64_t c = 0; c < k; ++c) {
+        const double wv = wd[j * k + c], xv = x[i * k + c];
+        exact += wv * xv;
+        mag += std::abs(wv * xv);
+        bound += std::abs(wv) * step[c / be] / 2;
+      }
+      if (path == QuantPath::DequantGemm) bound = 0;  // exact activations: fp32 rounding only
+      const double tol = bound * 1.0001 + 1e-5 * mag + 1e-6;
+      ASSERT_NEAR(y[i * n + j], exact, tol) << dtype_name(t) << " m=" << m << " row " << i << " col " << j;
+    }
+  }
+}
+
+TEST_P(QuantKernels, LinearMatchesFp64WithinActivationQuantizationBound) {
+  const DType t = GetParam();
+  const int be = quant::block_elems(t);
+  ThreadPool pool(2);
+  std::vector<QuantPath> paths = {QuantPath::Auto, QuantPath::Int8Scalar, QuantPath::DequantGemm};
+  if (quant::isa_available(Isa::Avx2)) paths.push_back(QuantPath::Int8Avx2);
+  if (quant::isa_available(Isa::Avx512)) paths.push_back(QuantPath::Int8Avx512);
+  for (QuantPath path : paths) {
+    for (int64_t m : {1, 3, 8, 37}) {
+      check_linear(t, m, 19, be == 32 ? 160 : 512, path, &pool, m % 2 == 1);
+    }
+  }
+  check_linear(t, 2, 5, be * 2, QuantPath::Auto, nullptr, true);  // no pool
+}
+
+TEST_P(QuantKernels, EmbeddingRowsAreTheDequantizedRows) {
+  const DType t = GetParam();
+  const int64_t vocab = 9, hidden = quant::block_elems(t) * 2;
+  const auto table = random_weights(t, vocab, hidden, 42);
+  const std::vector<int32_t> ids = {3, 0, 8, 3};
+  std::vector<float> out(ids.size() * hidden, kNaN()), want(hidden);
+  ThreadPool pool(2);
+  quant_embedding(ids.data(), ids.size(), table.data(), t, hidden, out.data(), &pool);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    quant::dequantize_row(t, table.data() + ids[r] * dtype_nbytes(t, hidden), want.data(), hidden);
+    for (int64_t c = 0; c < hidden; ++c) ASSERT_EQ(out[r * hidden + c], want[c]) << r << "," << c;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, QuantKernels, ::testing::ValuesIn(kTypes), type_name);
+
+// Real weights: rows llama.cpp quantized (tiny-random files), every ISA against the reference.
+TEST(QuantKernelsGguf, RealRowsAgreeAcrossIsas) {
+  const std::string dir = std::string(CYPRIS_TESTDATA_DIR) + "/gguf/";
+  for (const char* name : {"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL",
+                           "IQ4_XS"}) {
+    const test::MiniGguf file(dir + "tiny-random-" + name + ".gguf");
+    const test::GgufTensor& t = file.tensor("blk.0.ffn_down.weight");  // [256 rows, 512]
+    const DType dt = test::dtype_of_ggml(t.type);
+    const int64_t k = static_cast<int64_t>(t.ne[0]);
+    const auto x = randn(k, 9);
+    const QuantizedActs a = quantize(quant::quantize_acts_ref, x.data(), k, quant::act_block(dt));
+    for (int64_t j = 0; j < 16; ++j) {
+      const uint8_t* row = file.data(t) + j * dtype_nbytes(dt, k);
+      const float ref = quant::dot_ref(dt, row, a.row(), k);
+      for (Isa isa : simd_isas()) {
+        EXPECT_NEAR(quant::dot_fn(dt, isa)(row, a.row(), k), ref, 1e-5 * std::abs(ref) + 1e-4)
+            << name << " " << quant::isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(QuantKernelsErrors, RefusesBadShapesAndTypes) {
+  std::vector<uint8_t> w(dtype_nbytes(DType::Q4_K, 256 * 2));
+  std::vector<float> x(300, 1.0f), y(4);
+  EXPECT_THROW(quant_gemm_xwt(x.data(), 1, 300, 300, w.data(), DType::Q4_K, 2, nullptr, y.data(), 2, nullptr),
+               Error);
+  EXPECT_THROW(quant_gemm_xwt(x.data(), 1, 256, 256, w.data(), DType::F16, 2, nullptr, y.data(), 2, nullptr), Error);
+  const int32_t id = 0;
+  EXPECT_THROW(quant_embedding(&id, 1, w.data(), DType::Q8_0, 40, y.data(), nullptr), Error);
+}
+
+}  // namespace
+}  // namespace cypris
