@@ -335,7 +335,9 @@ class LlamaModel : public Model {
     const int64_t h = cfg_.hidden_size;
     const std::string name = resolve(w, "model.embed_tokens.weight");
     if (par.world_size == 1) {
-      embed_ = backend_.upload_weight(w.load(name, {cfg_.vocab_size, h}, wd, ShardSpec::replicated()));
+      // A quantized table (GGUF) stays quantized like llama.cpp's, and so does the tied LM head.
+      embed_ = backend_.upload_weight(
+          w.load(name, {cfg_.vocab_size, h}, linear_dtype(w, {"model.embed_tokens.weight"}), ShardSpec::replicated()));
       return;
     }
     embed_ = backend_.upload_weight(load_vocab_rows(w, "model.embed_tokens.weight", vocab_rank_ + 1));

@@ -42,16 +42,11 @@ nlohmann::json gguf_hf_config(const GgufModel& model);
 ModelConfig gguf_model_config(const GgufModel& model, const ConfigOverrides& overrides = {});
 
 // Serves the model's tensors. F32/F16/BF16 convert to any plain dtype; a quantized tensor is read
-// in its own DType (rows split whole; a split of the row length must be whole blocks), or converted
-// to a plain dtype through dequantize_fn when one is registered.
+// in its own DType (rows split whole; a split of the row length must be whole blocks), or
+// dequantized (bit for bit as ggml does, kernels/cpu/quant) to a plain dtype.
 std::unique_ptr<WeightSource> make_gguf_weight_source(std::shared_ptr<const GgufModel> model);
 
 // The DType a GGUF tensor type is read as; nullopt for a type Cypris cannot load.
 std::optional<DType> dtype_of_ggml(GgmlType type);
-
-// Dequantizes `n` elements (whole blocks) of a quantized type to fp32. Set by the quantized kernels
-// (kernels/cpu/quant*) at start-up; while unset, a quantized tensor can only be read in its own type.
-using GgufDequantizeFn = void (*)(DType type, const void* src, float* dst, int64_t n);
-void set_gguf_dequantize(GgufDequantizeFn fn);
 
 }  // namespace cypris

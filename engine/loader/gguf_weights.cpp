@@ -5,16 +5,14 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
-#include <regex>
 
 #include "engine/common/error.h"
 #include "engine/loader/gguf_model.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant/quant_ref.h"
 
 namespace cypris {
 namespace {
-
-GgufDequantizeFn g_dequantize = nullptr;
 
 // HF name pattern -> GGUF name pattern; "{}" is the layer number.
 struct NameMap {
@@ -99,9 +97,8 @@ class GgufWeightSource : public WeightSource {
       CYPRIS_CHECK(dtype == *src_dtype, "{} is {}; it cannot be read as {}", where, dtype_name(*src_dtype),
                    dtype_name(dtype));
     } else if (src_quant) {
-      CYPRIS_CHECK(g_dequantize != nullptr,
-                   "{} is {}; converting it to {} needs the quantized kernels' dequantization, which this build lacks",
-                   where, dtype_name(*src_dtype), dtype_name(dtype));
+      CYPRIS_CHECK(quant::supported(*src_dtype), "{} is {}, which cannot be dequantized", where,
+                   dtype_name(*src_dtype));
     }
 
     // The tensor as [rows, cols] with the split on one of them. A 1-D tensor is one row, unless its
@@ -160,7 +157,7 @@ class GgufWeightSource : public WeightSource {
         std::memcpy(d, s, dst_row_bytes);
       } else if (src_quant) {
         tmp.resize(static_cast<size_t>(col_count));
-        g_dequantize(*src_dtype, s, tmp.data(), col_count);
+        quant::dequantize_row(*src_dtype, s, tmp.data(), col_count);
         if (dtype == DType::F32) {
           std::memcpy(d, tmp.data(), tmp.size() * 4);
         } else {
@@ -216,8 +213,6 @@ std::optional<DType> dtype_of_ggml(GgmlType type) {
     default: return std::nullopt;
   }
 }
-
-void set_gguf_dequantize(GgufDequantizeFn fn) { g_dequantize = fn; }
 
 std::unique_ptr<WeightSource> make_gguf_weight_source(std::shared_ptr<const GgufModel> model) {
   return std::make_unique<GgufWeightSource>(std::move(model));
