@@ -23,6 +23,8 @@ namespace {
 // deeper than 2 in real files); the cap keeps a hostile file from exhausting the stack.
 constexpr uint32_t kMaxDims = 4;
 constexpr int kMaxArrayDepth = 8;
+// Elements of one tensor: far beyond any file (2^58), and small enough that bytes never overflow.
+constexpr uint64_t kMaxElements = uint64_t{1} << 58;
 
 size_t scalar_size(GgufType t) {
   switch (t) {
@@ -258,7 +260,7 @@ class GgufParser {
     for (uint32_t d = 0; d < n_dims; ++d) {
       const int64_t ne = static_cast<int64_t>(read_uint(8));
       CYPRIS_CHECK(ne >= 1, "{}: tensor '{}': dimension {} is {} (must be positive)", file(), t.name, d, ne);
-      CYPRIS_CHECK(static_cast<uint64_t>(ne) <= (uint64_t{1} << 62) / numel,
+      CYPRIS_CHECK(static_cast<uint64_t>(ne) <= kMaxElements / numel,
                    "{}: tensor '{}': the element count overflows (dimension {} is {})", file(), t.name, d, ne);
       numel *= static_cast<uint64_t>(ne);
       t.ne.push_back(ne);
@@ -270,7 +272,7 @@ class GgufParser {
     CYPRIS_CHECK(t.ne[0] % traits->block_elems == 0,
                  "{}: tensor '{}': type {} stores blocks of {} elements but its rows have {}", file(), t.name,
                  traits->name, traits->block_elems, t.ne[0]);
-    // numel < 2^62 and block_bytes / block_elems < 8 for every type, so this cannot overflow.
+    // numel <= 2^58 and no type takes more than 8 bytes per element, so this cannot overflow.
     t.nbytes = numel / traits->block_elems * traits->block_bytes;
     t.offset = read_uint(8);
     t.shape.assign(t.ne.rbegin(), t.ne.rend());

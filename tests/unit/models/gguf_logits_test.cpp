@@ -127,6 +127,8 @@ TEST_P(GgufLogits, MatchLlamaCppWithinTheDerivedTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(Files, GgufLogits,
                          ::testing::Values(Case{"stories260k-F32", "float32", 2e-3},
+                                           Case{"stories260k-Q8_0", "float32", 1e-2},
+                                           Case{"stories260k-Q4_0", "float32", 1e-2},
                                            Case{"tiny-random-F16", "float16", 5e-3},
                                            Case{"tiny-random-BF16", "bfloat16", 3e-2}),
                          [](const auto& info) {
@@ -134,6 +136,25 @@ INSTANTIATE_TEST_SUITE_P(Files, GgufLogits,
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;
                          });
+
+// Every quantized type of the random model, weights kept quantized, activations quantized to 8
+// bits per block as llama.cpp does (kernels/cpu/quant).
+TEST(GgufModel, EveryQuantizedTypeMatchesLlamaCpp) {
+  const std::pair<const char*, double> kTypes[] = {
+      {"Q8_0", 1e-2}, {"Q4_0", 1e-2}, {"Q4_1", 1e-2}, {"Q5_0", 1e-2}, {"Q5_1", 1e-2}, {"Q2_K", 1e-2},
+      {"Q3_K", 1e-2}, {"Q4_K", 1e-2}, {"Q5_K", 1e-2}, {"Q6_K", 1e-2}, {"IQ4_NL", 1e-2}, {"IQ4_XS", 1e-2},
+      {"Q4_K_M", 1e-2}};
+  for (const auto& [type, tolerance] : kTypes) {
+    const std::string name = std::string("tiny-random-") + type;
+    SCOPED_TRACE(name);
+    const Ref ref = load_ref(name);
+    ModelRunner runner(options(name, "float32"));
+    const double err = max_rel_err(runner, ref);
+    std::printf("[ gguf ] %s: max row error %.3g of the logit scale (bound %.3g)\n", name.c_str(), err, tolerance);
+    EXPECT_LT(err, tolerance);
+    EXPECT_EQ(greedy(runner, ref.prompts[0], static_cast<int>(ref.greedy.size())), ref.greedy);
+  }
+}
 
 TEST(GgufModel, TensorParallelRanksGiveTheUnsplitLogits) {
   const Ref ref = load_ref("stories260k-F32");
