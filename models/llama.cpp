@@ -231,15 +231,18 @@ class LlamaModel : public Model {
   }
 
   // A linear weight (or a stack of them) stays in its own quantized type (GGUF) when every part has
-  // the same one and the backend multiplies it; otherwise it is loaded in the model's weight dtype.
-  DType linear_dtype(const WeightSource& w, const std::vector<std::string>& names) const {
+  // the same one, the backend multiplies it and this rank's rows (row_len elements) are whole
+  // blocks; otherwise it is loaded in the model's weight dtype.
+  DType linear_dtype(const WeightSource& w, const std::vector<std::string>& names, int64_t row_len) const {
     std::optional<DType> type;
     for (const auto& name : names) {
       const auto t = w.native_dtype(resolve(w, name));
       if (!t || !dtype_is_quantized(*t) || (type && *type != *t)) return opt_.weight_dtype;
       type = t;
     }
-    return type && backend_.supports_quantized_weight(*type) ? *type : opt_.weight_dtype;
+    if (!type || !backend_.supports_quantized_weight(*type) || row_len % dtype_block(*type).elems != 0)
+      return opt_.weight_dtype;
+    return *type;
   }
 
   void load(const WeightSource& w) {
@@ -267,18 +270,18 @@ class LlamaModel : public Model {
       L.qkv = load_stacked(
           w,
           {{a + "q_proj.weight", qd, rows}, {a + "k_proj.weight", kvd, kv_rows}, {a + "v_proj.weight", kvd, kv_rows}},
-          h, linear_dtype(w, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}));
+          h, linear_dtype(w, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"}, h));
       if (cfg_.qkv_bias) {
         L.qkv_bias = load_stacked(
             w, {{a + "q_proj.bias", qd, rows}, {a + "k_proj.bias", kvd, kv_rows}, {a + "v_proj.bias", kvd, kv_rows}}, 0,
             DType::F32);
       }
-      L.o = load_one(w, a + "o_proj.weight", {h, qd}, linear_dtype(w, {a + "o_proj.weight"}), cols);
+      L.o = load_one(w, a + "o_proj.weight", {h, qd}, linear_dtype(w, {a + "o_proj.weight"}, qd / par.world_size), cols);
       if (cfg_.o_bias) L.o_bias = load_one(w, a + "o_proj.bias", {h}, DType::F32, rep);
       const std::string m = p + "mlp.";
       L.gate_up = load_stacked(w, {{m + "gate_proj.weight", I, rows}, {m + "up_proj.weight", I, rows}}, h,
-                               linear_dtype(w, {m + "gate_proj.weight", m + "up_proj.weight"}));
-      L.down = load_one(w, m + "down_proj.weight", {h, I}, linear_dtype(w, {m + "down_proj.weight"}), cols);
+                               linear_dtype(w, {m + "gate_proj.weight", m + "up_proj.weight"}, h));
+      L.down = load_one(w, m + "down_proj.weight", {h, I}, linear_dtype(w, {m + "down_proj.weight"}, I / par.world_size), cols);
       if (cfg_.mlp_bias) {
         L.gate_up_bias =
             load_stacked(w, {{m + "gate_proj.bias", I, rows}, {m + "up_proj.bias", I, rows}}, 0, DType::F32);
@@ -295,7 +298,7 @@ class LlamaModel : public Model {
                    "{}: tensor 'lm_head.weight' not found and tie_word_embeddings is false in {}", w.describe(),
                    cfg_.source);
       lm_head_ = par.world_size == 1 ? load_one(w, "lm_head.weight", {cfg_.vocab_size, h},
-                                                linear_dtype(w, {"lm_head.weight"}), rows)
+                                                linear_dtype(w, {"lm_head.weight"}, h), rows)
                                      : backend_.upload_weight(load_vocab_rows(w, "lm_head.weight", vocab_rank_));
     }
   }
@@ -331,13 +334,12 @@ class LlamaModel : public Model {
   // The embedding rows of this rank (all of them at tp 1); at tp > 1 zero rows follow them.
   void load_embedding(const WeightSource& w) {
     const auto& par = opt_.parallel;
-    const DType wd = opt_.weight_dtype;
     const int64_t h = cfg_.hidden_size;
     const std::string name = resolve(w, "model.embed_tokens.weight");
     if (par.world_size == 1) {
       // A quantized table (GGUF) stays quantized like llama.cpp's, and so does the tied LM head.
       embed_ = backend_.upload_weight(
-          w.load(name, {cfg_.vocab_size, h}, linear_dtype(w, {"model.embed_tokens.weight"}), ShardSpec::replicated()));
+          w.load(name, {cfg_.vocab_size, h}, linear_dtype(w, {"model.embed_tokens.weight"}, h), ShardSpec::replicated()));
       return;
     }
     embed_ = backend_.upload_weight(load_vocab_rows(w, "model.embed_tokens.weight", vocab_rank_ + 1));

@@ -214,8 +214,8 @@ TEST(GgufMalformed, FilesOnDisk) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr(path.string()), HasSubstr("truncated GGUF file (4 bytes")));
   }
-  EXPECT_THROW(GgufModel(dir / "missing.gguf"), Error);
-  EXPECT_THROW(GgufModel(dir), Error);  // a folder
+  EXPECT_THROW(GgufModel m(dir / "missing.gguf"), Error);
+  EXPECT_THROW(GgufModel m(dir), Error);  // a folder
   std::filesystem::remove_all(dir);
 }
 

@@ -156,24 +156,35 @@ TEST(GgufModel, EveryQuantizedTypeMatchesLlamaCpp) {
   }
 }
 
+// tp=2 on CPU ranks against tp=1 on the same file. F32: the same sums in another order (1e-5).
+// Q8_0 (weights kept quantized, o_proj split into whole blocks): a partial sum can move an
+// activation across an 8-bit rounding step of the next layer (1/254 of its block's largest value),
+// so the bound is that of a quantized model, 1e-2; the greedy tokens must not change.
 TEST(GgufModel, TensorParallelRanksGiveTheUnsplitLogits) {
-  const Ref ref = load_ref("stories260k-F32");
-  ModelRunner one(options("stories260k-F32", "float32", 1));
-  ModelRunner two(options("stories260k-F32", "float32", 2));
-  for (const auto& prompt : ref.prompts) {
-    const Logits a = full_prefill(one, prompt);
-    const Logits b = full_prefill(two, prompt);
-    ASSERT_EQ(a.rows, b.rows);
-    for (int64_t r = 0; r < a.rows; ++r) {
-      double diff = 0, mag = 0;
-      for (int64_t v = 0; v < a.vocab; ++v) {
-        diff = std::max(diff, std::abs(static_cast<double>(a.row(r)[v]) - b.row(r)[v]));
-        mag = std::max(mag, std::abs(static_cast<double>(a.row(r)[v])));
+  for (const auto& [name, tolerance] : {std::pair<const char*, double>{"stories260k-F32", 1e-5},
+                                        std::pair<const char*, double>{"stories260k-Q8_0", 1e-2}}) {
+    SCOPED_TRACE(name);
+    const Ref ref = load_ref(name);
+    ModelRunner one(options(name, "float32", 1));
+    ModelRunner two(options(name, "float32", 2));
+    double worst = 0;
+    for (const auto& prompt : ref.prompts) {
+      const Logits a = full_prefill(one, prompt);
+      const Logits b = full_prefill(two, prompt);
+      ASSERT_EQ(a.rows, b.rows);
+      for (int64_t r = 0; r < a.rows; ++r) {
+        double diff = 0, mag = 0;
+        for (int64_t v = 0; v < a.vocab; ++v) {
+          diff = std::max(diff, std::abs(static_cast<double>(a.row(r)[v]) - b.row(r)[v]));
+          mag = std::max(mag, std::abs(static_cast<double>(a.row(r)[v])));
+        }
+        worst = std::max(worst, diff / mag);
       }
-      EXPECT_LT(diff / mag, 1e-5) << "row " << r;
     }
+    std::printf("[ gguf ] %s tp 2 vs tp 1: max row error %.3g (bound %.3g)\n", name, worst, tolerance);
+    EXPECT_LT(worst, tolerance);
+    EXPECT_EQ(greedy(two, ref.prompts[0], 32), greedy(one, ref.prompts[0], 32));
   }
-  EXPECT_EQ(greedy(two, ref.prompts[0], 32), std::vector<int32_t>(ref.greedy.begin(), ref.greedy.begin() + 32));
 }
 
 }  // namespace

@@ -8,9 +8,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/common/error.h"
 #include "tests/support/gguf_writer.h"
@@ -136,6 +138,91 @@ TEST(GgufTokenizer, Gpt2VocabulariesGiveTheReferenceIds) {
     }
     ASSERT_EQ(tok->chat_templates().size(), 1u);
     EXPECT_EQ(tok->chat_templates()[0].source, "{{ messages[0]['content'] }}");
+  }
+}
+
+// Llama 2's tokenizer.model pieces (text, score, type) as llama.cpp's converter writes them into
+// a `llama` vocabulary: the reference ids of its cases.jsonl (byte fallback included).
+struct SpmPiece {
+  std::string text;
+  float score = 0;
+  int32_t type = 1;
+};
+uint64_t varint(const std::string& b, size_t& i) {
+  uint64_t v = 0;
+  for (int shift = 0; i < b.size(); shift += 7) {
+    const uint8_t c = static_cast<uint8_t>(b[i++]);
+    v |= static_cast<uint64_t>(c & 0x7f) << shift;
+    if (c < 0x80) break;
+  }
+  return v;
+}
+std::vector<SpmPiece> read_spm_pieces(const fs::path& model) {
+  const std::string b = read_text(model);
+  std::vector<SpmPiece> out;
+  for (size_t i = 0; i < b.size();) {
+    const uint64_t key = varint(b, i);
+    const int field = static_cast<int>(key >> 3), wire = static_cast<int>(key & 7);
+    if (wire == 0) {
+      varint(b, i);
+      continue;
+    }
+    if (wire == 5) {
+      i += 4;
+      continue;
+    }
+    if (wire == 1) {
+      i += 8;
+      continue;
+    }
+    const size_t len = varint(b, i);
+    const std::string sub = b.substr(i, len);
+    i += len;
+    if (field != 1) continue;  // ModelProto.pieces
+    SpmPiece p;
+    for (size_t j = 0; j < sub.size();) {
+      const uint64_t k = varint(sub, j);
+      if ((k & 7) == 2) {
+        const size_t l = varint(sub, j);
+        p.text = sub.substr(j, l);
+        j += l;
+      } else if ((k & 7) == 5) {
+        std::memcpy(&p.score, sub.data() + j, 4);
+        j += 4;
+      } else {
+        p.type = static_cast<int32_t>(varint(sub, j));
+      }
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+TEST(GgufTokenizer, Llama2VocabularyGivesTheReferenceIds) {
+  const auto pieces = read_spm_pieces(testing::tokenizer_dir("llama2-spm") / "tokenizer.model");
+  ASSERT_EQ(pieces.size(), 32000u);
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (const auto& p : pieces) {
+    tokens.push_back(p.text);
+    scores.push_back(p.score);
+    types.push_back(p.type);
+  }
+  test::GgufWriter w;
+  w.kv_str("tokenizer.ggml.model", "llama");
+  w.kv_strs("tokenizer.ggml.tokens", tokens);
+  w.kv_f32s("tokenizer.ggml.scores", scores);
+  w.kv_i32s("tokenizer.ggml.token_type", types);
+  w.kv_u32("tokenizer.ggml.bos_token_id", 1);
+  w.kv_u32("tokenizer.ggml.eos_token_id", 2);
+  w.kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  auto tok = from_bytes(w.bytes());
+  const Tokenizer& ref = testing::cached_tokenizer("llama2-spm");
+  for (const auto& c : testing::load_cases("llama2-spm")) {
+    EXPECT_EQ(tok->encode(c.text, false), c.ids) << "text: '" << c.text << "'";
+    EXPECT_EQ(tok->encode(c.text, true), ref.encode(c.text, true)) << "text: '" << c.text << "'";
+    EXPECT_EQ(tok->decode(c.ids), ref.decode(c.ids)) << "text: '" << c.text << "'";
   }
 }
 
