@@ -19,11 +19,13 @@ namespace {
 enum TokenType : int64_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
 
 // The pre-tokenizers of byte-level vocabularies, by tokenizer.ggml.pre. Add a row for another
-// model family: its split regexes (from its tokenizer.json) and whether it normalizes to NFC.
+// model family: its split regexes (from its tokenizer.json), whether it normalizes to NFC, and
+// whether its BPE takes a word that is a token whole before merging (tokenizer.json's ignore_merges).
 struct PreTokenizerRow {
   std::string_view name;
   std::vector<std::string> patterns;  // empty: GPT-2's own pattern
   bool nfc;
+  bool ignore_merges;
 };
 const std::vector<PreTokenizerRow>& pre_tokenizers() {
   static const std::string kLlama3 =
@@ -31,12 +33,12 @@ const std::vector<PreTokenizerRow>& pre_tokenizers() {
   static const std::string kQwen2 =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   static const std::vector<PreTokenizerRow> kRows = {
-      {"default", {}, false},
-      {"gpt-2", {}, false},
-      {"llama-bpe", {kLlama3}, false},
-      {"llama3", {kLlama3}, false},
-      {"smaug-bpe", {kLlama3}, false},
-      {"qwen2", {kQwen2}, true},
+      {"default", {}, false, false},
+      {"gpt-2", {}, false, false},
+      {"llama-bpe", {kLlama3}, false, true},
+      {"llama3", {kLlama3}, false, true},
+      {"smaug-bpe", {kLlama3}, false, false},
+      {"qwen2", {kQwen2}, true, false},
   };
   return kRows;
 }
@@ -195,7 +197,7 @@ std::unique_ptr<Tokenizer> gpt2_vocab(const GgufModel& m, const GgufValue& token
       merges.emplace_back(std::string(line.substr(0, sp)), std::string(line.substr(sp + 1)));
     }
   }
-  return make_byte_level_bpe_tokenizer(std::move(vocab), merges, row->patterns, row->nfc, cfg,
+  return make_byte_level_bpe_tokenizer(std::move(vocab), merges, row->patterns, row->nfc, row->ignore_merges, cfg,
                                        m.describe() + ": tokenizer.ggml");
 }
 

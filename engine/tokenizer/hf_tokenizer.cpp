@@ -207,9 +207,12 @@ std::unique_ptr<Tokenizer> load_gpt2_files_tokenizer(const std::filesystem::path
 std::unique_ptr<Tokenizer> make_byte_level_bpe_tokenizer(VocabList vocab,
                                                          const std::vector<std::pair<std::string, std::string>>& merges,
                                                          const std::vector<std::string>& split_patterns, bool nfc,
-                                                         const TokenizerConfig& cfg, const std::string& where) {
+                                                         bool ignore_merges, const TokenizerConfig& cfg,
+                                                         const std::string& where) {
   auto tok = std::make_unique<BpeTokenizer>();
-  tok->bpe_ = std::make_unique<BpeModel>(std::move(vocab), merges, BpeOptions{}, where);
+  BpeOptions opts;
+  opts.ignore_merges = ignore_merges;
+  tok->bpe_ = std::make_unique<BpeModel>(std::move(vocab), merges, opts, where);
   tok->init_from_model();
   if (nfc) tok->normalizer_ = hf::make_nfc_normalizer();
   if (split_patterns.empty()) {
