@@ -71,7 +71,7 @@ int bench(const Args& args) {
   CYPRIS_CHECK(batch_size == 1, "--batch-size {}: only batch size 1 is supported yet", batch_size);
 
   ModelRunnerOptions opt =
-      runner_options(ecfg, resolve_local_model_dir(ecfg.model.model, ecfg.model.revision, ecfg.model.download_dir));
+      runner_options(ecfg, resolve_model_path(ecfg.model));
   opt.num_blocks = (input_len + output_len + opt.block_size - 1) / opt.block_size;
   const double t_load = now_s();
   ModelRunner runner(opt);

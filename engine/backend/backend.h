@@ -62,6 +62,11 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual Device device() const = 0;
+  // Whether linear() and embedding() take a weight of this block-quantized type (Q4_K, ...) as it
+  // is. A model keeps a quantized weight in its own type only then, else dequantizes it to its
+  // weight dtype. The CPU backend multiplies every quantized DType (kernels/cpu/quant); a GPU
+  // backend overrides this once it has kernels for them.
+  virtual bool supports_quantized_weight(DType type) const { return device() == Device::Cpu && dtype_is_quantized(type); }
 
   // Uninitialised memory on the device.
   virtual DeviceTensor empty(DType dtype, const std::vector<int64_t>& shape) = 0;

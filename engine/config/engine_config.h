@@ -12,6 +12,7 @@ namespace cypris {
 
 struct ModelOptions {
   std::string model;
+  std::optional<std::string> gguf_file;  // one .gguf file of the --model repo or folder
   std::optional<std::string> tokenizer;
   std::optional<std::string> revision;
   std::optional<std::string> code_revision;

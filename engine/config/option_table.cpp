@@ -63,7 +63,11 @@ std::vector<OptionSpec> build_table() {
 
   group = "Model Options";
   add(Opt("model", bind_field(FIELD(model.model)), "MODEL",
-          "Name or path of the Hugging Face model to use: a local folder or a repo id (org/name)."));
+          "Name or path of the Hugging Face model to use: a local folder, a .gguf file, or a repo id (org/name)."));
+  add(Opt("gguf-file", bind_field(FIELD(model.gguf_file)), "NAME",
+          "The GGUF file to load from the --model repo or folder (e.g. model-Q4_K_M.gguf); only that file (and "
+          "the other parts of a split model) is downloaded.")
+          .alias("--gguf_file"));
   add(Opt("tokenizer", bind_field(FIELD(model.tokenizer)), "TOKENIZER",
           "Name or path of the Hugging Face tokenizer to use. Defaults to model."));
   add(Opt("revision", bind_field(FIELD(model.revision)), "REVISION",
@@ -82,10 +86,10 @@ std::vector<OptionSpec> build_table() {
           .no_effect("Cypris runs no remote model code; architectures are implemented natively"));
   add(Opt("download-dir", bind_field(FIELD(model.download_dir)), "DIRECTORY",
           "The directory to download the model to. Defaults to the Hugging Face cache."));
-  add(Opt("load-format", bind_field(FIELD(model.load_format)), "{auto,pt,safetensors,npcache,dummy}",
-          "The format of the model weights. Defaults to auto. \"dummy\" uses seeded random weights of the "
-          "config's shapes (for benchmarks).")
-          .choices({"auto", "pt", "safetensors", "npcache", "dummy", "tensorizer", "bitsandbytes"}));
+  add(Opt("load-format", bind_field(FIELD(model.load_format)), "{auto,pt,safetensors,npcache,dummy,gguf}",
+          "The format of the model weights. Defaults to auto (a .gguf --model is read as GGUF). \"dummy\" uses "
+          "seeded random weights of the config's shapes (for benchmarks).")
+          .choices({"auto", "pt", "safetensors", "npcache", "dummy", "tensorizer", "bitsandbytes", "gguf"}));
   add(Opt("dtype", bind_field(FIELD(model.dtype)), "{auto,float16,bfloat16,float32}",
           "The data type to use. \"auto\" will use FP16 for FP32/FP16 models and BF16 for BF16 models.")
           .choices({"auto", "half", "float16", "bfloat16", "float", "float32"}));
@@ -165,11 +169,11 @@ std::vector<OptionSpec> build_table() {
           "from the checkpoint or --quantization-param-path.")
           .choices({"auto", "fp8", "fp8_e5m2", "fp8_e4m3"}));
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
-          "The method used to quantize the weights. Inferred from the model when possible.")
+          "The method used to quantize the weights. Inferred from the model when possible. Cypris supports "
+          "gguf (llama.cpp's quantization types, read from a .gguf --model); the others are not supported yet.")
           .alias("-q")
           .choices({"aqlm", "awq", "bnb", "eetq", "exl2", "gguf", "gptq", "quip", "squeezellm", "marlin", "fp8",
-                    "deepspeedfp", "gptq_marlin", "gptq_marlin_24", "compressed-tensors", "bitsandbytes"})
-          .not_yet("quantized weights"));
+                    "deepspeedfp", "gptq_marlin", "gptq_marlin_24", "compressed-tensors", "bitsandbytes"}));
   add(Opt("load-in-4bit", bind_field(FIELD(quant.load_in_4bit)), "",
           "Load the 32/16bit or AWQ model in 4bit, using SmoothQuant+.")
           .not_yet("quantized weights"));

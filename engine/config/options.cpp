@@ -445,6 +445,11 @@ std::vector<std::string> validate_options(const EngineConfig& cfg) {
       warnings.push_back(fmt::format("{} has no effect: {}", s.flag(), s.note));
     }
   }
+  if (cfg.quant.quantization && *cfg.quant.quantization != "gguf") {
+    CYPRIS_FAIL("--quantization {}: not supported yet in Cypris; supported: gguf (pass a .gguf file as --model, or "
+                "--gguf-file NAME)",
+                *cfg.quant.quantization);
+  }
   const auto& d = cfg.device.device;
   if (d == "neuron" || d == "tpu") {
     warnings.push_back(fmt::format("--device {} has no effect: Cypris runs on cuda or cpu; using auto", d));

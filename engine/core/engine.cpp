@@ -38,7 +38,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const auto& mo = cfg.model;
   // Fails here, before any file is read, for --device cuda without CUDA in the build or without a GPU.
   const std::string device = resolve_device(cfg.device.device);
-  const std::filesystem::path dir = resolve_local_model_dir(mo.model, mo.revision, mo.download_dir);
+  const std::filesystem::path dir = resolve_model_path(mo);
 
   // The model's config is read once, here: the scheduler's budget needs its context length before
   // the runner profiles a step of that budget; the runner takes it as is.

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <regex>
+
 #include "engine/common/error.h"
+#include "engine/loader/gguf.h"
 #include "engine/loader/hub/hub.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/runtime/kv_cache_scales.h"
@@ -11,8 +14,13 @@ namespace cypris {
 
 std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
                                               const std::optional<std::string>& download_dir) {
-  CYPRIS_CHECK(!model.empty(), "--model is required: a local model folder or a Hugging Face repo id");
+  CYPRIS_CHECK(!model.empty(), "--model is required: a local model folder, a .gguf file or a Hugging Face repo id");
   if (std::filesystem::is_directory(model)) return model;
+  if (std::filesystem::is_regular_file(model)) {
+    CYPRIS_CHECK(is_gguf_path(model), "--model '{}' is a file but not a GGUF file; pass a model folder, a .gguf file or "
+                 "a repo id", model);
+    return model;
+  }
   try {
     return hub::resolve_model_dir(model, revision.value_or("main"), download_dir.value_or(""),
                                   /*allow_download=*/true);
@@ -21,10 +29,49 @@ std::filesystem::path resolve_local_model_dir(const std::string& model, const st
   }
 }
 
+std::filesystem::path resolve_model_path(const ModelOptions& mo) {
+  if (!mo.gguf_file || mo.gguf_file->empty()) return resolve_local_model_dir(mo.model, mo.revision, mo.download_dir);
+  const std::string& name = *mo.gguf_file;
+  CYPRIS_CHECK(name.find("..") == std::string::npos && name.front() != '/',
+               "--gguf-file '{}' must be a file name inside the repo (no '..', not absolute)", name);
+  CYPRIS_CHECK(name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0,
+               "--gguf-file '{}' must name a .gguf file", name);
+  CYPRIS_CHECK(!mo.model.empty(), "--gguf-file needs --model: the repo id or folder that holds the file");
+  if (std::filesystem::is_directory(mo.model)) {
+    const auto path = std::filesystem::path(mo.model) / name;
+    CYPRIS_CHECK(std::filesystem::is_regular_file(path), "--gguf-file '{}': {} does not exist", name, path.string());
+    return path;
+  }
+  try {
+    hub::HubClient client;
+    hub::DownloadOptions opt;
+    opt.revision = mo.revision.value_or("main");
+    opt.download_dir = mo.download_dir.value_or("");
+    // One file, not the repo: GGUF repos hold every quantization of the model.
+    std::string path = client.download_file(mo.model, name, opt);
+    // The other parts of a split model.
+    static const std::regex kSplit(R"((.*)-00001-of-(\d{5})\.gguf)");
+    std::smatch m;
+    if (std::regex_match(name, m, kSplit)) {
+      const int count = std::stoi(m[2].str());
+      for (int i = 2; i <= count; ++i) {
+        client.download_file(mo.model, fmt::format("{}-{:05d}-of-{:05d}.gguf", m[1].str(), i, count), opt);
+      }
+    }
+    return path;
+  } catch (const hub::HubError& e) {
+    CYPRIS_FAIL("--model '{}' --gguf-file '{}': {}", mo.model, name, e.what());
+  }
+}
+
 ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir) {
   const auto& mo = cfg.model;
   ModelRunnerOptions ro;
   ro.model_dir = model_dir;
+  const bool gguf = is_gguf_path(model_dir);
+  CYPRIS_CHECK(!cfg.quant.quantization || *cfg.quant.quantization != "gguf" || gguf,
+               "--quantization gguf: --model {} is not a GGUF file (pass a .gguf file or --gguf-file NAME)",
+               model_dir.string());
   ro.load.dtype = mo.dtype;
   ro.load.load_format = mo.load_format;
   ro.load.seed = static_cast<uint64_t>(mo.seed);

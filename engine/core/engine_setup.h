@@ -17,6 +17,11 @@ namespace cypris {
 std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
                                               const std::optional<std::string>& download_dir);
 
+// The model of --model (+ --gguf-file, --revision, --download-dir): a folder, a .gguf file, or a
+// repo id resolved as above; with --gguf-file only that file of the repo (or folder) is fetched and
+// its path returned. Throws Error naming the flag.
+std::filesystem::path resolve_model_path(const ModelOptions& mo);
+
 // Runner options for cfg's model, the KV cache budget included (the runner sizes the cache for every
 // device); max_num_batched_tokens is the caller's (it needs the model's max_model_len).
 ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "engine/common/error.h"
+#include "engine/loader/gguf_model.h"
 
 namespace cypris {
 namespace {
@@ -402,6 +403,7 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
 }
 
 ModelConfig load_model_config(const std::filesystem::path& dir, const ConfigOverrides& overrides) {
+  if (is_gguf_path(dir)) return gguf_model_config(GgufModel(dir), overrides);
   const auto path = dir / "config.json";
   CYPRIS_CHECK(std::filesystem::is_regular_file(path), "{} not found: --model must be a folder with a config.json",
                path.string());

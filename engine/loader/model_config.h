@@ -78,7 +78,8 @@ struct ConfigOverrides {
   std::optional<int64_t> max_model_len;          // --max-model-len
 };
 
-// Reads DIR/config.json and, when present, DIR/generation_config.json. Throws Error naming the file
+// Reads DIR/config.json and, when present, DIR/generation_config.json; for a .gguf file, its
+// metadata (gguf_model.h). Throws Error naming the file
 // and field for anything missing, malformed or unsupported.
 ModelConfig load_model_config(const std::filesystem::path& dir, const ConfigOverrides& overrides = {});
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "engine/loader/gguf_model.h"
 #include "engine/loader/safetensors.h"
 #include "kernels/cpu/gemm.h"
 
@@ -154,7 +155,7 @@ HostTensor WeightSource::load(const std::string& name, const std::vector<int64_t
   t.shape = shard_shape(name, full_shape, shard);
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
-  t.buffer = Buffer(static_cast<size_t>(n) * dtype_size(dtype));
+  t.buffer = Buffer(dtype_nbytes(dtype, n));
   read_into(name, full_shape, dtype, shard, t.buffer.data());
   return t;
 }
@@ -175,11 +176,17 @@ std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& di
                                                  const LoadOptions& options) {
   const std::string& f = options.load_format;
   if (f == "dummy") return make_dummy_weight_source(options.seed);
+  if (is_gguf_path(dir)) {
+    CYPRIS_CHECK(f == "auto" || f == "gguf", "--load-format {}: {} is a GGUF file (use auto or gguf)", f, dir.string());
+    return make_gguf_weight_source(std::make_shared<GgufModel>(dir));
+  }
+  CYPRIS_CHECK(f != "gguf", "--load-format gguf: {} is not a .gguf file; pass the file as --model (or --gguf-file NAME)",
+               dir.string());
   if (f == "pt" || f == "npcache") {
     CYPRIS_FAIL("--load-format {}: not supported yet; use safetensors (or dummy for random weights)", f);
   }
   CYPRIS_CHECK(f == "auto" || f == "safetensors",
-               "--load-format: '{}' is not a load format; allowed: auto, safetensors, dummy (pt, npcache: not "
+               "--load-format: '{}' is not a load format; allowed: auto, safetensors, gguf, dummy (pt, npcache: not "
                "supported yet)",
                f);
   if (f == "auto" && !SafetensorsCheckpoint::present(dir)) {

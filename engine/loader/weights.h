@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual std::string describe() const = 0;
   virtual bool contains(const std::string& name) const = 0;
+  // The type the tensor is stored in when it is block-quantized (Q4_K, ...): a model may then ask
+  // read_into for that DType and keep the weight quantized. nullopt for plain tensors and sources
+  // that have none.
+  virtual std::optional<DType> native_dtype(const std::string& name) const { return std::nullopt; }
   // Writes this rank's slice of `name` (whose full shape must equal full_shape) converted to dtype
   // into dst. Throws Error naming the file and tensor when it is missing or does not match.
   virtual void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype,
@@ -54,7 +59,7 @@ class WeightSource {
 
 struct LoadOptions {
   std::string dtype = "auto";        // auto, half/float16, bfloat16, float/float32
-  std::string load_format = "auto";  // auto, safetensors, dummy ('pt', 'npcache': not supported yet)
+  std::string load_format = "auto";  // auto, safetensors, gguf, dummy ('pt', 'npcache': not supported yet)
   uint64_t seed = 0;                 // for dummy weights
   ConfigOverrides overrides;         // --rope-scaling, --rope-theta, --max-model-len
 };
@@ -63,7 +68,7 @@ struct LoadOptions {
 // Throws Error for an unknown name.
 DType resolve_dtype(const std::string& requested, const std::string& torch_dtype);
 
-// Opens the weights of a model folder according to options.load_format.
+// Opens the weights of a model folder (or a .gguf file) according to options.load_format.
 std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& dir, const ModelConfig& cfg,
                                                  const LoadOptions& options);
 

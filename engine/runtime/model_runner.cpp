@@ -11,6 +11,7 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/backend/backend_factory.h"
+#include "engine/loader/gguf.h"
 #include "engine/runtime/memory_profile.h"
 #include "engine/runtime/kv_cache_scales.h"
 #include "engine/backend/tp_workers.h"
@@ -33,6 +34,11 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   const ModelConfig cfg =
       options.config ? *options.config : load_model_config(options.model_dir, options.load.overrides);
   resolve_architecture(cfg);  // fail before reading any weights
+  if (options.load.load_format != "dummy" && is_gguf_path(options.model_dir)) {
+    // Which llama.cpp types the file holds ("Q4_K: 193 tensors, Q6_K: 33, F32: 65").
+    const GgufModel gguf(options.model_dir);
+    LOG_INFO("GGUF v{} {}: {}", gguf.main().version(), gguf.describe(), gguf_type_mix(gguf));
+  }
   check_tensor_parallel(cfg, tp);
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;

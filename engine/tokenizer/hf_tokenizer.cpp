@@ -204,4 +204,30 @@ std::unique_ptr<Tokenizer> load_gpt2_files_tokenizer(const std::filesystem::path
   return tok;
 }
 
+std::unique_ptr<Tokenizer> make_byte_level_bpe_tokenizer(VocabList vocab,
+                                                         const std::vector<std::pair<std::string, std::string>>& merges,
+                                                         const std::vector<std::string>& split_patterns, bool nfc,
+                                                         bool ignore_merges, const TokenizerConfig& cfg,
+                                                         const std::string& where) {
+  auto tok = std::make_unique<BpeTokenizer>();
+  BpeOptions opts;
+  opts.ignore_merges = ignore_merges;
+  tok->bpe_ = std::make_unique<BpeModel>(std::move(vocab), merges, opts, where);
+  tok->init_from_model();
+  if (nfc) tok->normalizer_ = hf::make_nfc_normalizer();
+  if (split_patterns.empty()) {
+    tok->pre_ = hf::make_byte_level_pre_tokenizer(cfg.add_prefix_space.value_or(false), true);
+  } else {
+    std::vector<std::unique_ptr<hf::PreTokenizer>> parts;
+    for (const auto& p : split_patterns) parts.push_back(hf::make_split_pre_tokenizer(p, where + ": split pattern"));
+    parts.push_back(hf::make_byte_level_pre_tokenizer(cfg.add_prefix_space.value_or(false), false));
+    tok->pre_ = hf::make_sequence_pre_tokenizer(std::move(parts));
+  }
+  tok->apply_config(cfg);
+  tok->config_post_processor(cfg, false);
+  tok->set_decoder(hf::make_byte_level_decoder());
+  tok->finalize();
+  return tok;
+}
+
 }  // namespace cypris

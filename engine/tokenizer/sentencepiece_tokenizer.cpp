@@ -14,6 +14,15 @@ class SentencePieceTokenizer : public TokenizerBase {
   explicit SentencePieceTokenizer(const std::filesystem::path& file) : where_(file.string()) {
     auto status = sp_.Load(file.string());
     CYPRIS_CHECK(status.ok(), "{}: not a valid SentencePiece model: {}", where_, status.ToString());
+    init();
+  }
+  // A serialized ModelProto (a GGUF `llama` vocabulary turned into one); where names its source.
+  SentencePieceTokenizer(const std::string& proto, std::string where) : where_(std::move(where)) {
+    auto status = sp_.LoadFromSerializedProto(proto);
+    CYPRIS_CHECK(status.ok(), "{}: the vocabulary is not a valid SentencePiece model: {}", where_, status.ToString());
+    init();
+  }
+  void init() {
     int n = sp_.GetPieceSize();
     CYPRIS_CHECK(n > 0, "{}: the SentencePiece model has no pieces", where_);
     std::vector<std::string> pieces(static_cast<size_t>(n));
@@ -86,10 +95,7 @@ class SentencePieceTokenizer : public TokenizerBase {
   sentencepiece::SentencePieceProcessor sp_;
 };
 
-}  // namespace
-
-std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::path& file, const TokenizerConfig& cfg) {
-  auto tok = std::make_unique<SentencePieceTokenizer>(file);
+std::unique_ptr<Tokenizer> finish_sentencepiece(std::unique_ptr<SentencePieceTokenizer> tok, const TokenizerConfig& cfg) {
   const auto& sp = tok->sp();
   // Control and unknown pieces (<s>, </s>, <unk>) are special tokens, recognised in text.
   for (int i = 0; i < sp.GetPieceSize(); ++i) {
@@ -113,6 +119,17 @@ std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::p
   tok->set_slow_decode(true);
   tok->finalize();
   return tok;
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::path& file, const TokenizerConfig& cfg) {
+  return finish_sentencepiece(std::make_unique<SentencePieceTokenizer>(file), cfg);
+}
+
+std::unique_ptr<Tokenizer> load_sentencepiece_proto(const std::string& proto, const std::string& where,
+                                                    const TokenizerConfig& cfg) {
+  return finish_sentencepiece(std::make_unique<SentencePieceTokenizer>(proto, where), cfg);
 }
 
 }  // namespace cypris

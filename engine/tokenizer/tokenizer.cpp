@@ -8,6 +8,8 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/loader/gguf.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "engine/tokenizer/tokenizer_base.h"
 
 namespace cypris {
@@ -177,6 +179,7 @@ TokenizerConfig read_tokenizer_config(const fs::path& dir) {
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir, const TokenizerOptions& opts) {
+  if (is_gguf_path(dir) && !fs::is_directory(dir)) return load_gguf_tokenizer(GgufModel(dir));
   CYPRIS_CHECK(fs::is_directory(dir), "tokenizer folder '{}' does not exist or is not a directory", dir.string());
   CYPRIS_CHECK(opts.mode == "auto" || opts.mode == "slow",
                "tokenizer mode '{}' is not supported; supported: auto, slow", opts.mode);

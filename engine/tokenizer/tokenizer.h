@@ -70,7 +70,7 @@ struct TokenizerOptions {
   std::string mode = "auto";
 };
 
-// Loads the tokenizer of a local model folder. Throws cypris::Error naming the file and the
+// Loads the tokenizer of a local model folder, or the one embedded in a .gguf file. Throws cypris::Error naming the file and the
 // component when a file is malformed or uses something unsupported.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir, const TokenizerOptions& opts = {});
 

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/tokenizer/bpe.h"
 #include "engine/tokenizer/hf_components.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -114,6 +115,17 @@ class TokenizerBase : public Tokenizer {
 // The concrete loaders.
 std::unique_ptr<Tokenizer> load_hf_tokenizer_json(const std::filesystem::path& file, const TokenizerConfig& cfg);
 std::unique_ptr<Tokenizer> load_sentencepiece_tokenizer(const std::filesystem::path& file, const TokenizerConfig& cfg);
+// A SentencePiece model from a serialized ModelProto (where: its source, for messages).
+std::unique_ptr<Tokenizer> load_sentencepiece_proto(const std::string& proto, const std::string& where,
+                                                    const TokenizerConfig& cfg);
+// A byte-level BPE tokenizer from a vocabulary and merges in memory (GGUF's `gpt2` vocabularies):
+// split_patterns run in order before the byte-level mapping; nfc normalizes first; ignore_merges
+// takes a word that is itself a token whole (Llama 3).
+std::unique_ptr<Tokenizer> make_byte_level_bpe_tokenizer(VocabList vocab,
+                                                         const std::vector<std::pair<std::string, std::string>>& merges,
+                                                         const std::vector<std::string>& split_patterns, bool nfc,
+                                                         bool ignore_merges, const TokenizerConfig& cfg,
+                                                         const std::string& where);
 std::unique_ptr<Tokenizer> load_gpt2_files_tokenizer(const std::filesystem::path& vocab,
                                                      const std::filesystem::path& merges, const TokenizerConfig& cfg);
 

@@ -10,26 +10,6 @@
 #include "engine/backend/tp_workers.h"
 
 namespace cypris {
-namespace {
-
-// The checkpoint's stored type of a tensor, when the WeightSource can say (a GGUF source knows its
-// quantized types). Written against the member the GGUF loader adds (`native_dtype(name)`, DType or
-// optional<DType>) so this builds with or without it; with it, quantized weights stay quantized.
-template <typename W>
-std::optional<DType> native_dtype_of(const W& w, const std::string& name) {
-  if constexpr (requires { w.native_dtype(name); }) {
-    using R = std::decay_t<decltype(w.native_dtype(name))>;
-    if constexpr (std::is_same_v<R, DType>) {
-      return w.native_dtype(name);
-    } else {
-      return std::optional<DType>(w.native_dtype(name));
-    }
-  } else {
-    return std::nullopt;
-  }
-}
-
-}  // namespace
 
 TpLayout make_tp_layout(const ModelConfig& cfg, const ModelBuildOptions& opt) {
   const int tp = opt.parallel.world_size;
@@ -109,8 +89,8 @@ std::pair<int64_t, int64_t> part_rows(const LinearPart& p) {
 }  // namespace
 
 DType WeightLoader::linear_dtype(const std::string& resolved_name) const {
-  const std::optional<DType> native = native_dtype_of(weights_, resolved_name);
-  if (native && dtype_is_quantized(*native)) return *native;
+  const std::optional<DType> native = weights_.native_dtype(resolved_name);
+  if (native && dtype_is_quantized(*native) && backend_.supports_quantized_weight(*native)) return *native;
   return opt_.weight_dtype;
 }
 
@@ -122,13 +102,14 @@ HostTensor WeightLoader::load_linear_host(const std::vector<LinearPart>& parts, 
   CYPRIS_CHECK(!parts.empty(), "load_linear: no parts");
   std::vector<std::string> names;
   for (const LinearPart& p : parts) names.push_back(resolve(p.name));
-  const DType dtype = linear_dtype(names.front());
-  for (size_t i = 1; i < names.size(); ++i) {
-    CYPRIS_CHECK(linear_dtype(names[i]) == dtype,
-                 "{}: tensors '{}' and '{}' are merged into one weight but are "
-                 "stored as {} and {}",
-                 weights_.describe(), names.front(), names[i], dtype_name(dtype), dtype_name(linear_dtype(names[i])));
+  // A merged weight stays in the checkpoint's quantized type (GGUF) when every part has the same
+  // one and this rank's rows are whole blocks; otherwise the source dequantizes to --dtype.
+  DType dtype = linear_dtype(names.front());
+  for (size_t i = 1; i < names.size() && dtype_is_quantized(dtype); ++i) {
+    if (linear_dtype(names[i]) != dtype) dtype = opt_.weight_dtype;
   }
+  const int64_t row_len = parts.size() == 1 && parts[0].shard.dim == 1 ? cols / parts[0].shard.world_size : cols;
+  if (dtype_is_quantized(dtype) && row_len % dtype_block(dtype).elems != 0) dtype = opt_.weight_dtype;
   // Row-parallel: one tensor split along its input dimension.
   if (parts.size() == 1 && parts[0].shard.dim == 1) {
     return weights_.load(names[0], {parts[0].full_rows, cols}, dtype, parts[0].shard);

@@ -93,6 +93,17 @@ void ModelsPanel::draw_repo() {
   if (!hub.list_error().empty()) ui::text_colored_wrapped(ui::kRed, hub.list_error());
 
   if (hub.files().empty()) return;
+  if (!hub.gguf_files().empty()) {
+    // GGUF repos: pick one quantization; its file (all parts) becomes the download.
+    ImGui::TextUnformatted("GGUF model files (one is downloaded):");
+    for (size_t i = 0; i < hub.gguf_files().size(); ++i) {
+      const GgufChoice& g = hub.gguf_files()[i];
+      const std::string label = fmt::format("{:<8} {:>10}  {}{}##gguf{}", g.quant.empty() ? "?" : g.quant,
+                                            format_bytes(g.size), g.path,
+                                            g.parts > 1 ? fmt::format(" ({} parts)", g.parts) : "", i);
+      if (ImGui::RadioButton(label.c_str(), hub.gguf_pick() == static_cast<int>(i))) hub.pick_gguf(static_cast<int>(i));
+    }
+  }
   const float h = ImGui::GetTextLineHeightWithSpacing() * std::min<float>(10.5f, hub.files().size() + 1.5f);
   if (ImGui::BeginTable("files", 2, ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter,
                         ImVec2(0, h))) {

@@ -78,9 +78,17 @@ void HubSession::select_repo(const std::string& repo) {
   select_revision("main");
 }
 
+void HubSession::pick_gguf(int index) {
+  if (index < 0 || index >= static_cast<int>(gguf_.size())) return;
+  gguf_pick_ = index;
+  chosen_ = std::set<std::string>(gguf_[index].files.begin(), gguf_[index].files.end());
+}
+
 void HubSession::select_revision(const std::string& revision) {
   revision_ = revision;
   files_.clear();
+  gguf_.clear();
+  gguf_pick_ = -1;
   chosen_.clear();
   ++listing_;
   const uint64_t gen = list_gen_;
@@ -98,6 +106,10 @@ void HubSession::select_revision(const std::string& revision) {
       if (gen != list_gen_ || revision != revision_) return;
       files_ = f;
       chosen_ = default_choice(files_);
+      gguf_ = gguf_choices(files_);
+      gguf_pick_ = -1;
+      // A GGUF repo holds every quantization of the model: one is picked, not all of them.
+      if (!gguf_.empty() && chosen_.empty()) pick_gguf(default_gguf_choice(gguf_));
       if (!err.empty()) list_error_ = err;
     });
   });
@@ -163,11 +175,18 @@ void HubSession::download() {
     } catch (const std::exception& e) {
       err = *cancel ? "download cancelled" : e.what();
     }
-    queue_.post([this, path, err] {
+    queue_.post([this, path, err, names] {
       downloading_ = false;
       download_error_ = err;
-      downloaded_path_ = err.empty() ? path : "";
-      if (err.empty() && on_downloaded) on_downloaded(path);
+      // A picked GGUF file is the model itself: the path to load is the file, not the folder.
+      std::string model = path;
+      if (gguf_pick_ >= 0 && gguf_pick_ < static_cast<int>(gguf_.size()) && !path.empty() &&
+          std::set<std::string>(names.begin(), names.end()) ==
+              std::set<std::string>(gguf_[gguf_pick_].files.begin(), gguf_[gguf_pick_].files.end())) {
+        model = path + "/" + gguf_[gguf_pick_].path;
+      }
+      downloaded_path_ = err.empty() ? model : "";
+      if (err.empty() && on_downloaded) on_downloaded(model);
       refresh_cache();
     });
   });

@@ -13,6 +13,7 @@
 
 #include "app/ui/state/background_jobs.h"
 #include "app/ui/state/download_progress.h"
+#include "app/ui/state/gguf_choice.h"
 #include "app/ui/state/services.h"
 #include "app/ui/state/ui_queue.h"
 
@@ -45,13 +46,19 @@ class HubSession {
   int64_t chosen_bytes() const;  // -1 when a chosen file's size is unknown
   static std::set<std::string> default_choice(const std::vector<HubFile>& files);
 
+  // GGUF repos: the model files on offer (quant type, size) and the one picked, whose parts
+  // become the chosen files (only they are downloaded; downloaded_path() is then the file).
+  const std::vector<GgufChoice>& gguf_files() const { return gguf_; }
+  int gguf_pick() const { return gguf_pick_; }
+  void pick_gguf(int index);
+
   // Download.
   void download();
   void cancel_download();
   bool downloading() const { return downloading_; }
   const DownloadProgress& progress() const { return progress_; }
   const std::string& download_error() const { return download_error_; }
-  const std::string& downloaded_path() const { return downloaded_path_; }  // snapshot folder
+  const std::string& downloaded_path() const { return downloaded_path_; }  // snapshot folder or GGUF file
   std::function<void(const std::string& path)> on_downloaded;
 
   // Cache.
@@ -76,6 +83,8 @@ class HubSession {
   uint64_t list_gen_ = 0;
   std::string list_error_;
   std::set<std::string> chosen_;
+  std::vector<GgufChoice> gguf_;
+  int gguf_pick_ = -1;
   bool downloading_ = false;
   std::shared_ptr<std::atomic<bool>> cancel_;
   DownloadProgress progress_;

@@ -47,6 +47,31 @@ TEST(Generate, GreedyTextFromBosIsThePublishedStory) {
   EXPECT_EQ(out, expected + "\n");
 }
 
+// A GGUF file as --model (-q gguf, the quantized Q8_0 weights kept as they are, the tokenizer from
+// the file): greedy text equal to llama.cpp's greedy ids for the same file (testdata/gguf/refs),
+// spelled with the HF tokenizer's pieces. Also through --gguf-file with the folder as --model.
+TEST(Generate, GgufQ8_0GreedyTextEqualsLlamaCpps) {
+  const std::string dir = std::string(CYPRIS_TESTDATA_DIR) + "/gguf";
+  const auto ref = nlohmann::json::parse(read_file(dir + "/refs/stories260k-Q8_0.json"));
+  std::string csv;
+  for (const auto& id : ref["greedy"]) csv += (csv.empty() ? "" : ",") + std::to_string(id.get<int>());
+  std::string expected = pieces_text(csv);
+  for (size_t pos; (pos = expected.find("<0x0A>")) != std::string::npos;) expected.replace(pos, 6, "\n");
+  const std::vector<std::vector<std::string>> model_args = {{"--model", dir + "/stories260k-Q8_0.gguf", "-q", "gguf"},
+                                                            {"--model", dir, "--gguf-file", "stories260k-Q8_0.gguf"}};
+  for (const auto& m : model_args) {
+    std::vector<std::string> args = m;
+    for (const char* a : {"--prompt-ids", "1", "--max-tokens", "64", "--temperature", "0", "--ignore-eos", "--threads",
+                          "2", "--dtype=float32"})
+      args.push_back(a);
+    testing::internal::CaptureStdout();
+    const int rc = run_generate(args);
+    const std::string out = testing::internal::GetCapturedStdout();
+    ASSERT_EQ(rc, 0) << m[1];
+    EXPECT_EQ(out, expected + "\n") << m[1];
+  }
+}
+
 TEST(Generate, IdsWithoutTokenizerSpellTheStory) {
   testing::internal::CaptureStdout();
   const int rc = run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "20", "--temperature", "0",

@@ -53,6 +53,11 @@ TEST(HubSelect, GlobsFollowPythonFnmatch) {
   EXPECT_EQ(paths(select_files(files, {"*Q4_K_M*"}, {})), (std::vector<std::string>{"q4/model-Q4_K_M.gguf"}));
   EXPECT_EQ(paths(select_files(files, {"sub/*"}, {"*/deep/*"})), (std::vector<std::string>{"sub/b.json"}));
   EXPECT_EQ(paths(select_files(files, {"model-Q[48]_0.gguf"}, {})), (std::vector<std::string>{"model-Q8_0.gguf"}));
+  // `cypris download --include "*Q4_K_M*"` on a GGUF repo: every part of that quantization, nothing else.
+  auto gguf = repo({"README.md", "m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf", "m-Q4_K_S.gguf",
+                    "m-Q8_0.gguf", "m-IQ4_XS.gguf"});
+  EXPECT_EQ(paths(select_files(gguf, {"*Q4_K_M*"}, {})),
+            (std::vector<std::string>{"m-Q4_K_M-00001-of-00002.gguf", "m-Q4_K_M-00002-of-00002.gguf"}));
 }
 
 TEST(HubCache, NamesAndValidation) {

@@ -262,7 +262,7 @@ TEST(Checkpoint, LoadFormats) {
   o.load.load_format = "pt";
   expect_error([&] { ModelRunner r(o); }, {"--load-format pt", "not supported yet"});
   o.load.load_format = "gguf2";
-  expect_error([&] { ModelRunner r(o); }, {"--load-format", "gguf2", "auto, safetensors, dummy"});
+  expect_error([&] { ModelRunner r(o); }, {"--load-format", "gguf2", "auto, safetensors, gguf, dummy"});
   // dummy needs only config.json
   TempDir d;
   fs::copy_file(dir / "config.json", d.path() / "config.json");

@@ -1,0 +1,52 @@
+// A GGUF file as a Cypris model: its architecture as a Hugging Face config (from the metadata,
+// through a table of per-architecture names), and a WeightSource that serves its tensors under the
+// Hugging Face names the models ask for, with llama.cpp's q/k row permutation undone and quantized
+// tensors handed over in their own DType.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/loader/gguf.h"
+#include "engine/loader/model_config.h"
+#include "engine/loader/weights.h"
+
+namespace cypris {
+
+// How one GGUF architecture ("general.architecture") maps to a Cypris model. Add a row to support
+// another family; the metadata keys are "{gguf_arch}.{key}" as llama.cpp writes them.
+struct GgufArchitecture {
+  std::string_view gguf_arch;       // "llama", "qwen2", ...
+  std::string_view hf_architecture; // the registry name: "LlamaForCausalLM"
+  std::string_view model_type;      // config.json model_type
+  bool qkv_bias = false;            // the q/k/v projections have biases
+  // llama.cpp's converter reorders q/k rows for its interleaved rotary layout on these
+  // architectures; Cypris (like HF) rotates the two halves of each head (neox), so the rows are put back.
+  bool permuted_qk = false;
+};
+const std::vector<GgufArchitecture>& gguf_architectures();
+const GgufArchitecture& gguf_architecture(const GgufModel& model);
+
+// The GGUF tensor name of a Hugging Face one ("model.layers.3.self_attn.q_proj.weight" ->
+// "blk.3.attn_q.weight"); nullopt when it has none.
+std::optional<std::string> gguf_tensor_name(std::string_view hf_name);
+
+// The metadata as the config.json the same model would have (architectures, sizes, rope, bos/eos,
+// tie_word_embeddings when output.weight is absent). Throws Error naming the file and key.
+nlohmann::json gguf_hf_config(const GgufModel& model);
+ModelConfig gguf_model_config(const GgufModel& model, const ConfigOverrides& overrides = {});
+
+// Serves the model's tensors. F32/F16/BF16 convert to any plain dtype; a quantized tensor is read
+// in its own DType (rows split whole; a split of the row length must be whole blocks), or
+// dequantized (bit for bit as ggml does, kernels/cpu/quant) to a plain dtype.
+std::unique_ptr<WeightSource> make_gguf_weight_source(std::shared_ptr<const GgufModel> model);
+
+// The DType a GGUF tensor type is read as; nullopt for a type Cypris cannot load.
+std::optional<DType> dtype_of_ggml(GgmlType type);
+
+}  // namespace cypris
