@@ -558,4 +558,19 @@ void SamplingParams::resolve_dry_sequence_breakers(
   }
 }
 
+std::string GuidedDecodingParams::cache_key() const {
+  // Length-prefixed fields: no two different specs share a key.
+  std::string k = fmt::format("{}:{}:", static_cast<int>(kind), text.size());
+  k += text;
+  for (const auto& c : choices) {
+    k += fmt::format(":{}:", c.size());
+    k += c;
+  }
+  if (whitespace_pattern) {
+    k += fmt::format("|ws{}:", whitespace_pattern->size());
+    k += *whitespace_pattern;
+  }
+  return k;
+}
+
 }  // namespace cypris

@@ -102,6 +102,26 @@ static_assert(static_cast<int>(SamplerFeature::Count) <= 32, "SamplerSet holds 3
 // "never" (canonical beam search). Same semantics as vLLM / Hugging Face.
 enum class EarlyStopping { False, True, Never };
 
+// Structured output (guided decoding, engine/guided): the grammar a request's output must match.
+enum class GuidedKind {
+  None,
+  JsonSchema,  // text: the schema (JSON)
+  JsonObject,  // any JSON object (response_format json_object)
+  Regex,       // text: the pattern (whole output)
+  Choice,      // choices: the output is exactly one of them
+  Lark,        // text: EBNF as vLLM's guided_grammar takes it (Lark syntax)
+  Gbnf,        // text: llama.cpp GBNF (KoboldCpp's "grammar")
+};
+struct GuidedDecodingParams {
+  GuidedKind kind = GuidedKind::None;
+  std::string text;
+  std::vector<std::string> choices;
+  std::optional<std::string> whitespace_pattern;  // guided_whitespace_pattern (JSON kinds)
+  bool active() const { return kind != GuidedKind::None; }
+  // Identifies the grammar (the compile cache's key).
+  std::string cache_key() const;
+};
+
 struct SamplingParams {
   // --- outputs ---
   int n = 1;
@@ -150,6 +170,7 @@ struct SamplingParams {
   std::vector<int32_t> custom_token_bans;
   std::optional<std::vector<int32_t>> allowed_token_ids;
   std::vector<std::string> banned_strings;
+  GuidedDecodingParams guided;  // structured output; the row then samples on the CPU
   // --- length and stopping ---
   int min_tokens = 0;
   bool ignore_eos = false;

@@ -1,0 +1,553 @@
+// Grammar IR: expression constructors, UTF-8 range expansion and lowering into the flat Grammar
+// (see grammar.h).
+#include "engine/guided/grammar.h"
+
+#include <algorithm>
+
+#include "engine/common/error.h"
+
+namespace cypris::guided {
+
+namespace {
+
+ExprPtr make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
+
+}  // namespace
+
+ExprPtr empty() { return make(Expr{}); }
+
+ExprPtr bytes(const ByteSet& set) {
+  Expr e;
+  e.kind = Expr::Kind::Bytes;
+  e.bytes = set;
+  return make(std::move(e));
+}
+
+ExprPtr byte(uint8_t b) {
+  ByteSet s;
+  s.set(b);
+  return bytes(s);
+}
+
+ExprPtr literal(std::string_view text) {
+  std::vector<ExprPtr> items;
+  items.reserve(text.size());
+  for (unsigned char c : text) items.push_back(byte(c));
+  return seq(std::move(items));
+}
+
+ExprPtr seq(std::vector<ExprPtr> items) {
+  if (items.size() == 1) return items[0];
+  Expr e;
+  e.kind = items.empty() ? Expr::Kind::Empty : Expr::Kind::Seq;
+  e.items = std::move(items);
+  return make(std::move(e));
+}
+
+ExprPtr alt(std::vector<ExprPtr> items) {
+  if (items.size() == 1) return items[0];
+  Expr e;
+  e.kind = Expr::Kind::Alt;
+  e.items = std::move(items);
+  return make(std::move(e));
+}
+
+ExprPtr repeat(ExprPtr x, int min, int max) {
+  Expr e;
+  e.kind = Expr::Kind::Repeat;
+  e.items = {std::move(x)};
+  e.min = min;
+  e.max = max;
+  return make(std::move(e));
+}
+
+ExprPtr ref(int rule) {
+  Expr e;
+  e.kind = Expr::Kind::Ref;
+  e.rule = rule;
+  return make(std::move(e));
+}
+
+std::string utf8_encode(uint32_t cp) {
+  std::string s;
+  if (cp < 0x80) {
+    s += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    s += static_cast<char>(0xC0 | (cp >> 6));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    s += static_cast<char>(0xE0 | (cp >> 12));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    s += static_cast<char>(0xF0 | (cp >> 18));
+    s += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    s += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+CodepointRanges normalize_ranges(CodepointRanges r) {
+  CodepointRanges cut;
+  for (auto [lo, hi] : r) {
+    hi = std::min<uint32_t>(hi, 0x10FFFF);
+    if (lo > hi) continue;
+    // Surrogates are not scalar values: UTF-8 cannot carry them.
+    if (lo < 0xD800 && hi >= 0xD800) {
+      cut.push_back({lo, 0xD7FF});
+      if (hi > 0xDFFF) cut.push_back({0xE000, hi});
+    } else if (lo >= 0xD800 && lo <= 0xDFFF) {
+      if (hi > 0xDFFF) cut.push_back({0xE000, hi});
+    } else {
+      cut.push_back({lo, hi});
+    }
+  }
+  std::sort(cut.begin(), cut.end());
+  CodepointRanges out;
+  for (auto [lo, hi] : cut) {
+    if (!out.empty() && lo <= out.back().second + 1) {
+      out.back().second = std::max(out.back().second, hi);
+    } else {
+      out.push_back({lo, hi});
+    }
+  }
+  return out;
+}
+
+CodepointRanges complement_ranges(const CodepointRanges& r) {
+  CodepointRanges n = normalize_ranges(r), out;
+  uint32_t next = 0;
+  for (auto [lo, hi] : n) {
+    if (lo > next) out.push_back({next, lo - 1});
+    next = hi + 1;
+  }
+  if (next <= 0x10FFFF) out.push_back({next, 0x10FFFF});
+  return normalize_ranges(out);
+}
+
+namespace {
+
+int utf8_len(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; }
+
+// Splits [lo, hi] (same encoded length) into ranges whose encodings are products of byte ranges:
+// every byte position then ranges independently (the classic UTF-8 range-to-automaton split).
+void utf8_split(uint32_t lo, uint32_t hi, std::vector<ExprPtr>& out) {
+  int n = utf8_len(lo);
+  for (int i = 1; i < n; ++i) {
+    uint32_t m = (1u << (6 * i)) - 1;
+    if ((lo & ~m) != (hi & ~m)) {
+      if ((lo & m) != 0) {
+        utf8_split(lo, lo | m, out);
+        utf8_split((lo | m) + 1, hi, out);
+        return;
+      }
+      if ((hi & m) != m) {
+        utf8_split(lo, (hi & ~m) - 1, out);
+        utf8_split(hi & ~m, hi, out);
+        return;
+      }
+    }
+  }
+  std::string a = utf8_encode(lo), b = utf8_encode(hi);
+  std::vector<ExprPtr> parts;
+  for (size_t k = 0; k < a.size(); ++k) {
+    ByteSet s;
+    for (unsigned v = static_cast<unsigned char>(a[k]); v <= static_cast<unsigned char>(b[k]); ++v) s.set(v);
+    parts.push_back(bytes(s));
+  }
+  out.push_back(seq(std::move(parts)));
+}
+
+}  // namespace
+
+ExprPtr codepoints(const CodepointRanges& ranges) {
+  std::vector<ExprPtr> alts;
+  ByteSet ascii;
+  for (auto [lo, hi] : normalize_ranges(ranges)) {
+    // Split at the encoded-length boundaries first.
+    const uint32_t bounds[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
+    uint32_t start = lo;
+    for (uint32_t b : bounds) {
+      if (start > hi) break;
+      if (start > b) continue;
+      uint32_t end = std::min(hi, b);
+      if (end < 0x80) {
+        for (uint32_t c = start; c <= end; ++c) ascii.set(c);
+      } else {
+        utf8_split(start, end, alts);
+      }
+      start = end + 1;
+    }
+  }
+  if (ascii.any()) alts.insert(alts.begin(), bytes(ascii));
+  if (alts.empty()) return bytes(ByteSet{});  // matches nothing
+  return alt(std::move(alts));
+}
+
+ExprPtr any_char() { return codepoints({{0, 0x10FFFF}}); }
+
+int GrammarBuilder::rule(const std::string& name) {
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) return it->second;
+  int id = static_cast<int>(names_.size());
+  names_.push_back(name);
+  bodies_.push_back(nullptr);
+  by_name_[name] = id;
+  return id;
+}
+
+int GrammarBuilder::new_rule(const std::string& hint) {
+  std::string name = hint;
+  for (int k = 1; by_name_.count(name); ++k) name = hint + "-" + std::to_string(k);
+  return rule(name);
+}
+
+void GrammarBuilder::define(int rule, ExprPtr body) { bodies_.at(rule) = std::move(body); }
+
+namespace {
+
+class Lowerer {
+ public:
+  Lowerer(const std::vector<std::string>& names, const std::vector<ExprPtr>& bodies, const std::string& what)
+      : names_(names), bodies_(bodies), what_(what) {
+    alts_.resize(names.size());
+    g_.rule_names = names;
+  }
+
+  Grammar run(int root) {
+    for (size_t r = 0; r < bodies_.size(); ++r) {
+      if (bodies_[r]) alts_[r] = alts_of(bodies_[r], names_[r]);
+    }
+    for (size_t r = 0; r < referenced_.size(); ++r) {
+      if (referenced_[r] && r < bodies_.size() && !bodies_[r])
+        CYPRIS_FAIL("{}: rule '{}' is used but never defined", what_, names_[r]);
+    }
+    CYPRIS_CHECK(root >= 0 && root < static_cast<int>(bodies_.size()) && bodies_[root], "{}: no root rule '{}'",
+                 what_, root >= 0 && root < static_cast<int>(names_.size()) ? names_[root] : std::string("?"));
+    g_.root = root;
+    // Flatten.
+    g_.rule_alts.resize(alts_.size());
+    for (size_t r = 0; r < alts_.size(); ++r) {
+      for (auto& a : alts_[r]) {
+        g_.rule_alts[r].push_back(static_cast<int32_t>(g_.elems.size()));
+        for (const Elem& e : a) {
+          g_.elems.push_back(e);
+          g_.elem_rule.push_back(static_cast<int32_t>(r));
+        }
+        g_.elems.push_back({Elem::Type::End, 0});
+        g_.elem_rule.push_back(static_cast<int32_t>(r));
+      }
+    }
+    CYPRIS_CHECK(g_.elems.size() <= kMaxGrammarElems, "{}: the grammar is too large ({} elements; at most {})", what_,
+                 g_.elems.size(), kMaxGrammarElems);
+    analyse();
+    return std::move(g_);
+  }
+
+ private:
+  using Alts = std::vector<std::vector<Elem>>;
+
+  int add_anon(const std::string& hint) {
+    int id = static_cast<int>(alts_.size());
+    alts_.emplace_back();
+    g_.rule_names.push_back(hint + "#" + std::to_string(id));
+    return id;
+  }
+
+  int32_t set_index(const ByteSet& s) {
+    std::string key = s.to_string();
+    auto it = set_ids_.find(key);
+    if (it != set_ids_.end()) return it->second;
+    int32_t id = static_cast<int32_t>(g_.sets.size());
+    g_.sets.push_back(s);
+    set_ids_[key] = id;
+    return id;
+  }
+
+  void count(size_t n) {
+    total_ += n;
+    CYPRIS_CHECK(total_ <= kMaxGrammarElems, "{}: the grammar is too large (more than {} elements)", what_,
+                 kMaxGrammarElems);
+  }
+
+  Alts alts_of(const ExprPtr& e, const std::string& hint) {
+    Alts out;
+    if (e->kind == Expr::Kind::Alt) {
+      for (auto& item : e->items) {
+        out.emplace_back();
+        emit(item, out.back(), hint);
+      }
+    } else {
+      out.emplace_back();
+      emit(e, out.back(), hint);
+    }
+    return out;
+  }
+
+  void emit(const ExprPtr& e, std::vector<Elem>& out, const std::string& hint) {
+    switch (e->kind) {
+      case Expr::Kind::Empty:
+        return;
+      case Expr::Kind::Bytes:
+        count(1);
+        out.push_back({Elem::Type::Bytes, set_index(e->bytes)});
+        return;
+      case Expr::Kind::Seq:
+        for (auto& item : e->items) emit(item, out, hint);
+        return;
+      case Expr::Kind::Ref:
+        if (referenced_.size() <= static_cast<size_t>(e->rule)) referenced_.resize(e->rule + 1, 0);
+        referenced_[e->rule] = 1;
+        count(1);
+        out.push_back({Elem::Type::Ref, e->rule});
+        return;
+      case Expr::Kind::Alt: {
+        auto it = alt_rules_.find(e.get());
+        int r;
+        if (it != alt_rules_.end()) {
+          r = it->second;
+        } else {
+          r = add_anon(hint);
+          alt_rules_[e.get()] = r;
+          Alts a = alts_of(e, hint);
+          alts_[r] = std::move(a);
+        }
+        count(1);
+        out.push_back({Elem::Type::Ref, r});
+        return;
+      }
+      case Expr::Kind::Repeat: {
+        const ExprPtr& x = e->items[0];
+        CYPRIS_CHECK(e->min >= 0 && e->min <= kMaxRepeatBound && e->max <= kMaxRepeatBound &&
+                         (e->max < 0 || e->max >= e->min),
+                     "{}: repetition {{{},{}}} is out of range (bounds must be ordered and at most {})", what_, e->min,
+                     e->max, kMaxRepeatBound);
+        for (int i = 0; i < e->min; ++i) emit(x, out, hint);
+        if (e->max < 0) {
+          count(1);
+          out.push_back({Elem::Type::Ref, star_rule(x, hint)});
+        } else if (e->max > e->min) {
+          count(1);
+          out.push_back({Elem::Type::Ref, opt_chain(x, e->max - e->min, hint)});
+        }
+        return;
+      }
+    }
+  }
+
+  // R ::= X R | empty
+  int star_rule(const ExprPtr& x, const std::string& hint) {
+    auto key = std::make_pair(x.get(), -1);
+    auto it = rep_rules_.find(key);
+    if (it != rep_rules_.end()) return it->second;
+    int r = add_anon(hint + "-star");
+    rep_rules_[key] = r;
+    std::vector<Elem> body;
+    emit(x, body, hint);
+    body.push_back({Elem::Type::Ref, r});
+    alts_[r] = {std::move(body), {}};
+    return r;
+  }
+
+  // O_k ::= X O_{k-1} | empty, O_1 ::= X | empty: up to k more copies of X.
+  int opt_chain(const ExprPtr& x, int k, const std::string& hint) {
+    int prev = -1;
+    for (int j = 1; j <= k; ++j) {
+      auto key = std::make_pair(x.get(), j);
+      auto it = rep_rules_.find(key);
+      if (it != rep_rules_.end()) {
+        prev = it->second;
+        continue;
+      }
+      int r = add_anon(hint + "-opt");
+      rep_rules_[key] = r;
+      std::vector<Elem> body;
+      emit(x, body, hint);
+      if (prev >= 0) body.push_back({Elem::Type::Ref, prev});
+      alts_[r] = {std::move(body), {}};
+      prev = r;
+    }
+    return prev;
+  }
+
+  void analyse() {
+    size_t n = g_.rule_alts.size();
+    g_.nullable.assign(n, 0);
+    std::vector<ByteSet> first(n);
+    g_.follow.assign(n, ByteSet{});
+    auto prefix = [&](int32_t pos, ByteSet& f) -> bool {  // FIRST of elems from pos; returns nullable
+      for (;; ++pos) {
+        const Elem& e = g_.elems[pos];
+        if (e.type == Elem::Type::End) return true;
+        if (e.type == Elem::Type::Bytes) {
+          f |= g_.sets[e.arg];
+          return false;
+        }
+        f |= first[e.arg];
+        if (!g_.nullable[e.arg]) return false;
+      }
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n; ++r) {
+        for (int32_t a : g_.rule_alts[r]) {
+          ByteSet f = first[r];
+          bool nul = prefix(a, f);
+          if (f != first[r]) {
+            first[r] = f;
+            changed = true;
+          }
+          if (nul && !g_.nullable[r]) {
+            g_.nullable[r] = 1;
+            changed = true;
+          }
+        }
+      }
+    }
+    // Left recursion: A -> B when B can be reached in A without consuming a byte. A cycle of such
+    // edges is harmless when every reference on it is a tail call (the matcher's stack does not
+    // grow and its de-duplication ends the expansion: "(a*)*"); a cycle through a non-tail
+    // reference would push forever, so it is refused. Kosaraju's SCCs, iteratively (chains of
+    // rules can be thousands deep).
+    std::vector<std::vector<std::pair<int32_t, bool>>> left(n);  // (target, tail call)
+    std::vector<std::vector<int32_t>> back(n);
+    for (size_t r = 0; r < n; ++r) {
+      for (int32_t a : g_.rule_alts[r]) {
+        for (int32_t pos = a; g_.elems[pos].type == Elem::Type::Ref; ++pos) {
+          int32_t b = g_.elems[pos].arg;
+          left[r].push_back({b, g_.elems[pos + 1].type == Elem::Type::End});
+          back[b].push_back(static_cast<int32_t>(r));
+          if (!g_.nullable[b]) break;
+        }
+      }
+    }
+    std::vector<int32_t> order;
+    std::vector<uint8_t> seen(n, 0);
+    for (size_t s0 = 0; s0 < n; ++s0) {
+      if (seen[s0]) continue;
+      std::vector<std::pair<int32_t, size_t>> stack{{static_cast<int32_t>(s0), 0}};
+      seen[s0] = 1;
+      while (!stack.empty()) {
+        auto& [v, i] = stack.back();
+        if (i < left[v].size()) {
+          int32_t w = left[v][i++].first;
+          if (!seen[w]) {
+            seen[w] = 1;
+            stack.push_back({w, 0});
+          }
+        } else {
+          order.push_back(v);
+          stack.pop_back();
+        }
+      }
+    }
+    std::vector<int32_t> comp(n, -1);
+    int32_t nc = 0;
+    for (size_t k = order.size(); k-- > 0;) {
+      int32_t s0 = order[k];
+      if (comp[s0] >= 0) continue;
+      std::vector<int32_t> stack{s0};
+      comp[s0] = nc;
+      while (!stack.empty()) {
+        int32_t v = stack.back();
+        stack.pop_back();
+        for (int32_t w : back[v])
+          if (comp[w] < 0) {
+            comp[w] = nc;
+            stack.push_back(w);
+          }
+      }
+      ++nc;
+    }
+    for (size_t r = 0; r < n; ++r) {
+      for (auto [b, tail] : left[r]) {
+        if (!tail && comp[b] == comp[r]) {
+          CYPRIS_FAIL("{}: rule '{}' is left-recursive (it can reach itself without consuming input); rewrite it "
+                      "with repetition, e.g. a ::= b (\"+\" b)*",
+                      what_, display_name(static_cast<int32_t>(r)));
+        }
+      }
+    }
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t r = 0; r < n; ++r) {
+        for (int32_t a : g_.rule_alts[r]) {
+          for (int32_t pos = a; g_.elems[pos].type != Elem::Type::End; ++pos) {
+            if (g_.elems[pos].type != Elem::Type::Ref) continue;
+            int32_t b = g_.elems[pos].arg;
+            ByteSet f = g_.follow[b];
+            if (prefix(pos + 1, f)) f |= g_.follow[r];
+            if (f != g_.follow[b]) {
+              g_.follow[b] = f;
+              changed = true;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  std::string display_name(int32_t r) const {
+    const std::string& s = g_.rule_names[r];
+    auto hash = s.find('#');
+    return hash == std::string::npos ? s : s.substr(0, hash);
+  }
+
+  const std::vector<std::string>& names_;
+  const std::vector<ExprPtr>& bodies_;
+  std::string what_;
+  Grammar g_;
+  std::vector<Alts> alts_;
+  std::vector<uint8_t> referenced_;
+  std::map<const Expr*, int> alt_rules_;
+  std::map<std::pair<const Expr*, int>, int> rep_rules_;
+  std::map<std::string, int32_t> set_ids_;
+  size_t total_ = 0;
+};
+
+std::string set_text(const ByteSet& s) {
+  if (s.count() == 1) {
+    for (int b = 0; b < 256; ++b)
+      if (s.test(b)) return b >= 0x20 && b < 0x7F ? fmt::format("'{}'", static_cast<char>(b)) : fmt::format("x{:02X}", b);
+  }
+  std::string out = "[";
+  for (int b = 0; b < 256; ++b) {
+    if (!s.test(b)) continue;
+    int e = b;
+    while (e + 1 < 256 && s.test(e + 1)) ++e;
+    auto one = [](int c) {
+      return c >= 0x21 && c < 0x7F && c != ']' && c != '-' ? std::string(1, static_cast<char>(c))
+                                                            : fmt::format("x{:02X}", c);
+    };
+    out += one(b);
+    if (e > b) out += "-" + one(e);
+    b = e;
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+Grammar GrammarBuilder::build(int root, const std::string& what) const {
+  return Lowerer(names_, bodies_, what).run(root);
+}
+
+std::string Grammar::dump() const {
+  std::string out;
+  for (size_t r = 0; r < rule_alts.size(); ++r) {
+    if (rule_alts[r].empty()) continue;
+    out += rule_names[r] + " ::=";
+    for (size_t i = 0; i < rule_alts[r].size(); ++i) {
+      if (i) out += " |";
+      for (int32_t pos = rule_alts[r][i]; elems[pos].type != Elem::Type::End; ++pos) {
+        out += " ";
+        out += elems[pos].type == Elem::Type::Ref ? rule_names[elems[pos].arg] : set_text(sets[elems[pos].arg]);
+      }
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace cypris::guided
