@@ -89,7 +89,7 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   // The KV cache: the runner sizes it for every device (model_runner.h, num_blocks).
   ro.num_blocks = cfg.cache.num_gpu_blocks_override.value_or(0);
   ro.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
-  ro.cpu_kv_cache_bytes = cfg.cache.cpu_kvcache_space * 1024.0 * 1024.0 * 1024.0;
+  if (ro.device == "cpu") ro.cpu_kv_cache_bytes = cfg.cache.cpu_kvcache_space * 1024.0 * 1024.0 * 1024.0;
   ro.max_num_seqs = cfg.scheduler.max_num_seqs;
   ro.kv_cache_dtype = parse_kv_cache_dtype(cfg.quant.kv_cache_dtype);
   ro.quantization_param_path = cfg.quant.quantization_param_path.value_or("");

@@ -47,7 +47,7 @@ TEST(BatchContext, RejectsTokensBeyondTheBlockTable) {
 
 TEST(BatchContext, TheSchedulerHandsOutTheBatchItsRunnerRuns) {
   SchedulerConfig c;
-  c.block_size = 4;
+  c.block_size = 8;
   c.num_gpu_blocks = 16;
   c.max_num_batched_tokens = 6;
   c.max_num_seqs = 4;
