@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -223,6 +224,30 @@ void convert_from_f32(const float* src, DType dtype, void* dst, int64_t count) {
   }
 }
 
+// Runs kernel(DType constant, j0, j1) over weight rows [0, n), split over the pool, with the
+// compile-time DType of w_dtype (F32, F16 or BF16).
+template <typename Kernel>
+static void for_weight_rows(DType w_dtype, int64_t n, ThreadPool* pool, Kernel kernel) {
+  auto rows_fn = [&](int64_t j0, int64_t j1) {
+    switch (w_dtype) {
+      case DType::F32:
+        kernel(std::integral_constant<DType, DType::F32>{}, j0, j1);
+        break;
+      case DType::F16:
+        kernel(std::integral_constant<DType, DType::F16>{}, j0, j1);
+        break;
+      default:
+        kernel(std::integral_constant<DType, DType::BF16>{}, j0, j1);
+        break;
+    }
+  };
+  if (pool) {
+    pool->parallel_for(n, rows_fn, 16);
+  } else {
+    rows_fn(0, n);
+  }
+}
+
 void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
               const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
   CYPRIS_CHECK(w_dtype == DType::F32 || w_dtype == DType::F16 || w_dtype == DType::BF16,
@@ -230,45 +255,15 @@ void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, 
   if (m == 0 || n == 0) return;
 #if defined(__x86_64__)
   if (m <= kMaxGemvRows512 && cpu_has_avx512()) {
-    auto rows_fn = [&](int64_t j0, int64_t j1) {
-      switch (w_dtype) {
-        case DType::F32:
-          gemv_rows_avx512<DType::F32>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
-          break;
-        case DType::F16:
-          gemv_rows_avx512<DType::F16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
-          break;
-        default:
-          gemv_rows_avx512<DType::BF16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
-          break;
-      }
-    };
-    if (pool) {
-      pool->parallel_for(n, rows_fn, 16);
-    } else {
-      rows_fn(0, n);
-    }
+    for_weight_rows(w_dtype, n, pool, [&](auto dt, int64_t j0, int64_t j1) {
+      gemv_rows_avx512<decltype(dt)::value>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+    });
     return;
   }
   if (m <= kMaxGemvRows && cpu_has_avx2_fma()) {
-    auto rows_fn = [&](int64_t j0, int64_t j1) {
-      switch (w_dtype) {
-        case DType::F32:
-          gemv_rows<DType::F32>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
-          break;
-        case DType::F16:
-          gemv_rows<DType::F16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
-          break;
-        default:
-          gemv_rows<DType::BF16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
-          break;
-      }
-    };
-    if (pool) {
-      pool->parallel_for(n, rows_fn, 16);
-    } else {
-      rows_fn(0, n);
-    }
+    for_weight_rows(w_dtype, n, pool, [&](auto dt, int64_t j0, int64_t j1) {
+      gemv_rows<decltype(dt)::value>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+    });
     return;
   }
 #endif
