@@ -97,9 +97,10 @@ std::vector<OptionSpec> build_table() {
           "The model context size. Defaults to the model's original. A larger value needs RoPE scaling.")
           .range(1, std::nullopt));
   add(Opt("guided-decoding-backend", bind_field(FIELD(model.guided_decoding_backend)),
-          "{outlines,lm-format-enforcer}", "The engine to use for guided decoding (JSON Schema / regex etc).")
-          .choices({"outlines", "lm-format-enforcer"})
-          .not_yet("guided decoding"));
+          "{outlines,lm-format-enforcer,xgrammar,auto}",
+          "The engine to use for guided decoding (JSON Schema / regex etc). Accepted for compatibility: every value "
+          "runs Cypris's own grammar engine (engine/guided), which the log names at the first guided request.")
+          .choices({"outlines", "lm-format-enforcer", "xgrammar", "auto"}));
   add(Opt("enforce-eager", bind_field(FIELD(model.enforce_eager)), "{true,false}",
           "If True, disable CUDA graphs. Defaults to True (pass --enforce-eager false to use CUDA graphs)."));
   add(Opt("max-context-len-to-capture", bind_field(FIELD(model.max_context_len_to_capture)), "LENGTH",

@@ -110,6 +110,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   tc.max_log_probs = static_cast<int>(cfg.model.max_log_probs);
   tc.max_num_seqs = cfg.scheduler.max_num_seqs;
   tc.logging = cfg.logging;
+  tc.guided_backend = cfg.model.guided_decoding_backend;
   tracker_ = std::make_unique<RequestTracker>(tc, *scheduler_, *sampler_, tokenizer_.get(), std::move(eos_ids));
 
   const double max_concurrency = static_cast<double>(num_blocks) * ro.block_size / static_cast<double>(max_model_len);

@@ -12,6 +12,7 @@
 #include "engine/core/request_tracker.h"
 #include "engine/request/request.h"
 #include "engine/request/sampling_params.h"
+#include "engine/guided/guided_decoding.h"
 #include "engine/sampling/banned_strings.h"
 #include "engine/sampling/beam_search.h"
 #include "engine/sampling/sampler.h"
@@ -39,6 +40,9 @@ struct RequestTracker::Seq {
   // text and logprobs) reach the stop-string matcher and the client only once no banned phrase
   // can begin in them.
   std::unique_ptr<BannedStringMatcher> banned;
+  // Structured output (null without): advanced with every sampled token, rolled back with rewinds.
+  std::unique_ptr<guided::GuidedMatcher> guided;
+  std::vector<uint32_t> guided_mask;  // this step's allowed-token bits
   size_t banned_sent_tokens = 0;               // output tokens passed on
   std::deque<PositionLogprobs> held_logprobs;  // of the tokens not passed on yet (when asked for)
   std::vector<double> cumulative_at;           // cumulative logprob after each output token

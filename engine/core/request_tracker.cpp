@@ -42,6 +42,16 @@ size_t StepRows::num_host_rows() const {
   return n;
 }
 
+std::unique_ptr<guided::GuidedMatcher> RequestTracker::make_guided_matcher(const SamplingParams& p) {
+  CYPRIS_CHECK(tokenizer_, "guided decoding needs the tokenizer (the engine runs with --skip-tokenizer-init)");
+  if (!guided_) {
+    guided_ = std::make_unique<guided::GuidedDecoder>(
+        guided::vocab_from_tokenizer(*tokenizer_, static_cast<int32_t>(cfg_.vocab_size), eos_ids_));
+    LOG_INFO("guided decoding: Cypris's grammar engine (requested backend: {})", cfg_.guided_backend);
+  }
+  return guided_->make_matcher(p.guided);
+}
+
 std::unique_ptr<IncrementalDetokenizer> RequestTracker::make_detokenizer(const SamplingParams& p,
                                                                          std::span<const int32_t> prompt) const {
   if (!tokenizer_) return nullptr;
@@ -111,6 +121,7 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
         seq->req =
             std::make_shared<Request>(id, prompt, static_cast<int32_t>(max_tokens), params, g->req.priority, now);
         seq->sampling = SamplingState(*params, prompt, static_cast<uint32_t>(i));
+        if (params->guided.active()) seq->guided = make_guided_matcher(*params);
         seq->detok = make_detokenizer(*params, prompt);
         if (seq->detok)
           seq->stops = std::make_unique<StopStringMatcher>(params->stop, params->include_stop_str_in_output);
@@ -223,6 +234,7 @@ void RequestTracker::rewind_banned(Seq& s, const BannedStringHit& hit, RequestOu
   scheduler_.rewind_request(s.req->request_id(), static_cast<int32_t>(k - 1));
   s.banned->rewind(k);
   s.sampling.rewind(k);
+  if (s.guided) s.guided->rollback(k);
   s.sampling.ban_at_next_position(hit.ban_token_id);
   const size_t kept = s.banned->num_tokens();
   if (s.banned_sent_tokens > kept) throw std::logic_error("banned strings: a rewind reached tokens already sent");
@@ -297,7 +309,12 @@ StepRows RequestTracker::plan_rows(const SchedulerOutput& so, BatchContext& batc
       beam_seq.push_back(k);
       continue;
     }
-    const SamplerRow r{s->group->req.params.get(), &s->sampling};
+    SamplerRow r{s->group->req.params.get(), &s->sampling};
+    if (s->guided) {  // grammar rows sample on the CPU (gpu_sampling_supported refuses a mask)
+      s->guided_mask.resize(s->guided->mask_words());
+      s->guided->fill_mask(s->guided_mask);
+      r.allowed_mask = s->guided_mask.data();
+    }
     if (device_ok && gpu_sampling_supported(r, cfg_.max_log_probs)) {
       rows.device.push_back(r);
       rows.sampled.push_back(s);
@@ -378,6 +395,15 @@ std::vector<StepResult> RequestTracker::check_sampled(const StepRows& rows, std:
       const bool is_stop_id =
           std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
       if ((is_eos && !p.ignore_eos) || is_stop_id) r.finish = RequestStatus::FinishedStopped;
+    }
+    if (s.guided) {
+      if (!s.guided->accept(tok)) {
+        // Only when the mask left nothing (min_tokens banning the only way to end): stop here.
+        LOG_WARN("request {}: guided decoding: token {} is outside the grammar; stopping", r.request_id, tok);
+        r.finish = RequestStatus::FinishedStopped;
+      } else if (s.guided->terminated()) {
+        r.finish = RequestStatus::FinishedStopped;  // the grammar is complete: nothing else may follow
+      }
     }
     // banned_strings: a token that completes a banned phrase is not appended; its sequence rewinds.
     if (s.banned && !s.finished) {

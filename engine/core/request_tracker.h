@@ -28,6 +28,10 @@
 #include "engine/scheduler/scheduler_output.h"
 
 namespace cypris {
+namespace guided {
+class GuidedDecoder;
+class GuidedMatcher;
+}  // namespace guided
 
 class IncrementalDetokenizer;
 class Scheduler;
@@ -41,6 +45,7 @@ struct TrackerConfig {
   int max_log_probs = 0;     // --max-log-probs
   int64_t max_num_seqs = 0;  // --max-num-seqs (bounds the beam width)
   LoggingOptions logging;
+  std::string guided_backend;  // --guided-decoding-backend (named in the log; our engine runs)
 };
 
 struct StepRows;
@@ -85,6 +90,8 @@ class RequestTracker {
  private:
   std::unique_ptr<IncrementalDetokenizer> make_detokenizer(const SamplingParams& p,
                                                            std::span<const int32_t> prompt) const;
+  // Structured output: the matcher of one sequence (throws cypris::Error for bad grammars).
+  std::unique_ptr<guided::GuidedMatcher> make_guided_matcher(const SamplingParams& p);
   void finish_seq(Seq& seq, const std::string& reason, RequestOutput& out);
   void emit(Group& g, RequestOutput& out);
   // Ends every sequence of the request; the client gets `error` (or finish_reason abort without).
@@ -117,6 +124,8 @@ class RequestTracker {
   // banned_strings hits of the step between check_sampled and emit_outputs.
   std::vector<std::pair<Seq*, BannedStringHit>> rewinds_;
   int64_t num_generated_tokens_ = 0;
+  // Structured output (engine/guided): made on the first request that asks for it.
+  std::unique_ptr<guided::GuidedDecoder> guided_;
 };
 
 // Where the logits rows of one step go, in logits-row order: the GPU-sampled rows, the

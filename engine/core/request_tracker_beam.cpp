@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "engine/common/error.h"
 #include "engine/core/request_state.h"
@@ -32,6 +33,7 @@ void RequestTracker::add_beam_request(Group& g, const std::shared_ptr<SamplingPa
   const std::string id = fmt::format("{}#beam0", g.req.request_id);
   seq->req = std::make_shared<Request>(id, prompt, max_tokens, params, g.req.priority, now);
   seq->sampling = SamplingState(*params, prompt, 0);
+  if (params->guided.active()) seq->guided = make_guided_matcher(*params);
   scheduler_.add_request(seq->req);
   seqs_[id] = seq.get();
   g.beam->running = {seq.get()};
@@ -50,6 +52,13 @@ void RequestTracker::take_beam_row(Seq& s, const float* logits) {
   const auto vocab = static_cast<size_t>(cfg_.vocab_size);
   sampler_.beam_logprobs(std::span<const float>(logits, vocab), p, s.sampling,
                          std::span<float>(b.logprobs).subspan(slot * vocab, vocab));
+  if (s.guided) {  // structured output: tokens outside the grammar cannot extend this beam
+    s.guided_mask.resize(s.guided->mask_words());
+    s.guided->fill_mask(s.guided_mask);
+    float* row = b.logprobs.data() + slot * vocab;
+    for (size_t id = 0; id < vocab; ++id)
+      if (((s.guided_mask[id >> 5] >> (id & 31)) & 1u) == 0) row[id] = -std::numeric_limits<float>::infinity();
+  }
   if (p.logprobs) b.raw[slot].assign(logits, logits + vocab);
   b.ready[slot] = 1;
   num_generated_tokens_++;
@@ -108,6 +117,7 @@ void RequestTracker::advance_beam(Group& g, RequestOutput& out) {
       scheduler_.add_request(child->req);
     }
     child->sampling = from.sampling;
+    if (from.guided) child->guided = from.guided->clone();  // the parent's state, before its own token
     seqs_[id] = child.get();
     seqs[j] = child.get();
     g.seqs.push_back(std::move(child));

@@ -24,6 +24,8 @@ struct KoboldRequest {
   int64_t max_context_length = 0;
   int64_t max_length = 0;
   bool use_default_badwordsids = false;
+  // KoboldCpp: continue the grammar from the end of the previous generation with the same grammar.
+  bool grammar_retain_state = false;
   SamplingParams params;
 };
 

@@ -52,13 +52,14 @@ std::string chat_prompt_of(const json& body, const std::string& raw, const Token
 
 void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const json body = parse_json_body(req);
-  reject_guided_decoding(body);
+  GuidedDecodingParams guided = guided_from_json(body);
   auto engine = ctx.require_engine();
   const Tokenizer* tok = engine->tokenizer();
   const std::string prompt_text = chat_prompt_of(body, req.body, tok, ctx, true);
 
   // logprobs is a bool here; top_logprobs says how many alternatives.
   SamplingParams params = sampling_from_json(body, SamplingDefaults{std::nullopt, 0.7f}, {"logprobs"});
+  params.guided = std::move(guided);
   const bool want_logprobs = get_bool(body, "logprobs", false);
   const int64_t top_logprobs = get_int(body, "top_logprobs", 0);
   if (top_logprobs < 0 || top_logprobs > 20) {

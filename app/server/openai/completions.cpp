@@ -43,11 +43,12 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     throw HttpError(400, "'suffix' is not supported", "suffix");
   }
   if (!body.contains("prompt")) throw HttpError(400, "'prompt' is required", "prompt");
-  reject_guided_decoding(body);
+  GuidedDecodingParams guided = guided_from_json(body);
   auto engine = ctx.require_engine();
   const Tokenizer* tok = engine->tokenizer();
 
   SamplingParams params = sampling_from_json(body, SamplingDefaults{16, 1.0f});
+  params.guided = std::move(guided);
   const bool stream = get_bool(body, "stream", false);
   const bool echo = get_bool(body, "echo", false);
   const bool include_usage = stream_include_usage(body);

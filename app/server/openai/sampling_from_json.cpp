@@ -7,6 +7,7 @@
 
 #include "app/server/errors.h"
 #include "engine/common/error.h"
+#include "engine/guided/guided_decoding.h"
 
 namespace cypris::server {
 
@@ -253,20 +254,92 @@ SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defa
   return p;
 }
 
-void reject_guided_decoding(const json& body) {
-  for (const char* k :
-       {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "grammar_string"}) {
+GuidedDecodingParams guided_from_json(const json& body) {
+  GuidedDecodingParams g;
+  std::string field;
+  auto take = [&](const char* k, GuidedKind kind) -> const json* {
     auto it = body.find(k);
-    if (it != body.end() && !is_falsy(*it)) {
-      throw HttpError(400, fmt::format("'{}': guided decoding is not supported yet", k), std::string(k));
+    if (it == body.end() || is_falsy(*it)) return nullptr;
+    if (g.active()) {
+      throw HttpError(400, fmt::format("'{}' and '{}' both ask for guided decoding; give only one", field, k), k);
+    }
+    g.kind = kind;
+    field = k;
+    return &*it;
+  };
+  auto text_of = [&](const json& v, const char* k) {
+    if (!v.is_string()) throw HttpError(400, fmt::format("'{}' must be a string", k), k);
+    return v.get<std::string>();
+  };
+  if (const json* v = take("guided_json", GuidedKind::JsonSchema)) {
+    if (v->is_string()) {
+      g.text = v->get<std::string>();
+    } else if (v->is_object() || v->is_boolean()) {
+      g.text = v->dump();
+    } else {
+      throw HttpError(400, "'guided_json' must be a JSON Schema (an object, or a string holding one)", "guided_json");
     }
   }
-  auto it = body.find("response_format");
-  if (it != body.end() && !is_falsy(*it)) {
-    if (it->is_object() && it->value("type", std::string("text")) == "text") return;
-    throw HttpError(400, "'response_format': only {\"type\": \"text\"} is supported (guided decoding is not yet)",
-                    "response_format");
+  if (const json* v = take("guided_regex", GuidedKind::Regex)) g.text = text_of(*v, "guided_regex");
+  if (const json* v = take("guided_choice", GuidedKind::Choice)) {
+    if (!v->is_array()) throw HttpError(400, "'guided_choice' must be an array of strings", "guided_choice");
+    for (const auto& c : *v) {
+      if (!c.is_string()) throw HttpError(400, "'guided_choice' must be an array of strings", "guided_choice");
+      g.choices.push_back(c.get<std::string>());
+    }
   }
+  if (const json* v = take("guided_grammar", GuidedKind::Lark)) {
+    g.text = text_of(*v, "guided_grammar");
+    // vLLM takes Lark EBNF (outlines) or GBNF-style EBNF (xgrammar): "::=" tells them apart.
+    if (g.text.find("::=") != std::string::npos) g.kind = GuidedKind::Gbnf;
+  }
+  for (const char* k : {"grammar", "grammar_string"}) {
+    if (const json* v = take(k, GuidedKind::Gbnf)) g.text = text_of(*v, k);
+  }
+  if (auto it = body.find("response_format"); it != body.end() && !is_falsy(*it)) {
+    if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
+      throw HttpError(400, "'response_format' must be an object with a 'type'", "response_format");
+    }
+    const std::string type = (*it)["type"].get<std::string>();
+    if (type == "json_object" || type == "json_schema") {
+      if (g.active()) {
+        throw HttpError(400, fmt::format("'{}' and 'response_format' both ask for guided decoding; give only one", field),
+                        "response_format");
+      }
+      field = "response_format";
+      if (type == "json_object") {
+        g.kind = GuidedKind::JsonObject;
+      } else {
+        auto js = it->find("json_schema");
+        if (js == it->end() || !js->is_object()) {
+          throw HttpError(400, "'response_format.json_schema' must be an object with a 'schema'", "response_format");
+        }
+        auto sc = js->find("schema");
+        if (sc == js->end() || !(sc->is_object() || sc->is_boolean())) {
+          throw HttpError(400, "'response_format.json_schema.schema' must be a JSON Schema object", "response_format");
+        }
+        // strict: the output is generated from the schema, so it always conforms.
+        g.kind = GuidedKind::JsonSchema;
+        g.text = sc->dump();
+      }
+    } else if (type != "text") {
+      throw HttpError(400,
+                      fmt::format("'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", got "
+                                  "\"{}\"", type),
+                      "response_format");
+    }
+  }
+  if (auto it = body.find("guided_whitespace_pattern"); it != body.end() && !is_falsy(*it)) {
+    g.whitespace_pattern = text_of(*it, "guided_whitespace_pattern");
+    if (g.kind != GuidedKind::JsonSchema && g.kind != GuidedKind::JsonObject) g.whitespace_pattern.reset();
+  }
+  if (!g.active()) return g;
+  try {
+    guided::compile(g);  // refuses bad schemas/grammars now (400) rather than in the engine; cached by text
+  } catch (const Error& e) {
+    throw HttpError(400, e.what(), field);
+  }
+  return g;
 }
 
 std::string summarize_params(const SamplingParams& p) {

@@ -24,9 +24,12 @@ struct SamplingDefaults {
 SamplingParams sampling_from_json(const nlohmann::json& body, const SamplingDefaults& defaults,
                                   const std::set<std::string>& skip = {});
 
-// Guided decoding is not implemented yet: falsy values ({}, "", null, [], response_format text)
-// are ignored, anything else is HttpError 400 naming the field.
-void reject_guided_decoding(const nlohmann::json& body);
+// Structured output: guided_json / guided_regex / guided_choice / guided_grammar (Lark EBNF, or
+// GBNF when it uses "::="), grammar / grammar_string (GBNF), response_format (json_object,
+// json_schema) and guided_whitespace_pattern. Falsy values ({}, "", null, [], response_format text)
+// are ignored. The grammar is compiled here (and cached) so that a bad schema, regex or grammar is
+// an HttpError 400 naming the field and the position; two guided fields at once are refused.
+GuidedDecodingParams guided_from_json(const nlohmann::json& body);
 
 // A one-line summary for request logging.
 std::string summarize_params(const SamplingParams& p);

@@ -102,11 +102,52 @@ TEST(SamplingFromJson, WrongTypesName400TheField) {
   }
 }
 
-TEST(SamplingFromJson, GuidedDecodingFalsyIgnoredTruthyRejected) {
-  EXPECT_NO_THROW(reject_guided_decoding(
-      json::parse(R"({"guided_json":{},"guided_grammar":"","guided_regex":null,"response_format":{"type":"text"}})")));
-  std::string msg = error_of([] { reject_guided_decoding(json::parse(R"({"guided_regex":"a+"})")); });
-  EXPECT_NE(msg.find("guided_regex"), std::string::npos);
-  msg = error_of([] { reject_guided_decoding(json::parse(R"({"response_format":{"type":"json_object"}})")); });
-  EXPECT_NE(msg.find("response_format"), std::string::npos);
+TEST(SamplingFromJson, GuidedDecodingFields) {
+  // Falsy values mean "no grammar".
+  EXPECT_FALSE(guided_from_json(json::parse(
+                   R"({"guided_json":{},"guided_grammar":"","guided_regex":null,"response_format":{"type":"text"}})"))
+                   .active());
+  auto g = guided_from_json(json::parse(R"({"guided_regex":"a+"})"));
+  EXPECT_EQ(g.kind, GuidedKind::Regex);
+  EXPECT_EQ(g.text, "a+");
+  g = guided_from_json(json::parse(R"({"response_format":{"type":"json_object"}})"));
+  EXPECT_EQ(g.kind, GuidedKind::JsonObject);
+  g = guided_from_json(json::parse(
+      R"({"response_format":{"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"integer"}}}})"));
+  EXPECT_EQ(g.kind, GuidedKind::JsonSchema);
+  EXPECT_EQ(json::parse(g.text), json::parse(R"({"type":"integer"})"));
+  g = guided_from_json(json::parse(R"({"guided_json":"{\"type\":\"boolean\"}","guided_whitespace_pattern":" "})"));
+  EXPECT_EQ(g.kind, GuidedKind::JsonSchema);
+  EXPECT_EQ(g.whitespace_pattern, " ");
+  g = guided_from_json(json::parse(R"({"guided_choice":["a","b"]})"));
+  EXPECT_EQ(g.choices, (std::vector<std::string>{"a", "b"}));
+  // guided_grammar: Lark, or GBNF when it uses "::=".
+  EXPECT_EQ(guided_from_json(json::parse(R"({"guided_grammar":"start: \"a\""})")).kind, GuidedKind::Lark);
+  EXPECT_EQ(guided_from_json(json::parse(R"({"guided_grammar":"root ::= \"a\""})")).kind, GuidedKind::Gbnf);
+  EXPECT_EQ(guided_from_json(json::parse(R"({"grammar":"root ::= \"a\""})")).kind, GuidedKind::Gbnf);
+}
+
+TEST(SamplingFromJson, GuidedDecodingErrorsName400FieldAndPosition) {
+  struct Case {
+    const char* body;
+    const char* substr;
+  };
+  const std::vector<Case> cases = {
+      {R"J({"guided_regex":"a(?<=b)"})J", "lookbehind assertions are not supported at position 1"},
+      {R"J({"guided_regex":5})J", "'guided_regex' must be a string"},
+      {R"J({"guided_choice":"a"})J", "'guided_choice' must be an array of strings"},
+      {R"J({"guided_json":{"type":"object","minProperties":1}})J", "'minProperties' is not supported"},
+      {R"J({"guided_json":"{not json"})J", "not valid JSON"},
+      {R"J({"grammar":"root ::= \"x\"\nitem ::= [b-a]"})J", "range out of order in character class at line 2, column 11"},
+      {R"J({"guided_grammar":"start: x"})J", "rule 'x' is used but never defined"},
+      {R"J({"response_format":{"type":"xml"}})J", "'response_format.type' must be"},
+      {R"J({"response_format":{"type":"json_schema"}})J", "json_schema"},
+      {R"J({"guided_regex":"a","guided_json":{"type":"string"}})J", "give only one"},
+  };
+  for (const auto& c : cases) {
+    int status = 0;
+    std::string msg = error_of([&] { guided_from_json(json::parse(c.body)); }, &status);
+    EXPECT_EQ(status, 400) << c.body;
+    EXPECT_NE(msg.find(c.substr), std::string::npos) << c.body << " -> " << msg;
+  }
 }
