@@ -57,6 +57,19 @@ class GuidedServer : public ::testing::Test {
     std::vector<std::string> texts;
     std::vector<bool> finished;
   };
+  // A logit bias towards '"', '}' and ']': the story model writes stories inside unbounded JSON
+  // strings and objects; the bias lets outputs end (the grammar still decides what is allowed).
+  static json closing_bias() {
+    json bias = json::object();
+    httplib::Client c("127.0.0.1", port_);
+    for (const char* piece : {"\"", "}", "]"}) {
+      auto t = c.Post("/v1/tokenize", json{{"prompt", piece}, {"add_special_tokens", false}}.dump(), "application/json");
+      EXPECT_TRUE(t && t->status == 200);
+      if (t && t->status == 200) bias[std::to_string(json::parse(t->body)["tokens"].back().get<int>())] = 6;
+    }
+    return bias;
+  }
+
   static Outputs complete(json body, int n = kSamples, int max_tokens = 160) {
     httplib::Client c("127.0.0.1", port_);
     c.set_read_timeout(120);
@@ -130,7 +143,9 @@ TEST_F(GuidedServer, JsonSchemasAreValidPerJsonschema) {
 }
 
 TEST_F(GuidedServer, JsonObjectParses) {
-  Outputs o = complete({{"response_format", {{"type", "json_object"}}}, {"guided_whitespace_pattern", " ?"}}, 12, 400);
+  Outputs o = complete(
+      {{"response_format", {{"type", "json_object"}}}, {"guided_whitespace_pattern", " ?"}, {"logit_bias", closing_bias()}},
+      12, 400);
   std::vector<json> cases{{{"kind", "jsonschema"}, {"spec", {{"type", "object"}}}, {"outputs", o.texts}, {"finished", o.finished}}};
   int rc = judge(cases);
   if (rc == 77) GTEST_SKIP();
@@ -210,17 +225,7 @@ TEST_F(GuidedServer, LlamaCppGbnfExamples) {
   // json.gbnf: Python's json module is the judge.
   // Its strings and objects are unbounded and the story model writes stories in them: a logit
   // bias towards '"', '}' and ']' lets outputs end (the grammar still decides what is allowed).
-  json bias = json::object();
-  {
-    httplib::Client c("127.0.0.1", port_);
-    for (const char* piece : {"\"", "}", "]"}) {
-      auto t = c.Post("/v1/tokenize", json{{"prompt", piece}, {"add_special_tokens", false}}.dump(), "application/json");
-      ASSERT_TRUE(t);
-      ASSERT_EQ(t->status, 200) << t->body;
-      bias[std::to_string(json::parse(t->body)["tokens"].back().get<int>())] = 6;
-    }
-  }
-  Outputs js = complete({{"grammar", read_file(dir + "json.gbnf")}, {"logit_bias", bias}}, 16, 320);
+  Outputs js = complete({{"grammar", read_file(dir + "json.gbnf")}, {"logit_bias", closing_bias()}}, 16, 320);
   std::vector<json> cases{{{"kind", "json"}, {"spec", nullptr}, {"outputs", js.texts}, {"finished", js.finished}}};
   // arithmetic.gbnf, judged by the same language written by hand in Lark.
   Outputs ar = complete({{"grammar", read_file(dir + "arithmetic.gbnf")}}, kSamples, 60);
