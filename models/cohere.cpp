@@ -131,11 +131,11 @@ class CohereModel : public Model {
     const int64_t t = in.token_ids.shape[0];
     const int64_t h = cfg_.hidden_size;
     ForwardScratch scratch(backend_, t);
-    DeviceTensor residual = backend_.empty(DType::F32, {t, h});  // [T, hidden]
-    DeviceTensor normed = backend_.empty(DType::F32, {t, h});
-    DeviceTensor centred = backend_.empty(DType::F32, {t, h});
-    DeviceTensor attn = backend_.empty(DType::F32, {t, h});
-    DeviceTensor mlp = backend_.empty(DType::F32, {t, h});
+    DeviceTensor residual = backend_.empty(backend_.activation_dtype(), {t, h});  // [T, hidden]
+    DeviceTensor normed = backend_.empty(backend_.activation_dtype(), {t, h});
+    DeviceTensor centred = backend_.empty(backend_.activation_dtype(), {t, h});
+    DeviceTensor attn = backend_.empty(backend_.activation_dtype(), {t, h});
+    DeviceTensor mlp = backend_.empty(backend_.activation_dtype(), {t, h});
     // Row additions through scatter_add_rows with the identity rows and unit weights.
     std::vector<int32_t> iota(static_cast<size_t>(t));
     std::iota(iota.begin(), iota.end(), 0);

@@ -85,8 +85,8 @@ class LlamaModel : public Model {
     const int64_t t = in.token_ids.shape[0];
     const int64_t h = cfg_.hidden_size;
     ForwardScratch scratch(backend_, t);
-    DeviceTensor residual = backend_.empty(DType::F32, {t, h});  // [T, hidden]
-    DeviceTensor hidden = backend_.empty(DType::F32, {t, h});    // [T, hidden]
+    DeviceTensor residual = backend_.empty(backend_.activation_dtype(), {t, h});  // [T, hidden]
+    DeviceTensor hidden = backend_.empty(backend_.activation_dtype(), {t, h});    // [T, hidden]
 
     embed_.forward(backend_, in.token_ids, residual.view);
     dump("embed", residual.view);

@@ -31,17 +31,19 @@ void require_contiguous(const char* backend, const Tensor& t, const char* what) 
                what);
 }
 
-void check_embedding(const char* backend, const Tensor& ids, const Tensor& table, const Tensor& out) {
+void check_embedding(const char* backend, DType act, const Tensor& ids, const Tensor& table, const Tensor& out) {
   require(backend, ids, DType::I32, 1, "embedding ids");
-  require(backend, out, DType::F32, 2, "embedding output");
+  require(backend, out, act, 2, "embedding output");
   require_contiguous(backend, out, "embedding output");
   CYPRIS_CHECK(table.ndim() == 2 && table.shape[1] == out.shape[1] && out.shape[0] == ids.shape[0],
                "{}: embedding shapes {} {} {}", backend, ids.shape_str(), table.shape_str(), out.shape_str());
 }
 
-void check_linear(const char* backend, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
-  require(backend, x, DType::F32, 2, "linear input");
-  require(backend, out, DType::F32, 2, "linear output");
+void check_linear(const char* backend, DType act, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
+  require(backend, x, act, 2, "linear input");
+  CYPRIS_CHECK((out.dtype == act || out.dtype == DType::F32) && out.ndim() == 2,
+               "{}: linear output must be {} or float32 with 2 dims, got {} {}", backend, dtype_name(act),
+               dtype_name(out.dtype), out.shape_str());
   CYPRIS_CHECK(w.ndim() == 2 && w.shape[1] == x.shape[1] && out.shape[0] == x.shape[0] && out.shape[1] == w.shape[0],
                "{}: linear shapes x {} w {} out {}", backend, x.shape_str(), w.shape_str(), out.shape_str());
   if (bias) {
@@ -50,18 +52,19 @@ void check_linear(const char* backend, const Tensor& x, const Tensor& w, const T
   }
 }
 
-void check_rms_norm(const char* backend, const Tensor& x, const Tensor& w, const Tensor& out) {
-  require(backend, x, DType::F32, 2, "rms_norm input");
+void check_rms_norm(const char* backend, DType act, const Tensor& x, const Tensor& w, const Tensor& out) {
+  require(backend, x, act, 2, "rms_norm input");
   require(backend, w, DType::F32, 1, "rms_norm weight");
   require_contiguous(backend, x, "rms_norm input");
   require_contiguous(backend, out, "rms_norm output");
+  require(backend, out, act, 2, "rms_norm output");
   CYPRIS_CHECK(w.shape[0] == x.shape[1] && out.shape == x.shape, "{}: rms_norm shapes x {} w {} out {}", backend,
                x.shape_str(), w.shape_str(), out.shape_str());
 }
 
-void check_fused_add_rms_norm(const char* backend, const Tensor& x, const Tensor& residual, const Tensor& w) {
-  require(backend, x, DType::F32, 2, "rms_norm input");
-  require(backend, residual, DType::F32, 2, "rms_norm residual");
+void check_fused_add_rms_norm(const char* backend, DType act, const Tensor& x, const Tensor& residual, const Tensor& w) {
+  require(backend, x, act, 2, "rms_norm input");
+  require(backend, residual, act, 2, "rms_norm residual");
   require(backend, w, DType::F32, 1, "rms_norm weight");
   require_contiguous(backend, x, "rms_norm input");
   require_contiguous(backend, residual, "rms_norm residual");
@@ -69,10 +72,10 @@ void check_fused_add_rms_norm(const char* backend, const Tensor& x, const Tensor
                backend, x.shape_str(), residual.shape_str());
 }
 
-void check_rotary(const char* backend, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
+void check_rotary(const char* backend, DType act, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,
                   int head_dim) {
-  require(backend, q, DType::F32, 2, "rotary q");
-  require(backend, k, DType::F32, 2, "rotary k");
+  require(backend, q, act, 2, "rotary q");
+  require(backend, k, act, 2, "rotary k");
   require(backend, positions, DType::I32, 1, "rotary positions");
   require(backend, cos_sin, DType::F32, 2, "rotary cos/sin table");
   CYPRIS_CHECK(head_dim > 0 && q.shape[0] == positions.shape[0] && k.shape[0] == positions.shape[0] &&
@@ -84,15 +87,15 @@ void check_rotary(const char* backend, const Tensor& q, const Tensor& k, const T
 void require_kv_cache(const char* backend, const Tensor& k_cache, const Tensor& v_cache) {
   CYPRIS_CHECK(is_kv_cache_dtype(k_cache.dtype) && k_cache.ndim() == 4 && v_cache.dtype == k_cache.dtype &&
                    v_cache.shape == k_cache.shape,
-               "{}: K/V caches must be F32, F8E4M3 or F8E5M2 [blocks, block_size, kv_heads, head_dim] of the same "
+               "{}: K/V caches must be F32, F16, BF16, F8E4M3 or F8E5M2 [blocks, block_size, kv_heads, head_dim] of the same "
                "type and shape, got {} {} and {} {}",
                backend, dtype_name(k_cache.dtype), k_cache.shape_str(), dtype_name(v_cache.dtype), v_cache.shape_str());
 }
 
-int64_t check_write_kv_cache(const char* backend, const Tensor& k, const Tensor& v, const AttentionMetadata& meta,
+int64_t check_write_kv_cache(const char* backend, DType act, const Tensor& k, const Tensor& v, const AttentionMetadata& meta,
                              const Tensor& k_cache, const Tensor& v_cache) {
-  require(backend, k, DType::F32, 2, "cache write k");
-  require(backend, v, DType::F32, 2, "cache write v");
+  require(backend, k, act, 2, "cache write k");
+  require(backend, v, act, 2, "cache write v");
   require_kv_cache(backend, k_cache, v_cache);
   const int64_t width = k_cache.shape[2] * k_cache.shape[3];
   CYPRIS_CHECK(k.shape[1] == width && v.shape[1] == width && meta.slot_mapping.shape[0] == k.shape[0],
@@ -100,10 +103,10 @@ int64_t check_write_kv_cache(const char* backend, const Tensor& k, const Tensor&
   return width;
 }
 
-void check_paged_attention(const char* backend, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+void check_paged_attention(const char* backend, DType act, const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                            const AttentionMetadata& meta, const Tensor& out) {
-  require(backend, q, DType::F32, 2, "attention q");
-  require(backend, out, DType::F32, 2, "attention output");
+  require(backend, q, act, 2, "attention q");
+  require(backend, out, act, 2, "attention output");
   require_kv_cache(backend, k_cache, v_cache);
   CYPRIS_CHECK(k_cache.shape[3] > 0 && q.shape[1] % k_cache.shape[3] == 0 && out.shape == q.shape,
                "{}: attention shapes q {} out {} cache {}", backend, q.shape_str(), out.shape_str(),
@@ -113,15 +116,16 @@ void check_paged_attention(const char* backend, const Tensor& q, const Tensor& k
                meta.num_seqs);
 }
 
-PagedAttentionParams paged_attention_params(const char* backend, const Tensor& q, const Tensor& k_cache,
+PagedAttentionParams paged_attention_params(const char* backend, DType act, const Tensor& q, const Tensor& k_cache,
                                             const Tensor& v_cache, const AttentionMetadata& meta, float scale,
                                             int sliding_window, Tensor& out, const KvCacheScales& kv_scales,
                                             float softcap) {
-  check_paged_attention(backend, q, k_cache, v_cache, meta, out);
+  check_paged_attention(backend, act, q, k_cache, v_cache, meta, out);
   CYPRIS_CHECK(softcap >= 0.0f && std::isfinite(softcap), "{}: attention soft-cap must be >= 0, got {}", backend,
                softcap);
   PagedAttentionParams p;
-  p.q = q.as<float>();
+  p.q = q.data;
+  p.io_dtype = q.dtype;
   p.ldq = row_stride(q);
   p.k_cache = k_cache.data;
   p.v_cache = v_cache.data;
@@ -141,42 +145,42 @@ PagedAttentionParams paged_attention_params(const char* backend, const Tensor& q
   p.scale = scale;
   p.sliding_window = sliding_window;
   p.softcap = softcap;
-  p.out = out.as<float>();
+  p.out = out.data;
   p.ldo = row_stride(out);
   return p;
 }
 
-void check_silu_and_mul(const char* backend, const Tensor& x, const Tensor& out) {
-  require(backend, x, DType::F32, 2, "silu_and_mul input");
-  require(backend, out, DType::F32, 2, "silu_and_mul output");
+void check_silu_and_mul(const char* backend, DType act, const Tensor& x, const Tensor& out) {
+  require(backend, x, act, 2, "silu_and_mul input");
+  require(backend, out, act, 2, "silu_and_mul output");
   require_contiguous(backend, x, "silu_and_mul input");
   require_contiguous(backend, out, "silu_and_mul output");
   CYPRIS_CHECK(x.shape[0] == out.shape[0] && x.shape[1] == 2 * out.shape[1], "{}: silu_and_mul shapes x {} out {}",
                backend, x.shape_str(), out.shape_str());
 }
 
-void check_rms_norm_heads(const char* backend, const Tensor& x, const Tensor& w) {
-  require(backend, x, DType::F32, 2, "rms_norm_heads input");
+void check_rms_norm_heads(const char* backend, DType act, const Tensor& x, const Tensor& w) {
+  require(backend, x, act, 2, "rms_norm_heads input");
   require(backend, w, DType::F32, 1, "rms_norm_heads weight");
   CYPRIS_CHECK(w.shape[0] > 0 && x.shape[1] % w.shape[0] == 0 && row_stride(x) >= x.shape[1],
                "{}: rms_norm_heads shapes x {} w {} (x's width must be whole heads)", backend, x.shape_str(),
                w.shape_str());
 }
 
-void check_scale_and_cap(const char* backend, const Tensor& x, float scale, float cap) {
-  require(backend, x, DType::F32, 2, "scale_and_cap input");
+void check_scale_and_cap(const char* backend, DType act, const Tensor& x, float scale, float cap) {
+  require(backend, x, act, 2, "scale_and_cap input");
   CYPRIS_CHECK(row_stride(x) >= x.shape[1], "{}: scale_and_cap row stride {} below width {}", backend, row_stride(x),
                x.shape[1]);
   CYPRIS_CHECK(std::isfinite(scale) && std::isfinite(cap) && cap >= 0.0f,
                "{}: scale_and_cap needs a finite scale and a cap >= 0, got {} and {}", backend, scale, cap);
 }
 
-void check_scatter_add_rows(const char* backend, const Tensor& src, const Tensor& indices, const Tensor& weights,
+void check_scatter_add_rows(const char* backend, DType act, const Tensor& src, const Tensor& indices, const Tensor& weights,
                             const Tensor& out) {
-  require(backend, src, DType::F32, 2, "scatter_add_rows source");
+  require(backend, src, act, 2, "scatter_add_rows source");
   require(backend, indices, DType::I32, 1, "scatter_add_rows indices");
   require(backend, weights, DType::F32, 1, "scatter_add_rows weights");
-  require(backend, out, DType::F32, 2, "scatter_add_rows output");
+  require(backend, out, act, 2, "scatter_add_rows output");
   require_contiguous(backend, src, "scatter_add_rows source");
   require_contiguous(backend, out, "scatter_add_rows output");
   CYPRIS_CHECK(indices.shape[0] == src.shape[0] && weights.shape[0] == src.shape[0] && out.shape[1] == src.shape[1],
@@ -184,9 +188,10 @@ void check_scatter_add_rows(const char* backend, const Tensor& src, const Tensor
                indices.shape_str(), weights.shape_str(), out.shape_str());
 }
 
-void check_gather_rows(const char* backend, const Tensor& x, const Tensor& indices, const Tensor& out) {
-  require(backend, x, DType::F32, 2, "gather input");
+void check_gather_rows(const char* backend, DType act, const Tensor& x, const Tensor& indices, const Tensor& out) {
+  require(backend, x, act, 2, "gather input");
   require(backend, indices, DType::I32, 1, "gather indices");
+  require(backend, out, act, 2, "gather output");
   require_contiguous(backend, x, "gather input");
   require_contiguous(backend, out, "gather output");
   CYPRIS_CHECK(out.shape[0] == indices.shape[0] && out.shape[1] == x.shape[1], "{}: gather shapes x {} out {}", backend,

@@ -1,8 +1,10 @@
 // The Backend: the small set of ops the models are written against (embedding, linear, norms,
 // rotary, paged KV cache write + attention, activation, row gather), and the memory they run on.
 // CpuBackend (engine/backend/cpu/) and CudaBackend (engine/backend/cuda/, CUDA builds) implement it;
-// make_backend (backend_factory.h) picks one. Activations are fp32 on both; weights may be
-// F32/F16/BF16. 2-D activations may be column slices of a wider buffer: their strides are {row_stride, 1}.
+// make_backend (backend_factory.h) picks one. Activations (hidden states, q/k/v, MLP
+// intermediates) are of the backend's activation_dtype(): fp32 on the CPU (the reference), the
+// model dtype (BF16/F16) on a GPU, with fp32 accumulation inside the kernels; norm weights, biases,
+// rotary tables and logits stay fp32. Weights may be F32/F16/BF16 or block-quantized. 2-D activations may be column slices of a wider buffer: their strides are {row_stride, 1}.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +70,10 @@ class Backend {
   // backend overrides this once it has kernels for them.
   virtual bool supports_quantized_weight(DType type) const { return device() == Device::Cpu && dtype_is_quantized(type); }
 
+  // The element type of activation tensors for every op below (F32, F16 or BF16). A linear output
+  // may also be F32 (the logits).
+  virtual DType activation_dtype() const { return DType::F32; }
+
   // Uninitialised memory on the device.
   virtual DeviceTensor empty(DType dtype, const std::vector<int64_t>& shape) = 0;
   virtual DeviceTensor zeros(DType dtype, const std::vector<int64_t>& shape) = 0;
@@ -90,9 +96,9 @@ class Backend {
   // the KV cache and the CUDA graphs find the memory the budget left them); no-op on the CPU.
   virtual void release_cached_memory() {}
 
-  // out[t] = table[ids[t]]; ids I32 [T], table [vocab, hidden], out F32 [T, hidden].
+  // out[t] = table[ids[t]]; ids I32 [T], table [vocab, hidden], out [T, hidden].
   virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
-  // out = x · wᵀ + bias; x [M, K], w [N, K], bias F32 [N] or null, out [M, N].
+  // out = x · wᵀ + bias; x [M, K], w [N, K], bias F32 [N] or null, out [M, N] (activation dtype or F32).
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
   // out = rms_norm(x) * w; w F32 [hidden].
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
@@ -101,7 +107,7 @@ class Backend {
   // Neox rotary in place on q [T, Hq*D] and k [T, Hkv*D]; cos_sin F32 [max_pos, rot_dim].
   virtual void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) = 0;
   // Stores k, v [T, Hkv*D] at meta.slot_mapping in the caches [num_blocks, block_size, Hkv, D]
-  // (F32, or F8E4M3 / F8E5M2 quantised with kv_scales).
+  // (F32, F16, BF16, or F8E4M3 / F8E5M2 quantised with kv_scales).
   virtual void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                               Tensor& v_cache, const KvCacheScales& kv_scales = {}) = 0;
   // Causal attention of q [T, Hq*D] over the cached context; out [T, Hq*D]. window 0 = full.
@@ -116,13 +122,13 @@ class Backend {
   virtual void gelu_tanh_and_mul(const Tensor& x, Tensor& out) = 0;
   // RMSNorm of each head in place: x [T, H*D] (may be a column slice), w F32 [D] (Qwen3's q/k norms).
   virtual void rms_norm_heads(Tensor& x, const Tensor& w, float eps) = 0;
-  // In place on x F32 [R, C] (may be a column slice): x = cap * tanh(scale * x / cap) when
+  // In place on x [R, C] (may be a column slice): x = cap * tanh(scale * x / cap) when
   // cap > 0, else x * scale (embedding scaling, logit soft-capping, logit scale).
   virtual void scale_and_cap(Tensor& x, float scale, float cap) = 0;
-  // out[r] = x[indices[r]]; x F32 [T, H], indices I32 [R], out F32 [R, H].
+  // out[r] = x[indices[r]]; x [T, H], indices I32 [R], out [R, H].
   virtual void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) = 0;
-  // out[indices[r]] += weights[r] * src[r]; src F32 [R, H], indices I32 [R] (distinct within a call,
-  // in [0, T)), weights F32 [R], out F32 [T, H]: a mixture-of-experts layer adds one expert's rows
+  // out[indices[r]] += weights[r] * src[r]; src [R, H], indices I32 [R] (distinct within a call,
+  // in [0, T)), weights F32 [R], out [T, H]: a mixture-of-experts layer adds one expert's rows
   // back to their tokens.
   virtual void scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) = 0;
 

@@ -41,6 +41,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     CudaBackendOptions co;
     co.device = options.cuda_device;
     co.fp32_gemm = options.cuda_fp32_gemm;
+    co.activation_dtype = options.cuda_activation_dtype;
     return std::make_unique<CudaBackend>(co);
   }
 #endif

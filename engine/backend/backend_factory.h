@@ -14,6 +14,8 @@ struct BackendOptions {
   int threads = 0;             // CPU backend threads; <= 0: one per hardware thread
   int cuda_device = 0;
   bool cuda_fp32_gemm = false;  // see CudaBackendOptions::fp32_gemm
+  // GPU activations: F32, F16 or BF16 (CudaBackendOptions::activation_dtype); the CPU is always F32.
+  DType cuda_activation_dtype = DType::F32;
 };
 
 // True when this binary was built with the CUDA backend.

@@ -5,6 +5,9 @@
 
 #include <cstdint>
 
+#include "engine/common/dtype.h"
+#include "engine/common/error.h"
+
 namespace cypris {
 
 class Communicator {
@@ -15,6 +18,13 @@ class Communicator {
   // In place: data[i] = sum over ranks of data[i], on every rank. data lives where this rank's
   // backend keeps its tensors (host memory for CPU ranks, device memory for GPU ranks).
   virtual void all_reduce_sum(float* data, int64_t count) = 0;
+  // The same for activations of any float type (F32, or F16 / BF16 on a GPU, summed by NCCL in
+  // that type as vLLM does); the CPU communicator takes F32 only.
+  virtual void all_reduce(void* data, DType dtype, int64_t count) {
+    CYPRIS_CHECK(dtype == DType::F32, "tensor-parallel all-reduce: {} activations are not supported here (float32)",
+                 dtype_name(dtype));
+    all_reduce_sum(static_cast<float*>(data), count);
+  }
   // recv = [rank 0's send | rank 1's send | ...], world_size * count elements, on every rank.
   virtual void all_gather(const float* send, float* recv, int64_t count) = 0;
   virtual void barrier() = 0;

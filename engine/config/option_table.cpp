@@ -165,9 +165,10 @@ std::vector<OptionSpec> build_table() {
 
   group = "Quantization Options";
   add(Opt("kv-cache-dtype", bind_field(FIELD(quant.kv_cache_dtype)), "{auto,fp8,fp8_e5m2,fp8_e4m3}",
-          "The data type for KV cache. \"auto\" keeps it in float32 (Cypris computes in fp32); \"fp8\" (= "
-          "fp8_e4m3) and \"fp8_e5m2\" store it in 8 bits, 4x the blocks in the same memory, with per-layer scales "
-          "from the checkpoint or --quantization-param-path.")
+          "The data type for KV cache. \"auto\" uses the activation dtype: the model dtype (bfloat16 or float16) "
+          "on a GPU, float32 on the CPU; \"fp8\" (= fp8_e4m3) and \"fp8_e5m2\" store it in 8 bits, twice the "
+          "blocks of a 16-bit cache in the same memory, with per-layer scales from the checkpoint or "
+          "--quantization-param-path.")
           .choices({"auto", "fp8", "fp8_e5m2", "fp8_e4m3"}));
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
           "The method used to quantize the weights. Inferred from the model when possible. Cypris supports "

@@ -11,8 +11,8 @@
 
 namespace cypris {
 
-DType parse_kv_cache_dtype(const std::string& name) {
-  if (name == "auto") return DType::F32;
+std::optional<DType> parse_kv_cache_dtype(const std::string& name) {
+  if (name == "auto") return std::nullopt;
   if (name == "fp8" || name == "fp8_e4m3") return DType::F8E4M3;
   if (name == "fp8_e5m2") return DType::F8E5M2;
   CYPRIS_FAIL("--kv-cache-dtype '{}' is not one of auto, fp8, fp8_e5m2, fp8_e4m3", name);
@@ -118,9 +118,9 @@ std::vector<KvCacheScales> load_kv_scales_json(const std::string& path, DType ca
 ResolvedKvScales resolve_kv_cache_scales(DType cache_dtype, const WeightSource* checkpoint,
                                          const std::string& param_path, int num_layers, int tp_rank) {
   ResolvedKvScales r;
-  if (cache_dtype == DType::F32) {
+  if (cache_dtype != DType::F8E4M3 && cache_dtype != DType::F8E5M2) {
     r.layers.assign(static_cast<size_t>(num_layers), KvCacheScales{});
-    r.source = "none (fp32 cache)";
+    r.source = fmt::format("none ({} cache)", dtype_name(cache_dtype));
     return r;
   }
   if (checkpoint) r.layers = checkpoint_scales(*checkpoint, num_layers);

@@ -7,15 +7,18 @@
 #include <vector>
 
 #include "engine/common/dtype.h"
+#include <optional>
+
 #include "engine/backend/backend.h"  // KvCacheScales
 
 namespace cypris {
 
 class WeightSource;
 
-// "auto" -> F32 (activations are fp32 on every backend), "fp8" and "fp8_e4m3" -> F8E4M3 (as vLLM),
-// "fp8_e5m2" -> F8E5M2. Throws Error naming --kv-cache-dtype and the choices otherwise.
-DType parse_kv_cache_dtype(const std::string& name);
+// "auto" -> nullopt (the activation dtype: the model dtype on a GPU, float32 on the CPU, as
+// Aphrodite/vLLM), "fp8" and "fp8_e4m3" -> F8E4M3 (as vLLM), "fp8_e5m2" -> F8E5M2. Throws Error
+// naming --kv-cache-dtype and the choices otherwise.
+std::optional<DType> parse_kv_cache_dtype(const std::string& name);
 
 struct ResolvedKvScales {
   std::vector<KvCacheScales> layers;  // one per layer

@@ -42,11 +42,18 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   check_tensor_parallel(cfg, tp);
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
-  kv_cache_dtype_ = options.kv_cache_dtype;
-  CYPRIS_CHECK(kv_cache_dtype_ == DType::F32 || kv_cache_dtype_ == DType::F8E4M3 || kv_cache_dtype_ == DType::F8E5M2,
-               "KV cache dtype {} is not one of float32, fp8_e4m3, fp8_e5m2", dtype_name(kv_cache_dtype_));
   ranks_.resize(static_cast<size_t>(tp));
   const Device device = resolve_device(options.device) == "cuda" ? Device::Cuda : Device::Cpu;
+  // Activations in the model dtype on a GPU (fp32 accumulation inside the kernels, as vLLM); the
+  // CPU backend and the fp32-GEMM equivalence mode keep fp32.
+  const bool act16 = device == Device::Cuda && !options.cuda_fp32_gemm &&
+                     (weight_dtype_ == DType::BF16 || weight_dtype_ == DType::F16);
+  activation_dtype_ = act16 ? weight_dtype_ : DType::F32;
+  kv_cache_dtype_ = options.kv_cache_dtype.value_or(activation_dtype_);
+  CYPRIS_CHECK(kv_cache_dtype_ == DType::F32 || kv_cache_dtype_ == DType::F16 || kv_cache_dtype_ == DType::BF16 ||
+                   kv_cache_dtype_ == DType::F8E4M3 || kv_cache_dtype_ == DType::F8E5M2,
+               "KV cache dtype {} is not one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2",
+               dtype_name(kv_cache_dtype_));
   if (tp == 1) {
     build_rank(options, cfg, 0, options.threads);
   } else {
@@ -96,11 +103,12 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   }
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
   if (!graph_policy_.enforce_eager) capture_graphs();
-  LOG_INFO("loaded {} ({} layers, weights {}, {}, tensor parallel {}) from {}; KV cache {} blocks x {} tokens, {}",
-           resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_),
+  LOG_INFO("loaded {} ({} layers, weights {}, activations {}, {}, tensor parallel {}) from {}; KV cache {} blocks x "
+           "{} tokens, {}",
+           resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_), dtype_name(activation_dtype_),
            device == Device::Cuda ? "cuda" : "cpu", tp, options.model_dir.string(), num_blocks_, block_size_,
            dtype_name(kv_cache_dtype_));
-  if (kv_cache_dtype_ != DType::F32) {
+  if (kv_cache_dtype_ == DType::F8E4M3 || kv_cache_dtype_ == DType::F8E5M2) {
     LOG_INFO("KV cache dtype {} (1 byte per element); K/V scales from {}", dtype_name(kv_cache_dtype_),
              kv_scales_source_);
   } else if (!options.quantization_param_path.empty()) {
@@ -129,6 +137,7 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   bo.threads = threads;
   bo.cuda_device = rank;
   bo.cuda_fp32_gemm = options.cuda_fp32_gemm;
+  bo.cuda_activation_dtype = activation_dtype_;
   r.backend = make_backend(bo);
   // Each rank opens the checkpoint itself and reads only its slices.
   auto weights = open_weight_source(options.model_dir, cfg, options.load);
@@ -235,8 +244,8 @@ size_t ModelRunner::profile_peak(const ModelConfig& cfg, const BatchContext& b) 
     r.kv_cache.resize(cfg.num_hidden_layers);
     const std::vector<int64_t> shape = {1, block_size_, r.model->num_kv_heads(), r.model->head_dim()};
     for (auto& layer : r.kv_cache) {
-      layer.k = r.backend->zeros(DType::F32, shape);
-      layer.v = r.backend->zeros(DType::F32, shape);
+      layer.k = r.backend->zeros(kv_cache_dtype_, shape);
+      layer.v = r.backend->zeros(kv_cache_dtype_, shape);
     }
     r.backend->synchronize();
     r.backend->reset_peak_memory();

@@ -54,9 +54,10 @@ struct ModelRunnerOptions {
   // contexts up to max_seq_len_to_capture replay CUDA graphs captured at load (decode_graphs.h).
   bool enforce_eager = true;
   int64_t max_seq_len_to_capture = 8192;
-  // KV cache element type: F32, or F8E4M3 / F8E5M2 (parse_kv_cache_dtype in kv_cache_scales.h), and
-  // --quantization-param-path for the fp8 scales ("" = none).
-  DType kv_cache_dtype = DType::F32;
+  // KV cache element type: F32, F16, BF16, or F8E4M3 / F8E5M2 (parse_kv_cache_dtype in
+  // kv_cache_scales.h); nullopt ("auto") = the activation dtype. --quantization-param-path for the
+  // fp8 scales ("" = none).
+  std::optional<DType> kv_cache_dtype;
   std::string quantization_param_path;
 };
 
@@ -110,6 +111,8 @@ class ModelRunner {
   // Number of decode CUDA graphs captured (0 when running eagerly).
   int num_cuda_graphs() const { return ranks_.front().graphs ? ranks_.front().graphs->num_graphs() : 0; }
   DType kv_cache_dtype() const { return kv_cache_dtype_; }
+  // Element type of the activations on rank 0's backend (the model dtype on a GPU, F32 on the CPU).
+  DType activation_dtype() const { return activation_dtype_; }
   // K and V of every layer for one block, summed over the ranks (4 bytes per element for fp32, 1 for
   // fp8; memory_profile.h): for sizing the cache and the swap pool from a memory budget.
   int64_t kv_cache_bytes_per_block() const { return kv_block_bytes_; }
@@ -158,6 +161,7 @@ class ModelRunner {
   DType weight_dtype_ = DType::F32;
   int block_size_ = 16;
   DType kv_cache_dtype_ = DType::F32;
+  DType activation_dtype_ = DType::F32;
   std::string kv_scales_source_;  // rank 0's, for the load log
   int64_t num_blocks_ = 0;
   int64_t kv_block_bytes_ = 0;

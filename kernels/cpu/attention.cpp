@@ -151,7 +151,7 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
       }
       scores.resize(n);
       for (int h = g * group; h < (g + 1) * group; ++h) {
-        const float* q = p.q + t * p.ldq + static_cast<int64_t>(h) * d;
+        const float* q = static_cast<const float*>(p.q) + t * p.ldq + static_cast<int64_t>(h) * d;
         float mx = -INFINITY;
         for (int64_t j = 0; j < n; ++j) {
           scores[j] = dot(q, k_rows[j], d) * p.scale;
@@ -164,7 +164,7 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
           sum += scores[j];
         }
         const float inv = 1.0f / sum;
-        float* o = p.out + t * p.ldo + static_cast<int64_t>(h) * d;
+        float* o = static_cast<float*>(p.out) + t * p.ldo + static_cast<int64_t>(h) * d;
         std::fill(o, o + d, 0.0f);
         for (int64_t j = 0; j < n; ++j) {
           const float w = scores[j] * inv;

@@ -26,7 +26,8 @@ void write_kv_cache_cpu(const float* k, int64_t ldk, const float* v, int64_t ldv
                         float v_scale = 1.0f);
 
 struct PagedAttentionParams {
-  const float* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride ldq
+  const void* q = nullptr;  // [num_tokens, num_heads, head_dim] of io_dtype, row stride ldq
+  DType io_dtype = DType::F32;  // q and out: F32 (the CPU kernel), or F16 / BF16 on a GPU
   int64_t ldq = 0;
   const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] of cache_dtype
   const void* v_cache = nullptr;
@@ -46,7 +47,7 @@ struct PagedAttentionParams {
   float scale = 1.0f;
   int sliding_window = 0;  // > 0: a query at position p sees keys in (p - window, p]
   float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
-  float* out = nullptr;    // [num_tokens, num_heads, head_dim], row stride ldo
+  void* out = nullptr;     // [num_tokens, num_heads, head_dim] of io_dtype, row stride ldo
   int64_t ldo = 0;
 };
 

@@ -8,8 +8,31 @@
 
 #include <cstdint>
 
+#include "engine/common/dtype.h"
+#include "engine/common/error.h"
+
 namespace cypris {
 namespace cuda_detail {
+
+// Activations on the GPU are F32, F16 or BF16 (the model dtype). dispatch_float calls f with a
+// value of the matching CUDA element type (float, __half, __nv_bfloat16), so a launcher writes
+// its launch once: `dispatch_float(t, "what", [&](auto tag) { using T = decltype(tag); ... });`
+template <typename F>
+void dispatch_float(DType t, const char* what, F&& f) {
+  switch (t) {
+    case DType::F32:
+      f(float{});
+      return;
+    case DType::F16:
+      f(__half{});
+      return;
+    case DType::BF16:
+      f(__nv_bfloat16{});
+      return;
+    default:
+      CYPRIS_FAIL("{}: element type {} is not supported (float32, float16, bfloat16)", what, dtype_name(t));
+  }
+}
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
@@ -23,6 +46,59 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Eight consecutive elements as fp32 (one 16-byte load for 16-bit types, two for fp32); p must be
+// 16-byte aligned.
+__device__ __forceinline__ void load8(const float* p, float* out) {
+  const float4 a = *reinterpret_cast<const float4*>(p);
+  const float4 b = *reinterpret_cast<const float4*>(p + 4);
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __half* p, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+// Eight fp32 values stored as T at p (16-byte aligned), rounded to nearest even.
+__device__ __forceinline__ void store8(float* p, const float* v) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ void store8(__half* p, const float* v) {
+  uint4 raw;
+  __half2* h = reinterpret_cast<__half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+__device__ __forceinline__ void store8(__nv_bfloat16* p, const float* v) {
+  uint4 raw;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// Whether 8-wide vector access works for rows of `cols` elements with row stride ld at p.
+inline bool vec8_ok(const void* p, int64_t cols, int64_t ld) {
+  return cols % 8 == 0 && ld % 8 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

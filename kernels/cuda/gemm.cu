@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "engine/common/error.h"
 #include "kernels/cuda/activation.h"
@@ -67,33 +68,65 @@ __device__ __forceinline__ void load_vec<__nv_bfloat16>(const __nv_bfloat16* p, 
   }
 }
 
-template <typename T, int MAXM, bool VEC>
-static __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const float* __restrict__ x, int m, int64_t k,
-                                                                  int64_t ldx, const T* __restrict__ w, int64_t n,
+// V consecutive activations as fp32: V = 8 (16-bit weights: one 16-byte load of 16-bit x, two of
+// fp32 x) or 4 (fp32 weights and x).
+template <int V, typename TX>
+__device__ __forceinline__ void load_x(const TX* p, float* out) {
+  if constexpr (V == 8) {
+    load8(p, out);
+  } else {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  }
+}
+
+// Weight row chunks each lane has in flight before the first multiply.
+constexpr int kGemvUnroll = 4;
+
+template <typename TW, typename TX, typename TY, int MAXM, bool VEC>
+static __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const TX* __restrict__ x, int m, int64_t k,
+                                                                  int64_t ldx, const TW* __restrict__ w, int64_t n,
                                                                   const float* __restrict__ bias,
-                                                                  float* __restrict__ y, int64_t ldy) {
+                                                                  TY* __restrict__ y, int64_t ldy) {
   const int lane = threadIdx.x & 31;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * (kGemvThreads / 32) + (threadIdx.x >> 5);
   if (col >= n) return;
-  const T* wr = w + col * k;
+  const TW* wr = w + col * k;
   float acc[MAXM];
 #pragma unroll
   for (int r = 0; r < MAXM; ++r) acc[r] = 0.0f;
   if constexpr (VEC) {
-    constexpr int V = 16 / sizeof(T);
-#pragma unroll 2
-    for (int64_t i = static_cast<int64_t>(lane) * V; i < k; i += 32 * V) {
-      float wf[V];
-      load_vec<T>(wr + i, wf);
+    constexpr int V = 16 / sizeof(TW);
+    constexpr int64_t kStep = 32 * V;
+    int64_t i = static_cast<int64_t>(lane) * V;
+    // kGemvUnroll 16-byte weight loads in flight per lane, then the multiplies.
+    for (; i + (kGemvUnroll - 1) * kStep < k; i += kGemvUnroll * kStep) {
+      float wf[kGemvUnroll][V];
+#pragma unroll
+      for (int u = 0; u < kGemvUnroll; ++u) load_vec<TW>(wr + i + u * kStep, wf[u]);
 #pragma unroll
       for (int r = 0; r < MAXM; ++r) {
         if (r < m) {
-          const float* xr = x + r * ldx + i;
 #pragma unroll
-          for (int v = 0; v < V; v += 4) {
-            const float4 xv = *reinterpret_cast<const float4*>(xr + v);
-            acc[r] += wf[v] * xv.x + wf[v + 1] * xv.y + wf[v + 2] * xv.z + wf[v + 3] * xv.w;
+          for (int u = 0; u < kGemvUnroll; ++u) {
+            float xv[V];
+            load_x<V>(x + r * ldx + i + u * kStep, xv);
+#pragma unroll
+            for (int v = 0; v < V; ++v) acc[r] += wf[u][v] * xv[v];
           }
+        }
+      }
+    }
+    for (; i < k; i += kStep) {
+      float wf[V];
+      load_vec<TW>(wr + i, wf);
+#pragma unroll
+      for (int r = 0; r < MAXM; ++r) {
+        if (r < m) {
+          float xv[V];
+          load_x<V>(x + r * ldx + i, xv);
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[r] += wf[v] * xv[v];
         }
       }
     }
@@ -102,7 +135,7 @@ static __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const float* 
       const float wv = to_float(wr[i]);
 #pragma unroll
       for (int r = 0; r < MAXM; ++r) {
-        if (r < m) acc[r] += wv * x[r * ldx + i];
+        if (r < m) acc[r] += wv * to_float(x[r * ldx + i]);
       }
     }
   }
@@ -110,37 +143,65 @@ static __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const float* 
 #pragma unroll
   for (int r = 0; r < MAXM; ++r) {
     const float s = warp_sum(acc[r]);
-    if (lane == 0 && r < m) y[r * ldy + col] = s + b;
+    if (lane == 0 && r < m) y[r * ldy + col] = from_float<TY>(s + b);
   }
 }
 
-template <typename T, bool VEC>
-void launch_gemv_rows(const float* x, int m, int64_t k, int64_t ldx, const T* w, int64_t n, const float* bias,
-                      float* y, int64_t ldy, cudaStream_t stream) {
+template <typename TW, typename TX, typename TY, bool VEC>
+void launch_gemv_rows(const TX* x, int m, int64_t k, int64_t ldx, const TW* w, int64_t n, const float* bias, TY* y,
+                      int64_t ldy, cudaStream_t stream) {
   const unsigned grid = ceil_div(n, kGemvThreads / 32);
   if (m <= 1) {
-    gemv_kernel<T, 1, VEC><<<grid, kGemvThreads, 0, stream>>>(x, m, k, ldx, w, n, bias, y, ldy);
+    gemv_kernel<TW, TX, TY, 1, VEC><<<grid, kGemvThreads, 0, stream>>>(x, m, k, ldx, w, n, bias, y, ldy);
   } else if (m <= 2) {
-    gemv_kernel<T, 2, VEC><<<grid, kGemvThreads, 0, stream>>>(x, m, k, ldx, w, n, bias, y, ldy);
+    gemv_kernel<TW, TX, TY, 2, VEC><<<grid, kGemvThreads, 0, stream>>>(x, m, k, ldx, w, n, bias, y, ldy);
   } else if (m <= 4) {
-    gemv_kernel<T, 4, VEC><<<grid, kGemvThreads, 0, stream>>>(x, m, k, ldx, w, n, bias, y, ldy);
+    gemv_kernel<TW, TX, TY, 4, VEC><<<grid, kGemvThreads, 0, stream>>>(x, m, k, ldx, w, n, bias, y, ldy);
   } else {
-    gemv_kernel<T, 8, VEC><<<grid, kGemvThreads, 0, stream>>>(x, m, k, ldx, w, n, bias, y, ldy);
+    gemv_kernel<TW, TX, TY, 8, VEC><<<grid, kGemvThreads, 0, stream>>>(x, m, k, ldx, w, n, bias, y, ldy);
   }
 }
 
-template <typename T>
-void launch_gemv(const float* x, int m, int64_t k, int64_t ldx, const void* w, int64_t n, const float* bias, float* y,
+template <typename TW, typename TX, typename TY>
+void launch_gemv(const void* x, int m, int64_t k, int64_t ldx, const void* w, int64_t n, const float* bias, void* y,
                  int64_t ldy, cudaStream_t stream) {
-  constexpr int V = 16 / sizeof(T);
-  const bool vec = k % V == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  const T* wt = static_cast<const T*>(w);
+  constexpr int V = 16 / sizeof(TW);
+  // x rows are read V elements at a time: 16-byte aligned chunks for 16-bit x, float4 pairs for fp32.
+  const int x_align = V * static_cast<int>(sizeof(TX)) >= 16 ? 16 : V * static_cast<int>(sizeof(TX));
+  const bool vec = k % V == 0 && (ldx * static_cast<int64_t>(sizeof(TX))) % x_align == 0 &&
+                   reinterpret_cast<uintptr_t>(x) % x_align == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  const TX* xt = static_cast<const TX*>(x);
+  const TW* wt = static_cast<const TW*>(w);
+  TY* yt = static_cast<TY*>(y);
   if (vec) {
-    launch_gemv_rows<T, true>(x, m, k, ldx, wt, n, bias, y, ldy, stream);
+    launch_gemv_rows<TW, TX, TY, true>(xt, m, k, ldx, wt, n, bias, yt, ldy, stream);
   } else {
-    launch_gemv_rows<T, false>(x, m, k, ldx, wt, n, bias, y, ldy, stream);
+    launch_gemv_rows<TW, TX, TY, false>(xt, m, k, ldx, wt, n, bias, yt, ldy, stream);
   }
+}
+
+// The (weight, activation, output) combinations the GEMV kernel is built for: activations fp32 or
+// the weight's type, output fp32 or the activations' type.
+template <typename TW>
+bool launch_gemv_for(DType x_dtype, DType y_dtype, const void* x, int m, int64_t k, int64_t ldx, const void* w,
+                     int64_t n, const float* bias, void* y, int64_t ldy, cudaStream_t stream) {
+  constexpr bool w16 = !std::is_same_v<TW, float>;
+  const DType wd = std::is_same_v<TW, float> ? DType::F32 : std::is_same_v<TW, __half> ? DType::F16 : DType::BF16;
+  if (x_dtype == DType::F32 && y_dtype == DType::F32) {
+    launch_gemv<TW, float, float>(x, m, k, ldx, w, n, bias, y, ldy, stream);
+    return true;
+  }
+  if constexpr (w16) {
+    if (x_dtype == wd && y_dtype == wd) {
+      launch_gemv<TW, TW, TW>(x, m, k, ldx, w, n, bias, y, ldy, stream);
+      return true;
+    }
+    if (x_dtype == wd && y_dtype == DType::F32) {
+      launch_gemv<TW, TW, float>(x, m, k, ldx, w, n, bias, y, ldy, stream);
+      return true;
+    }
+  }
+  return false;
 }
 
 cudaDataType_t cuda_type(DType t) {
@@ -165,70 +226,143 @@ int64_t fp32_tile_rows(int64_t k, int64_t n) {
 
 }  // namespace
 
-void gemv_xwt_cuda(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
-                   const float* bias, float* y, int64_t ldy, cudaStream_t stream) {
+bool gemv_supported(DType x_dtype, DType w_dtype, DType y_dtype) {
+  if (x_dtype == DType::F32 && y_dtype == DType::F32) return true;
+  return w_dtype != DType::F32 && x_dtype == w_dtype && (y_dtype == w_dtype || y_dtype == DType::F32);
+}
+
+void gemv_xwt_cuda(const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype,
+                   int64_t n, const float* bias, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream) {
   check_weight_dtype(w_dtype);
   CYPRIS_CHECK(m >= 0 && m <= kGemvMaxRows && k > 0 && n > 0 && ldx >= k && ldy >= n,
                "gemv_xwt_cuda: m {} (at most {}) k {} n {} ldx {} ldy {}", m, kGemvMaxRows, k, n, ldx, ldy);
   if (m == 0) return;
   const int mi = static_cast<int>(m);
+  bool ok = false;
   switch (w_dtype) {
     case DType::F32:
-      launch_gemv<float>(x, mi, k, ldx, w, n, bias, y, ldy, stream);
+      ok = launch_gemv_for<float>(x_dtype, y_dtype, x, mi, k, ldx, w, n, bias, y, ldy, stream);
       break;
     case DType::F16:
-      launch_gemv<__half>(x, mi, k, ldx, w, n, bias, y, ldy, stream);
+      ok = launch_gemv_for<__half>(x_dtype, y_dtype, x, mi, k, ldx, w, n, bias, y, ldy, stream);
       break;
     default:
-      launch_gemv<__nv_bfloat16>(x, mi, k, ldx, w, n, bias, y, ldy, stream);
+      ok = launch_gemv_for<__nv_bfloat16>(x_dtype, y_dtype, x, mi, k, ldx, w, n, bias, y, ldy, stream);
       break;
   }
+  CYPRIS_CHECK(ok, "gemv_xwt_cuda: {} activations x {} weights -> {} output is not supported", dtype_name(x_dtype),
+               dtype_name(w_dtype), dtype_name(y_dtype));
   CUDA_CHECK(cudaGetLastError());
 }
 
-size_t gemm_scratch_bytes(int64_t m, int64_t k, int64_t n, DType w_dtype, GemmPrecision precision) {
-  if (m <= kGemvMaxRows || w_dtype == DType::F32) return 0;
-  if (precision == GemmPrecision::Fast) return static_cast<size_t>(m * k) * dtype_size(w_dtype);
-  return static_cast<size_t>(fp32_tile_rows(k, n) * k) * sizeof(float);
+namespace {
+
+// What gemm_xwt_cuda does for a combination of types (and which scratch it needs).
+struct GemmPlan {
+  bool convert_x = false;  // x rounded into scratch (to the weight type, or fp32 for fp32 math)
+  bool f32_out = false;    // result made in fp32 scratch, then converted to y's type
+  bool fp32_tiles = false; // 16-bit weights widened to fp32 in tiles (GemmPrecision::Fp32)
+};
+
+GemmPlan plan_gemm(DType x_dtype, DType w_dtype, DType y_dtype, GemmPrecision precision) {
+  GemmPlan p;
+  if (w_dtype == DType::F32 || precision == GemmPrecision::Fp32) {
+    // fp32 SGEMM: fp32 in and out.
+    p.convert_x = x_dtype != DType::F32;
+    p.f32_out = y_dtype != DType::F32;
+    p.fp32_tiles = w_dtype != DType::F32;
+  } else {
+    // Tensor cores: x in the weight's type; out fp32 or the weight's type.
+    p.convert_x = x_dtype != w_dtype;
+    p.f32_out = y_dtype != DType::F32 && y_dtype != w_dtype;
+  }
+  return p;
 }
 
-void gemm_xwt_cuda(cublasHandle_t handle, const float* x, int64_t m, int64_t k, int64_t ldx, const void* w,
-                   DType w_dtype, int64_t n, const float* bias, float* y, int64_t ldy, void* scratch,
-                   GemmPrecision precision, cudaStream_t stream) {
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+}  // namespace
+
+size_t gemm_scratch_bytes(int64_t m, int64_t k, int64_t n, DType x_dtype, DType w_dtype, DType y_dtype,
+                          GemmPrecision precision) {
+  if (m <= kGemvMaxRows && gemv_supported(x_dtype, w_dtype, y_dtype)) return 0;
+  const GemmPlan p = plan_gemm(x_dtype, w_dtype, y_dtype, precision);
+  size_t bytes = 0;
+  if (p.convert_x) {
+    const DType xt = (w_dtype == DType::F32 || precision == GemmPrecision::Fp32) ? DType::F32 : w_dtype;
+    bytes += align256(static_cast<size_t>(m * k) * dtype_size(xt));
+  }
+  if (p.f32_out) bytes += align256(static_cast<size_t>(m * n) * sizeof(float));
+  if (p.fp32_tiles) bytes += align256(static_cast<size_t>(fp32_tile_rows(k, n) * k) * sizeof(float));
+  return bytes;
+}
+
+void gemm_xwt_cuda(cublasHandle_t handle, const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ldx,
+                   const void* w, DType w_dtype, int64_t n, const float* bias, void* y, DType y_dtype, int64_t ldy,
+                   void* scratch, GemmPrecision precision, cudaStream_t stream) {
   check_weight_dtype(w_dtype);
   CYPRIS_CHECK(m >= 0 && k > 0 && n > 0 && ldx >= k && ldy >= n, "gemm_xwt_cuda: m {} k {} n {} ldx {} ldy {}", m, k,
                n, ldx, ldy);
   if (m == 0) return;
-  if (m <= kGemvMaxRows) {
-    gemv_xwt_cuda(x, m, k, ldx, w, w_dtype, n, bias, y, ldy, stream);
+  if (m <= kGemvMaxRows && gemv_supported(x_dtype, w_dtype, y_dtype)) {
+    gemv_xwt_cuda(x, x_dtype, m, k, ldx, w, w_dtype, n, bias, y, y_dtype, ldy, stream);
     return;
   }
   CYPRIS_CHECK(m <= INT32_MAX && n <= INT32_MAX && k <= INT32_MAX && ldx <= INT32_MAX && ldy <= INT32_MAX,
                "gemm_xwt_cuda: sizes exceed cuBLAS's 32-bit limits");
+  const GemmPlan plan = plan_gemm(x_dtype, w_dtype, y_dtype, precision);
+  const bool fp32_math = w_dtype == DType::F32 || precision == GemmPrecision::Fp32;
+  CYPRIS_CHECK(scratch != nullptr || !(plan.convert_x || plan.f32_out || plan.fp32_tiles),
+               "gemm_xwt_cuda: scratch memory is missing");
+  char* sp = static_cast<char*>(scratch);
+  const void* xin = x;
+  int64_t ldxin = ldx;
+  if (plan.convert_x) {
+    const DType xt = fp32_math ? DType::F32 : w_dtype;
+    convert_cuda(x, x_dtype, m, k, ldx, sp, xt, k, stream);
+    xin = sp;
+    ldxin = k;
+    sp += align256(static_cast<size_t>(m * k) * dtype_size(xt));
+  }
+  void* yout = y;
+  int64_t ldyout = ldy;
+  DType yt = y_dtype;
+  if (plan.f32_out) {
+    yout = sp;
+    ldyout = n;
+    yt = DType::F32;
+    sp += align256(static_cast<size_t>(m * n) * sizeof(float));
+  }
   const float alpha = 1.0f, beta = 0.0f;
   // Row-major y[m, n] = x[m, k] · w[n, k]ᵀ is column-major yᵀ[n, m] = wᵀ(op T on the [k, n] view) · xᵀ.
   const int M = static_cast<int>(m), N = static_cast<int>(n), K = static_cast<int>(k);
   if (w_dtype == DType::F32) {
-    CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, static_cast<const float*>(w), K, x,
-                             static_cast<int>(ldx), &beta, y, static_cast<int>(ldy)));
-  } else if (precision == GemmPrecision::Fast) {
-    CYPRIS_CHECK(scratch != nullptr, "gemm_xwt_cuda: scratch memory is missing");
-    convert_from_f32_cuda(x, m, k, ldx, w_dtype, scratch, stream);
+    CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, static_cast<const float*>(w), K,
+                             static_cast<const float*>(xin), static_cast<int>(ldxin), &beta,
+                             static_cast<float*>(yout), static_cast<int>(ldyout)));
+  } else if (!fp32_math) {
     const cudaDataType_t t = cuda_type(w_dtype);
-    CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, t, K, scratch, t, K, &beta, y,
-                              CUDA_R_32F, static_cast<int>(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, w, t, K, xin, t,
+                              static_cast<int>(ldxin), &beta, yout, cuda_type(yt), static_cast<int>(ldyout),
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   } else {
-    CYPRIS_CHECK(scratch != nullptr, "gemm_xwt_cuda: scratch memory is missing");
     const int64_t tile = fp32_tile_rows(k, n);
-    float* wf = static_cast<float*>(scratch);
+    float* wf = reinterpret_cast<float*>(sp);
     for (int64_t n0 = 0; n0 < n; n0 += tile) {
       const int64_t nt = std::min(tile, n - n0);
       convert_to_f32_cuda(static_cast<const char*>(w) + n0 * k * dtype_size(w_dtype), w_dtype, nt * k, wf, stream);
-      CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nt), M, K, &alpha, wf, K, x,
-                               static_cast<int>(ldx), &beta, y + n0, static_cast<int>(ldy)));
+      CUBLAS_CHECK(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nt), M, K, &alpha, wf, K,
+                               static_cast<const float*>(xin), static_cast<int>(ldxin), &beta,
+                               static_cast<float*>(yout) + n0, static_cast<int>(ldyout)));
     }
   }
-  if (bias) add_bias_cuda(y, m, n, ldy, bias, stream);
+  if (plan.f32_out) {
+    // Bias in fp32 before the one rounding to y's type.
+    if (bias) add_bias_cuda(yout, DType::F32, m, n, ldyout, bias, stream);
+    convert_cuda(yout, DType::F32, m, n, ldyout, y, y_dtype, ldy, stream);
+  } else if (bias) {
+    add_bias_cuda(y, y_dtype, m, n, ldy, bias, stream);
+  }
 }
 
 }  // namespace cypris

@@ -1,5 +1,5 @@
-// Launchers for the linear layers on the GPU: y = x · Wᵀ (+ bias) with fp32 activations and
-// F32/F16/BF16 weights. Few rows (decode) go to a memory-bound GEMV kernel that streams the
+// Launchers for the linear layers on the GPU: y = x · Wᵀ (+ bias) with F32/F16/BF16 activations,
+// weights and outputs (fp32 accumulation; the bias is fp32). Few rows (decode) go to a memory-bound GEMV kernel that streams the
 // weights once; more rows go to cuBLAS (tensor cores for 16-bit weights, fp32 accumulation).
 // CPU reference: gemm_xwt in kernels/cpu/gemm.h.
 #pragma once
@@ -17,10 +17,14 @@ namespace cypris {
 // Up to this many rows the GEMV kernel is used.
 inline constexpr int64_t kGemvMaxRows = 8;
 
-// The GEMV kernel alone (m <= kGemvMaxRows): x [m, k] fp32 with row stride ldx; w [n, k] row-major
-// in w_dtype; bias [n] fp32 or null; y [m, n] fp32 with row stride ldy. fp32 accumulation.
-void gemv_xwt_cuda(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
-                   const float* bias, float* y, int64_t ldy, cudaStream_t stream);
+// Whether the GEMV kernel takes these types: x and y fp32, or x in the (16-bit) weight type and y
+// in that type or fp32.
+bool gemv_supported(DType x_dtype, DType w_dtype, DType y_dtype);
+
+// The GEMV kernel alone (m <= kGemvMaxRows, gemv_supported types): x [m, k] with row stride ldx;
+// w [n, k] row-major in w_dtype; bias [n] fp32 or null; y [m, n] with row stride ldy. fp32 accumulation.
+void gemv_xwt_cuda(const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype,
+                   int64_t n, const float* bias, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream);
 
 enum class GemmPrecision {
   // 16-bit weights: activations are rounded to the weight dtype and multiplied on tensor cores
@@ -31,13 +35,16 @@ enum class GemmPrecision {
   Fp32,
 };
 
-// Scratch bytes gemm_xwt_cuda needs for these sizes.
-size_t gemm_scratch_bytes(int64_t m, int64_t k, int64_t n, DType w_dtype, GemmPrecision precision);
+// Scratch bytes gemm_xwt_cuda needs for these sizes and types.
+size_t gemm_scratch_bytes(int64_t m, int64_t k, int64_t n, DType x_dtype, DType w_dtype, DType y_dtype,
+                          GemmPrecision precision);
 
-// Any m: the GEMV kernel up to kGemvMaxRows rows, cuBLAS beyond. The handle must already be bound
-// to `stream` (cublasSetStream). scratch: device memory of gemm_scratch_bytes(...) bytes.
-void gemm_xwt_cuda(cublasHandle_t handle, const float* x, int64_t m, int64_t k, int64_t ldx, const void* w,
-                   DType w_dtype, int64_t n, const float* bias, float* y, int64_t ldy, void* scratch,
-                   GemmPrecision precision, cudaStream_t stream);
+// Any m and any F32/F16/BF16 types: the GEMV kernel up to kGemvMaxRows rows, cuBLAS beyond
+// (cublasGemmEx on tensor cores straight from 16-bit activations of the weight's type into a
+// 16-bit or fp32 output; other combinations convert through scratch). The handle must already be
+// bound to `stream` (cublasSetStream). scratch: device memory of gemm_scratch_bytes(...) bytes.
+void gemm_xwt_cuda(cublasHandle_t handle, const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ldx,
+                   const void* w, DType w_dtype, int64_t n, const float* bias, void* y, DType y_dtype, int64_t ldy,
+                   void* scratch, GemmPrecision precision, cudaStream_t stream);
 
 }  // namespace cypris

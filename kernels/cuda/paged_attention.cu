@@ -94,7 +94,7 @@ static __global__ void decode_kernel(PagedAttentionCudaParams p, int num_splits,
   }
   const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * d;
-  for (int i = threadIdx.x; i < d; i += blockDim.x) q_s[i] = p.q[t * p.ldq + static_cast<int64_t>(h) * d + i];
+  for (int i = threadIdx.x; i < d; i += blockDim.x) q_s[i] = static_cast<const float*>(p.q)[t * p.ldq + static_cast<int64_t>(h) * d + i];
   __syncthreads();
 
   const int lane = threadIdx.x & 31;
@@ -148,7 +148,7 @@ static __global__ void decode_kernel(PagedAttentionCudaParams p, int num_splits,
 #pragma unroll
     for (int r = 0; r < kMaxHeadDim / kDecodeThreads; ++r) {
       const int i = threadIdx.x + r * kDecodeThreads;
-      if (i < d) p.out[t * p.ldo + static_cast<int64_t>(h) * d + i] = acc[r] * inv;
+      if (i < d) static_cast<float*>(p.out)[t * p.ldo + static_cast<int64_t>(h) * d + i] = acc[r] * inv;
     }
     return;
   }
@@ -184,7 +184,7 @@ static __global__ void merge_splits_kernel(PagedAttentionCudaParams p, int num_s
       const float ms = partial_ml[2 * (base + sp)];
       if (ms != -INFINITY) o += partial_o[(base + sp) * p.head_dim + i] * expf(ms - mx);
     }
-    p.out[t * p.ldo + static_cast<int64_t>(h) * p.head_dim + i] = o * inv;
+    static_cast<float*>(p.out)[t * p.ldo + static_cast<int64_t>(h) * p.head_dim + i] = o * inv;
   }
 }
 
@@ -218,7 +218,7 @@ static __global__ void prefill_kernel(PagedAttentionCudaParams p) {
 
   for (int e = threadIdx.x; e < kBq * d; e += blockDim.x) {
     const int r = e / d, i = e % d;
-    q_s[e] = r < rows ? p.q[(qs0 + r0 + r) * p.ldq + static_cast<int64_t>(h) * d + i] * p.scale : 0.0f;
+    q_s[e] = r < rows ? static_cast<const float*>(p.q)[(qs0 + r0 + r) * p.ldq + static_cast<int64_t>(h) * d + i] * p.scale : 0.0f;
     o_s[e] = 0.0f;
   }
   if (threadIdx.x < kBq) {
@@ -288,7 +288,7 @@ static __global__ void prefill_kernel(PagedAttentionCudaParams p) {
   for (int e = threadIdx.x; e < rows * d; e += blockDim.x) {
     const int r = e / d, i = e % d;
     const float l = l_s[r];
-    p.out[(qs0 + r0 + r) * p.ldo + static_cast<int64_t>(h) * d + i] = l > 0.0f ? o_s[e] / l : 0.0f;
+    static_cast<float*>(p.out)[(qs0 + r0 + r) * p.ldo + static_cast<int64_t>(h) * d + i] = l > 0.0f ? o_s[e] / l : 0.0f;
   }
 }
 

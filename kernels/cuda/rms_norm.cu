@@ -1,8 +1,9 @@
-// RMSNorm: one thread block per row. The row is read once to reduce the sum of squares (fp32,
-// block reduction) and once more to scale; a hidden size of a few thousand fp32 values stays in
-// L1/L2 between the passes, so keeping it in registers is not worth a per-size template. The
-// fused variant writes residual + x in the first pass, saving a separate add kernel and one
-// round trip of the activations through memory.
+// RMSNorm on activations of any float type (F32/F16/BF16; fp32 arithmetic, fp32 weight): one
+// thread block per row. A row of up to kPerThread * 1024 elements is read once into registers
+// (eight-wide 16-byte loads when the row allows), reduced (sum of squares, block reduction),
+// scaled and written; wider rows take a two-pass loop. The fused variant adds the residual first
+// and stores the rounded sum back as the new residual (vLLM's fused_add_rms_norm), so the norm
+// sees exactly the residual the next layer adds to.
 #include "kernels/cuda/rms_norm.h"
 
 #include "engine/common/error.h"
@@ -14,85 +15,140 @@ namespace {
 
 using namespace cuda_detail;
 
-static __global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ w, float eps,
-                                       int64_t hidden, float* __restrict__ out) {
-  __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;
-  const float* xr = x + row * hidden;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = block_sum(ss, scratch);
-  const float inv = rsqrtf(ss / static_cast<float>(hidden) + eps);
-  float* o = out + row * hidden;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = w[i] * (xr[i] * inv);
-}
+constexpr int kPerThread = 16;  // elements held in registers per thread (two 8-wide chunks)
+constexpr int kChunks = kPerThread / 8;
 
-static __global__ void fused_add_rms_norm_kernel(float* __restrict__ x, float* __restrict__ residual,
-                                                 const float* __restrict__ w, float eps, int64_t hidden) {
+// x (and residual when ADD) [rows, hidden] of T; out [rows, hidden] (may alias x when ADD).
+// VEC: hidden % 8 == 0, 16-byte aligned rows, hidden <= kPerThread * blockDim.x.
+template <typename T, bool ADD, bool VEC>
+static __global__ void rms_norm_kernel(const T* x, T* residual, const float* __restrict__ w, float eps,
+                                       int64_t hidden, T* out) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
-  float* xr = x + row * hidden;
-  float* rr = residual + row * hidden;
+  const T* xr = x + row * hidden;
+  T* rr = ADD ? residual + row * hidden : nullptr;
+  T* o = out + row * hidden;
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-    const float r = rr[i] + xr[i];
-    rr[i] = r;
-    ss += r * r;
+  if constexpr (VEC) {
+    float v[kChunks][8];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
+      if (i < hidden) {
+        load8(xr + i, v[c]);
+        if constexpr (ADD) {
+          float r[8];
+          load8(rr + i, r);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[c][j] = to_float(from_float<T>(v[c][j] + r[j]));
+          store8(rr + i, v[c]);
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) ss += v[c][j] * v[c][j];
+      }
+    }
+    ss = block_sum(ss, scratch);
+    const float inv = rsqrtf(ss / static_cast<float>(hidden) + eps);
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t i = (static_cast<int64_t>(c) * blockDim.x + threadIdx.x) * 8;
+      if (i < hidden) {
+        float wv[8];
+        load8(w + i, wv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[c][j] = wv[j] * (v[c][j] * inv);
+        store8(o + i, v[c]);
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
+      float r = to_float(xr[i]);
+      if constexpr (ADD) {
+        const T rt = from_float<T>(r + to_float(rr[i]));
+        rr[i] = rt;
+        r = to_float(rt);
+      }
+      ss += r * r;
+    }
+    ss = block_sum(ss, scratch);
+    const float inv = rsqrtf(ss / static_cast<float>(hidden) + eps);
+    // Each thread re-reads only the elements it wrote itself, so no barrier is needed here.
+    const T* src = ADD ? rr : xr;
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = from_float<T>(w[i] * (to_float(src[i]) * inv));
   }
-  ss = block_sum(ss, scratch);
-  const float inv = rsqrtf(ss / static_cast<float>(hidden) + eps);
-  // Each thread re-reads only the elements it wrote itself, so no barrier is needed here.
-  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) xr[i] = w[i] * (rr[i] * inv);
 }
 
 // One warp per head: head_dim is at most a few hundred, so a warp reduction is enough.
-static __global__ void rms_norm_heads_kernel(float* __restrict__ x, int64_t ld, int64_t rows, int heads, int head_dim,
+template <typename T>
+static __global__ void rms_norm_heads_kernel(T* __restrict__ x, int64_t ld, int64_t rows, int heads, int head_dim,
                                              const float* __restrict__ w, float eps) {
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (warp >= rows * heads) return;
-  float* hr = x + (warp / heads) * ld + (warp % heads) * static_cast<int64_t>(head_dim);
+  T* hr = x + (warp / heads) * ld + (warp % heads) * static_cast<int64_t>(head_dim);
   float ss = 0.0f;
-  for (int i = lane; i < head_dim; i += 32) ss += hr[i] * hr[i];
+  for (int i = lane; i < head_dim; i += 32) {
+    const float v = to_float(hr[i]);
+    ss += v * v;
+  }
   ss = warp_sum(ss);
   const float inv = rsqrtf(ss / static_cast<float>(head_dim) + eps);
-  for (int i = lane; i < head_dim; i += 32) hr[i] = w[i] * (hr[i] * inv);
+  for (int i = lane; i < head_dim; i += 32) hr[i] = from_float<T>(w[i] * (to_float(hr[i]) * inv));
 }
 
-int threads_for(int64_t hidden) {
-  int t = 32;
-  while (t < 1024 && t * 4 < hidden) t *= 2;
-  return t;
+template <bool ADD>
+void launch_rms_norm(const void* x, void* residual, DType dtype, const float* w, float eps, int64_t rows,
+                     int64_t hidden, void* out, cudaStream_t stream, const char* what) {
+  CYPRIS_CHECK(rows >= 0 && hidden > 0, "{}: rows {} hidden {}", what, rows, hidden);
+  if (rows == 0) return;
+  const bool vec = vec8_ok(x, hidden, hidden) && vec8_ok(out, hidden, hidden) && vec8_ok(w, hidden, hidden) &&
+                   (!ADD || vec8_ok(residual, hidden, hidden)) && hidden <= int64_t{kPerThread} * 1024;
+  int threads = 32;
+  if (vec) {
+    while (threads < 1024 && int64_t{threads} * 8 < hidden) threads *= 2;  // one 8-wide chunk per thread if it can
+  } else {
+    while (threads < 1024 && int64_t{threads} * 4 < hidden) threads *= 2;
+  }
+  const unsigned grid = static_cast<unsigned>(rows);
+  dispatch_float(dtype, what, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xt = static_cast<const T*>(x);
+    T* rt = static_cast<T*>(residual);
+    T* ot = static_cast<T*>(out);
+    if (vec) {
+      rms_norm_kernel<T, ADD, true><<<grid, threads, 0, stream>>>(xt, rt, w, eps, hidden, ot);
+    } else {
+      rms_norm_kernel<T, ADD, false><<<grid, threads, 0, stream>>>(xt, rt, w, eps, hidden, ot);
+    }
+  });
+  CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-void rms_norm_cuda(const float* x, const float* weight, float eps, int64_t rows, int64_t hidden, float* out,
+void rms_norm_cuda(const void* x, DType dtype, const float* weight, float eps, int64_t rows, int64_t hidden, void* out,
                    cudaStream_t stream) {
-  CYPRIS_CHECK(rows >= 0 && hidden > 0, "rms_norm_cuda: rows {} hidden {}", rows, hidden);
-  if (rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), threads_for(hidden), 0, stream>>>(x, weight, eps, hidden, out);
-  CUDA_CHECK(cudaGetLastError());
+  launch_rms_norm<false>(x, nullptr, dtype, weight, eps, rows, hidden, out, stream, "rms_norm_cuda");
 }
 
-void fused_add_rms_norm_cuda(float* x, float* residual, const float* weight, float eps, int64_t rows, int64_t hidden,
-                             cudaStream_t stream) {
-  CYPRIS_CHECK(rows >= 0 && hidden > 0, "fused_add_rms_norm_cuda: rows {} hidden {}", rows, hidden);
-  if (rows == 0) return;
-  fused_add_rms_norm_kernel<<<static_cast<unsigned>(rows), threads_for(hidden), 0, stream>>>(x, residual, weight, eps,
-                                                                                            hidden);
-  CUDA_CHECK(cudaGetLastError());
+void fused_add_rms_norm_cuda(void* x, void* residual, DType dtype, const float* weight, float eps, int64_t rows,
+                             int64_t hidden, cudaStream_t stream) {
+  launch_rms_norm<true>(x, residual, dtype, weight, eps, rows, hidden, x, stream, "fused_add_rms_norm_cuda");
 }
 
-void rms_norm_heads_cuda(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
-                         cudaStream_t stream) {
+void rms_norm_heads_cuda(void* x, DType dtype, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight,
+                         float eps, cudaStream_t stream) {
   CYPRIS_CHECK(rows >= 0 && heads > 0 && head_dim > 0 && ld >= int64_t{heads} * head_dim,
                "rms_norm_heads_cuda: rows {} heads {} head_dim {} ld {}", rows, heads, head_dim, ld);
   if (rows == 0) return;
   constexpr int kThreads = 256;  // 8 heads per block
   const int64_t warps = rows * heads;
   const unsigned blocks = static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads);
-  rms_norm_heads_kernel<<<blocks, kThreads, 0, stream>>>(x, ld, rows, heads, head_dim, weight, eps);
+  dispatch_float(dtype, "rms_norm_heads_cuda", [&](auto tag) {
+    using T = decltype(tag);
+    rms_norm_heads_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<T*>(x), ld, rows, heads, head_dim, weight,
+                                                          eps);
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 

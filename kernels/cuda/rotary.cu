@@ -1,16 +1,26 @@
-// Rotary embedding: one thread block per token; each thread rotates (x[i], x[i + rot_dim/2])
-// pairs of q and k heads, reading the token's cos/sin row once from the table (it stays in L1).
-// q and k are updated in place inside the fused qkv projection output, hence the row strides.
+// Rotary embedding on q and k of any float type (fp32 arithmetic). The grid is (token, group of
+// heads): each block of kThreads threads rotates the (x[i], x[i + rot_dim/2]) pairs of as many
+// heads as it has threads for, so even one token spreads over several blocks instead of one
+// block looping over all heads. q and k are updated in place inside the fused qkv projection
+// output, hence the row strides.
 #include "kernels/cuda/rotary.h"
+
+#include <algorithm>
 
 #include "engine/common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.cuh"
 
 namespace cypris {
 namespace {
 
-static __global__ void rotary_kernel(float* __restrict__ q, int64_t ldq, int num_q_heads, float* __restrict__ k,
-                                     int64_t ldk, int num_kv_heads, int head_dim, int rot_dim,
+using namespace cuda_detail;
+
+constexpr int kThreads = 128;
+
+template <typename T>
+static __global__ void rotary_kernel(T* __restrict__ q, int64_t ldq, int num_q_heads, T* __restrict__ k, int64_t ldk,
+                                     int num_kv_heads, int head_dim, int rot_dim, int heads_per_block,
                                      const int32_t* __restrict__ positions, const float* __restrict__ cos_sin,
                                      int64_t max_pos) {
   const int64_t t = blockIdx.x;
@@ -19,29 +29,38 @@ static __global__ void rotary_kernel(float* __restrict__ q, int64_t ldq, int num
   const int half = rot_dim / 2;
   const float* c = cos_sin + static_cast<int64_t>(pos) * rot_dim;
   const float* s = c + half;
-  const int pairs = (num_q_heads + num_kv_heads) * half;
+  const int h0 = blockIdx.y * heads_per_block;
+  const int h_end = min(h0 + heads_per_block, num_q_heads + num_kv_heads);
+  const int pairs = (h_end - h0) * half;
   for (int idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
-    const int h = idx / half;
+    const int h = h0 + idx / half;
     const int i = idx % half;
-    float* head = h < num_q_heads ? q + t * ldq + static_cast<int64_t>(h) * head_dim
-                                  : k + t * ldk + static_cast<int64_t>(h - num_q_heads) * head_dim;
-    const float x1 = head[i];
-    const float x2 = head[i + half];
-    head[i] = x1 * c[i] - x2 * s[i];
-    head[i + half] = x2 * c[i] + x1 * s[i];
+    T* head = h < num_q_heads ? q + t * ldq + static_cast<int64_t>(h) * head_dim
+                              : k + t * ldk + static_cast<int64_t>(h - num_q_heads) * head_dim;
+    const float x1 = to_float(head[i]);
+    const float x2 = to_float(head[i + half]);
+    head[i] = from_float<T>(x1 * c[i] - x2 * s[i]);
+    head[i + half] = from_float<T>(x2 * c[i] + x1 * s[i]);
   }
 }
 
 }  // namespace
 
-void rotary_cuda(float* q, int64_t ldq, int num_q_heads, float* k, int64_t ldk, int num_kv_heads, int head_dim,
-                 int rot_dim, const int32_t* positions, int64_t num_tokens, const float* cos_sin, int64_t max_pos,
-                 cudaStream_t stream) {
+void rotary_cuda(void* q, int64_t ldq, int num_q_heads, void* k, int64_t ldk, int num_kv_heads, DType dtype,
+                 int head_dim, int rot_dim, const int32_t* positions, int64_t num_tokens, const float* cos_sin,
+                 int64_t max_pos, cudaStream_t stream) {
   CYPRIS_CHECK(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim && num_q_heads >= 0 && num_kv_heads >= 0,
                "rotary_cuda: rot_dim {} head_dim {}", rot_dim, head_dim);
-  if (num_tokens <= 0) return;
-  rotary_kernel<<<static_cast<unsigned>(num_tokens), 128, 0, stream>>>(q, ldq, num_q_heads, k, ldk, num_kv_heads,
-                                                                      head_dim, rot_dim, positions, cos_sin, max_pos);
+  const int heads = num_q_heads + num_kv_heads;
+  if (num_tokens <= 0 || heads == 0) return;
+  const int heads_per_block = std::max(1, kThreads / (rot_dim / 2));
+  const dim3 grid(static_cast<unsigned>(num_tokens), static_cast<unsigned>((heads + heads_per_block - 1) / heads_per_block));
+  dispatch_float(dtype, "rotary_cuda", [&](auto tag) {
+    using T = decltype(tag);
+    rotary_kernel<<<grid, kThreads, 0, stream>>>(static_cast<T*>(q), ldq, num_q_heads, static_cast<T*>(k), ldk,
+                                                 num_kv_heads, head_dim, rot_dim, heads_per_block, positions, cos_sin,
+                                                 max_pos);
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 

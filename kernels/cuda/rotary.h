@@ -7,14 +7,17 @@
 
 #include <cstdint>
 
+#include "engine/common/dtype.h"
+
 namespace cypris {
 
 // Neox-style (rotate_half) rotation in place of the first rot_dim dims of each head.
 // q: [num_tokens, num_q_heads * head_dim] with row stride ldq; k likewise with ldk.
 // cos_sin: [max_pos, rot_dim] (rot_dim/2 cosines, then rot_dim/2 sines). Rows whose position is
 // outside [0, max_pos) are left unchanged (the runner validates positions before the forward).
-void rotary_cuda(float* q, int64_t ldq, int num_q_heads, float* k, int64_t ldk, int num_kv_heads, int head_dim,
-                 int rot_dim, const int32_t* positions, int64_t num_tokens, const float* cos_sin, int64_t max_pos,
-                 cudaStream_t stream);
+// q and k are of `dtype` (F32, F16 or BF16; fp32 arithmetic).
+void rotary_cuda(void* q, int64_t ldq, int num_q_heads, void* k, int64_t ldk, int num_kv_heads, DType dtype,
+                 int head_dim, int rot_dim, const int32_t* positions, int64_t num_tokens, const float* cos_sin,
+                 int64_t max_pos, cudaStream_t stream);
 
 }  // namespace cypris

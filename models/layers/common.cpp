@@ -7,7 +7,7 @@ namespace cypris {
 Tensor& ForwardScratch::get(const std::string& name, int64_t width) {
   auto key = std::make_pair(name, width);
   auto it = buffers_.find(key);
-  if (it == buffers_.end()) it = buffers_.emplace(key, backend_.empty(DType::F32, {tokens_, width})).first;
+  if (it == buffers_.end()) it = buffers_.emplace(key, backend_.empty(backend_.activation_dtype(), {tokens_, width})).first;
   return it->second.view;
 }
 

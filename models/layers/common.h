@@ -14,7 +14,7 @@ namespace cypris {
 class ForwardScratch {
  public:
   ForwardScratch(Backend& b, int64_t num_tokens) : backend_(b), tokens_(num_tokens) {}
-  // F32 [num_tokens, width].
+  // [num_tokens, width] of the backend's activation dtype.
   Tensor& get(const std::string& name, int64_t width);
   int64_t num_tokens() const { return tokens_; }
 

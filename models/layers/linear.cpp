@@ -9,7 +9,7 @@
 namespace cypris {
 
 void tp_all_reduce(const ModelBuildOptions& opt, Tensor& t) {
-  if (opt.parallel.world_size > 1) opt.comm->all_reduce_sum(t.as<float>(), t.numel());
+  if (opt.parallel.world_size > 1) opt.comm->all_reduce(t.data, t.dtype, t.numel());
 }
 
 std::string bias_name(const std::string& weight_name) {

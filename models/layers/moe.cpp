@@ -59,7 +59,7 @@ DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump)
   const int64_t t = x.shape[0];
   const int64_t h = x.shape[1];
   const int num_experts = static_cast<int>(experts_.size());
-  DeviceTensor out = b.zeros(DType::F32, {t, h});
+  DeviceTensor out = b.zeros(b.activation_dtype(), {t, h});
   if (t == 0) return out;
   DeviceTensor logits = b.empty(DType::F32, {t, num_experts});  // [T, E]
   b.linear(x, router_.view, nullptr, logits.view);
@@ -72,7 +72,7 @@ DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump)
     if (n == 0) continue;
     DeviceTensor idx = b.upload(routing.tokens[e].data(), DType::I32, {n});
     DeviceTensor gates = b.upload(routing.weights[e].data(), DType::F32, {n});
-    DeviceTensor rows = b.empty(DType::F32, {n, h});  // [n_e, hidden]: this expert's tokens
+    DeviceTensor rows = b.empty(b.activation_dtype(), {n, h});  // [n_e, hidden]: this expert's tokens
     b.gather_rows(x, idx.view, rows.view);
     ForwardScratch scratch(b, n);
     experts_[e].forward(b, rows.view, scratch, rows.view, Dumper{}, /*reduce=*/false);

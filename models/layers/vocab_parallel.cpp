@@ -111,7 +111,7 @@ DeviceTensor LmHead::forward(Backend& b, const Tensor& rows) const {
 }
 
 DeviceTensor LmHead::forward_selected(Backend& b, const Tensor& hidden, const Tensor& indices) const {
-  DeviceTensor rows = b.empty(DType::F32, {indices.shape[0], hidden.shape[1]});
+  DeviceTensor rows = b.empty(hidden.dtype, {indices.shape[0], hidden.shape[1]});
   b.gather_rows(hidden, indices, rows.view);
   return forward(b, rows.view);
 }

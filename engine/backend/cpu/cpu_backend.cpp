@@ -55,13 +55,13 @@ void CpuBackend::download(const Tensor& t, void* dst) {
 }
 
 void CpuBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
-  backend_checks::check_embedding(kName, ids, table, out);
+  backend_checks::check_embedding(kName, DType::F32, ids, table, out);
   embedding_cpu(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1],
                 out.as<float>(), pool_.get());
 }
 
 void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  backend_checks::check_linear(kName, x, w, bias, out);
+  backend_checks::check_linear(kName, DType::F32, x, w, bias, out);
   if (dtype_is_quantized(w.dtype)) {
     // GGUF weights stay quantized; activations go to 8 bits per block (kernels/cpu/quant/).
     quant_gemm_xwt(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), w.data, w.dtype, w.shape[0],
@@ -73,17 +73,17 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
 }
 
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
-  backend_checks::check_rms_norm(kName, x, w, out);
+  backend_checks::check_rms_norm(kName, DType::F32, x, w, out);
   rms_norm_cpu(x.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], out.as<float>(), pool_.get());
 }
 
 void CpuBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
-  backend_checks::check_fused_add_rms_norm(kName, x, residual, w);
+  backend_checks::check_fused_add_rms_norm(kName, DType::F32, x, residual, w);
   fused_add_rms_norm_cpu(x.as<float>(), residual.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], pool_.get());
 }
 
 void CpuBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) {
-  backend_checks::check_rotary(kName, q, k, positions, cos_sin, head_dim);
+  backend_checks::check_rotary(kName, DType::F32, q, k, positions, cos_sin, head_dim);
   rotary_cpu(q.as<float>(), row_stride(q), static_cast<int>(q.shape[1] / head_dim), k.as<float>(), row_stride(k),
              static_cast<int>(k.shape[1] / head_dim), head_dim, static_cast<int>(cos_sin.shape[1]),
              positions.as<int32_t>(), positions.shape[0], cos_sin.as<float>(), cos_sin.shape[0], pool_.get());
@@ -91,7 +91,7 @@ void CpuBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Ten
 
 void CpuBackend::write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                                 Tensor& v_cache, const KvCacheScales& kv_scales) {
-  const int64_t width = backend_checks::check_write_kv_cache(kName, k, v, meta, k_cache, v_cache);
+  const int64_t width = backend_checks::check_write_kv_cache(kName, DType::F32, k, v, meta, k_cache, v_cache);
   write_kv_cache_cpu(k.as<float>(), row_stride(k), v.as<float>(), row_stride(v), k.shape[0],
                      meta.slot_mapping.as<int64_t>(), width, k_cache.data, v_cache.data,
                      k_cache.shape[0] * k_cache.shape[1], k_cache.dtype, kv_scales.k, kv_scales.v);
@@ -100,7 +100,7 @@ void CpuBackend::write_kv_cache(const Tensor& k, const Tensor& v, const Attentio
 void CpuBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                  const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
                                  const KvCacheScales& kv_scales, float softcap) {
-  const PagedAttentionParams p = backend_checks::paged_attention_params(kName, q, k_cache, v_cache, meta, scale,
+  const PagedAttentionParams p = backend_checks::paged_attention_params(kName, DType::F32, q, k_cache, v_cache, meta, scale,
                                                                         sliding_window, out, kv_scales, softcap);
   CYPRIS_CHECK(meta.query_start_loc.as<int32_t>()[meta.num_seqs] == q.shape[0],
                "cpu backend: attention metadata does not cover the {} query rows", q.shape[0]);
@@ -108,34 +108,34 @@ void CpuBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const T
 }
 
 void CpuBackend::silu_and_mul(const Tensor& x, Tensor& out) {
-  backend_checks::check_silu_and_mul(kName, x, out);
+  backend_checks::check_silu_and_mul(kName, DType::F32, x, out);
   silu_and_mul_cpu(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), pool_.get());
 }
 
 void CpuBackend::gelu_tanh_and_mul(const Tensor& x, Tensor& out) {
-  backend_checks::check_silu_and_mul(kName, x, out);
+  backend_checks::check_silu_and_mul(kName, DType::F32, x, out);
   gelu_tanh_and_mul_cpu(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), pool_.get());
 }
 
 void CpuBackend::rms_norm_heads(Tensor& x, const Tensor& w, float eps) {
-  backend_checks::check_rms_norm_heads(kName, x, w);
+  backend_checks::check_rms_norm_heads(kName, DType::F32, x, w);
   const int d = static_cast<int>(w.shape[0]);
   rms_norm_heads_cpu(x.as<float>(), row_stride(x), x.shape[0], static_cast<int>(x.shape[1] / d), d, w.as<float>(), eps,
                      pool_.get());
 }
 
 void CpuBackend::scale_and_cap(Tensor& x, float scale, float cap) {
-  backend_checks::check_scale_and_cap(kName, x, scale, cap);
+  backend_checks::check_scale_and_cap(kName, DType::F32, x, scale, cap);
   scale_and_cap_cpu(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), scale, cap, pool_.get());
 }
 
 void CpuBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) {
-  backend_checks::check_gather_rows(kName, x, indices, out);
+  backend_checks::check_gather_rows(kName, DType::F32, x, indices, out);
   gather_rows_cpu(x.as<float>(), x.shape[0], x.shape[1], indices.as<int32_t>(), indices.shape[0], out.as<float>());
 }
 
 void CpuBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) {
-  backend_checks::check_scatter_add_rows(kName, src, indices, weights, out);
+  backend_checks::check_scatter_add_rows(kName, DType::F32, src, indices, weights, out);
   scatter_add_rows_cpu(src.as<float>(), src.shape[0], src.shape[1], indices.as<int32_t>(), weights.as<float>(),
                        out.as<float>(), out.shape[0]);
 }

@@ -152,6 +152,7 @@ void require_device(const Tensor& t, const char* what) {
 struct CudaBackend::Impl {
   int device = 0;
   bool fp32_gemm = false;
+  DType act = DType::F32;
   cudaStream_t stream = nullptr;
   cublasHandle_t cublas = nullptr;
   std::shared_ptr<DevicePool> pool;
@@ -193,6 +194,11 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_un
                options.device, count);
   impl_->device = options.device;
   impl_->fp32_gemm = options.fp32_gemm;
+  CYPRIS_CHECK(options.activation_dtype == DType::F32 || options.activation_dtype == DType::F16 ||
+                   options.activation_dtype == DType::BF16,
+               "cuda backend: activation dtype {} is not one of float32, float16, bfloat16",
+               dtype_name(options.activation_dtype));
+  impl_->act = options.activation_dtype;
   CUDA_CHECK(cudaSetDevice(options.device));
   CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
   const cublasStatus_t st = cublasCreate(&impl_->cublas);
@@ -240,6 +246,8 @@ size_t CudaBackend::graph_pool_bytes() const {
 }
 
 void* CudaBackend::stream() const { return impl_->stream; }
+
+DType CudaBackend::activation_dtype() const { return impl_->act; }
 
 DeviceTensor CudaBackend::empty(DType dtype, const std::vector<int64_t>& shape) { return impl_->pooled(dtype, shape); }
 
@@ -311,74 +319,102 @@ DeviceMemoryInfo CudaBackend::memory_info() {
 }
 
 void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {
-  backend_checks::check_embedding(kName, ids, table, out);
+  backend_checks::check_embedding(kName, activation_dtype(), ids, table, out);
   require_device(table, "embedding table");
   if (dtype_is_quantized(table.dtype)) {
+    // The quantized lookup writes fp32 rows; other activation types convert them.
+    DeviceTensor f32 = out.dtype == DType::F32 ? DeviceTensor{} : empty(DType::F32, out.shape);
+    float* dst = out.dtype == DType::F32 ? out.as<float>() : f32.view.as<float>();
     quant_embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1],
-                         out.as<float>(), impl_->stream);
+                         dst, impl_->stream);
+    if (out.dtype != DType::F32) {
+      convert_cuda(dst, DType::F32, out.shape[0], out.shape[1], out.shape[1], out.data, out.dtype, out.shape[1],
+                   impl_->stream);
+    }
     return;
   }
-  embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1],
-                 out.as<float>(), impl_->stream);
+  embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1], out.data,
+                 out.dtype, impl_->stream);
 }
 
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  backend_checks::check_linear(kName, x, w, bias, out);
+  backend_checks::check_linear(kName, activation_dtype(), x, w, bias, out);
   require_device(w, "linear weight");
   const GemmPrecision precision = impl_->fp32_gemm ? GemmPrecision::Fp32 : GemmPrecision::Fast;
   const int64_t m = x.shape[0], k = x.shape[1], n = w.shape[0];
   if (dtype_is_quantized(w.dtype)) {
-    // GGUF weights: decode batches take the fused dequantize-and-dot GEMV; larger batches dequantize
-    // tiles of weight rows to fp16 (at most ~32 MiB at a time) and run the fp16 GEMM on each tile.
+    // GGUF weights: decode batches take the fused dequantize-and-dot GEMV (fp32 in and out, so
+    // 16-bit activations go through small fp32 copies); larger batches dequantize tiles of weight
+    // rows to fp16 (at most ~32 MiB at a time) and run the fp16 GEMM on each tile.
     const float* b = bias ? bias->as<float>() : nullptr;
-    if (m <= kQuantGemvMaxRows && row_stride(x) % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
-      quant_gemv_cuda(x.as<float>(), m, k, row_stride(x), w.data, w.dtype, n, b, out.as<float>(), row_stride(out),
-                      impl_->stream);
+    if (m <= kQuantGemvMaxRows) {
+      DeviceTensor xf, yf;
+      const float* xs = x.as<float>();
+      int64_t ldx = row_stride(x);
+      if (x.dtype != DType::F32 || ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {
+        xf = empty(DType::F32, {m, k});
+        convert_cuda(x.data, x.dtype, m, k, row_stride(x), xf.view.data, DType::F32, k, impl_->stream);
+        xs = xf.view.as<float>();
+        ldx = k;
+      }
+      float* ys = out.as<float>();
+      int64_t ldy = row_stride(out);
+      if (out.dtype != DType::F32) {
+        yf = empty(DType::F32, {m, n});
+        ys = yf.view.as<float>();
+        ldy = n;
+      }
+      quant_gemv_cuda(xs, m, k, ldx, w.data, w.dtype, n, b, ys, ldy, impl_->stream);
+      if (out.dtype != DType::F32) {
+        convert_cuda(ys, DType::F32, m, n, n, out.data, out.dtype, row_stride(out), impl_->stream);
+      }
       return;
     }
     const int64_t tile = std::min<int64_t>(n, std::max<int64_t>(64, (int64_t{1} << 24) / k));
     const size_t tile_bytes = (static_cast<size_t>(tile * k) * 2 + 255) / 256 * 256;
-    const size_t gemm_bytes = gemm_scratch_bytes(m, k, tile, DType::F16, precision);
+    const size_t gemm_bytes = gemm_scratch_bytes(m, k, tile, x.dtype, DType::F16, out.dtype, precision);
     DeviceTensor scratch = impl_->scratch(tile_bytes + gemm_bytes);
     auto* tile_w = static_cast<uint16_t*>(scratch.view.data);
     void* gemm_scratch = gemm_bytes ? static_cast<char*>(scratch.view.data) + tile_bytes : nullptr;
+    const size_t out_elem = dtype_size(out.dtype);
     for (int64_t n0 = 0; n0 < n; n0 += tile) {
       const int64_t nb = std::min(tile, n - n0);
       quant_dequant_rows_f16_cuda(w.data, w.dtype, n0, nb, k, tile_w, impl_->stream);
-      gemm_xwt_cuda(impl_->cublas, x.as<float>(), m, k, row_stride(x), tile_w, DType::F16, nb, b ? b + n0 : nullptr,
-                    out.as<float>() + n0, row_stride(out), gemm_scratch, precision, impl_->stream);
+      gemm_xwt_cuda(impl_->cublas, x.data, x.dtype, m, k, row_stride(x), tile_w, DType::F16, nb,
+                    b ? b + n0 : nullptr, static_cast<char*>(out.data) + n0 * out_elem, out.dtype, row_stride(out),
+                    gemm_scratch, precision, impl_->stream);
     }
     return;
   }
-  const size_t scratch_bytes = gemm_scratch_bytes(m, k, n, w.dtype, precision);
+  const size_t scratch_bytes = gemm_scratch_bytes(m, k, n, x.dtype, w.dtype, out.dtype, precision);
   DeviceTensor scratch = scratch_bytes ? impl_->scratch(scratch_bytes) : DeviceTensor{};
-  gemm_xwt_cuda(impl_->cublas, x.as<float>(), m, k, row_stride(x), w.data, w.dtype, n,
-                bias ? bias->as<float>() : nullptr, out.as<float>(), row_stride(out), scratch.view.data, precision,
-                impl_->stream);
+  gemm_xwt_cuda(impl_->cublas, x.data, x.dtype, m, k, row_stride(x), w.data, w.dtype, n,
+                bias ? bias->as<float>() : nullptr, out.data, out.dtype, row_stride(out), scratch.view.data,
+                precision, impl_->stream);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
-  backend_checks::check_rms_norm(kName, x, w, out);
-  rms_norm_cuda(x.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], out.as<float>(), impl_->stream);
+  backend_checks::check_rms_norm(kName, activation_dtype(), x, w, out);
+  rms_norm_cuda(x.data, x.dtype, w.as<float>(), eps, x.shape[0], x.shape[1], out.data, impl_->stream);
 }
 
 void CudaBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
-  backend_checks::check_fused_add_rms_norm(kName, x, residual, w);
-  fused_add_rms_norm_cuda(x.as<float>(), residual.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1],
+  backend_checks::check_fused_add_rms_norm(kName, activation_dtype(), x, residual, w);
+  fused_add_rms_norm_cuda(x.data, residual.data, x.dtype, w.as<float>(), eps, x.shape[0], x.shape[1],
                           impl_->stream);
 }
 
 void CudaBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) {
-  backend_checks::check_rotary(kName, q, k, positions, cos_sin, head_dim);
-  rotary_cuda(q.as<float>(), row_stride(q), static_cast<int>(q.shape[1] / head_dim), k.as<float>(), row_stride(k),
-              static_cast<int>(k.shape[1] / head_dim), head_dim, static_cast<int>(cos_sin.shape[1]),
+  backend_checks::check_rotary(kName, activation_dtype(), q, k, positions, cos_sin, head_dim);
+  rotary_cuda(q.data, row_stride(q), static_cast<int>(q.shape[1] / head_dim), k.data, row_stride(k),
+              static_cast<int>(k.shape[1] / head_dim), q.dtype, head_dim, static_cast<int>(cos_sin.shape[1]),
               positions.as<int32_t>(), positions.shape[0], cos_sin.as<float>(), cos_sin.shape[0], impl_->stream);
 }
 
 void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                                  Tensor& v_cache, const KvCacheScales& kv_scales) {
-  const int64_t width = backend_checks::check_write_kv_cache(kName, k, v, meta, k_cache, v_cache);
-  reshape_and_cache_cuda(k.as<float>(), row_stride(k), v.as<float>(), row_stride(v), k.shape[0],
+  const int64_t width = backend_checks::check_write_kv_cache(kName, activation_dtype(), k, v, meta, k_cache, v_cache);
+  reshape_and_cache_cuda(k.data, row_stride(k), v.data, row_stride(v), k.dtype, k.shape[0],
                          meta.slot_mapping.as<int64_t>(), width, k_cache.data, v_cache.data,
                          k_cache.shape[0] * k_cache.shape[1], impl_->stream, k_cache.dtype, kv_scales.k, kv_scales.v);
 }
@@ -388,7 +424,7 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const 
                                   const KvCacheScales& kv_scales, float softcap) {
   PagedAttentionCudaParams p;
   static_cast<PagedAttentionParams&>(p) = backend_checks::paged_attention_params(
-      kName, q, k_cache, v_cache, meta, scale, sliding_window, out, kv_scales, softcap);
+      kName, activation_dtype(), q, k_cache, v_cache, meta, scale, sliding_window, out, kv_scales, softcap);
   p.num_tokens = q.shape[0];
   p.max_query_len = meta.max_query_len;
   p.max_seq_len = meta.max_seq_len;
@@ -398,37 +434,38 @@ void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const 
 }
 
 void CudaBackend::silu_and_mul(const Tensor& x, Tensor& out) {
-  backend_checks::check_silu_and_mul(kName, x, out);
-  silu_and_mul_cuda(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), impl_->stream);
+  backend_checks::check_silu_and_mul(kName, activation_dtype(), x, out);
+  silu_and_mul_cuda(x.data, x.dtype, x.shape[0], out.shape[1], out.data, impl_->stream);
 }
 
 void CudaBackend::gelu_tanh_and_mul(const Tensor& x, Tensor& out) {
-  backend_checks::check_silu_and_mul(kName, x, out);
-  gelu_tanh_and_mul_cuda(x.as<float>(), x.shape[0], out.shape[1], out.as<float>(), impl_->stream);
+  backend_checks::check_silu_and_mul(kName, activation_dtype(), x, out);
+  gelu_tanh_and_mul_cuda(x.data, x.dtype, x.shape[0], out.shape[1], out.data, impl_->stream);
 }
 
 void CudaBackend::rms_norm_heads(Tensor& x, const Tensor& w, float eps) {
-  backend_checks::check_rms_norm_heads(kName, x, w);
+  backend_checks::check_rms_norm_heads(kName, activation_dtype(), x, w);
   const int d = static_cast<int>(w.shape[0]);
-  rms_norm_heads_cuda(x.as<float>(), row_stride(x), x.shape[0], static_cast<int>(x.shape[1] / d), d, w.as<float>(),
-                      eps, impl_->stream);
+  rms_norm_heads_cuda(x.data, x.dtype, row_stride(x), x.shape[0], static_cast<int>(x.shape[1] / d), d,
+                      w.as<float>(), eps, impl_->stream);
 }
 
 void CudaBackend::scale_and_cap(Tensor& x, float scale, float cap) {
-  backend_checks::check_scale_and_cap(kName, x, scale, cap);
-  scale_and_cap_cuda(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), scale, cap, impl_->stream);
+  // Logits (F32) are capped as well as activations.
+  backend_checks::check_scale_and_cap(kName, x.dtype == DType::F32 ? DType::F32 : activation_dtype(), x, scale, cap);
+  scale_and_cap_cuda(x.data, x.dtype, x.shape[0], x.shape[1], row_stride(x), scale, cap, impl_->stream);
 }
 
 void CudaBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) {
-  backend_checks::check_scatter_add_rows(kName, src, indices, weights, out);
-  scatter_add_rows_cuda(src.as<float>(), src.shape[0], src.shape[1], indices.as<int32_t>(), weights.as<float>(),
-                        out.as<float>(), out.shape[0], impl_->stream);
+  backend_checks::check_scatter_add_rows(kName, activation_dtype(), src, indices, weights, out);
+  scatter_add_rows_cuda(src.data, src.dtype, src.shape[0], src.shape[1], indices.as<int32_t>(), weights.as<float>(),
+                        out.data, out.shape[0], impl_->stream);
 }
 
 void CudaBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) {
-  backend_checks::check_gather_rows(kName, x, indices, out);
-  gather_rows_cuda(x.as<float>(), x.shape[0], x.shape[1], indices.as<int32_t>(), indices.shape[0], out.as<float>(),
-                   impl_->stream);
+  backend_checks::check_gather_rows(kName, x.dtype == DType::F32 ? DType::F32 : activation_dtype(), x, indices, out);
+  gather_rows_cuda(x.data, dtype_size(x.dtype), x.shape[0], x.shape[1], indices.as<int32_t>(), indices.shape[0],
+                   out.data, impl_->stream);
 }
 
 void CudaBackend::copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) {

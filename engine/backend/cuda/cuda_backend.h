@@ -16,6 +16,8 @@ struct CudaBackendOptions {
   // Multiply 16-bit weights in fp32 for more than a few rows (the CPU backend's numerics) instead
   // of rounding activations to 16 bits for the tensor cores. For equivalence tests.
   bool fp32_gemm = false;
+  // Element type of the activations (Backend::activation_dtype): F32, F16 or BF16 (the model dtype).
+  DType activation_dtype = DType::F32;
 };
 
 class CudaBackend : public Backend {
@@ -26,6 +28,7 @@ class CudaBackend : public Backend {
 
   std::string name() const override { return "cuda"; }
   Device device() const override { return Device::Cuda; }
+  DType activation_dtype() const override;
 
   DeviceTensor empty(DType dtype, const std::vector<int64_t>& shape) override;
   DeviceTensor zeros(DType dtype, const std::vector<int64_t>& shape) override;

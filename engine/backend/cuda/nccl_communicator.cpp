@@ -56,6 +56,27 @@ void NcclCommunicator::all_reduce_sum(float* data, int64_t count) {
       "all-reduce");
 }
 
+void NcclCommunicator::all_reduce(void* data, DType dtype, int64_t count) {
+  if (world_size_ == 1 || count <= 0) return;
+  ncclDataType_t t = ncclFloat32;
+  switch (dtype) {
+    case DType::F32:
+      t = ncclFloat32;
+      break;
+    case DType::F16:
+      t = ncclFloat16;
+      break;
+    case DType::BF16:
+      t = ncclBfloat16;
+      break;
+    default:
+      CYPRIS_FAIL("NCCL all-reduce: {} is not an activation type (float32, float16, bfloat16)", dtype_name(dtype));
+  }
+  DeviceGuard guard(device_);
+  check_nccl(ncclAllReduce(data, data, static_cast<size_t>(count), t, ncclSum, as_comm(comm_), as_stream(stream_)),
+             "all-reduce");
+}
+
 void NcclCommunicator::all_gather(const float* send, float* recv, int64_t count) {
   if (count <= 0) return;
   DeviceGuard guard(device_);

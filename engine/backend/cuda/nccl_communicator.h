@@ -21,6 +21,7 @@ class NcclCommunicator : public Communicator {
   void set_stream(void* stream) { stream_ = stream; }
   // The collectives are asynchronous on the stream, like the backend's kernels.
   void all_reduce_sum(float* data, int64_t count) override;
+  void all_reduce(void* data, DType dtype, int64_t count) override;
   void all_gather(const float* send, float* recv, int64_t count) override;
   void barrier() override;
 

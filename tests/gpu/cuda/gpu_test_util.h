@@ -19,6 +19,7 @@
 #include "engine/common/dtype.h"
 #include "engine/backend/backend_factory.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/paged_attention.h"
 #include "tests/support/attention_cases.h"
@@ -77,6 +78,29 @@ inline double norm_err(const std::vector<float>& got, const std::vector<float>& 
 }
 
 #ifdef CYPRIS_HAVE_CUDA
+// Stores fp32 values in `dtype` (F32/F16/BF16, round to nearest even) and returns the raw bytes plus
+// the values actually stored.
+struct Stored {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+};
+
+inline Stored store(const std::vector<float>& v, DType dtype) {
+  Stored s;
+  s.bytes.resize(v.size() * dtype_size(dtype));
+  convert_from_f32(v.data(), dtype, s.bytes.data(), static_cast<int64_t>(v.size()));
+  s.values.resize(v.size());
+  convert_to_f32(s.bytes.data(), dtype, s.values.data(), static_cast<int64_t>(v.size()));
+  return s;
+}
+
+// Raw F32/F16/BF16 device bytes back to fp32.
+inline std::vector<float> to_f32(const std::vector<uint8_t>& bytes, DType dtype) {
+  std::vector<float> out(bytes.size() / dtype_size(dtype));
+  convert_to_f32(bytes.data(), dtype, out.data(), static_cast<int64_t>(out.size()));
+  return out;
+}
+
 // A device copy of a host vector that frees itself.
 template <typename T>
 class DevBuf {

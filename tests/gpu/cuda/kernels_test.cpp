@@ -32,21 +32,6 @@ CYPRIS_SKIPPED_WITHOUT_CUDA(CudaKernels)
 constexpr double kF32Tol = 1e-5;
 constexpr double kHalfTol = 1e-2;
 
-// Stores fp32 values in `dtype` and returns the raw bytes plus the values actually stored.
-struct Stored {
-  std::vector<uint8_t> bytes;
-  std::vector<float> values;
-};
-
-Stored store(const std::vector<float>& v, DType dtype) {
-  Stored s;
-  s.bytes.resize(v.size() * dtype_size(dtype));
-  convert_from_f32(v.data(), dtype, s.bytes.data(), static_cast<int64_t>(v.size()));
-  s.values.resize(v.size());
-  convert_to_f32(s.bytes.data(), dtype, s.values.data(), static_cast<int64_t>(v.size()));
-  return s;
-}
-
 class EmbeddingDtype : public ::testing::TestWithParam<DType> {};
 
 TEST_P(EmbeddingDtype, MatchesCpu) {
@@ -63,7 +48,7 @@ TEST_P(EmbeddingDtype, MatchesCpu) {
   DevBuf<int32_t> dids(ids);
   DevBuf<float> out(n * hidden);
   out.poison();
-  embedding_cuda(dids.get(), n, dtable.get(), dt, vocab, hidden, out.get(), nullptr);
+  embedding_cuda(dids.get(), n, dtable.get(), dt, vocab, hidden, out.get(), DType::F32, nullptr);
   EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
 }
 
@@ -80,7 +65,7 @@ TEST(CudaKernels, GatherRowsMatchesCpu) {
   DevBuf<int32_t> didx(idx);
   DevBuf<float> out(ref.size());
   out.poison();
-  gather_rows_cuda(dx.get(), rows, hidden, didx.get(), static_cast<int64_t>(idx.size()), out.get(), nullptr);
+  gather_rows_cuda(dx.get(), sizeof(float), rows, hidden, didx.get(), static_cast<int64_t>(idx.size()), out.get(), nullptr);
   EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
 }
 
@@ -96,13 +81,13 @@ TEST_P(RmsNormSize, PlainAndFusedMatchCpu) {
   rms_norm_cpu(x.data(), w.data(), 1e-5f, rows, hidden, ref.data(), nullptr);
   DevBuf<float> dx(x), dw(w), out(x.size());
   out.poison();
-  rms_norm_cuda(dx.get(), dw.get(), 1e-5f, rows, hidden, out.get(), nullptr);
+  rms_norm_cuda(dx.get(), DType::F32, dw.get(), 1e-5f, rows, hidden, out.get(), nullptr);
   EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
 
   std::vector<float> xr = x, rr = res;
   fused_add_rms_norm_cpu(xr.data(), rr.data(), w.data(), 1e-6f, rows, hidden, nullptr);
   DevBuf<float> dres(res);
-  fused_add_rms_norm_cuda(dx.get(), dres.get(), dw.get(), 1e-6f, rows, hidden, nullptr);
+  fused_add_rms_norm_cuda(dx.get(), dres.get(), DType::F32, dw.get(), 1e-6f, rows, hidden, nullptr);
   EXPECT_LT(norm_err(dx.download(), xr), kF32Tol);
   EXPECT_LT(norm_err(dres.download(), rr), kF32Tol);
 }
@@ -130,7 +115,7 @@ TEST_P(Rotary, MatchesCpuOnStridedSlices) {
              max_pos, nullptr);
   DevBuf<float> d(qkv), dcs(cs);
   DevBuf<int32_t> dpos(pos);
-  rotary_cuda(d.get(), ld, c.hq, d.get() + qw, ld, c.hkv, c.head_dim, c.rot_dim, dpos.get(), n, dcs.get(), max_pos,
+  rotary_cuda(d.get(), ld, c.hq, d.get() + qw, ld, c.hkv, DType::F32, c.head_dim, c.rot_dim, dpos.get(), n, dcs.get(), max_pos,
               nullptr);
   EXPECT_LT(norm_err(d.download(), ref), kF32Tol);
 }
@@ -147,7 +132,7 @@ TEST(CudaKernels, SiluAndMulMatchesCpu) {
   silu_and_mul_cpu(x.data(), n, inter, ref.data(), nullptr);
   DevBuf<float> dx(x), out(ref.size());
   out.poison();
-  silu_and_mul_cuda(dx.get(), n, inter, out.get(), nullptr);
+  silu_and_mul_cuda(dx.get(), DType::F32, n, inter, out.get(), nullptr);
   EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
 }
 
@@ -165,7 +150,7 @@ TEST(CudaKernels, ScatterAddRowsMatchesCpu) {
   scatter_add_rows_cpu(src.data(), count, hidden, idx.data(), w.data(), ref.data(), rows_out);
   DevBuf<float> dsrc(src), dw(w), dout(out);
   DevBuf<int32_t> didx(idx);
-  scatter_add_rows_cuda(dsrc.get(), count, hidden, didx.get(), dw.get(), dout.get(), rows_out, nullptr);
+  scatter_add_rows_cuda(dsrc.get(), DType::F32, count, hidden, didx.get(), dw.get(), dout.get(), rows_out, nullptr);
   EXPECT_LT(norm_err(dout.download(), ref), kF32Tol);
 }
 
@@ -177,7 +162,7 @@ TEST(CudaKernels, GeluTanhAndMulMatchesCpu) {
   gelu_tanh_and_mul_cpu(x.data(), n, inter, ref.data(), nullptr);
   DevBuf<float> dx(x), out(ref.size());
   out.poison();
-  gelu_tanh_and_mul_cuda(dx.get(), n, inter, out.get(), nullptr);
+  gelu_tanh_and_mul_cuda(dx.get(), DType::F32, n, inter, out.get(), nullptr);
   EXPECT_LT(norm_err(out.download(), ref), kF32Tol);
 }
 
@@ -191,7 +176,7 @@ TEST(CudaKernels, RmsNormHeadsMatchesCpuOnStridedSlices) {
     std::vector<float> ref = x;
     rms_norm_heads_cpu(ref.data(), ld, rows, heads, d, w.data(), 1e-6f, nullptr);
     DevBuf<float> dx(x), dw(w);
-    rms_norm_heads_cuda(dx.get(), ld, rows, heads, d, dw.get(), 1e-6f, nullptr);
+    rms_norm_heads_cuda(dx.get(), DType::F32, ld, rows, heads, d, dw.get(), 1e-6f, nullptr);
     EXPECT_LT(norm_err(dx.download(), ref), kF32Tol) << "head_dim " << d;  // the k/v columns stay untouched
   }
 }
@@ -204,7 +189,7 @@ TEST(CudaKernels, ScaleAndCapMatchesCpu) {
     std::vector<float> ref = x;
     scale_and_cap_cpu(ref.data(), rows, cols, ld, 0.5f, cap, nullptr);
     DevBuf<float> dx(x);
-    scale_and_cap_cuda(dx.get(), rows, cols, ld, 0.5f, cap, nullptr);
+    scale_and_cap_cuda(dx.get(), DType::F32, rows, cols, ld, 0.5f, cap, nullptr);
     EXPECT_LT(norm_err(dx.download(), ref), kF32Tol) << "cap " << cap;
   }
 }
@@ -233,9 +218,10 @@ TEST_P(Gemm, MatchesCpuGemm) {
   DevBuf<float> dx(x), dbias(bias), dy(c.m * ldy);
   DevBuf<uint8_t> dw(w.bytes);
   dy.poison();
-  const size_t scratch_bytes = gemm_scratch_bytes(c.m, c.k, c.n, c.dtype, c.precision);
+  const size_t scratch_bytes = gemm_scratch_bytes(c.m, c.k, c.n, DType::F32, c.dtype, DType::F32, c.precision);
   DevBuf<uint8_t> scratch(scratch_bytes);
-  gemm_xwt_cuda(h, dx.get(), c.m, c.k, ldx, dw.get(), c.dtype, c.n, c.bias ? dbias.get() : nullptr, dy.get(), ldy,
+  gemm_xwt_cuda(h, dx.get(), DType::F32, c.m, c.k, ldx, dw.get(), c.dtype, c.n, c.bias ? dbias.get() : nullptr, dy.get(),
+                DType::F32, ldy,
                 scratch_bytes ? scratch.get() : nullptr, c.precision, nullptr);
   std::vector<float> got = dy.download();
   cublasDestroy(h);

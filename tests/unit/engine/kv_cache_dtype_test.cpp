@@ -327,7 +327,7 @@ TEST_F(ScalesFile, EachTensorParallelRankReadsItsOwnScales) {
 }
 
 TEST(KvCacheDtype, NamesMapToTypesAndBadNamesListTheChoices) {
-  EXPECT_EQ(parse_kv_cache_dtype("auto"), DType::F32);
+  EXPECT_FALSE(parse_kv_cache_dtype("auto").has_value());  // auto: the activation dtype (fp32 on the CPU)
   EXPECT_EQ(parse_kv_cache_dtype("fp8"), DType::F8E4M3);  // as vLLM: fp8 means e4m3
   EXPECT_EQ(parse_kv_cache_dtype("fp8_e4m3"), DType::F8E4M3);
   EXPECT_EQ(parse_kv_cache_dtype("fp8_e5m2"), DType::F8E5M2);
