@@ -378,7 +378,7 @@ void CudaBackend::rotary(Tensor& q, Tensor& k, const Tensor& positions, const Te
 void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                                  Tensor& v_cache, const KvCacheScales& kv_scales) {
   const int64_t width = backend_checks::check_write_kv_cache(kName, k, v, meta, k_cache, v_cache);
-  reshape_and_cache_cuda(k.as<float>(), row_stride(k), v.as<float>(), row_stride(v), k.shape[0],
+  reshape_and_cache_cuda(k.data, row_stride(k), v.data, row_stride(v), k.dtype, k.shape[0],
                          meta.slot_mapping.as<int64_t>(), width, k_cache.data, v_cache.data,
                          k_cache.shape[0] * k_cache.shape[1], impl_->stream, k_cache.dtype, kv_scales.k, kv_scales.v);
 }
