@@ -14,7 +14,9 @@
 //  * prefill / mixed: flash-attention-style tiling, one thread block per (query tile of kBq rows,
 //    head, sequence). K and V tiles of kBk keys are staged in shared memory and reused by the kBq
 //    queries; an online softmax keeps the running max and sum per row, so the score matrix is
-//    never materialised. Causality and the sliding window are masks on the score tile.
+//    never materialised. Causality and the sliding window are masks on the score tile. This is the
+//    fallback: prefill with q and cache of the same 16-bit type and head_dim 64/80/96/128/256 runs the
+//    tensor-core kernel of paged_attention_tc.cu (switch CYPRIS_ATTN_TC_PREFILL).
 // All accumulate in fp32. q and out are F32, BF16 or F16 (io_dtype, read and written through
 // load_io / store_io); the cache is F32, F16, BF16 or fp8 (e4m3 / e5m2, decoded with kernels/common/fp8.h
 // and multiplied by the layer's scale where it is loaded), a template parameter of every kernel.
@@ -27,6 +29,7 @@
 #include "kernels/common/fp8.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/paged_attention_tc.cuh"
 
 namespace cypris {
 namespace {
@@ -745,6 +748,10 @@ void paged_attention_cuda(const PagedAttentionCudaParams& p, void* workspace, cu
       merge_splits_kernel<<<mgrid, 128, 0, stream>>>(p, plan.splits, partial_o, partial_ml);
       CUDA_CHECK(cudaGetLastError());
     }
+    return;
+  }
+  if (prefill_tc_eligible(p)) {
+    launch_prefill_tc(p, stream);
     return;
   }
   switch (p.cache_dtype) {
