@@ -11,9 +11,21 @@
 
 namespace cypris {
 
-bool is_kv_cache_dtype(DType t) { return t == DType::F32 || t == DType::F8E4M3 || t == DType::F8E5M2; }
+bool is_kv_cache_dtype(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F8E4M3 || t == DType::F8E5M2;
+}
 
 namespace {
+
+bool is_fp8(DType t) { return t == DType::F8E4M3 || t == DType::F8E5M2; }
+
+void round_row_16(const float* x, int64_t n, DType dtype, uint16_t* out) {
+  if (dtype == DType::BF16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
+  }
+}
 
 void quantize_row(const float* x, int64_t n, float scale, DType dtype, uint8_t* out) {
   // Division, not a multiply by 1/scale: the CUDA kernel divides too, so both store the same bytes.
@@ -38,16 +50,19 @@ void write_kv_cache_cpu(const float* k, int64_t ldk, const float* v, int64_t ldv
                         const int64_t* slot_mapping, int64_t kv_width, void* k_cache, void* v_cache,
                         int64_t num_slots, DType cache_dtype, float k_scale, float v_scale) {
   CYPRIS_CHECK(is_kv_cache_dtype(cache_dtype), "KV cache write: unsupported cache type {}", dtype_name(cache_dtype));
-  const bool fp8 = cache_dtype != DType::F32;
+  const bool fp8 = is_fp8(cache_dtype);
   CYPRIS_CHECK(!fp8 || (k_scale > 0.0f && v_scale > 0.0f && std::isfinite(k_scale) && std::isfinite(v_scale)),
                "KV cache write: scales must be positive (k_scale {}, v_scale {})", k_scale, v_scale);
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
     CYPRIS_CHECK(slot < num_slots, "slot_mapping[{}] = {} is outside the KV cache ({} slots)", t, slot, num_slots);
-    if (!fp8) {
+    if (cache_dtype == DType::F32) {
       std::memcpy(static_cast<float*>(k_cache) + slot * kv_width, k + t * ldk, sizeof(float) * kv_width);
       std::memcpy(static_cast<float*>(v_cache) + slot * kv_width, v + t * ldv, sizeof(float) * kv_width);
+    } else if (!fp8) {
+      round_row_16(k + t * ldk, kv_width, cache_dtype, static_cast<uint16_t*>(k_cache) + slot * kv_width);
+      round_row_16(v + t * ldv, kv_width, cache_dtype, static_cast<uint16_t*>(v_cache) + slot * kv_width);
     } else {
       quantize_row(k + t * ldk, kv_width, k_scale, cache_dtype, static_cast<uint8_t*>(k_cache) + slot * kv_width);
       quantize_row(v + t * ldv, kv_width, v_scale, cache_dtype, static_cast<uint8_t*>(v_cache) + slot * kv_width);
@@ -76,6 +91,8 @@ float dot(const float* a, const float* b, int n) {
 void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
   CYPRIS_CHECK(p.num_heads > 0 && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0,
                "attention: {} query heads are not a multiple of {} KV heads", p.num_heads, p.num_kv_heads);
+  CYPRIS_CHECK(p.io_dtype == DType::F32, "attention on the CPU: q and out must be float32, got {} (io_dtype)",
+               dtype_name(p.io_dtype));
   CYPRIS_CHECK(p.block_size > 0, "attention: block_size must be positive");
   CYPRIS_CHECK(p.query_start_loc[0] == 0, "attention: query_start_loc[0] must be 0");
   const int64_t num_tokens = p.query_start_loc[p.num_seqs];
@@ -101,9 +118,13 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
   const int d = p.head_dim;
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * d;  // elements per cached token
   const int64_t block_stride = kv_row * p.block_size;
-  // fp8: each work item decodes the rows it reads into fp32 scratch once and then runs the fp32 code,
-  // so the fp32 path stays exactly as it was.
-  const bool fp8 = p.cache_dtype != DType::F32;
+  // fp8 / 16-bit: each work item decodes the rows it reads into fp32 scratch once and then runs the fp32
+  // code, so the fp32 path stays exactly as it was.
+  const bool fp8 = is_fp8(p.cache_dtype);
+  const bool decode_rows = p.cache_dtype != DType::F32;
+  const bool bf16 = p.cache_dtype == DType::BF16;
+  const auto* q_base = static_cast<const float*>(p.q);
+  auto* out_base = static_cast<float*>(p.out);
   float k_table[256], v_table[256];
   if (fp8) {
     dequant_table(p.cache_dtype, p.k_scale, k_table);
@@ -126,32 +147,41 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
       const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
       k_rows.resize(n);
       v_rows.resize(n);
-      if (fp8) {
+      if (decode_rows) {
         k_deq.resize(static_cast<size_t>(n * d));
         v_deq.resize(static_cast<size_t>(n * d));
       }
       for (int64_t j = 0; j < n; ++j) {
         const int64_t kp = lo + j;
         const int64_t off = table[kp / p.block_size] * block_stride + (kp % p.block_size) * kv_row + g * d;
-        if (!fp8) {
+        if (!decode_rows) {
           k_rows[j] = static_cast<const float*>(p.k_cache) + off;
           v_rows[j] = static_cast<const float*>(p.v_cache) + off;
           continue;
         }
-        const uint8_t* kc = static_cast<const uint8_t*>(p.k_cache) + off;
-        const uint8_t* vc = static_cast<const uint8_t*>(p.v_cache) + off;
         float* kd = k_deq.data() + j * d;
         float* vd = v_deq.data() + j * d;
-        for (int x = 0; x < d; ++x) {
-          kd[x] = k_table[kc[x]];
-          vd[x] = v_table[vc[x]];
+        if (fp8) {
+          const uint8_t* kc = static_cast<const uint8_t*>(p.k_cache) + off;
+          const uint8_t* vc = static_cast<const uint8_t*>(p.v_cache) + off;
+          for (int x = 0; x < d; ++x) {
+            kd[x] = k_table[kc[x]];
+            vd[x] = v_table[vc[x]];
+          }
+        } else {
+          const uint16_t* kc = static_cast<const uint16_t*>(p.k_cache) + off;
+          const uint16_t* vc = static_cast<const uint16_t*>(p.v_cache) + off;
+          for (int x = 0; x < d; ++x) {
+            kd[x] = bf16 ? bf16_to_f32(kc[x]) : f16_to_f32(kc[x]);
+            vd[x] = bf16 ? bf16_to_f32(vc[x]) : f16_to_f32(vc[x]);
+          }
         }
         k_rows[j] = kd;
         v_rows[j] = vd;
       }
       scores.resize(n);
       for (int h = g * group; h < (g + 1) * group; ++h) {
-        const float* q = static_cast<const float*>(p.q) + t * p.ldq + static_cast<int64_t>(h) * d;
+        const float* q = q_base + t * p.ldq + static_cast<int64_t>(h) * d;
         float mx = -INFINITY;
         for (int64_t j = 0; j < n; ++j) {
           scores[j] = dot(q, k_rows[j], d) * p.scale;
@@ -164,7 +194,7 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
           sum += scores[j];
         }
         const float inv = 1.0f / sum;
-        float* o = static_cast<float*>(p.out) + t * p.ldo + static_cast<int64_t>(h) * d;
+        float* o = out_base + t * p.ldo + static_cast<int64_t>(h) * d;
         std::fill(o, o + d, 0.0f);
         for (int64_t j = 0; j < n; ++j) {
           const float w = scores[j] * inv;

@@ -1,8 +1,9 @@
 // CPU attention over the paged KV cache: writing new K/V by slot, and causal attention with GQA
 // and an optional sliding window for a flattened batch that mixes prefill chunks and decodes.
-// Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim], fp32 or fp8 (e4m3 / e5m2,
-// one byte per element, conversions in kernels/common/fp8.h). An fp8 cache holds fp8(x / scale) and
-// is read back as fp32(stored) * scale, with one scale for K and one for V per layer (vLLM's scheme).
+// Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim], fp32, bf16 / fp16 (raw 16-bit
+// words, round to nearest even on write) or fp8 (e4m3 / e5m2, one byte per element, conversions in
+// kernels/common/fp8.h). An fp8 cache holds fp8(x / scale) and is read back as fp32(stored) * scale, with
+// one scale for K and one for V per layer (vLLM's scheme); the scales are ignored for 32- and 16-bit caches.
 #pragma once
 
 #include <cstdint>
@@ -13,25 +14,24 @@ namespace cypris {
 
 class ThreadPool;
 
-// True for the element types a KV cache may have: F32, F8E4M3, F8E5M2.
+// True for the element types a KV cache may have: F32, F16, BF16, F8E4M3, F8E5M2.
 bool is_kv_cache_dtype(DType t);
 
 // k_cache[slot] = k[t], v_cache[slot] = v[t] for each token with slot_mapping[t] >= 0 (a negative
 // slot is padding and skipped). k, v: [num_tokens, num_kv_heads * head_dim] with row strides.
-// cache_dtype F32: plain copies (scales ignored); fp8: k / k_scale and v / v_scale, rounded to
-// nearest even and saturated.
+// cache_dtype F32: plain copies; F16 / BF16: rounded to nearest even (scales ignored for both); fp8:
+// k / k_scale and v / v_scale, rounded to nearest even and saturated.
 void write_kv_cache_cpu(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t num_tokens,
                         const int64_t* slot_mapping, int64_t kv_width, void* k_cache, void* v_cache,
                         int64_t num_slots, DType cache_dtype = DType::F32, float k_scale = 1.0f,
                         float v_scale = 1.0f);
 
 struct PagedAttentionParams {
-  const void* q = nullptr;  // [num_tokens, num_heads, head_dim] of io_dtype, row stride ldq
-  DType io_dtype = DType::F32;  // q and out: F32 (the CPU kernel), or F16 / BF16 on a GPU
+  const void* q = nullptr;  // [num_tokens, num_heads, head_dim] of io_dtype, row stride ldq (elements)
   int64_t ldq = 0;
   const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim] of cache_dtype
   const void* v_cache = nullptr;
-  DType cache_dtype = DType::F32;  // F32, F8E4M3 or F8E5M2
+  DType cache_dtype = DType::F32;  // F32, F16, BF16, F8E4M3 or F8E5M2
   float k_scale = 1.0f;            // fp8 only: key = fp32(stored) * k_scale
   float v_scale = 1.0f;
   int64_t num_blocks = 0;
@@ -47,8 +47,9 @@ struct PagedAttentionParams {
   float scale = 1.0f;
   int sliding_window = 0;  // > 0: a query at position p sees keys in (p - window, p]
   float softcap = 0.0f;    // > 0: scores become softcap * tanh(score / softcap) (Gemma 2)
-  void* out = nullptr;     // [num_tokens, num_heads, head_dim] of io_dtype, row stride ldo
+  void* out = nullptr;     // [num_tokens, num_heads, head_dim] of io_dtype, row stride ldo (elements)
   int64_t ldo = 0;
+  DType io_dtype = DType::F32;  // element type of q and out: F32, BF16 or F16 (the CPU kernel takes F32 only)
 };
 
 // The new tokens of sequence s are rows query_start_loc[s] .. query_start_loc[s+1] of q and sit at

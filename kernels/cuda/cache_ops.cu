@@ -1,22 +1,39 @@
-// Cache writes and block copies. reshape_and_cache: one thread block per token copying its K and
-// V rows (kv_width floats each) to the slot's row; the cache has no per-block reordering (the
-// layout is the CPU's), so this is a row scatter. copy_blocks: one thread block per (cache, pair),
-// copying 16 bytes per thread when the block size allows, so that every layer's K and V move in a
-// single launch instead of 2 x layers x pairs memcpys. An fp8 cache is written by the same scatter
-// with the conversion of kernels/common/fp8.h (x / scale, then round to nearest even, saturating),
-// so the bytes equal the CPU reference's; block copies and swaps move bytes and need no change.
+// Cache writes and block copies. reshape_and_cache is a row scatter (the cache has no per-block
+// reordering; the layout is the CPU's): grid (token, column chunks, K|V), each thread converting
+// kVec = 8 consecutive elements, so a Llama-3-8B row (1024 wide) is one 128-thread block per token and
+// tensor and a batch-1 write is one round of loads. Rows whose width, strides and base pointers allow it
+// move as 16-byte (or 8/4-byte for narrow types) vectors; otherwise elements go one by one. Any io type
+// (F32 / BF16 / F16) is converted to fp32 and stored as the cache type; fp8 uses kernels/common/fp8.h
+// (x / scale, round to nearest even, saturating) so the bytes equal the CPU reference's.
+// copy_blocks: one thread block per (cache, pair), copying 16 bytes per thread when the block size
+// allows, so that every layer's K and V move in a single launch instead of 2 x layers x pairs memcpys;
+// block copies and swaps move bytes and need no change for fp8 or 16-bit caches.
 #include "kernels/cuda/cache_ops.h"
 
 #include "engine/common/error.h"
 #include "kernels/common/fp8.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_utils.cuh"
 
 namespace cypris {
 namespace {
 
+using namespace cuda_detail;
+
+constexpr int kVec = 8;               // elements per thread
+constexpr int kCacheThreads = 128;
+
 struct StoreF32 {
   using Elem = float;
   static __device__ __forceinline__ float store(float x, float) { return x; }
+};
+struct StoreF16 {
+  using Elem = __half;
+  static __device__ __forceinline__ __half store(float x, float) { return __float2half_rn(x); }
+};
+struct StoreBF16 {
+  using Elem = __nv_bfloat16;
+  static __device__ __forceinline__ __nv_bfloat16 store(float x, float) { return __float2bfloat16_rn(x); }
 };
 struct StoreE4M3 {
   using Elem = uint8_t;
@@ -27,33 +44,85 @@ struct StoreE5M2 {
   static __device__ __forceinline__ uint8_t store(float x, float scale) { return f32_to_fp8_e5m2(x / scale); }
 };
 
-template <typename Store>
-static __global__ void reshape_and_cache_kernel(const float* __restrict__ k, int64_t ldk, const float* __restrict__ v,
+// kVec elements of T as one aligned word for vector loads / stores.
+template <typename T>
+struct alignas(sizeof(T) * kVec) VecOf {
+  T v[kVec];
+};
+
+// grid (num_tokens, ceil(kv_width / (kCacheThreads * kVec)), 2): z = 0 writes K, z = 1 writes V.
+// kVector: every row start is aligned to a whole VecOf<> of both types and kv_width % kVec == 0.
+template <typename In, typename Store, bool kVector>
+static __global__ void reshape_and_cache_kernel(const In* __restrict__ k, int64_t ldk, const In* __restrict__ v,
                                                 int64_t ldv, const int64_t* __restrict__ slot_mapping,
                                                 int64_t kv_width, typename Store::Elem* __restrict__ k_cache,
                                                 typename Store::Elem* __restrict__ v_cache, int64_t num_slots,
                                                 float k_scale, float v_scale) {
+  using Out = typename Store::Elem;
   const int64_t t = blockIdx.x;
   const int64_t slot = slot_mapping[t];
   if (slot < 0 || slot >= num_slots) return;
-  const float* ks = k + t * ldk;
-  const float* vs = v + t * ldv;
-  typename Store::Elem* kd = k_cache + slot * kv_width;
-  typename Store::Elem* vd = v_cache + slot * kv_width;
-  for (int64_t i = threadIdx.x; i < kv_width; i += blockDim.x) {
-    kd[i] = Store::store(ks[i], k_scale);
-    vd[i] = Store::store(vs[i], v_scale);
+  const bool is_v = blockIdx.z == 1;
+  const In* src = is_v ? v + t * ldv : k + t * ldk;
+  Out* dst = (is_v ? v_cache : k_cache) + slot * kv_width;
+  const float scale = is_v ? v_scale : k_scale;
+  const int64_t i0 = (static_cast<int64_t>(blockIdx.y) * kCacheThreads + threadIdx.x) * kVec;
+  if (i0 >= kv_width) return;
+  if constexpr (kVector) {
+    const VecOf<In> x = *reinterpret_cast<const VecOf<In>*>(src + i0);
+    VecOf<Out> y;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) y.v[j] = Store::store(to_float(x.v[j]), scale);
+    *reinterpret_cast<VecOf<Out>*>(dst + i0) = y;
+  } else {
+    const int64_t n = min(static_cast<int64_t>(kVec), kv_width - i0);
+    for (int64_t j = 0; j < n; ++j) dst[i0 + j] = Store::store(to_float(src[i0 + j]), scale);
   }
 }
 
-template <typename Store>
-void launch_reshape_and_cache(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t num_tokens,
+bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+template <typename In, typename Store>
+void launch_reshape_and_cache(const void* k, int64_t ldk, const void* v, int64_t ldv, int64_t num_tokens,
                               const int64_t* slot_mapping, int64_t kv_width, void* k_cache, void* v_cache,
                               int64_t num_slots, float k_scale, float v_scale, cudaStream_t stream) {
-  using Elem = typename Store::Elem;
-  reshape_and_cache_kernel<Store><<<static_cast<unsigned>(num_tokens), 128, 0, stream>>>(
-      k, ldk, v, ldv, slot_mapping, kv_width, static_cast<Elem*>(k_cache), static_cast<Elem*>(v_cache), num_slots,
-      k_scale, v_scale);
+  using Out = typename Store::Elem;
+  constexpr size_t in_vec = sizeof(In) * kVec, out_vec = sizeof(Out) * kVec;
+  // Cache rows start at slot * kv_width, so kv_width % kVec == 0 plus an aligned base aligns them all.
+  const bool vector = kv_width % kVec == 0 && ldk % kVec == 0 && ldv % kVec == 0 && aligned_to(k, in_vec) &&
+                      aligned_to(v, in_vec) && aligned_to(k_cache, out_vec) && aligned_to(v_cache, out_vec);
+  const dim3 grid(static_cast<unsigned>(num_tokens), ceil_div(kv_width, int64_t{kCacheThreads} * kVec), 2);
+  const auto* ki = static_cast<const In*>(k);
+  const auto* vi = static_cast<const In*>(v);
+  auto* kc = static_cast<Out*>(k_cache);
+  auto* vc = static_cast<Out*>(v_cache);
+  if (vector) {
+    reshape_and_cache_kernel<In, Store, true><<<grid, kCacheThreads, 0, stream>>>(ki, ldk, vi, ldv, slot_mapping,
+                                                                                 kv_width, kc, vc, num_slots, k_scale,
+                                                                                 v_scale);
+  } else {
+    reshape_and_cache_kernel<In, Store, false><<<grid, kCacheThreads, 0, stream>>>(ki, ldk, vi, ldv, slot_mapping,
+                                                                                  kv_width, kc, vc, num_slots, k_scale,
+                                                                                  v_scale);
+  }
+}
+
+template <typename In>
+void dispatch_cache_type(const void* k, int64_t ldk, const void* v, int64_t ldv, int64_t num_tokens,
+                         const int64_t* slot_mapping, int64_t kv_width, void* k_cache, void* v_cache, int64_t num_slots,
+                         DType cache_dtype, float k_scale, float v_scale, cudaStream_t stream) {
+#define CYPRIS_RC_LAUNCH(S)                                                                                   \
+  launch_reshape_and_cache<In, S>(k, ldk, v, ldv, num_tokens, slot_mapping, kv_width, k_cache, v_cache, num_slots, \
+                                  k_scale, v_scale, stream)
+  switch (cache_dtype) {
+    case DType::F32: CYPRIS_RC_LAUNCH(StoreF32); break;
+    case DType::F16: CYPRIS_RC_LAUNCH(StoreF16); break;
+    case DType::BF16: CYPRIS_RC_LAUNCH(StoreBF16); break;
+    case DType::F8E4M3: CYPRIS_RC_LAUNCH(StoreE4M3); break;
+    case DType::F8E5M2: CYPRIS_RC_LAUNCH(StoreE5M2); break;
+    default: CYPRIS_FAIL("reshape_and_cache_cuda: unsupported KV cache type {}", dtype_name(cache_dtype));
+  }
+#undef CYPRIS_RC_LAUNCH
 }
 
 template <typename Word>
@@ -69,29 +138,30 @@ static __global__ void copy_blocks_kernel(const uint64_t* __restrict__ cache_ptr
 
 }  // namespace
 
-void reshape_and_cache_cuda(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t num_tokens,
+void reshape_and_cache_cuda(const void* k, int64_t ldk, const void* v, int64_t ldv, DType io_dtype, int64_t num_tokens,
                             const int64_t* slot_mapping, int64_t kv_width, void* k_cache, void* v_cache,
                             int64_t num_slots, cudaStream_t stream, DType cache_dtype, float k_scale, float v_scale) {
   CYPRIS_CHECK(kv_width > 0 && ldk >= kv_width && ldv >= kv_width, "reshape_and_cache_cuda: width {} ldk {} ldv {}",
                kv_width, ldk, ldv);
-  CYPRIS_CHECK(cache_dtype == DType::F32 || (k_scale > 0.0f && v_scale > 0.0f),
+  const bool fp8 = cache_dtype == DType::F8E4M3 || cache_dtype == DType::F8E5M2;
+  CYPRIS_CHECK(!fp8 || (k_scale > 0.0f && v_scale > 0.0f),
                "reshape_and_cache_cuda: fp8 scales must be positive (k_scale {}, v_scale {})", k_scale, v_scale);
   if (num_tokens <= 0) return;
-  switch (cache_dtype) {
+  switch (io_dtype) {
     case DType::F32:
-      launch_reshape_and_cache<StoreF32>(k, ldk, v, ldv, num_tokens, slot_mapping, kv_width, k_cache, v_cache,
-                                         num_slots, k_scale, v_scale, stream);
+      dispatch_cache_type<float>(k, ldk, v, ldv, num_tokens, slot_mapping, kv_width, k_cache, v_cache, num_slots,
+                                 cache_dtype, k_scale, v_scale, stream);
       break;
-    case DType::F8E4M3:
-      launch_reshape_and_cache<StoreE4M3>(k, ldk, v, ldv, num_tokens, slot_mapping, kv_width, k_cache, v_cache,
-                                          num_slots, k_scale, v_scale, stream);
+    case DType::F16:
+      dispatch_cache_type<__half>(k, ldk, v, ldv, num_tokens, slot_mapping, kv_width, k_cache, v_cache, num_slots,
+                                  cache_dtype, k_scale, v_scale, stream);
       break;
-    case DType::F8E5M2:
-      launch_reshape_and_cache<StoreE5M2>(k, ldk, v, ldv, num_tokens, slot_mapping, kv_width, k_cache, v_cache,
-                                          num_slots, k_scale, v_scale, stream);
+    case DType::BF16:
+      dispatch_cache_type<__nv_bfloat16>(k, ldk, v, ldv, num_tokens, slot_mapping, kv_width, k_cache, v_cache,
+                                         num_slots, cache_dtype, k_scale, v_scale, stream);
       break;
     default:
-      CYPRIS_FAIL("reshape_and_cache_cuda: unsupported KV cache type {}", dtype_name(cache_dtype));
+      CYPRIS_FAIL("reshape_and_cache_cuda: K/V must be float32, bfloat16 or float16, got {}", dtype_name(io_dtype));
   }
   CUDA_CHECK(cudaGetLastError());
 }

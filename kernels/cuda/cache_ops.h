@@ -2,7 +2,7 @@
 // (reshape_and_cache) and copying whole blocks inside the cache (copy-on-write after a fork).
 // CPU references: write_kv_cache_cpu (kernels/cpu/attention.h) and the block memcpys of
 // engine/runtime/kv_block_ops.cpp. Cache layout per layer: [num_blocks, block_size, num_kv_heads, head_dim],
-// fp32 or fp8 (one byte per element, kernels/common/fp8.h).
+// fp32, bf16 / fp16, or fp8 (one byte per element, kernels/common/fp8.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,12 +15,13 @@ namespace cypris {
 
 // k_cache[slot] = k[t], v_cache[slot] = v[t] for every token with 0 <= slot_mapping[t] < num_slots
 // (a negative slot is padding; the runner validates the upper bound on the host).
-// k, v: [num_tokens, kv_width] with row strides ldk, ldv. cache_dtype F32 copies; F8E4M3 / F8E5M2
-// store fp8(k / k_scale) and fp8(v / v_scale), bit-identical to write_kv_cache_cpu.
-void reshape_and_cache_cuda(const float* k, int64_t ldk, const float* v, int64_t ldv, int64_t num_tokens,
+// k, v: [num_tokens, kv_width] of io_dtype (F32, BF16 or F16) with row strides ldk, ldv (elements).
+// cache_dtype F32 / BF16 / F16 stores the value rounded to nearest even (a copy when the types match;
+// scales ignored); F8E4M3 / F8E5M2 store fp8(k / k_scale) and fp8(v / v_scale). For fp32 inputs every
+// cache type is bit-identical to write_kv_cache_cpu.
+void reshape_and_cache_cuda(const void* k, int64_t ldk, const void* v, int64_t ldv, DType io_dtype, int64_t num_tokens,
                             const int64_t* slot_mapping, int64_t kv_width, void* k_cache, void* v_cache,
-                            int64_t num_slots, cudaStream_t stream, DType cache_dtype = DType::F32,
-                            float k_scale = 1.0f, float v_scale = 1.0f);
+                            int64_t num_slots, cudaStream_t stream, DType cache_dtype, float k_scale, float v_scale);
 
 // For every cache tensor c (device pointers in cache_ptrs[num_caches], itself in device memory)
 // and every pair p: block pairs[2p + 1] of c = block pairs[2p] of c. block_bytes is the size of

@@ -19,7 +19,7 @@
 #include "engine/common/dtype.h"
 #include "engine/backend/backend_factory.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm.h"  // convert_from_f32 / convert_to_f32
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/paged_attention.h"
 #include "tests/support/attention_cases.h"
@@ -144,21 +144,27 @@ inline std::vector<float> paged_attention_reference(PagedAttentionParams& p, con
 }
 
 // paged_attention_cuda over device copies of the host inputs of `p` (the CPU reference's parameters
-// for batch `b`), the output poisoned first; returns the output, [num_tokens, ldo]. Without hints
-// the kernel gets no host-side length bounds and derives them.
+// for batch `b`, q in fp32), the output poisoned first; returns the output as fp32, [num_tokens, ldo].
+// io: the element type q and out have on the GPU (q is converted to it; pass values it represents
+// exactly to compare with the reference). Without hints the kernel gets no host-side length bounds and
+// derives them.
 inline std::vector<float> paged_attention_on_gpu(const PagedAttentionParams& p, const testing_support::PagedBatch& b,
-                                                 bool hints = true) {
+                                                 bool hints = true, DType io = DType::F32) {
   const auto bytes = [](const void* host, size_t n) {
     const auto* u = static_cast<const uint8_t*>(host);
     return std::vector<uint8_t>(u, u + n);
   };
   const size_t cache_bytes = static_cast<size_t>(b.num_slots() * b.kv_row()) * dtype_size(p.cache_dtype);
-  DevBuf<float> dq(std::vector<float>(p.q, p.q + b.num_tokens * p.ldq)), dout(b.num_tokens * p.ldo);
+  const size_t q_elems = static_cast<size_t>(b.num_tokens * p.ldq), out_elems = static_cast<size_t>(b.num_tokens * p.ldo);
+  std::vector<uint8_t> q_io(q_elems * dtype_size(io));
+  convert_from_f32(static_cast<const float*>(p.q), io, q_io.data(), static_cast<int64_t>(q_elems));
+  DevBuf<uint8_t> dq(q_io), dout(out_elems * dtype_size(io));
   DevBuf<uint8_t> dk(bytes(p.k_cache, cache_bytes)), dv(bytes(p.v_cache, cache_bytes));
   DevBuf<int32_t> dqsl(b.query_start_loc), dlens(b.seq_lens), dtables(b.block_tables);
   PagedAttentionCudaParams g;
   g.q = dq.get();
   g.ldq = p.ldq;
+  g.io_dtype = io;
   g.k_cache = dk.get();
   g.v_cache = dv.get();
   g.cache_dtype = p.cache_dtype;
@@ -173,9 +179,12 @@ inline std::vector<float> paged_attention_on_gpu(const PagedAttentionParams& p, 
   g.ldo = p.ldo;
   const size_t ws = paged_attention_workspace_bytes(g);
   DevBuf<uint8_t> workspace(ws);
-  dout.poison();
+  dout.poison();  // all bits set: NaN in fp32, bf16 and fp16
   paged_attention_cuda(g, ws ? workspace.get() : nullptr, nullptr);
-  return dout.download();
+  const std::vector<uint8_t> out_io = dout.download();
+  std::vector<float> out(out_elems);
+  convert_to_f32(out_io.data(), io, out.data(), static_cast<int64_t>(out_elems));
+  return out;
 }
 #endif
 

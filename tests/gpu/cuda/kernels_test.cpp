@@ -253,22 +253,42 @@ std::vector<GemmCase> gemm_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Gemm, ::testing::ValuesIn(gemm_cases()));
 
-TEST(CudaKernels, ReshapeAndCacheMatchesCpuAndSkipsPadding) {
+constexpr DType kIoTypes[] = {DType::F32, DType::BF16, DType::F16};
+constexpr DType kCacheTypes[] = {DType::F32, DType::BF16, DType::F16, DType::F8E4M3, DType::F8E5M2};
+
+// Values `dtype` represents exactly (fp32 rounded through it), so the CPU reference sees what the GPU reads.
+std::vector<float> rounded_to(const std::vector<float>& v, DType dtype) { return store(v, dtype).values; }
+
+// Every io type x cache type, vector (width a multiple of 8, aligned rows) and scalar (odd width) paths,
+// a width over one block's 1024 elements, padding slots skipped: the cache bytes equal
+// write_kv_cache_cpu's over the same (io-rounded) values, and bytes outside the written slots stay.
+TEST(CudaKernels, ReshapeAndCacheMatchesCpuForEveryIoAndCacheTypeAndSkipsPadding) {
   CYPRIS_REQUIRE_GPU();
-  const int64_t num_blocks = 6, block_size = 4, width = 24, n = 9;
-  const int64_t num_slots = num_blocks * block_size;
-  const int64_t ld = 3 * width;
-  std::vector<float> kv = randn(n * ld, 13);
-  std::vector<int64_t> slots = {5, 0, -1, 23, 7, 8, -1, 12, 2};
-  std::vector<float> kc = randn(num_slots * width, 14), vc = randn(num_slots * width, 15);
-  std::vector<float> kref = kc, vref = vc;
-  write_kv_cache_cpu(kv.data(), ld, kv.data() + width, ld, n, slots.data(), width, kref.data(), vref.data(), num_slots);
-  DevBuf<float> dkv(kv), dk(kc), dv(vc);
+  const int64_t num_slots = 24, n = 9;
+  const std::vector<int64_t> slots = {5, 0, -1, 23, 7, 8, -1, 12, 2};
   DevBuf<int64_t> dslots(slots);
-  reshape_and_cache_cuda(dkv.get(), ld, dkv.get() + width, ld, n, dslots.get(), width, dk.get(), dv.get(), num_slots,
-                         nullptr);
-  EXPECT_EQ(norm_err(dk.download(), kref), 0.0);
-  EXPECT_EQ(norm_err(dv.download(), vref), 0.0);
+  for (const int64_t width : {int64_t{24}, int64_t{13}, int64_t{2056}}) {
+    const int64_t ld = 3 * width;
+    for (const DType io : kIoTypes) {
+      for (const DType cache : kCacheTypes) {
+        SCOPED_TRACE(testing::Message() << "width " << width << " io " << dtype_name(io) << " cache "
+                                        << dtype_name(cache));
+        const std::vector<float> kv = rounded_to(randn(n * ld, 13, 8.0f), io);
+        const size_t esz = dtype_size(cache);
+        std::vector<uint8_t> kref(num_slots * width * esz, 0x5A), vref = kref;
+        write_kv_cache_cpu(kv.data(), ld, kv.data() + width, ld, n, slots.data(), width, kref.data(), vref.data(),
+                           num_slots, cache, 0.5f, 3.0f);
+        std::vector<uint8_t> kv_io(kv.size() * dtype_size(io));
+        convert_from_f32(kv.data(), io, kv_io.data(), static_cast<int64_t>(kv.size()));
+        DevBuf<uint8_t> dkv(kv_io);
+        DevBuf<uint8_t> dk(std::vector<uint8_t>(kref.size(), 0x5A)), dv(std::vector<uint8_t>(kref.size(), 0x5A));
+        reshape_and_cache_cuda(dkv.get(), ld, dkv.get() + width * dtype_size(io), ld, io, n, dslots.get(), width,
+                               dk.get(), dv.get(), num_slots, nullptr, cache, 0.5f, 3.0f);
+        EXPECT_EQ(dk.download(), kref);
+        EXPECT_EQ(dv.download(), vref);
+      }
+    }
+  }
 }
 
 TEST(CudaKernels, CopyBlocksCopiesEveryCacheTensor) {
@@ -353,6 +373,100 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{80, 10, 5, 32, 0, {{300, 700}}, "prefill_long_chunk"},
         AttnCase{5, 2, 1, 16, 0, {{1, 600}, {1, 9}}, "decode_odd_head_dim"},
         AttnCase{3, 2, 2, 16, 0, {{19, 25}}, "prefill_odd_head_dim"}),
+    [](const ::testing::TestParamInfo<AttnCase>& i) { return std::string(i.param.name); });
+
+
+// One attention case for io type `io` over a cache of type `cache`: fp32 K/V random, written into the
+// cache by the CPU writer (fp8 scales 1.5 and 0.5), q rounded to `io`; the GPU's output (poisoned
+// first) against paged_attention_cpu over the same bytes. Returns the normalised error.
+double attention_error(const AttnCase& c, DType io, DType cache, float softcap, uint32_t seed, bool hints = true) {
+  const testing_support::PagedBatch b =
+      testing_support::shuffled_paged_batch(c.head_dim, c.num_heads, c.num_kv_heads, c.block_size, c.seqs);
+  const int64_t kv_row = b.kv_row(), slots_n = b.num_slots();
+  const std::vector<float> k = randn(slots_n * kv_row, seed, 1.5f), v = randn(slots_n * kv_row, seed + 1);
+  std::vector<int64_t> all(slots_n);
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<uint8_t> kc(k.size() * dtype_size(cache)), vc(v.size() * dtype_size(cache));
+  write_kv_cache_cpu(k.data(), kv_row, v.data(), kv_row, slots_n, all.data(), kv_row, kc.data(), vc.data(), slots_n,
+                     cache, 1.5f, 0.5f);
+  const int64_t ldq = b.q_row() + 8;
+  const std::vector<float> q = rounded_to(randn(b.num_tokens * ldq, seed + 2), io);
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.ldq = ldq;
+  p.k_cache = kc.data();
+  p.v_cache = vc.data();
+  p.cache_dtype = cache;
+  p.k_scale = 1.5f;
+  p.v_scale = 0.5f;
+  p.softcap = softcap;
+  const std::vector<float> ref = paged_attention_reference(p, b, c.window);
+  return norm_err(paged_attention_on_gpu(p, b, hints, io), ref);
+}
+
+double tolerance_for(DType io) { return io == DType::F32 ? kF32Tol : kHalfTol; }
+
+// Decode over every io type x cache type, through the GQA kernel (head_dim 128, groups of 4 and 8, with
+// and without splits, a sliding window) and the scalar one (head_dim 8 and 40).
+TEST(CudaAttentionTypes, DecodeMatchesCpuForEveryIoAndCacheType) {
+  CYPRIS_REQUIRE_GPU();
+  const AttnCase cases[] = {
+      {128, 32, 8, 16, 0, {{1, 150}}, "gqa4_batch1"},
+      {128, 32, 8, 16, 0, {{1, 3000}, {1, 17}, {1, 1}}, "gqa4_split_k"},
+      {128, 16, 2, 32, 0, {{1, 700}, {1, 65}}, "gqa8_block32"},
+      {64, 8, 1, 16, 100, {{1, 500}, {1, 90}}, "mqa_window"},
+      {128, 24, 2, 16, 0, {{1, 200}}, "gqa12_two_head_chunks"},
+      {8, 4, 2, 16, 0, {{1, 1}, {1, 17}, {1, 300}}, "scalar_tiny_heads"},
+      {40, 4, 4, 16, 0, {{1, 300}, {1, 3}}, "scalar_head_dim_40"},
+  };
+  uint32_t seed = 100;
+  for (const AttnCase& c : cases) {
+    for (const DType io : kIoTypes) {
+      for (const DType cache : kCacheTypes) {
+        for (const bool hints : {true, false}) {
+          seed += 3;
+          EXPECT_LT(attention_error(c, io, cache, 0.0f, seed, hints), tolerance_for(io))
+              << c.name << " io " << dtype_name(io) << " cache " << dtype_name(cache) << (hints ? "" : " no hints");
+        }
+      }
+      seed += 3;
+      EXPECT_LT(attention_error(c, io, DType::BF16, 0.7f, seed), tolerance_for(io))
+          << c.name << " io " << dtype_name(io) << " soft-capped";
+    }
+  }
+}
+
+// Prefill and mixed batches with 16-bit q and cache (the tensor-core kernel's inputs when it is
+// enabled; the scalar kernel's otherwise), and fp32 / fp8 combinations on the scalar kernel.
+class PrefillTypes : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(PrefillTypes, MatchCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const AttnCase& c = GetParam();
+  uint32_t seed = 500;
+  for (const DType dt : {DType::BF16, DType::F16}) {
+    EXPECT_LT(attention_error(c, dt, dt, 0.0f, seed += 3), kHalfTol) << c.name << " " << dtype_name(dt);
+    EXPECT_LT(attention_error(c, dt, dt, 0.0f, seed += 3, false), kHalfTol) << c.name << " " << dtype_name(dt)
+                                                                             << " no hints";
+    EXPECT_LT(attention_error(c, dt, dt, 0.7f, seed += 3), kHalfTol) << c.name << " " << dtype_name(dt) << " capped";
+  }
+  EXPECT_LT(attention_error(c, DType::BF16, DType::F8E4M3, 0.0f, seed += 3), kHalfTol) << c.name << " bf16 / e4m3";
+  EXPECT_LT(attention_error(c, DType::F16, DType::BF16, 0.0f, seed += 3), kHalfTol) << c.name << " f16 / bf16 cache";
+  EXPECT_LT(attention_error(c, DType::F32, DType::F16, 0.0f, seed += 3), kF32Tol) << c.name << " f32 / f16 cache";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Batches, PrefillTypes,
+    ::testing::Values(
+        AttnCase{64, 8, 8, 16, 0, {{77, 77}}, "d64_mha"},
+        AttnCase{80, 8, 2, 16, 0, {{50, 50}, {1, 30}, {33, 90}}, "d80_gqa4_mixed"},
+        AttnCase{96, 16, 2, 32, 0, {{130, 130}, {7, 40}}, "d96_gqa8_block32"},
+        AttnCase{128, 32, 8, 16, 0, {{128, 128}, {1, 200}, {64, 300}, {3, 3}}, "d128_gqa4_mixed_chunked"},
+        AttnCase{128, 8, 2, 32, 20, {{100, 140}, {1, 60}}, "d128_window"},
+        AttnCase{256, 8, 1, 16, 0, {{40, 70}, {17, 17}}, "d256_mqa"},
+        AttnCase{256, 4, 4, 32, 9, {{65, 65}}, "d256_window_block32"},
+        AttnCase{64, 4, 1, 16, 0, {{1, 1}, {16, 16}, {15, 31}, {17, 49}}, "d64_tile_edges"},
+        AttnCase{48, 4, 2, 16, 0, {{30, 40}}, "d48_scalar_fallback"}),
     [](const ::testing::TestParamInfo<AttnCase>& i) { return std::string(i.param.name); });
 
 TEST(CudaKernels, ArgmaxMatchesCpuIncludingTiesAndNan) {

@@ -279,6 +279,75 @@ TEST(KvCache, WriteBySlotSkipsPadding) {
   EXPECT_THROW(write_kv_cache_cpu(k.data(), w, v.data(), w, 2, bad, w, kc.data(), vc.data(), 5), Error);
 }
 
+// A bf16 / fp16 cache: the writer stores each element rounded to nearest even (the scales, which only
+// fp8 uses, are ignored), and attention over it equals fp32 attention over the rounded K/V.
+class HalfKvCache : public ::testing::TestWithParam<DType> {};
+
+TEST_P(HalfKvCache, WriteRoundsAndAttentionMatchesFp32OverRoundedKv) {
+  const DType dt = GetParam();
+  const auto to16 = [dt](float x) { return dt == DType::BF16 ? f32_to_bf16(x) : f32_to_f16(x); };
+  const auto from16 = [dt](uint16_t h) { return dt == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h); };
+  for (int window : {0, 3}) {
+    testing_support::PagedBatch b = testing_support::mixed_paged_batch();
+    const int64_t kv_w = b.kv_row(), slots_n = b.num_slots();
+    const std::vector<float> k = randn(slots_n * kv_w, 31, 3.0f), v = randn(slots_n * kv_w, 32);
+    std::vector<int64_t> slots(slots_n);
+    for (int64_t i = 0; i < slots_n; ++i) slots[i] = (i * 7) % slots_n;  // a permutation (slots_n = 64)
+    slots[5] = -1;                                                      // padding: slot 35 keeps its fill
+    std::vector<uint16_t> kc(slots_n * kv_w, 0x7e00), vc(slots_n * kv_w, 0x7e00);
+    write_kv_cache_cpu(k.data(), kv_w, v.data(), kv_w, slots_n, slots.data(), kv_w, kc.data(), vc.data(), slots_n, dt,
+                       2.0f, 0.5f);
+    std::vector<float> kr(slots_n * kv_w, 0.0f), vr(slots_n * kv_w, 0.0f);  // the rounded values, fp32
+    for (int64_t t = 0; t < slots_n; ++t) {
+      const int64_t slot = slots[t];
+      if (slot < 0) continue;
+      for (int64_t x = 0; x < kv_w; ++x) {
+        ASSERT_EQ(kc[slot * kv_w + x], to16(k[t * kv_w + x])) << "token " << t << " element " << x;
+        ASSERT_EQ(vc[slot * kv_w + x], to16(v[t * kv_w + x]));
+      }
+    }
+    for (int64_t i = 0; i < slots_n * kv_w; ++i) {
+      kr[i] = from16(kc[i]);
+      vr[i] = from16(vc[i]);
+    }
+    EXPECT_EQ(kc[35 * kv_w], 0x7e00) << "a padding token was written";
+    // The unwritten slot 35 holds the fill; no sequence reads it.
+    for (auto& id : b.block_tables) ASSERT_NE(id, 35 / b.block_size);
+
+    const int64_t tokens = b.num_tokens, q_w = b.q_row();
+    const std::vector<float> q = randn(tokens * q_w, 33);
+    PagedAttentionParams p;
+    p.q = q.data();
+    p.ldq = q_w;
+    testing_support::set_paged_batch(p, b);
+    p.scale = 0.25f;
+    p.sliding_window = window;
+    p.ldo = q_w;
+    std::vector<float> want(tokens * q_w, kPoison), got(tokens * q_w, kPoison);
+    p.k_cache = kr.data();
+    p.v_cache = vr.data();
+    p.out = want.data();
+    ThreadPool pool(2);
+    paged_attention_cpu(p, &pool);
+    p.k_cache = kc.data();
+    p.v_cache = vc.data();
+    p.cache_dtype = dt;
+    p.k_scale = 2.0f;  // ignored for a 16-bit cache
+    p.v_scale = 0.5f;
+    p.out = got.data();
+    paged_attention_cpu(p, &pool);
+    EXPECT_LT(norm_err(got.data(), std::vector<double>(want.begin(), want.end())), 1e-6) << "window " << window;
+
+    p.io_dtype = DType::BF16;  // the CPU kernel reads and writes fp32 only
+    EXPECT_THROW(paged_attention_cpu(p, &pool), Error);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, HalfKvCache, ::testing::Values(DType::BF16, DType::F16),
+                         [](const ::testing::TestParamInfo<DType>& i) {
+                           return i.param == DType::BF16 ? std::string("bf16") : std::string("f16");
+                         });
+
 TEST(Argmax, FirstMaximumWinsAndNanIsSkipped) {
   const float x[] = {1, 5, 5, 2,   // tie: index 1
                      kPoison, 3, kPoison, 4,  // NaN skipped: index 3
