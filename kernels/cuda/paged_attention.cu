@@ -644,7 +644,7 @@ struct DecodePlan {
 DecodePlan decode_plan(const PagedAttentionCudaParams& p) {
   DecodePlan plan;
   const int group = p.num_heads / p.num_kv_heads;
-  plan.gqa = gqa_head_dim(p.head_dim) && aligned16(p.k_cache) && aligned16(p.v_cache);
+  plan.gqa = gqa_head_dim(p.head_dim) && aligned16(p.k_cache) && aligned16(p.v_cache) && attention_fast_paths();
   plan.head_chunks = (group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock;
   const int64_t blocks =
       p.num_tokens * (plan.gqa ? static_cast<int64_t>(p.num_kv_heads) * plan.head_chunks : p.num_heads);

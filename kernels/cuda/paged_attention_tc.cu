@@ -13,6 +13,8 @@
 // multiples of 16, the mma k step).
 #include "kernels/cuda/paged_attention_tc.cuh"
 
+#include <cstdlib>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -316,8 +318,16 @@ bool aligned_to(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr
 
 }  // namespace
 
+bool attention_fast_paths() {
+  static const bool on = [] {
+    const char* e = std::getenv("CYPRIS_ATTN_FAST");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 bool prefill_tc_eligible(const PagedAttentionCudaParams& p) {
-  if (!CYPRIS_ATTN_TC_PREFILL) return false;
+  if (!CYPRIS_ATTN_TC_PREFILL || !attention_fast_paths()) return false;
   const bool sixteen = p.io_dtype == DType::BF16 || p.io_dtype == DType::F16;
   const int d = p.head_dim;
   return sixteen && p.cache_dtype == p.io_dtype && (d == 64 || d == 80 || d == 96 || d == 128 || d == 256) &&

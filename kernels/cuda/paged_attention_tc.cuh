@@ -19,6 +19,10 @@ namespace cypris::cuda_detail {
 // 64, 80, 96, 128 or 256, 16-byte aligned q and cache, ldq a multiple of 8, ldo even.
 bool prefill_tc_eligible(const PagedAttentionCudaParams& p);
 
+// False when the environment sets CYPRIS_ATTN_FAST=0: the GQA decode and tensor-core prefill kernels
+// are then skipped for the scalar ones (A/B timings and bisecting on a GPU without a rebuild).
+bool attention_fast_paths();
+
 void launch_prefill_tc(const PagedAttentionCudaParams& p, cudaStream_t stream);
 
 }  // namespace cypris::cuda_detail
