@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,14 @@ class Backend {
   virtual DeviceTensor upload(const void* data, DType dtype, const std::vector<int64_t>& shape) = 0;
   // Takes a loaded weight; the CPU backend keeps the host buffer as it is (no copy).
   virtual DeviceTensor upload_weight(HostTensor&& host) = 0;
+  // --load-format dummy: a new weight of `shape` (F32, F16 or BF16) whose values are generated
+  // where it lives from `runs` (kernels/common/dummy_fill.h), which together cover it; allocated
+  // as upload_weight allocates, ready when this returns. nullopt when this backend has no
+  // generator: the caller then generates the values on the host and calls upload_weight.
+  virtual std::optional<DeviceTensor> dummy_weight(DType dtype, const std::vector<int64_t>& shape,
+                                                   const std::vector<DummyFill>& runs) {
+    return std::nullopt;
+  }
   // Copies a contiguous device tensor to host memory (t.nbytes() bytes).
   virtual void download(const Tensor& t, void* dst) = 0;
   // Host memory the device can copy to and from quickly (pinned on CUDA): the KV swap pool.

@@ -8,6 +8,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/common/phase_timer.h"
 #include "engine/core/engine_setup.h"
 #include "engine/request/request.h"
 #include "engine/core/request_tracker.h"
@@ -35,6 +36,7 @@ int64_t default_max_num_batched_tokens(const EngineConfig& cfg, int64_t max_mode
 }  // namespace
 
 Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
+  PhaseTimer startup("engine start-up");
   const auto& mo = cfg.model;
   // Fails here, before any file is read, for --device cuda without CUDA in the build or without a GPU.
   const std::string device = resolve_device(cfg.device.device);
@@ -56,6 +58,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   CYPRIS_CHECK(ro.num_blocks <= INT32_MAX, "--num-gpu-blocks-override {} is more blocks than the scheduler counts ({})",
                ro.num_blocks, INT32_MAX);
 
+  startup.mark("model path and config");  // a Hub download, if any, is here
   if (!mo.skip_tokenizer_init) {
     const std::string tok_dir = mo.tokenizer.value_or(dir.string());
     TokenizerOptions to;
@@ -63,7 +66,9 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
     tokenizer_ = load_tokenizer(resolve_local_model_dir(tok_dir, mo.tokenizer_revision, mo.download_dir), to);
   }
   // Checks the tensor-parallel layout and sizes the KV cache (for every device).
+  startup.mark("tokenizer");
   runner_ = std::make_unique<ModelRunner>(ro);
+  startup.mark("model");
   const int64_t num_blocks = runner_->num_blocks();
   const double block_bytes = static_cast<double>(runner_->kv_cache_bytes_per_block());
 
@@ -116,6 +121,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const double max_concurrency = static_cast<double>(num_blocks) * ro.block_size / static_cast<double>(max_model_len);
   LOG_INFO("KV cache: {} blocks of {} tokens ({:.2f} GiB); maximum concurrency for {} tokens per request: {:.2f}x",
            num_blocks, ro.block_size, num_blocks * block_bytes / kGiB, max_model_len, max_concurrency);
+  startup.log();
 }
 
 Engine::~Engine() = default;

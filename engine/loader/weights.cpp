@@ -10,7 +10,9 @@
 #include "engine/common/error.h"
 #include "engine/loader/gguf_model.h"
 #include "engine/loader/safetensors.h"
+#include "kernels/cpu/dummy_fill.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
 namespace {
@@ -79,8 +81,23 @@ class CheckpointWeightSource : public WeightSource {
     shard_shape(name, full_shape, shard);  // validates the split
     const size_t src_es = dtype_size(*t->dtype);
     const size_t dst_es = dtype_size(dtype);
+    // Copied on all cores: from the page cache a single thread is the bottleneck of loading (the
+    // mapping's page faults and the copy); the bytes are the same.
+    struct Run {
+      int64_t src_off, dst_off, count;
+    };
+    std::vector<Run> pieces;
+    constexpr int64_t kPiece = 1 << 20;  // elements per task of a long run
     for_each_slice_run(full_shape, shard, [&](int64_t src_off, int64_t dst_off, int64_t count) {
-      convert_elements(t->data + src_off * src_es, *t->dtype, static_cast<char*>(dst) + dst_off * dst_es, dtype, count);
+      for (int64_t i = 0; i < count; i += kPiece)
+        pieces.push_back({src_off + i, dst_off + i, std::min(kPiece, count - i)});
+    });
+    shared_thread_pool().parallel_for(static_cast<int64_t>(pieces.size()), [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const Run& r = pieces[static_cast<size_t>(p)];
+        convert_elements(t->data + r.src_off * src_es, *t->dtype, static_cast<char*>(dst) + r.dst_off * dst_es, dtype,
+                         r.count);
+      }
     });
   }
 
@@ -89,42 +106,53 @@ class CheckpointWeightSource : public WeightSource {
   SafetensorsCheckpoint ckpt_;
 };
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
+bool is_norm_weight(const std::string& name) {
+  return name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
 }
 
+// Values from kernels/common/dummy_fill.h, made by dummy_fill_cpu on all cores; a backend that
+// generates weights itself (Backend::dummy_weight) makes the same values from dummy_fill().
 class DummyWeightSource : public WeightSource {
  public:
   explicit DummyWeightSource(uint64_t seed) : seed_(seed) {}
   std::string describe() const override { return fmt::format("dummy weights (seed {})", seed_); }
   bool contains(const std::string&) const override { return true; }
 
+  std::optional<DummyFill> dummy_fill(const std::string& name, const std::vector<int64_t>& full_shape) const override {
+    if (is_norm_weight(name)) return std::nullopt;
+    DummyFill f;
+    f.key = dummy_key(seed_, name.data(), name.size());
+    f.scale = dummy_scale(static_cast<int>(full_shape.size()), full_shape.empty() ? 1 : full_shape.back());
+    return f;
+  }
+
   void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype, const ShardSpec& shard,
                  void* dst) const override {
-    shard_shape(name, full_shape, shard);
-    const bool is_norm = name.size() >= 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
-    uint64_t h = seed_ * 0x100000001b3ull;
-    for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
-    // Uniform in [-a, a] with a = 1/sqrt(fan_in) keeps activations O(1) through the layers.
-    const int64_t fan_in = full_shape.empty() ? 1 : full_shape.back();
-    const float a = full_shape.size() >= 2 ? 1.0f / std::sqrt(static_cast<float>(fan_in)) : 0.02f;
-    const size_t es = dtype_size(dtype);
-    std::vector<float> tmp;
-    for_each_slice_run(full_shape, shard, [&](int64_t src_off, int64_t dst_off, int64_t count) {
-      tmp.resize(static_cast<size_t>(count));
-      for (int64_t i = 0; i < count; ++i) {
-        if (is_norm) {
-          tmp[i] = 1.0f;
-        } else {
-          const uint64_t r = splitmix64(h ^ static_cast<uint64_t>(src_off + i));
-          tmp[i] = a * (static_cast<float>(r >> 40) * (2.0f / 16777216.0f) - 1.0f);
-        }
-      }
-      convert_from_f32(tmp.data(), dtype, static_cast<char*>(dst) + dst_off * es, count);
-    });
+    const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
+    int64_t n = 1;
+    for (int64_t d : local) n *= d;
+    std::optional<DummyFill> f = dummy_fill(name, full_shape);
+    if (!f) {  // norm weights are 1
+      const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+      convert_from_f32(ones.data(), dtype, dst, n);
+      return;
+    }
+    // The slice as one run: `outer` rows of this rank's part of the split dimension.
+    if (shard.dim < 0 || shard.world_size == 1) {
+      f->rows = 1;
+      f->row_len = n;
+      f->src_row_stride = n;
+    } else {
+      int64_t outer = 1, inner = 1;
+      for (int i = 0; i < shard.dim; ++i) outer *= full_shape[i];
+      for (size_t i = shard.dim + 1; i < full_shape.size(); ++i) inner *= full_shape[i];
+      const int64_t part = full_shape[shard.dim] / shard.world_size;
+      f->rows = outer;
+      f->row_len = part * inner;
+      f->src_offset = shard.rank * part * inner;
+      f->src_row_stride = full_shape[shard.dim] * inner;
+    }
+    dummy_fill_cpu(dst, dtype, *f);
   }
 
  private:

@@ -13,6 +13,7 @@
 #include "engine/common/dtype.h"
 #include "engine/common/tensor.h"
 #include "engine/loader/model_config.h"
+#include "kernels/common/dummy_fill.h"
 
 namespace cypris {
 
@@ -52,6 +53,13 @@ class WeightSource {
   // into dst. Throws Error naming the file and tensor when it is missing or does not match.
   virtual void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype,
                          const ShardSpec& shard, void* dst) const = 0;
+  // A generated source (dummy weights) says how `name`'s values are made, so that a backend can
+  // make them where the weight lives (Backend::dummy_weight) instead of receiving host values: the
+  // key and scale of the tensor (the run fields are left 0). nullopt when the values are read
+  // from a file, or are constant (norm weights).
+  virtual std::optional<DummyFill> dummy_fill(const std::string& name, const std::vector<int64_t>& full_shape) const {
+    return std::nullopt;
+  }
 
   HostTensor load(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype,
                   const ShardSpec& shard = {}) const;

@@ -10,6 +10,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/common/phase_timer.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/loader/gguf.h"
 #include "engine/runtime/memory_profile.h"
@@ -25,6 +26,7 @@
 namespace cypris {
 
 ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
+  PhaseTimer startup("model start-up");  // one log line: where the start-up time went
   CYPRIS_CHECK(options.block_size > 0 && options.block_size <= 1024, "block size {} must be in [1, 1024]",
                options.block_size);
   // The one check of the tensor-parallel size along the engine's path: its range here, the model's
@@ -40,6 +42,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     LOG_INFO("GGUF v{} {}: {}", gguf.main().version(), gguf.describe(), gguf_type_mix(gguf));
   }
   check_tensor_parallel(cfg, tp);
+  startup.mark("config");
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
   ranks_.resize(static_cast<size_t>(tp));
@@ -63,6 +66,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     workers_ = make_tp_workers(device, tp);
     workers_->run([&](int rank) { build_rank(options, cfg, rank, per_rank); });
   }
+  startup.mark("weights");
   graph_policy_.max_seq_len_to_capture = std::min<int64_t>(options.max_seq_len_to_capture, cfg.max_model_len);
   graph_policy_.sizes = graph_capture_sizes(options.max_num_seqs);
   graph_policy_.enforce_eager = options.enforce_eager || device != Device::Cuda || tp > 1;
@@ -101,8 +105,12 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
                                         : fmt::format("--cpu-kvcache-space {}", options.cpu_kv_cache_bytes / kGiB),
                  want / kGiB, num_blocks_, static_cast<double>(kv_block_bytes_) / 1024.0, phys / kGiB);
   }
+  startup.mark("memory profile");
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
+  startup.mark("KV cache");
   if (!graph_policy_.enforce_eager) capture_graphs();
+  if (!graph_policy_.enforce_eager) startup.mark("CUDA graphs");
+  startup.log();
   LOG_INFO("loaded {} ({} layers, weights {}, activations {}, {}, tensor parallel {}) from {}; KV cache {} blocks x "
            "{} tokens, {}",
            resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_), dtype_name(activation_dtype_),

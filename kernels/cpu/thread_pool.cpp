@@ -95,4 +95,9 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (err) std::rethrow_exception(err);
 }
 
+ThreadPool& shared_thread_pool() {
+  static ThreadPool pool(0);
+  return pool;
+}
+
 }  // namespace cypris

@@ -47,4 +47,9 @@ class ThreadPool {
   std::mutex run_mu_;  // one parallel_for at a time from outside threads
 };
 
+// One pool per process with a thread per hardware thread, made on first use: for start-up work
+// (reading and generating weights), not for the model's kernels, which use the backend's pool of
+// --threads.
+ThreadPool& shared_thread_pool();
+
 }  // namespace cypris

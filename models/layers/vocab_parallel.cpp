@@ -23,7 +23,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(const WeightLoader& w, const std:
   shard_ = VocabShard::of(vocab_, par.rank, par.world_size);
   const DType wd = w.options().weight_dtype;
   if (par.world_size == 1) {
-    table_ = w.backend().upload_weight(w.source().load(w.resolve(name), {vocab_, cfg.hidden_size}, wd));
+    table_ = w.load_replicated(name, {vocab_, cfg.hidden_size}, wd);
   } else {
     // One zero row past the slice: every id of another rank maps to it.
     table_ = w.backend().upload_weight(w.load_vocab_rows(name, shard_.start, shard_.count, shard_.per_rank + 1, wd));

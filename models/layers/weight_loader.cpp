@@ -94,14 +94,8 @@ DType WeightLoader::linear_dtype(const std::string& resolved_name) const {
   return opt_.weight_dtype;
 }
 
-DeviceTensor WeightLoader::load_linear(const std::vector<LinearPart>& parts, int64_t cols) const {
-  return backend_.upload_weight(load_linear_host(parts, cols));
-}
-
-HostTensor WeightLoader::load_linear_host(const std::vector<LinearPart>& parts, int64_t cols) const {
-  CYPRIS_CHECK(!parts.empty(), "load_linear: no parts");
-  std::vector<std::string> names;
-  for (const LinearPart& p : parts) names.push_back(resolve(p.name));
+DType WeightLoader::merged_linear_dtype(const std::vector<LinearPart>& parts, const std::vector<std::string>& names,
+                                        int64_t cols) const {
   // A merged weight stays in the checkpoint's quantized type (GGUF) when every part has the same
   // one and this rank's rows are whole blocks; otherwise the source dequantizes to --dtype.
   DType dtype = linear_dtype(names.front());
@@ -110,6 +104,74 @@ HostTensor WeightLoader::load_linear_host(const std::vector<LinearPart>& parts, 
   }
   const int64_t row_len = parts.size() == 1 && parts[0].shard.dim == 1 ? cols / parts[0].shard.world_size : cols;
   if (dtype_is_quantized(dtype) && row_len % dtype_block(dtype).elems != 0) dtype = opt_.weight_dtype;
+  return dtype;
+}
+
+std::optional<DeviceTensor> WeightLoader::dummy_linear(const std::vector<LinearPart>& parts,
+                                                       const std::vector<std::string>& names, int64_t cols,
+                                                       DType dtype) const {
+  if (dtype_is_quantized(dtype)) return std::nullopt;
+  std::vector<DummyFill> runs;
+  // Row-parallel: one tensor split along its input dimension; each row is one run.
+  if (parts.size() == 1 && parts[0].shard.dim == 1) {
+    const LinearPart& p = parts[0];
+    std::optional<DummyFill> f = weights_.dummy_fill(names[0], {p.full_rows, cols});
+    if (!f) return std::nullopt;
+    const std::vector<int64_t> shape = shard_shape(names[0], {p.full_rows, cols}, p.shard);
+    f->rows = shape[0];
+    f->row_len = shape[1];
+    f->src_offset = p.shard.rank * shape[1];
+    f->src_row_stride = cols;
+    runs.push_back(*f);
+    return backend_.dummy_weight(dtype, shape, runs);
+  }
+  // Column-parallel / merged: each part's rows are one contiguous run of its tensor.
+  int64_t offset = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const LinearPart& p = parts[i];
+    std::optional<DummyFill> f = weights_.dummy_fill(names[i], {p.full_rows, cols});
+    if (!f) return std::nullopt;
+    const auto [first, count] = part_rows(p);
+    CYPRIS_CHECK(first >= 0 && first + count <= p.full_rows, "{}: rows [{}, {}) of tensor '{}' outside its {} rows",
+                 weights_.describe(), first, first + count, names[i], p.full_rows);
+    f->dst_offset = offset * cols;
+    f->rows = 1;
+    f->row_len = count * cols;
+    f->src_offset = first * cols;
+    f->src_row_stride = f->row_len;
+    runs.push_back(*f);
+    offset += count;
+  }
+  return backend_.dummy_weight(dtype, {offset, cols}, runs);
+}
+
+DeviceTensor WeightLoader::load_linear(const std::vector<LinearPart>& parts, int64_t cols) const {
+  CYPRIS_CHECK(!parts.empty(), "load_linear: no parts");
+  std::vector<std::string> names;
+  for (const LinearPart& p : parts) names.push_back(resolve(p.name));
+  if (auto t = dummy_linear(parts, names, cols, merged_linear_dtype(parts, names, cols))) return std::move(*t);
+  return backend_.upload_weight(load_linear_host(parts, cols));
+}
+
+DeviceTensor WeightLoader::load_replicated(const std::string& name, const std::vector<int64_t>& shape,
+                                           DType dtype) const {
+  const std::string resolved = resolve(name);
+  if (std::optional<DummyFill> f = weights_.dummy_fill(resolved, shape)) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    f->rows = 1;
+    f->row_len = n;
+    f->src_row_stride = n;
+    if (auto t = backend_.dummy_weight(dtype, shape, {*f})) return std::move(*t);
+  }
+  return backend_.upload_weight(weights_.load(resolved, shape, dtype));
+}
+
+HostTensor WeightLoader::load_linear_host(const std::vector<LinearPart>& parts, int64_t cols) const {
+  CYPRIS_CHECK(!parts.empty(), "load_linear: no parts");
+  std::vector<std::string> names;
+  for (const LinearPart& p : parts) names.push_back(resolve(p.name));
+  const DType dtype = merged_linear_dtype(parts, names, cols);
   // Row-parallel: one tensor split along its input dimension.
   if (parts.size() == 1 && parts[0].shard.dim == 1) {
     return weights_.load(names[0], {parts[0].full_rows, cols}, dtype, parts[0].shard);

@@ -5,6 +5,7 @@
 #include "engine/common/error.h"
 #include "engine/backend/backend_checks.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/dummy_fill.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant/quant_gemm.h"
@@ -47,6 +48,19 @@ DeviceTensor CpuBackend::upload_weight(HostTensor&& host) {
   auto buf = std::make_shared<Buffer>(std::move(host.buffer));
   Tensor view(buf->data(), host.dtype, host.shape);
   return DeviceTensor{view, buf};
+}
+
+std::optional<DeviceTensor> CpuBackend::dummy_weight(DType dtype, const std::vector<int64_t>& shape,
+                                                     const std::vector<DummyFill>& runs) {
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return std::nullopt;
+  DeviceTensor t = empty(dtype, shape);
+  for (const DummyFill& run : runs) {
+    CYPRIS_CHECK(run.dst_offset + run.rows * run.row_len <= t.view.numel(),
+                 "dummy_weight: a run of {} elements at {} outside a weight of {}", run.rows * run.row_len,
+                 run.dst_offset, t.view.numel());
+    dummy_fill_cpu(t.view.data, dtype, run, pool_.get());
+  }
+  return t;
 }
 
 void CpuBackend::download(const Tensor& t, void* dst) {

@@ -11,9 +11,11 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/backend/backend_checks.h"
+#include "engine/backend/cuda/pinned_staging.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/dummy_fill.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/paged_attention.h"
@@ -159,6 +161,7 @@ struct CudaBackend::Impl {
   std::shared_ptr<DevicePool> graph_pool;  // CUDA graphs' activations (cuda_graphs.cpp), made on first use
   bool use_graph_pool = false;
   void* cublas_workspace = nullptr;
+  std::unique_ptr<PinnedStaging> staging;  // weight uploads; made on the first, dropped by release_cached_memory
 
   DeviceTensor pooled(DType dtype, const std::vector<int64_t>& shape) {
     Tensor view(nullptr, dtype, shape, Device::Cuda);
@@ -234,6 +237,7 @@ size_t CudaBackend::peak_memory_bytes() {
 
 void CudaBackend::release_cached_memory() {
   impl_->pool->release_cached();
+  impl_->staging.reset();  // the weights are in place by the profile run
 }
 
 void CudaBackend::set_graph_pool(bool on) {
@@ -284,11 +288,25 @@ DeviceTensor CudaBackend::upload_weight(HostTensor&& host) {
   if (t.view.nbytes()) {
     CYPRIS_CHECK(host.buffer.size() >= t.view.nbytes(), "upload_weight: host buffer of {} bytes for {} bytes",
                  host.buffer.size(), t.view.nbytes());
-    CUDA_CHECK(cudaMemcpyAsync(t.view.data, host.buffer.data(), t.view.nbytes(), cudaMemcpyHostToDevice,
-                               impl_->stream));
-    // The host buffer is freed when this returns.
-    CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+    // Through pinned double buffers; complete when this returns (the host buffer is freed then).
+    if (!impl_->staging) impl_->staging = std::make_unique<PinnedStaging>();
+    impl_->staging->copy_to_device(t.view.data, host.buffer.data(), t.view.nbytes(), impl_->stream);
   }
+  return t;
+}
+
+std::optional<DeviceTensor> CudaBackend::dummy_weight(DType dtype, const std::vector<int64_t>& shape,
+                                                      const std::vector<DummyFill>& runs) {
+  if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return std::nullopt;
+  DeviceTensor t = empty_exact(dtype, shape);
+  for (const DummyFill& run : runs) {
+    CYPRIS_CHECK(run.dst_offset + run.rows * run.row_len <= t.view.numel(),
+                 "dummy_weight: a run of {} elements at {} outside a weight of {}", run.rows * run.row_len,
+                 run.dst_offset, t.view.numel());
+    dummy_fill_cuda(t.view.data, dtype, run, impl_->stream);
+  }
+  // Ready when this returns, like upload_weight (other streams may read it next).
+  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
   return t;
 }
 

@@ -34,6 +34,8 @@ class CudaBackend : public Backend {
   DeviceTensor zeros(DType dtype, const std::vector<int64_t>& shape) override;
   DeviceTensor upload(const void* data, DType dtype, const std::vector<int64_t>& shape) override;
   DeviceTensor upload_weight(HostTensor&& host) override;
+  std::optional<DeviceTensor> dummy_weight(DType dtype, const std::vector<int64_t>& shape,
+                                           const std::vector<DummyFill>& runs) override;
   void download(const Tensor& t, void* dst) override;
   DeviceTensor empty_host(DType dtype, const std::vector<int64_t>& shape) override;
   void synchronize() override;
