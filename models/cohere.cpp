@@ -136,12 +136,6 @@ class CohereModel : public Model {
     DeviceTensor centred = backend_.empty(backend_.activation_dtype(), {t, h});
     DeviceTensor attn = backend_.empty(backend_.activation_dtype(), {t, h});
     DeviceTensor mlp = backend_.empty(backend_.activation_dtype(), {t, h});
-    // Row additions through scatter_add_rows with the identity rows and unit weights.
-    std::vector<int32_t> iota(static_cast<size_t>(t));
-    std::iota(iota.begin(), iota.end(), 0);
-    const std::vector<float> ones(static_cast<size_t>(t), 1.0f);
-    DeviceTensor rows = backend_.upload(iota.data(), DType::I32, {t});
-    DeviceTensor unit = backend_.upload(ones.data(), DType::F32, {t});
 
     embed_.forward(backend_, in.token_ids, residual.view);
     dump("embed", residual.view);
@@ -153,10 +147,10 @@ class CohereModel : public Model {
       // One all-reduce for both branches: each leaves its rank's partial sum.
       L.attn.forward(backend_, normed.view, in, kv[i], rope_, scratch, attn.view, d, /*reduce=*/false);
       L.mlp.forward(backend_, normed.view, scratch, mlp.view, d, /*reduce=*/false);
-      backend_.scatter_add_rows(mlp.view, rows.view, unit.view, attn.view);
+      backend_.add(mlp.view, attn.view);
       tp_all_reduce(opt_, attn.view);
       d("attn_plus_mlp", attn.view);
-      backend_.scatter_add_rows(attn.view, rows.view, unit.view, residual.view);
+      backend_.add(attn.view, residual.view);
       d("residual", residual.view);
     }
     final_norm_.forward(backend_, residual.view, centred.view, normed.view);

@@ -1,5 +1,7 @@
 #include "models/llama.h"
 
+#include <algorithm>
+
 #include "engine/common/error.h"
 #include "models/layers/attention.h"
 #include "models/layers/common.h"
@@ -78,6 +80,9 @@ class LlamaModel : public Model {
   int num_layers() const override { return cfg_.num_hidden_layers; }
   int num_kv_heads() const override { return layout_.kv_heads; }
   int head_dim() const override { return layout_.head_dim; }
+  bool graph_capturable() const override {
+    return std::none_of(layers_.begin(), layers_.end(), [](const LlamaLayer& L) { return L.is_moe; });
+  }
 
   DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
     CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",

@@ -64,6 +64,9 @@ class Model {
   virtual int num_layers() const = 0;
   virtual int num_kv_heads() const = 0;  // on this rank
   virtual int head_dim() const = 0;
+  // False when a forward pass reads device data on the host (the mixture-of-experts router routes on
+  // the CPU), which a CUDA graph cannot capture: such a model always runs eagerly.
+  virtual bool graph_capturable() const { return true; }
   // Returns logits F32 [num_logits, vocab].
   virtual DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv_cache) = 0;
   void set_debug_hook(DebugHook hook) { hook_ = std::move(hook); }

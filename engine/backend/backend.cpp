@@ -188,6 +188,13 @@ void check_scatter_add_rows(const char* backend, DType act, const Tensor& src, c
                indices.shape_str(), weights.shape_str(), out.shape_str());
 }
 
+void check_add(const char* backend, DType act, const Tensor& x, const Tensor& out) {
+  require(backend, x, act, 2, "add input");
+  require(backend, out, act, 2, "add output");
+  CYPRIS_CHECK(x.shape == out.shape && row_stride(x) >= x.shape[1] && row_stride(out) >= out.shape[1],
+               "{}: add shapes x {} out {}", backend, x.shape_str(), out.shape_str());
+}
+
 void check_gather_rows(const char* backend, DType act, const Tensor& x, const Tensor& indices, const Tensor& out) {
   require(backend, x, act, 2, "gather input");
   require(backend, indices, DType::I32, 1, "gather indices");

@@ -136,6 +136,9 @@ class Backend {
   virtual void scale_and_cap(Tensor& x, float scale, float cap) = 0;
   // out[r] = x[indices[r]]; x [T, H], indices I32 [R], out [R, H].
   virtual void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) = 0;
+  // out += x, element-wise; x and out [T, H] (either may be a column slice): the residual adds of
+  // parallel-block models (Cohere). No host data is involved, so CUDA graphs capture it.
+  virtual void add(const Tensor& x, Tensor& out) = 0;
   // out[indices[r]] += weights[r] * src[r]; src [R, H], indices I32 [R] (distinct within a call,
   // in [0, T)), weights F32 [R], out [T, H]: a mixture-of-experts layer adds one expert's rows
   // back to their tokens.

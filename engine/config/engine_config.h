@@ -24,7 +24,7 @@ struct ModelOptions {
   std::string dtype = "auto";
   std::optional<int64_t> max_model_len;
   std::string guided_decoding_backend = "outlines";
-  bool enforce_eager = true;  // Aphrodite's default
+  bool enforce_eager = false;  // Aphrodite's default is true; Cypris uses CUDA graphs unless told not to
   std::optional<int64_t> max_context_len_to_capture;
   int64_t max_seq_len_to_capture = 8192;
   int64_t max_log_probs = 10;

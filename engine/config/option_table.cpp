@@ -102,7 +102,8 @@ std::vector<OptionSpec> build_table() {
           "runs Cypris's own grammar engine (engine/guided), which the log names at the first guided request.")
           .choices({"outlines", "lm-format-enforcer", "xgrammar", "auto"}));
   add(Opt("enforce-eager", bind_field(FIELD(model.enforce_eager)), "{true,false}",
-          "If True, disable CUDA graphs. Defaults to True (pass --enforce-eager false to use CUDA graphs)."));
+          "If True, disable CUDA graphs. Defaults to False in Cypris (Aphrodite: True): on CUDA, decode batches "
+          "replay CUDA graphs captured at load; the CPU backend always runs eagerly."));
   add(Opt("max-context-len-to-capture", bind_field(FIELD(model.max_context_len_to_capture)), "LENGTH",
           "Maximum context length covered by CUDA graphs (deprecated: use --max-seq-len-to-capture).")
           .range(1, std::nullopt));

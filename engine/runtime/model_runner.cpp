@@ -69,9 +69,12 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   startup.mark("weights");
   graph_policy_.max_seq_len_to_capture = std::min<int64_t>(options.max_seq_len_to_capture, cfg.max_model_len);
   graph_policy_.sizes = graph_capture_sizes(options.max_num_seqs);
-  graph_policy_.enforce_eager = options.enforce_eager || device != Device::Cuda || tp > 1;
-  if (!options.enforce_eager && device != Device::Cuda) {
-    LOG_INFO("--enforce-eager false: CUDA graphs are for the CUDA backend; running eagerly on the CPU");
+  const bool capturable = model().graph_capturable();
+  graph_policy_.enforce_eager = options.enforce_eager || device != Device::Cuda || tp > 1 || !capturable;
+  if (!options.enforce_eager && device == Device::Cuda && !capturable) {
+    LOG_INFO("--enforce-eager false: {} routes its experts on the host, which CUDA graphs cannot capture; "
+             "running eagerly",
+             resolve_architecture(cfg));
   } else if (!options.enforce_eager && tp > 1) {
     LOG_WARN(
         "--enforce-eager false: no CUDA graphs at --tensor-parallel-size {} yet (the vocab-parallel embedding "

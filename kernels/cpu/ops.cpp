@@ -166,6 +166,14 @@ void scatter_add_rows_cpu(const float* src, int64_t count, int64_t hidden, const
   }
 }
 
+void add_rows_cpu(const float* x, int64_t ldx, float* out, int64_t ldo, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* a = x + r * ldx;
+    float* o = out + r * ldo;
+    for (int64_t i = 0; i < cols; ++i) o[i] += a[i];
+  }
+}
+
 void argmax_rows_cpu(const float* x, int64_t rows, int64_t vocab, int64_t ld, int32_t* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * ld;

@@ -56,6 +56,9 @@ void scatter_add_rows_cpu(const float* src, int64_t count, int64_t hidden, const
 
 // out[r] = index of the largest x[r, :] (first on ties, NaNs skipped; 0 for an all-NaN row).
 // The reference for the GPU argmax (greedy sampling); x: [rows, vocab] with row stride ld.
+// out[r, :] += x[r, :] for rows of `cols` elements with row strides ldx and ldo.
+void add_rows_cpu(const float* x, int64_t ldx, float* out, int64_t ldo, int64_t rows, int64_t cols);
+
 void argmax_rows_cpu(const float* x, int64_t rows, int64_t vocab, int64_t ld, int32_t* out);
 
 }  // namespace cypris

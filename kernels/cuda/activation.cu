@@ -66,6 +66,19 @@ static __global__ void scale_and_cap_kernel(T* __restrict__ x, int64_t rows, int
 }
 
 template <typename T>
+static __global__ void add_rows_kernel(const T* __restrict__ x, int64_t ldx, T* __restrict__ out, int64_t ldo,
+                                       int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / cols;
+    const int64_t c = idx % cols;
+    T& o = out[r * ldo + c];
+    o = from_float<T>(to_float(o) + to_float(x[r * ldx + c]));
+  }
+}
+
+template <typename T>
 static __global__ void add_bias_kernel(T* __restrict__ y, int64_t rows, int64_t cols, int64_t ldy,
                                        const float* __restrict__ bias) {
   const int64_t n = rows * cols;
@@ -129,6 +142,19 @@ void scale_and_cap_cuda(void* x, DType dtype, int64_t rows, int64_t cols, int64_
     using T = decltype(tag);
     scale_and_cap_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(static_cast<T*>(x), rows, cols, ld, scale,
                                                                         cap);
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void add_rows_cuda(const void* x, int64_t ldx, void* out, int64_t ldo, DType dtype, int64_t rows, int64_t cols,
+                   cudaStream_t stream) {
+  CYPRIS_CHECK(rows >= 0 && cols >= 0 && ldx >= cols && ldo >= cols, "add_rows_cuda: rows {} cols {} ldx {} ldo {}",
+               rows, cols, ldx, ldo);
+  if (rows == 0 || cols == 0) return;
+  dispatch_float(dtype, "add_rows_cuda", [&](auto tag) {
+    using T = decltype(tag);
+    add_rows_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(static_cast<const T*>(x), ldx, static_cast<T*>(out),
+                                                                    ldo, rows, cols);
   });
   CUDA_CHECK(cudaGetLastError());
 }

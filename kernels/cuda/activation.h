@@ -25,6 +25,10 @@ void gelu_tanh_and_mul_cuda(const void* x, DType dtype, int64_t num_tokens, int6
 void scale_and_cap_cuda(void* x, DType dtype, int64_t rows, int64_t cols, int64_t ld, float scale, float cap,
                         cudaStream_t stream);
 
+// out[r, :] += x[r, :] for rows of `cols` elements of `dtype` with row strides ldx, ldo.
+void add_rows_cuda(const void* x, int64_t ldx, void* out, int64_t ldo, DType dtype, int64_t rows, int64_t cols,
+                   cudaStream_t stream);
+
 // y[m, n] += bias[n] for y [rows, cols] of `dtype` with row stride ldy; bias fp32.
 void add_bias_cuda(void* y, DType dtype, int64_t rows, int64_t cols, int64_t ldy, const float* bias,
                    cudaStream_t stream);

@@ -3,7 +3,7 @@
 # issue's benchmarks on the Llama-3-8B shape with dummy bf16 weights. Run from the project root on the GPU
 # machine after packing a CUDA build here (../shared/gpu/pack.sh build-cuda):
 #   tests/bench/gpu_session.sh [tests|bench|all] [gtest filter]
-# Writes full logs under $OUT (or /tmp/gpu-out) and prints a short summary last.
+# Writes full logs under $OUT (or /tmp/gpu-out; at most 7 files) and prints a short summary last.
 set -u
 MODE=${1:-all}
 FILTER=${2:-*}
@@ -16,8 +16,7 @@ summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
-note "card: $(cat "$OUT/gpu.txt")  commit: $(cat .gpu/commit 2>/dev/null || echo '?')"
+note "card: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader)  commit: $(cat .gpu/commit 2>/dev/null || echo '?')"
 
 if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 300 "$B/test_gpu_cuda" --gtest_filter="$FILTER" > "$OUT/test_gpu_cuda.txt" 2>&1
@@ -31,20 +30,22 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   note "bench_cuda_decode rc=$?"; grep -iE "tok|floor|bandwidth|GB/s" "$OUT/bench_decode.txt" | tail -8 | tee -a "$summary"
   # Batch-1 decode with CUDA graphs (the default), start-up log included.
   timeout 150 "$B/cypris" bench latency $MODEL_ARGS --input-len 128 --output-len 128 > "$OUT/bench_latency.txt" 2>&1
-  note "bench latency rc=$?"; grep -iE "latency|tok/s|tokens/s|took|start-up|startup|phase" "$OUT/bench_latency.txt" | tail -12 | tee -a "$summary"
+  note "bench latency rc=$?"; grep -iE "latency|tok/s|tokens/s|start-up|graphs" "$OUT/bench_latency.txt" | tail -12 | tee -a "$summary"
   # Offline throughput, 1000 x (256 in, 256 out).
   timeout 240 "$B/cypris" bench throughput $MODEL_ARGS --num-prompts 1000 --input-len 256 --output-len 256 \
     > "$OUT/bench_throughput.txt" 2>&1
   note "bench throughput rc=$?"; grep -iE "throughput|tok/s|req/s|preempt" "$OUT/bench_throughput.txt" | tail -6 | tee -a "$summary"
 fi
 
-if [ "$MODE" = serving ]; then
+if [ "$MODE" = serving ] || [ "$MODE" = all ]; then
+  # Serving: 512 in / 128 out at 16 requests/s against `cypris --no-ui` (graphs on, the default).
   "$B/cypris" --no-ui $MODEL_ARGS --port 2242 > "$OUT/server.txt" 2>&1 &
   srv=$!
-  for _ in $(seq 1 90); do curl -sf localhost:2242/v1/models > /dev/null 2>&1 && break; sleep 1; done
+  for _ in $(seq 1 120); do grep -q "Serving the OpenAI API" "$OUT/server.txt" && break; sleep 1; done
   timeout 120 "$B/cypris" bench serving --port 2242 --num-prompts 400 --request-rate 16 --input-len 512 \
     --output-len 128 > "$OUT/bench_serving.txt" 2>&1
   note "bench serving rc=$?"; grep -iE "ttft|tpot|itl|throughput|fail" "$OUT/bench_serving.txt" | tail -12 | tee -a "$summary"
+  grep -iE "start-up" "$OUT/server.txt" | tee -a "$summary"
   kill $srv; wait $srv 2>/dev/null
 fi
 echo "=== summary"; cat "$summary"

@@ -148,6 +148,11 @@ void CpuBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out
   gather_rows_cpu(x.as<float>(), x.shape[0], x.shape[1], indices.as<int32_t>(), indices.shape[0], out.as<float>());
 }
 
+void CpuBackend::add(const Tensor& x, Tensor& out) {
+  backend_checks::check_add(kName, DType::F32, x, out);
+  add_rows_cpu(x.as<float>(), row_stride(x), out.as<float>(), row_stride(out), x.shape[0], x.shape[1]);
+}
+
 void CpuBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) {
   backend_checks::check_scatter_add_rows(kName, DType::F32, src, indices, weights, out);
   scatter_add_rows_cpu(src.as<float>(), src.shape[0], src.shape[1], indices.as<int32_t>(), weights.as<float>(),

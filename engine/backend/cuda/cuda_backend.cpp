@@ -474,6 +474,11 @@ void CudaBackend::scale_and_cap(Tensor& x, float scale, float cap) {
   scale_and_cap_cuda(x.data, x.dtype, x.shape[0], x.shape[1], row_stride(x), scale, cap, impl_->stream);
 }
 
+void CudaBackend::add(const Tensor& x, Tensor& out) {
+  backend_checks::check_add(kName, activation_dtype(), x, out);
+  add_rows_cuda(x.data, row_stride(x), out.data, row_stride(out), x.dtype, x.shape[0], x.shape[1], impl_->stream);
+}
+
 void CudaBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) {
   backend_checks::check_scatter_add_rows(kName, activation_dtype(), src, indices, weights, out);
   scatter_add_rows_cuda(src.data, src.dtype, src.shape[0], src.shape[1], indices.as<int32_t>(), weights.as<float>(),

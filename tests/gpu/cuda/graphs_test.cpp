@@ -98,7 +98,9 @@ void expect_graph_logits_equal_eager(const std::string& dir) {
   ModelRunner eager(options(dir, true));
   ModelRunner graphs(options(dir, false));
   EXPECT_EQ(eager.num_cuda_graphs(), 0);
-  ASSERT_EQ(graphs.num_cuda_graphs(), 6);
+  // Mixture-of-experts models route on the host and run eagerly even when graphs are asked for.
+  const bool moe = eager.config().num_experts > 0;
+  ASSERT_EQ(graphs.num_cuda_graphs(), moe ? 0 : 6);
   for (int n : {1, 3, 8, 17}) {
     // Fresh sequences each round (prefill overwrites their blocks), three decode steps each.
     const auto want = run(eager, n, 3);

@@ -100,14 +100,19 @@ TEST_P(CudaFixture, Bf16ActivationsAndCacheStayCloseToCpu) {
   ModelRunner gpu(go);
   EXPECT_EQ(gpu.activation_dtype(), DType::BF16);
   EXPECT_EQ(gpu.kv_cache_dtype(), DType::BF16);
+  // Routing flips between near-tied experts (bf16 router inputs) move a mixture-of-experts model's
+  // logits more than rounding moves a dense model's.
+  const double tol = cpu.config().num_experts > 0 ? 0.15 : 3e-2;
+  const int max_len = static_cast<int>(cpu.config().max_model_len);
+  const int prompt_len = std::min(12, max_len - 1);  // > 8 rows: cuBLAS and the prefill kernel (where it fits)
   std::vector<int32_t> ids;
-  for (int i = 0; i < 12; ++i) ids.push_back(1 + (i * 11) % 60);  // > 8 rows: cuBLAS and the prefill kernel
-  const int steps = std::min<int>(8, static_cast<int>(cpu.config().max_model_len) - 13);
+  for (int i = 0; i < prompt_len; ++i) ids.push_back(1 + (i * 11) % 60);
+  const int steps = std::clamp(max_len - prompt_len - 1, 0, 8);
   Logits lc = cpu.execute(make_single_sequence_batch(ids, 0, cpu.block_size()));
   Logits lg = gpu.execute(make_single_sequence_batch(ids, 0, gpu.block_size()));
   for (int step = 0;; ++step) {
     const std::vector<float> c(lc.row(0), lc.row(0) + lc.vocab), g(lg.row(0), lg.row(0) + lg.vocab);
-    EXPECT_LT(norm_err(g, c), 3e-2) << "step " << step;
+    EXPECT_LT(norm_err(g, c), tol) << "step " << step;
     std::vector<float> sorted = c;
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     const double range = *std::max_element(c.begin(), c.end()) - *std::min_element(c.begin(), c.end());

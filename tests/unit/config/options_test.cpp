@@ -79,7 +79,7 @@ TEST(OptionTable, DefaultsEqualTheReference) {
   // Typed from aphrodite-engine-options.txt ("Defaults to ...") and vllm-engine-args.txt.
   const std::map<std::string, json> expected = {
       {"tokenizer-mode", "auto"}, {"load-format", "auto"},      {"dtype", "auto"},
-      {"enforce-eager", true},    {"max-log-probs", 10},        {"tensor-parallel-size", 1},
+      {"max-log-probs", 10},        {"tensor-parallel-size", 1},
       {"pipeline-parallel-size", 1}, {"kv-cache-dtype", "auto"}, {"block-size", 16},
       {"swap-space", 4.0},        {"gpu-memory-utilization", 0.9}, {"tokenizer-pool-size", 0},
       {"tokenizer-pool-type", "ray"}, {"max-num-seqs", 256},    {"scheduling-policy", "fcfs"},
@@ -93,6 +93,8 @@ TEST(OptionTable, DefaultsEqualTheReference) {
       {"response-role", "assistant"}, {"launch-kobold-api", false},
       // Deliberately not Aphrodite's (unlimited): a 31.5 MB prompt became 31.5 MB of log (issue #20).
       {"max-log-len", 512},
+      // Deliberately not Aphrodite's (true): CUDA graphs by default on CUDA (issue #16).
+      {"enforce-eager", false},
   };
   for (const auto& [flag, value] : expected) {
     const OptionSpec* s = find_option(flag);
@@ -131,7 +133,7 @@ TEST(Parse, TypedValuesAliasesAndLists) {
   EngineConfig cfg;
   auto r = parse({"--model", "org/name", "-gmu", "0.5", "--max-model-len=4096", "--enable-prefix-caching",
                   "--served-model-name", "a", "b", "--delay-factor", "0.25", "--preemption_mode", "swap",
-                  "--enforce-eager", "false", "extra"},
+                  "--enforce-eager", "true", "extra"},
                  cfg);
   EXPECT_EQ(cfg.model.model, "org/name");
   EXPECT_DOUBLE_EQ(cfg.cache.gpu_memory_utilization, 0.5);
@@ -140,7 +142,7 @@ TEST(Parse, TypedValuesAliasesAndLists) {
   EXPECT_EQ(cfg.model.served_model_name, (std::vector<std::string>{"a", "b"}));
   EXPECT_DOUBLE_EQ(cfg.scheduler.scheduler_delay_factor, 0.25);
   EXPECT_EQ(cfg.scheduler.preemption_mode, "swap");
-  EXPECT_FALSE(cfg.model.enforce_eager);
+  EXPECT_TRUE(cfg.model.enforce_eager);
   EXPECT_EQ(r.positional, (std::vector<std::string>{"extra"}));
   EXPECT_TRUE(r.explicit_keys.count("gpu_memory_utilization"));
 }
