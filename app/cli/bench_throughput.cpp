@@ -102,12 +102,21 @@ int bench(const Args& args) {
     engine.add_request(GenerateRequest{std::to_string(i), prompts[i], "", params, 0}, s);
     streams.push_back(std::move(s));
   }
+  std::vector<std::shared_ptr<RequestStream>> live = streams;  // the unfinished ones
   while (engine.has_unfinished_requests()) {
     engine.step();
-    for (auto& s : streams) {
-      while (auto o = s->next(std::chrono::milliseconds(0))) {
+    for (size_t i = 0; i < live.size();) {
+      bool done = false;
+      while (auto o = live[i]->next(std::chrono::milliseconds(0))) {
         CYPRIS_CHECK(!o->error, "request {} failed: {}", o->request_id, o->error.value_or(""));
         for (const auto& d : o->outputs) output_tokens += static_cast<int64_t>(d.token_ids.size());
+        done = done || o->finished;
+      }
+      if (done) {
+        live[i] = std::move(live.back());
+        live.pop_back();
+      } else {
+        ++i;
       }
     }
   }
@@ -127,6 +136,22 @@ int bench(const Args& args) {
   std::printf("| prompt tokens/s | %.1f |\n", static_cast<double>(prompt_tokens) / secs);
   std::printf("| output tokens/s | %.1f |\n", static_cast<double>(output_tokens) / secs);
   std::printf("| total tokens/s | %.1f |\n", static_cast<double>(prompt_tokens + output_tokens) / secs);
+  // Where the engine's steps spent the time (GPU work shows under sampling unless
+  // CYPRIS_STEP_PROFILE_SYNC=1 makes the execute phase wait for it).
+  const StepProfile& sp = engine.step_profile();
+  const double in_steps = sp.schedule + sp.plan + sp.execute + sp.sample + sp.update;
+  std::printf("\n| step phase | seconds | ms per step |\n|---|---|---|\n");
+  const auto row = [&](const char* name, double s) {
+    std::printf("| %s | %.2f | %.3f |\n", name, s, sp.steps ? 1000.0 * s / static_cast<double>(sp.steps) : 0.0);
+  };
+  row("schedule", sp.schedule);
+  row("plan (block moves, row plan)", sp.plan);
+  row("execute (forward launched)", sp.execute);
+  row("sample (waits for the GPU)", sp.sample);
+  row("update and outputs", sp.update);
+  row("outside steps (client loop)", secs - in_steps);
+  std::printf("| steps | %lld (%lld decode-only) | |\n", static_cast<long long>(sp.steps),
+              static_cast<long long>(sp.decode_steps));
   return 0;
 }
 

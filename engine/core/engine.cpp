@@ -37,6 +37,8 @@ int64_t default_max_num_batched_tokens(const EngineConfig& cfg, int64_t max_mode
 
 Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   PhaseTimer startup("engine start-up");
+  const char* sync = std::getenv("CYPRIS_STEP_PROFILE_SYNC");
+  profile_sync_ = sync && sync[0] == '1';
   const auto& mo = cfg.model;
   // Fails here, before any file is read, for --device cuda without CUDA in the build or without a GPU.
   const std::string device = resolve_device(cfg.device.device);
@@ -50,11 +52,6 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const int64_t max_num_batched_tokens = default_max_num_batched_tokens(cfg, max_model_len);
   ro.device = device;
   ro.max_num_batched_tokens = max_num_batched_tokens;
-  if (device == "cuda") {
-    // Decode CUDA graphs are captured once the cache exists (model_runner.cpp, decode_graphs.h).
-    ro.enforce_eager = mo.enforce_eager;
-    ro.max_seq_len_to_capture = mo.max_context_len_to_capture.value_or(mo.max_seq_len_to_capture);
-  }
   CYPRIS_CHECK(ro.num_blocks <= INT32_MAX, "--num-gpu-blocks-override {} is more blocks than the scheduler counts ({})",
                ro.num_blocks, INT32_MAX);
 
@@ -145,12 +142,23 @@ bool Engine::has_unfinished_requests() const {
 }
 
 // schedule -> execute -> sample -> update -> emit outputs.
+namespace {
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+}  // namespace
+
 void Engine::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   SchedulerOutput so = scheduler_->schedule();
   if (so.empty()) return;
+  const auto t1 = Clock::now();
+  const int64_t prompt_before = prompt_tokens_total_;
   prepare(so);
   // Which logits rows the step computes and where each is sampled (written into so.batch).
   const StepRows rows = tracker_->plan_rows(so, so.batch, runner_->can_sample_on_device());
+  const auto t2 = Clock::now();
   std::vector<SampleOutput> samples;
   try {
     samples = execute_and_sample(so.batch, rows);
@@ -160,9 +168,16 @@ void Engine::step() {
     tracker_->fail_step(so, e.what());
     return;
   }
+  const auto t3 = Clock::now();
   const std::vector<StepResult> results = tracker_->check_sampled(rows, samples);
   const std::vector<RequestUpdate> updates = scheduler_->update_from_output(so, results);
   tracker_->emit_outputs(rows, samples, updates);
+  const auto t4 = Clock::now();
+  ++profile_.steps;
+  if (prompt_tokens_total_ == prompt_before) ++profile_.decode_steps;
+  profile_.schedule += seconds_between(t0, t1);
+  profile_.plan += seconds_between(t1, t2);
+  profile_.update += seconds_between(t3, t4);
 }
 
 void Engine::prepare(const SchedulerOutput& so) {
@@ -178,7 +193,11 @@ void Engine::prepare(const SchedulerOutput& so) {
 
 std::vector<SampleOutput> Engine::execute_and_sample(const BatchContext& batch, const StepRows& rows) {
   const int max_lp = static_cast<int>(cfg_.model.max_log_probs);
+  const auto t0 = std::chrono::steady_clock::now();
   const StepLogits logits = runner_->execute_step(batch);
+  if (profile_sync_) runner_->synchronize();
+  const auto t1 = std::chrono::steady_clock::now();
+  profile_.execute += seconds_between(t0, t1);
   // The GPU sampler's rows come first; the others are downloaded (CPU-sampled, beam, prompt rows).
   std::vector<SampleOutput> samples;
   if (!rows.device.empty()) samples = runner_->sample_on_device(logits, 0, rows.device, max_lp);
@@ -189,6 +208,7 @@ std::vector<SampleOutput> Engine::execute_and_sample(const BatchContext& batch, 
     samples.insert(samples.end(), std::make_move_iterator(cpu.begin()), std::make_move_iterator(cpu.end()));
   }
   tracker_->take_host_rows(rows, host);
+  profile_.sample += seconds_between(t1, std::chrono::steady_clock::now());
   return samples;
 }
 

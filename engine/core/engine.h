@@ -35,6 +35,19 @@ struct SampleOutput;
 struct SchedulerOutput;
 struct StepRows;
 
+// Where step() spends its wall time since the engine started (seconds), for `cypris bench
+// throughput`. GPU work is asynchronous: it lands in whichever phase first waits for it (sampling,
+// usually), unless CYPRIS_STEP_PROFILE_SYNC=1 in the environment makes the execute phase wait.
+struct StepProfile {
+  int64_t steps = 0;
+  int64_t decode_steps = 0;  // steps without a prompt token
+  double schedule = 0;       // scheduler_->schedule()
+  double plan = 0;           // block moves and the tracker's row plan
+  double execute = 0;        // ModelRunner::execute_step
+  double sample = 0;         // GPU and CPU sampling, logits downloads
+  double update = 0;         // stop checks, scheduler update, outputs to the streams
+};
+
 class Engine {
  public:
   // Loads the tokenizer and the model named by cfg.model.model (a local folder; a Hugging Face
@@ -56,6 +69,7 @@ class Engine {
   void step();
 
   EngineStats stats() const;
+  const StepProfile& step_profile() const { return profile_; }
   ModelInfo model_info() const;
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   int64_t num_kv_blocks() const;
@@ -76,6 +90,9 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<RequestTracker> tracker_;  // last: refers to the scheduler and the sampler
+
+  StepProfile profile_;
+  bool profile_sync_ = false;  // CYPRIS_STEP_PROFILE_SYNC=1
 
   // Throughput over the last stats() interval.
   int64_t prompt_tokens_total_ = 0;

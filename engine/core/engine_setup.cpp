@@ -91,6 +91,9 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   ro.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
   if (ro.device == "cpu") ro.cpu_kv_cache_bytes = cfg.cache.cpu_kvcache_space * 1024.0 * 1024.0 * 1024.0;
   ro.max_num_seqs = cfg.scheduler.max_num_seqs;
+  // Decode CUDA graphs are captured once the cache exists (model_runner.cpp, decode_graphs.h).
+  ro.enforce_eager = mo.enforce_eager;
+  ro.max_seq_len_to_capture = mo.max_context_len_to_capture.value_or(mo.max_seq_len_to_capture);
   ro.kv_cache_dtype = parse_kv_cache_dtype(cfg.quant.kv_cache_dtype);
   ro.quantization_param_path = cfg.quant.quantization_param_path.value_or("");
   return ro;

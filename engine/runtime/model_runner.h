@@ -111,6 +111,10 @@ class ModelRunner {
   // Number of decode CUDA graphs captured (0 when running eagerly).
   int num_cuda_graphs() const { return ranks_.front().graphs ? ranks_.front().graphs->num_graphs() : 0; }
   DType kv_cache_dtype() const { return kv_cache_dtype_; }
+  // Waits for the work queued on every rank's device (profiling).
+  void synchronize() {
+    for (auto& r : ranks_) r.backend->synchronize();
+  }
   // Element type of the activations on rank 0's backend (the model dtype on a GPU, F32 on the CPU).
   DType activation_dtype() const { return activation_dtype_; }
   // K and V of every layer for one block, summed over the ranks (4 bytes per element for fp32, 1 for

@@ -39,7 +39,8 @@ fi
 
 if [ "$MODE" = serving ] || [ "$MODE" = all ]; then
   # Serving: 512 in / 128 out at 16 requests/s against `cypris --no-ui` (graphs on, the default).
-  "$B/cypris" --no-ui $MODEL_ARGS --port 2242 > "$OUT/server.txt" 2>&1 &
+  "$B/cypris" --no-ui $MODEL_ARGS --tokenizer /work/shared/testdata/tokenizers/llama3-bpe --port 2242 \
+    > "$OUT/server.txt" 2>&1 &
   srv=$!
   for _ in $(seq 1 120); do grep -q "Serving the OpenAI API" "$OUT/server.txt" && break; sleep 1; done
   timeout 120 "$B/cypris" bench serving --port 2242 --num-prompts 400 --request-rate 16 --input-len 512 \
