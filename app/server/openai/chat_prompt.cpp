@@ -6,8 +6,9 @@
 #include <mutex>
 
 #include "app/server/errors.h"
-#include "engine/common/log.h"
+#include "app/server/openai/chat_tools.h"
 #include "engine/common/error.h"
+#include "engine/common/log.h"
 #include "engine/tokenizer/chat_template.h"
 
 namespace cypris::server {
@@ -84,8 +85,9 @@ static std::shared_ptr<const ChatTemplate> parsed_template(const std::string& so
   return t;
 }
 
-std::string render_chat_prompt(const ordered_json& messages, const Tokenizer* tok, const ChatPromptInputs& in) {
-  const ordered_json msgs = normalize_messages(messages);
+std::string render_chat_prompt(const ordered_json& messages, const Tokenizer* tok, const ChatPromptInputs& in,
+                               std::string* used_source) {
+  const ordered_json msgs = tool_call_arguments_as_objects(normalize_messages(messages));
   const bool with_tools = in.tools.is_array() && !in.tools.empty();
   std::string source;
   try {
@@ -100,6 +102,7 @@ std::string render_chat_prompt(const ordered_json& messages, const Tokenizer* to
   } catch (const cypris::Error& e) {
     throw HttpError(500, std::string("chat template: ") + e.what());
   }
+  if (used_source) *used_source = source;
   ChatTemplateInputs ti;
   ti.add_generation_prompt = in.add_generation_prompt;
   if (tok) {
