@@ -37,7 +37,7 @@ struct ChatChoice {
 
 // Streams one output of a choice whose text is read for tool calls: content deltas, a call's first
 // delta (index, id, type, name), its arguments pieces, and with the finish its reason ("tool_calls"
-// once a call was made, except for a named function). lp: this output's logprobs (null: none).
+// for "stop" once a call was made, except for a named function). lp: this output's logprobs (null: none).
 bool write_tool_deltas(const CompletionDelta& d, ToolCallParser& parser, ToolCallFormat format, bool parallel,
                        const json& lp, const std::function<bool(json)>& send) {
   std::vector<ToolStreamEvent> events = parser.feed(d.text);
@@ -68,7 +68,7 @@ bool write_tool_deltas(const CompletionDelta& d, ToolCallParser& parser, ToolCal
     return send({{"index", d.index}, {"delta", json::object()}, {"logprobs", lp}, {"finish_reason", nullptr}});
   }
   std::string reason = *d.finish_reason;
-  if (parser.calls() > 0 && format != ToolCallFormat::Named) reason = "tool_calls";
+  if (parser.calls() > 0 && format != ToolCallFormat::Named && reason == "stop") reason = "tool_calls";
   return send({{"index", d.index},
                {"delta", json::object()},
                {"logprobs", lp_sent ? json(nullptr) : lp},
@@ -101,7 +101,9 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   const ServerOptions& sopts = ctx.cfg().server;
   const ChatTools tools = tools_from_json(nlohmann::ordered_json::parse(req.body, nullptr, false), sopts);
   GuidedDecodingParams guided = guided_from_json(body);
-  if (GuidedDecodingParams tg = tool_guided_params(tools); tg.active()) {
+  std::optional<std::string> ws_pattern;
+  if (const std::string w = get_string(body, "guided_whitespace_pattern", ""); !w.empty()) ws_pattern = w;
+  if (GuidedDecodingParams tg = tool_guided_params(tools, ws_pattern); tg.active()) {
     if (guided.active()) {
       throw HttpError(400,
                       "'tool_choice' \"required\" or a named function is enforced by a grammar; it cannot be "
@@ -197,8 +199,9 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
           }
           const std::string content = echo_text + parsed.content.value_or("");
           message["content"] = content.empty() ? json(nullptr) : json(content);
-          // As vLLM: a named function keeps the engine's reason (OpenAI says "stop" there too).
-          if (*tool_format != ToolCallFormat::Named) finish = "tool_calls";
+          // A named function keeps the engine's reason (as vLLM; OpenAI says "stop" there too); an
+          // answer cut by max_tokens stays "length".
+          if (*tool_format != ToolCallFormat::Named && finish == "stop") finish = "tool_calls";
         }
       }
       jc.push_back({{"index", i},

@@ -122,10 +122,11 @@ ChatTools tools_from_json(const ordered_json& body, const ServerOptions& opts) {
   return t;
 }
 
-GuidedDecodingParams tool_guided_params(const ChatTools& t) {
+GuidedDecodingParams tool_guided_params(const ChatTools& t, std::optional<std::string> whitespace_pattern) {
   GuidedDecodingParams g;
   if (t.choice != ChatTools::Choice::Required && t.choice != ChatTools::Choice::Named) return g;
   g.kind = GuidedKind::JsonSchema;
+  g.whitespace_pattern = std::move(whitespace_pattern);
   if (t.choice == ChatTools::Choice::Named) {
     for (const auto& tool : t.tools) {
       if (tool["function"]["name"] == t.named) g.text = parameters_schema(tool).dump();
