@@ -63,6 +63,9 @@ static ordered_json normalize_messages(const ordered_json& messages) {
     ordered_json copy = m;
     if (m.contains("content") && m["content"].is_array()) copy["content"] = content_text(m["content"], i);
     if (m.contains("content")) content_text(m["content"], i);  // type check
+    // An assistant turn that only calls tools comes with "content": null; templates test it with
+    // `in` or `+` (Qwen3, Hermes), so it becomes "" as vLLM makes it.
+    if (m.contains("tool_calls") && (!m.contains("content") || m["content"].is_null())) copy["content"] = "";
     out.push_back(std::move(copy));
   }
   return out;
