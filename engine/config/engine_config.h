@@ -128,6 +128,8 @@ struct ServerOptions {
   std::vector<std::string> lora_modules;
   std::optional<std::string> chat_template;
   std::string response_role = "assistant";
+  bool enable_auto_tool_choice = false;   // tool_choice "auto": parse tool calls out of the output
+  std::optional<std::string> tool_call_parser;  // hermes, llama3_json, mistral; unset: from the chat template
   std::optional<std::string> ssl_keyfile;
   std::optional<std::string> ssl_certfile;
   std::optional<std::string> root_path;

@@ -368,6 +368,15 @@ std::vector<OptionSpec> build_table() {
           "The file path to the chat template. By default, the model's own template is used."));
   add(Opt("response-role", bind_field(FIELD(server.response_role)), "ROLE",
           "The role name to return if add_generation_prompt=True."));
+  add(Opt("enable-auto-tool-choice", bind_field(FIELD(server.enable_auto_tool_choice)), "",
+          "Let chat requests use tool_choice \"auto\" (the default when they send tools): the model's output is "
+          "parsed for tool calls by --tool-call-parser. Without it, an explicit \"auto\" is refused with 400 and "
+          "requests that only send tools get plain text back."));
+  add(Opt("tool-call-parser", bind_field(FIELD(server.tool_call_parser)), "{hermes,llama3_json,mistral}",
+          "How tool calls are read from the output with --enable-auto-tool-choice: hermes (Hermes, Qwen2.5, "
+          "Qwen3: <tool_call>{...}</tool_call>), llama3_json (Llama 3.1+: a JSON object, after <|python_tag|> or "
+          "not), mistral ([TOOL_CALLS][...]). Unset: chosen from the chat template's text (logged).")
+          .choices({"hermes", "llama3_json", "mistral"}));
   add(Opt("ssl-keyfile", bind_field(FIELD(server.ssl_keyfile)), "PATH", "The file path to the SSL key file."));
   add(Opt("ssl-certfile", bind_field(FIELD(server.ssl_certfile)), "PATH", "The file path to the SSL cert file."));
   add(Opt("root-path", bind_field(FIELD(server.root_path)), "PATH",

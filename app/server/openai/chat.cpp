@@ -1,13 +1,20 @@
 // POST /v1/chat/completions: chat messages rendered with the chat template, then generated like a
 // completion; streaming sends a role chunk per choice, content deltas, and a final chunk with
-// finish_reason, then data: [DONE].
+// finish_reason, then data: [DONE]. With tools (chat_tools.h), tool_choice "required" or a named
+// function is enforced by a grammar, and the output is read into tool_calls by a tool-call parser
+// (tool_parsers.h); streamed, each call's first delta has its index, id, type and name, and later
+// ones append to its arguments.
 #include <fmt/format.h>
+
+#include <functional>
 
 #include "app/server/errors.h"
 #include "app/server/openai/chat_prompt.h"
-#include "app/server/route_util.h"
+#include "app/server/openai/chat_tools.h"
 #include "app/server/openai/routes.h"
 #include "app/server/openai/sampling_from_json.h"
+#include "app/server/openai/tool_parsers.h"
+#include "app/server/route_util.h"
 #include "app/server/router.h"
 #include "app/server/sse.h"
 
@@ -28,12 +35,51 @@ struct ChatChoice {
   bool role_sent = false;
 };
 
+// Streams one output of a choice whose text is read for tool calls: content deltas, a call's first
+// delta (index, id, type, name), its arguments pieces, and with the finish its reason ("tool_calls"
+// for "stop" once a call was made, except for a named function). lp: this output's logprobs (null: none).
+bool write_tool_deltas(const CompletionDelta& d, ToolCallParser& parser, ToolCallFormat format, bool parallel,
+                       const json& lp, const std::function<bool(json)>& send) {
+  std::vector<ToolStreamEvent> events = parser.feed(d.text);
+  if (d.finish_reason) {
+    for (auto& e : parser.finish()) events.push_back(std::move(e));
+  }
+  bool lp_sent = lp.is_null() || d.logprobs.empty();
+  for (auto& e : events) {
+    if (!parallel && e.kind != ToolStreamEvent::Kind::Content && e.index > 0) continue;
+    json delta;
+    if (e.kind == ToolStreamEvent::Kind::Content) {
+      delta = {{"content", e.text}};
+    } else if (e.kind == ToolStreamEvent::Kind::CallBegin) {
+      delta = {{"tool_calls", json::array({{{"index", e.index},
+                                            {"id", new_tool_call_id()},
+                                            {"type", "function"},
+                                            {"function", {{"name", e.text}, {"arguments", ""}}}}})}};
+    } else {
+      delta = {{"tool_calls", json::array({{{"index", e.index}, {"function", {{"arguments", e.text}}}}})}};
+    }
+    json one = {
+        {"index", d.index}, {"delta", delta}, {"logprobs", lp_sent ? json(nullptr) : lp}, {"finish_reason", nullptr}};
+    lp_sent = true;
+    if (!send(std::move(one))) return false;
+  }
+  if (!d.finish_reason) {
+    if (lp_sent) return true;
+    return send({{"index", d.index}, {"delta", json::object()}, {"logprobs", lp}, {"finish_reason", nullptr}});
+  }
+  std::string reason = *d.finish_reason;
+  if (parser.calls() > 0 && format != ToolCallFormat::Named && reason == "stop") reason = "tool_calls";
+  return send({{"index", d.index},
+               {"delta", json::object()},
+               {"logprobs", lp_sent ? json(nullptr) : lp},
+               {"finish_reason", reason},
+               {"stop_reason", opt_json(d.stop_reason)}});
+}
+
 }  // namespace
 
-// Renders the prompt of a chat request (shared with /v1/tokenize). raw is the body text: the
-// messages and tools are read again in the client's key order.
 std::string chat_prompt_of(const json& body, const std::string& raw, const Tokenizer* tok, const ServerContext& ctx,
-                           bool default_gen_prompt) {
+                           bool default_gen_prompt, std::string* used_source) {
   if (!body.contains("messages")) throw HttpError(400, "'messages' is required", "messages");
   const nlohmann::ordered_json ob = nlohmann::ordered_json::parse(raw, nullptr, false);
   if (ob.is_discarded() || !ob.is_object()) throw HttpError(400, "request body must be a JSON object");
@@ -47,15 +93,30 @@ std::string chat_prompt_of(const json& body, const std::string& raw, const Token
     if (!it->is_object()) throw HttpError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
     in.template_kwargs = *it;
   }
-  return render_chat_prompt(ob["messages"], tok, in);
+  return render_chat_prompt(ob["messages"], tok, in, used_source);
 }
 
 void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   const json body = parse_json_body(req);
+  const ServerOptions& sopts = ctx.cfg().server;
+  const ChatTools tools = tools_from_json(nlohmann::ordered_json::parse(req.body, nullptr, false), sopts);
   GuidedDecodingParams guided = guided_from_json(body);
+  std::optional<std::string> ws_pattern;
+  if (const std::string w = get_string(body, "guided_whitespace_pattern", ""); !w.empty()) ws_pattern = w;
+  if (GuidedDecodingParams tg = tool_guided_params(tools, ws_pattern); tg.active()) {
+    if (guided.active()) {
+      throw HttpError(400,
+                      "'tool_choice' \"required\" or a named function is enforced by a grammar; it cannot be "
+                      "combined with guided decoding (guided_*, response_format, grammar)",
+                      "tool_choice");
+    }
+    guided = std::move(tg);
+  }
   auto engine = ctx.require_engine();
   const Tokenizer* tok = engine->tokenizer();
-  const std::string prompt_text = chat_prompt_of(body, req.body, tok, ctx, true);
+  std::string template_source;
+  const std::string prompt_text = chat_prompt_of(body, req.body, tok, ctx, true, &template_source);
+  const std::optional<ToolCallFormat> tool_format = tool_output_format(tools, sopts, template_source);
 
   // logprobs is a bool here; top_logprobs says how many alternatives.
   SamplingParams params = sampling_from_json(body, SamplingDefaults{std::nullopt, 0.7f}, {"logprobs"});
@@ -127,10 +188,26 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
       ChatChoice& c = (*choices)[i];
       json lp = nullptr;
       if (want_logprobs) lp = {{"content", chat_logprobs_content(tok, c.logprobs, top_n)}};
+      json message = {{"role", role}, {"content", echo_text + c.text}, {"tool_calls", json::array()}};
+      std::optional<std::string> finish = c.finish_reason;
+      if (tool_format) {
+        ParsedToolOutput parsed = parse_tool_calls(*tool_format, c.text, tools.named);
+        if (!tools.parallel && parsed.calls.size() > 1) parsed.calls.resize(1);
+        if (!parsed.calls.empty()) {
+          for (const auto& call : parsed.calls) {
+            message["tool_calls"].push_back(tool_call_json(new_tool_call_id(), call.name, call.arguments));
+          }
+          const std::string content = echo_text + parsed.content.value_or("");
+          message["content"] = content.empty() ? json(nullptr) : json(content);
+          // A named function keeps the engine's reason (as vLLM; OpenAI says "stop" there too); an
+          // answer cut by max_tokens stays "length".
+          if (*tool_format != ToolCallFormat::Named && finish == "stop") finish = "tool_calls";
+        }
+      }
       jc.push_back({{"index", i},
-                    {"message", {{"role", role}, {"content", echo_text + c.text}, {"tool_calls", json::array()}}},
+                    {"message", std::move(message)},
                     {"logprobs", lp},
-                    {"finish_reason", opt_json(c.finish_reason)},
+                    {"finish_reason", opt_json(finish)},
                     {"stop_reason", opt_json(c.stop_reason)}});
     }
     send_json(res, 200,
@@ -143,11 +220,17 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     return;
   }
 
+  // One tool-call parser per choice when the output is to be read for tool calls.
+  auto parsers = std::make_shared<std::vector<ToolCallParser>>();
+  if (tool_format) {
+    for (int i = 0; i < n; ++i) parsers->emplace_back(*tool_format, true, tools.named);
+  }
+  const bool parallel = tools.parallel;
   ServerContext* c = &ctx;
   start_event_stream(
       req, res,
-      [c, sub, choices, want_logprobs, top_n, include_usage, id, created, model, tok, engine, role,
-       echo_text](const SseWrite& write) {
+      [c, sub, choices, want_logprobs, top_n, include_usage, id, created, model, tok, engine, role, echo_text, parsers,
+       tool_format, parallel](const SseWrite& write) {
         auto chunk = [&](json choices_json, json usage) {
           json j = {{"id", id},
                     {"object", "chat.completion.chunk"},
@@ -169,23 +252,35 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
           }
         }
         // An empty write probes the client while the engine is busy.
-        const DrainResult r = drain_outputs(*c, *sub, [&] { return write(""); }, [&](size_t, const RequestOutput& out) {
-          for (auto& d : out.outputs) {
-            if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
-            // As in completions: without a tokenizer every new token still gets its (empty) chunk.
-            if (d.text.empty() && !d.finish_reason && d.logprobs.empty() && (tok || d.token_ids.empty())) continue;
-            json delta = json::object();
-            if (!d.text.empty() || !d.finish_reason) delta["content"] = d.text;
-            json lp = nullptr;
-            if (want_logprobs) lp = {{"content", chat_logprobs_content(tok, d.logprobs, top_n)}};
-            json one = {
-                {"index", d.index}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", opt_json(d.finish_reason)}};
-            if (d.finish_reason) one["stop_reason"] = opt_json(d.stop_reason);
-            if (d.finish_reason) (*choices)[size_t(d.index)].finish_reason = d.finish_reason;
-            if (!write(chunk(json::array({one}), nullptr))) return false;
-          }
-          return true;
-        });
+        const DrainResult r = drain_outputs(
+            *c, *sub, [&] { return write(""); },
+            [&](size_t, const RequestOutput& out) {
+              for (auto& d : out.outputs) {
+                if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
+                if (!parsers->empty()) {
+                  const json lp =
+                      want_logprobs ? json{{"content", chat_logprobs_content(tok, d.logprobs, top_n)}} : json();
+                  auto send = [&](json one) { return write(chunk(json::array({std::move(one)}), nullptr)); };
+                  if (!write_tool_deltas(d, (*parsers)[size_t(d.index)], *tool_format, parallel, lp, send))
+                    return false;
+                  continue;
+                }
+                // As in completions: without a tokenizer every new token still gets its (empty) chunk.
+                if (d.text.empty() && !d.finish_reason && d.logprobs.empty() && (tok || d.token_ids.empty())) continue;
+                json delta = json::object();
+                if (!d.text.empty() || !d.finish_reason) delta["content"] = d.text;
+                json lp = nullptr;
+                if (want_logprobs) lp = {{"content", chat_logprobs_content(tok, d.logprobs, top_n)}};
+                json one = {{"index", d.index},
+                            {"delta", delta},
+                            {"logprobs", lp},
+                            {"finish_reason", opt_json(d.finish_reason)}};
+                if (d.finish_reason) one["stop_reason"] = opt_json(d.stop_reason);
+                if (d.finish_reason) (*choices)[size_t(d.index)].finish_reason = d.finish_reason;
+                if (!write(chunk(json::array({one}), nullptr))) return false;
+              }
+              return true;
+            });
         if (r.client_gone) return;
         if (write_openai_stream_error(write, r)) return;
         if (include_usage) {

@@ -6,8 +6,9 @@
 #include <mutex>
 
 #include "app/server/errors.h"
-#include "engine/common/log.h"
+#include "app/server/openai/chat_tools.h"
 #include "engine/common/error.h"
+#include "engine/common/log.h"
 #include "engine/tokenizer/chat_template.h"
 
 namespace cypris::server {
@@ -62,6 +63,9 @@ static ordered_json normalize_messages(const ordered_json& messages) {
     ordered_json copy = m;
     if (m.contains("content") && m["content"].is_array()) copy["content"] = content_text(m["content"], i);
     if (m.contains("content")) content_text(m["content"], i);  // type check
+    // An assistant turn that only calls tools comes with "content": null; templates test it with
+    // `in` or `+` (Qwen3, Hermes), so it becomes "" as vLLM makes it.
+    if (m.contains("tool_calls") && (!m.contains("content") || m["content"].is_null())) copy["content"] = "";
     out.push_back(std::move(copy));
   }
   return out;
@@ -84,8 +88,9 @@ static std::shared_ptr<const ChatTemplate> parsed_template(const std::string& so
   return t;
 }
 
-std::string render_chat_prompt(const ordered_json& messages, const Tokenizer* tok, const ChatPromptInputs& in) {
-  const ordered_json msgs = normalize_messages(messages);
+std::string render_chat_prompt(const ordered_json& messages, const Tokenizer* tok, const ChatPromptInputs& in,
+                               std::string* used_source) {
+  const ordered_json msgs = tool_call_arguments_as_objects(normalize_messages(messages));
   const bool with_tools = in.tools.is_array() && !in.tools.empty();
   std::string source;
   try {
@@ -100,6 +105,7 @@ std::string render_chat_prompt(const ordered_json& messages, const Tokenizer* to
   } catch (const cypris::Error& e) {
     throw HttpError(500, std::string("chat template: ") + e.what());
   }
+  if (used_source) *used_source = source;
   ChatTemplateInputs ti;
   ti.add_generation_prompt = in.add_generation_prompt;
   if (tok) {

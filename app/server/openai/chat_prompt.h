@@ -21,9 +21,11 @@ struct ChatPromptInputs {
 
 // Checks the messages (HttpError 400 naming messages[i]) and renders them; a template that fails
 // (raise_exception, runaway) is HttpError 400 with the template's message. Messages are
-// ordered_json so templates print keys in the client's order.
-std::string render_chat_prompt(const nlohmann::ordered_json& messages, const Tokenizer* tok,
-                               const ChatPromptInputs& in);
+// ordered_json so templates print keys in the client's order. Assistant tool_calls arguments sent
+// as JSON strings reach the template as objects (vLLM does the same). used_source: the template
+// text that was rendered (the tool-call format is read from it).
+std::string render_chat_prompt(const nlohmann::ordered_json& messages, const Tokenizer* tok, const ChatPromptInputs& in,
+                               std::string* used_source = nullptr);
 
 // Parses the model's chat templates and --chat-template once, logging a warning for each that
 // cannot be parsed (chat requests would answer 500): called when a model is loaded.

@@ -22,9 +22,6 @@ namespace cypris::server {
 
 using nlohmann::json;
 
-std::string chat_prompt_of(const json& body, const std::string& raw, const Tokenizer* tok, const ServerContext& ctx,
-                           bool default_gen_prompt);
-
 namespace {
 
 json model_cards(ServerContext& ctx) {

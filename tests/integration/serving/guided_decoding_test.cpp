@@ -16,37 +16,21 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "app/server/server.h"
-#include "engine/core/async_engine.h"
 #include "engine/tokenizer/regex.h"
+#include "tests/support/stories_server.h"
 
 namespace cypris {
 namespace {
 
 using nlohmann::json;
 
-const std::string kModel = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
 constexpr int kSamples = 6;
 
 class GuidedServer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    EngineConfig cfg;
-    cfg.model.model = kModel;
-    cfg.model.dtype = "float32";
-    cfg.model.served_model_name = {"stories"};
-    cfg.device.device = "cpu";
-    cfg.device.threads = 2;
-    cfg.cache.cpu_kvcache_space = 0.05;
-    cfg.logging.disable_log_stats = true;
-    cfg.server.host = "127.0.0.1";
-    cfg.server.port = 0;
-    cfg.server.launch_kobold_api = true;
-    auto factory = [](const EngineConfig& c) -> std::shared_ptr<EngineClient> {
-      return std::make_shared<AsyncEngine>(c);
-    };
-    server_ = new Server(cfg, factory, factory(cfg));
-    port_ = server_->start();
+    server_ = new testing_support::StoriesServer(testing_support::start_stories_server());
+    port_ = server_->port;
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -63,7 +47,8 @@ class GuidedServer : public ::testing::Test {
     json bias = json::object();
     httplib::Client c("127.0.0.1", port_);
     for (const char* piece : {"\"", "}", "]"}) {
-      auto t = c.Post("/v1/tokenize", json{{"prompt", piece}, {"add_special_tokens", false}}.dump(), "application/json");
+      auto t =
+          c.Post("/v1/tokenize", json{{"prompt", piece}, {"add_special_tokens", false}}.dump(), "application/json");
       EXPECT_TRUE(t && t->status == 200);
       if (t && t->status == 200) bias[std::to_string(json::parse(t->body)["tokens"].back().get<int>())] = 6;
     }
@@ -93,25 +78,11 @@ class GuidedServer : public ::testing::Test {
     }
     return o;
   }
-  static int judge(const std::vector<json>& cases) {
-    const auto path = std::filesystem::temp_directory_path() / ("cypris_guided_" + std::to_string(port_) + ".jsonl");
-    {
-      std::ofstream out(path);
-      for (auto& c : cases) out << c.dump() << "\n";
-    }
-    // Debian's interpreter: python3-jsonschema and python3-lark are installed for it (a python3
-    // earlier on PATH, e.g. pyenv's, would not see them).
-    const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-    const std::string cmd =
-        python + " " + std::string(CYPRIS_SOURCE_DIR) + "/tests/tools/guided_judge.py " + path.string();
-    int rc = std::system(cmd.c_str());
-    std::filesystem::remove(path);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  }
-  static Server* server_;
+  static int judge(const std::vector<json>& cases) { return testing_support::run_guided_judge(cases); }
+  static testing_support::StoriesServer* server_;
   static int port_;
 };
-Server* GuidedServer::server_ = nullptr;
+testing_support::StoriesServer* GuidedServer::server_ = nullptr;
 int GuidedServer::port_ = 0;
 
 std::string read_file(const std::string& p) {
@@ -128,7 +99,8 @@ TEST_F(GuidedServer, JsonSchemasAreValidPerJsonschema) {
     // Alternate the request forms: vLLM's guided_json and OpenAI's response_format.
     json body = i % 2 ? json{{"guided_json", schemas[i]}}
                       : json{{"response_format",
-                              {{"type", "json_schema"}, {"json_schema", {{"name", "s"}, {"schema", schemas[i]}, {"strict", true}}}}}};
+                              {{"type", "json_schema"},
+                               {"json_schema", {{"name", "s"}, {"schema", schemas[i]}, {"strict", true}}}}}};
     Outputs o = complete(body);
     ASSERT_EQ(o.texts.size(), static_cast<size_t>(kSamples)) << schemas[i].dump();
     for (bool f : o.finished) finished += f, ++total;
@@ -143,19 +115,25 @@ TEST_F(GuidedServer, JsonSchemasAreValidPerJsonschema) {
 }
 
 TEST_F(GuidedServer, JsonObjectParses) {
-  Outputs o = complete(
-      {{"response_format", {{"type", "json_object"}}}, {"guided_whitespace_pattern", " ?"}, {"logit_bias", closing_bias()}},
-      12, 400);
-  std::vector<json> cases{{{"kind", "jsonschema"}, {"spec", {{"type", "object"}}}, {"outputs", o.texts}, {"finished", o.finished}}};
+  Outputs o = complete({{"response_format", {{"type", "json_object"}}},
+                        {"guided_whitespace_pattern", " ?"},
+                        {"logit_bias", closing_bias()}},
+                       12, 400);
+  std::vector<json> cases{
+      {{"kind", "jsonschema"}, {"spec", {{"type", "object"}}}, {"outputs", o.texts}, {"finished", o.finished}}};
   int rc = judge(cases);
   if (rc == 77) GTEST_SKIP();
   EXPECT_EQ(rc, 0);
 }
 
 TEST_F(GuidedServer, RegexOutputsFullMatchPerPcre2) {
-  const std::vector<std::string> patterns = {
-      "[A-Z][a-z]{2,8}( [a-z]{1,6}){0,4}\\.", "\\d{3}-\\d{4}", "(cat|dog|bird)s?( and (cat|dog|bird)s?)*",
-      "[^\\n]{5,20}", "(0|[1-9][0-9]*)(\\.[0-9]+)?", "[a-f0-9]{8}(-[a-f0-9]{4}){3}", "(ab|cd){2,5}x?"};
+  const std::vector<std::string> patterns = {"[A-Z][a-z]{2,8}( [a-z]{1,6}){0,4}\\.",
+                                             "\\d{3}-\\d{4}",
+                                             "(cat|dog|bird)s?( and (cat|dog|bird)s?)*",
+                                             "[^\\n]{5,20}",
+                                             "(0|[1-9][0-9]*)(\\.[0-9]+)?",
+                                             "[a-f0-9]{8}(-[a-f0-9]{4}){3}",
+                                             "(ab|cd){2,5}x?"};
   for (const auto& p : patterns) {
     Outputs o = complete({{"guided_regex", p}}, kSamples, 60);
     Regex re("(?:" + p + ")\\z", false, "test pattern");
@@ -177,8 +155,13 @@ TEST_F(GuidedServer, ChoiceIsOneOfTheChoices) {
 TEST_F(GuidedServer, BeamSearchStaysInTheGrammar) {
   httplib::Client c("127.0.0.1", port_);
   c.set_read_timeout(60);
-  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 0}, {"use_beam_search", true},
-               {"best_of", 3}, {"n", 2}, {"guided_regex", "(Lily|Tom) (was|had) [a-z]{2,8}\\."}};
+  json body = {{"prompt", "Once upon a time"},
+               {"max_tokens", 30},
+               {"temperature", 0},
+               {"use_beam_search", true},
+               {"best_of", 3},
+               {"n", 2},
+               {"guided_regex", "(Lily|Tom) (was|had) [a-z]{2,8}\\."}};
   auto r = c.Post("/v1/completions", body.dump(), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
@@ -231,9 +214,10 @@ TEST_F(GuidedServer, LlamaCppGbnfExamples) {
   Outputs ar = complete({{"grammar", read_file(dir + "arithmetic.gbnf")}}, kSamples, 60);
   cases.push_back({{"kind", "lark"},
                    // (Lark's dynamic lexer refuses zero-width terminals: ws is an optional WSC.)
-                   {"spec", "start: (expr \"=\" ws term \"\\n\")+\nexpr: term (OP term)*\nOP: /[-+*\\/]/\n"
-                            "term: ident | num | \"(\" ws expr \")\" ws\nident: /[a-z][a-z0-9_]*/ ws\n"
-                            "num: /[0-9]+/ ws\nws: WSC?\nWSC: /[ \\t\\n]+/\n"},
+                   {"spec",
+                    "start: (expr \"=\" ws term \"\\n\")+\nexpr: term (OP term)*\nOP: /[-+*\\/]/\n"
+                    "term: ident | num | \"(\" ws expr \")\" ws\nident: /[a-z][a-z0-9_]*/ ws\n"
+                    "num: /[0-9]+/ ws\nws: WSC?\nWSC: /[ \\t\\n]+/\n"},
                    {"outputs", ar.texts},
                    {"finished", ar.finished}});
   int rc = judge(cases);
@@ -254,8 +238,12 @@ TEST_F(GuidedServer, LlamaCppGbnfExamples) {
 TEST_F(GuidedServer, KoboldGrammarField) {
   httplib::Client c("127.0.0.1", port_);
   c.set_read_timeout(60);
-  json body = {{"prompt", "Once upon a time"}, {"max_length", 20}, {"temperature", 1.5}, {"sampler_seed", 3},
-               {"grammar", "root ::= (\"yes\" | \"no\") \".\"\n"}, {"grammar_retain_state", false}};
+  json body = {{"prompt", "Once upon a time"},
+               {"max_length", 20},
+               {"temperature", 1.5},
+               {"sampler_seed", 3},
+               {"grammar", "root ::= (\"yes\" | \"no\") \".\"\n"},
+               {"grammar_retain_state", false}};
   auto r = c.Post("/api/v1/generate", body.dump(), "application/json");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200) << r->body;
