@@ -49,4 +49,10 @@ if [ "$MODE" = serving ] || [ "$MODE" = all ]; then
   grep -iE "start-up" "$OUT/server.txt" | tee -a "$summary"
   kill $srv; wait $srv 2>/dev/null
 fi
+if [ "$MODE" = profile ] || [ "$MODE" = all ]; then
+  # Per-kernel time and DRAM bytes of decode steps (Nsight Compute; a 128-token prompt, eager).
+  timeout 90 ncu --clock-control none --launch-skip 2600 --launch-count 360 \
+    --metrics gpu__time_duration.sum,dram__bytes.sum --csv "$B/bench_cuda_decode" "$M" 128 12 > "$OUT/ncu.csv" 2>&1
+  note "ncu rc=$?"
+fi
 echo "=== summary"; cat "$summary"
