@@ -29,6 +29,8 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   Device device() const override { return Device::Cuda; }
   DType activation_dtype() const override;
+  // Every GGUF block type: kernels/cuda/quant (fused GEMV for decode, fp16 tiles for prefill).
+  bool supports_quantized_weight(DType type) const override { return dtype_is_quantized(type); }
 
   DeviceTensor empty(DType dtype, const std::vector<int64_t>& shape) override;
   DeviceTensor zeros(DType dtype, const std::vector<int64_t>& shape) override;
