@@ -188,6 +188,15 @@ void check_scatter_add_rows(const char* backend, DType act, const Tensor& src, c
                indices.shape_str(), weights.shape_str(), out.shape_str());
 }
 
+void check_dummy_runs(const char* backend, int64_t numel, const std::vector<DummyFill>& runs) {
+  for (const DummyFill& run : runs) {
+    CYPRIS_CHECK(run.dst_offset >= 0 && run.rows >= 0 && run.row_len >= 0 &&
+                     run.dst_offset + run.rows * run.row_len <= numel,
+                 "{}: dummy_weight: a run of {} elements at {} outside a weight of {}", backend,
+                 run.rows * run.row_len, run.dst_offset, numel);
+  }
+}
+
 void check_add(const char* backend, DType act, const Tensor& x, const Tensor& out) {
   require(backend, x, act, 2, "add input");
   require(backend, out, act, 2, "add output");

@@ -42,6 +42,8 @@ void check_rms_norm_heads(const char* backend, DType act, const Tensor& x, const
 void check_scale_and_cap(const char* backend, DType act, const Tensor& x, float scale, float cap);
 void check_scatter_add_rows(const char* backend, DType act, const Tensor& src, const Tensor& indices, const Tensor& weights,
                             const Tensor& out);
+// Every dummy-fill run lies inside a weight of `numel` elements.
+void check_dummy_runs(const char* backend, int64_t numel, const std::vector<DummyFill>& runs);
 void check_add(const char* backend, DType act, const Tensor& x, const Tensor& out);
 void check_gather_rows(const char* backend, DType act, const Tensor& x, const Tensor& indices, const Tensor& out);
 

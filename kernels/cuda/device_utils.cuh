@@ -54,8 +54,8 @@ __device__ __forceinline__ void load8(const float* p, float* out) {
   const float4 b = *reinterpret_cast<const float4*>(p + 4);
   out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 }
-__device__ __forceinline__ void load8(const __half* p, float* out) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+// Eight 16-bit values (one 16-byte word) as fp32; the pointer type only picks the format.
+__device__ __forceinline__ void unpack8(const uint4& raw, const __half*, float* out) {
   const __half2* h = reinterpret_cast<const __half2*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -64,8 +64,7 @@ __device__ __forceinline__ void load8(const __half* p, float* out) {
     out[2 * i + 1] = f.y;
   }
 }
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float* out) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+__device__ __forceinline__ void unpack8(const uint4& raw, const __nv_bfloat16*, float* out) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -73,6 +72,17 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float* out) {
     out[2 * i] = f.x;
     out[2 * i + 1] = f.y;
   }
+}
+__device__ __forceinline__ void load8(const __half* p, float* out) {
+  unpack8(*reinterpret_cast<const uint4*>(p), p, out);
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float* out) {
+  unpack8(*reinterpret_cast<const uint4*>(p), p, out);
+}
+// The same through the read-only cache (__ldg), for data no thread of the kernel writes (weights).
+template <typename T>
+__device__ __forceinline__ void load8_ldg(const T* p, float* out) {
+  unpack8(__ldg(reinterpret_cast<const uint4*>(p)), p, out);
 }
 
 // Eight fp32 values stored as T at p (16-byte aligned), rounded to nearest even.

@@ -46,26 +46,12 @@ __device__ __forceinline__ void load_vec<float>(const float* p, float* out) {
 
 template <>
 __device__ __forceinline__ void load_vec<__half>(const __half* p, float* out) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const __half2* h = reinterpret_cast<const __half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
+  load8_ldg(p, out);
 }
 
 template <>
 __device__ __forceinline__ void load_vec<__nv_bfloat16>(const __nv_bfloat16* p, float* out) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    out[2 * i] = f.x;
-    out[2 * i + 1] = f.y;
-  }
+  load8_ldg(p, out);
 }
 
 // V consecutive activations as fp32: V = 8 (16-bit weights: one 16-byte load of 16-bit x, two of

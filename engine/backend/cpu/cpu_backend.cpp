@@ -54,12 +54,8 @@ std::optional<DeviceTensor> CpuBackend::dummy_weight(DType dtype, const std::vec
                                                      const std::vector<DummyFill>& runs) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return std::nullopt;
   DeviceTensor t = empty(dtype, shape);
-  for (const DummyFill& run : runs) {
-    CYPRIS_CHECK(run.dst_offset + run.rows * run.row_len <= t.view.numel(),
-                 "dummy_weight: a run of {} elements at {} outside a weight of {}", run.rows * run.row_len,
-                 run.dst_offset, t.view.numel());
-    dummy_fill_cpu(t.view.data, dtype, run, pool_.get());
-  }
+  backend_checks::check_dummy_runs(kName, t.view.numel(), runs);
+  for (const DummyFill& run : runs) dummy_fill_cpu(t.view.data, dtype, run, pool_.get());
   return t;
 }
 

@@ -299,12 +299,8 @@ std::optional<DeviceTensor> CudaBackend::dummy_weight(DType dtype, const std::ve
                                                       const std::vector<DummyFill>& runs) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return std::nullopt;
   DeviceTensor t = empty_exact(dtype, shape);
-  for (const DummyFill& run : runs) {
-    CYPRIS_CHECK(run.dst_offset + run.rows * run.row_len <= t.view.numel(),
-                 "dummy_weight: a run of {} elements at {} outside a weight of {}", run.rows * run.row_len,
-                 run.dst_offset, t.view.numel());
-    dummy_fill_cuda(t.view.data, dtype, run, impl_->stream);
-  }
+  backend_checks::check_dummy_runs(kName, t.view.numel(), runs);
+  for (const DummyFill& run : runs) dummy_fill_cuda(t.view.data, dtype, run, impl_->stream);
   // Ready when this returns, like upload_weight (other streams may read it next).
   CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
   return t;

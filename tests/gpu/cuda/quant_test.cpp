@@ -36,6 +36,17 @@ const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DTyp
 
 class CudaQuant : public ::testing::TestWithParam<DType> {};
 
+// A quantized [n, k] weight (raw GGUF blocks) as the backend keeps it.
+template <typename Bytes>
+DeviceTensor upload_quantized(CudaBackend& backend, DType t, const Bytes& w, int64_t n, int64_t k) {
+  HostTensor hw;
+  hw.dtype = t;
+  hw.shape = {n, k};
+  hw.buffer = Buffer(w.size());
+  std::memcpy(hw.buffer.data(), w.data(), w.size());
+  return backend.upload_weight(std::move(hw));
+}
+
 TEST_P(CudaQuant, DequantizedRowsEqualTheCpuReference) {
   CYPRIS_REQUIRE_GPU();
   const DType t = GetParam();
@@ -102,12 +113,7 @@ TEST_P(CudaQuant, BackendLinearDecodeAndPrefill) {
   std::vector<float> wd(n * k);
   quant::dequantize_row(t, w.data(), wd.data(), n * k);
   auto backend = std::make_unique<CudaBackend>();
-  HostTensor hw;
-  hw.dtype = t;
-  hw.shape = {n, k};
-  hw.buffer = Buffer(w.size());
-  std::memcpy(hw.buffer.data(), w.data(), w.size());
-  DeviceTensor dw = backend->upload_weight(std::move(hw));
+  DeviceTensor dw = upload_quantized(*backend, t, w, n, k);
   for (int64_t m : {int64_t{2}, int64_t{40}}) {
     const auto x = randn(m * k, 30 + static_cast<uint32_t>(m));
     std::vector<float> ref(m * n);
@@ -141,12 +147,7 @@ TEST_P(CudaQuant, BackendLinearWithBf16Activations) {
   o.activation_dtype = DType::BF16;
   auto backend = std::make_unique<CudaBackend>(o);
   EXPECT_TRUE(backend->supports_quantized_weight(t));
-  HostTensor hw;
-  hw.dtype = t;
-  hw.shape = {n, k};
-  hw.buffer = Buffer(w.size());
-  std::memcpy(hw.buffer.data(), w.data(), w.size());
-  DeviceTensor dw = backend->upload_weight(std::move(hw));
+  DeviceTensor dw = upload_quantized(*backend, t, w, n, k);
   for (int64_t m : {int64_t{3}, int64_t{40}}) {
     const Stored x = store(randn(m * k, 40 + static_cast<uint32_t>(m)), DType::BF16);
     std::vector<float> ref(m * n);

@@ -9,6 +9,7 @@
 
 #include "app/server/server.h"
 #include "engine/core/async_engine.h"
+#include "tests/support/stories_server.h"
 
 namespace cypris {
 namespace {
@@ -27,31 +28,17 @@ std::string story() {
 class RealServer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    EngineConfig cfg;
-    cfg.model.model = kModel;
-    cfg.model.dtype = "float32";
-    cfg.model.served_model_name = {"stories"};
-    cfg.device.device = "cpu";
-    cfg.device.threads = 2;
-    cfg.cache.cpu_kvcache_space = 0.05;
-    cfg.logging.disable_log_stats = true;
-    cfg.server.host = "127.0.0.1";
-    cfg.server.port = 0;
-    cfg.server.launch_kobold_api = true;
-    auto factory = [](const EngineConfig& c) -> std::shared_ptr<EngineClient> {
-      return std::make_shared<AsyncEngine>(c);
-    };
-    server_ = new Server(cfg, factory, factory(cfg));
-    port_ = server_->start();
+    server_ = new testing_support::StoriesServer(testing_support::start_stories_server());
+    port_ = server_->port;
   }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
   }
-  static Server* server_;
+  static testing_support::StoriesServer* server_;
   static int port_;
 };
-Server* RealServer::server_ = nullptr;
+testing_support::StoriesServer* RealServer::server_ = nullptr;
 int RealServer::port_ = 0;
 
 TEST_F(RealServer, CompletionIsTheGreedyStory) {
