@@ -52,6 +52,9 @@ std::optional<int> ScriptRunner::step(double now_s) {
           return fail(a, e.what(), 2);
         }
         break;
+      case K::Structured:
+        ctx_.chat->samplers().structured() = {*parse_structured_mode(a.arg), a.value};
+        break;
       case K::Load:
         ctx_.load_model();
         break;

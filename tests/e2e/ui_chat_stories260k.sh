@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # e2e: the whole hobbyist path in the desktop app under Xvfb: set the model (stories260k from the
-# test data), Load, type a message, Enter, wait for the streamed reply, screenshot.
+# test data), Load, type a message, Enter, wait for the streamed reply, screenshot; then a reply with
+# the structured-output field set to the choices yes / no.
 #   ui_chat_stories260k.sh CYPRIS_BINARY HAVE_UI(ON|OFF) OUT_DIR TESTDATA_DIR
 set -u
 bin="$1"; have_ui="$2"; out="$3"; testdata="$4"
@@ -22,6 +23,15 @@ send
 wait_reply 120
 expect_reply
 screenshot $out/chat.png
+structured choice yes\nno
+close options
+open samplers
+frames 60
+screenshot $out/structured.png
+type Is it a story?
+send
+wait_reply 120
+expect_reply
 quit 0
 SCRIPT
 export XDG_CONFIG_HOME="$out/config"
@@ -32,4 +42,9 @@ cat "$out/app.log"
 # The reply may start with a newline: look for text anywhere after "reply:".
 sed -n '/^reply:/,$p' "$out/app.log" | tr -d ' \n' | grep -q '^reply:.' || { echo "FAIL: no reply text"; exit 1; }
 [ -s "$out/chat.png" ] || { echo "FAIL: no screenshot"; exit 1; }
+# The second reply was asked for with the structured-output field set to the choices yes / no.
+# (Like the first, it may start with a newline: the last "reply:" block, blanks dropped.)
+last=$(awk '/^reply:/{b=""; on=1} /^[IWE] [0-9]/{on=0} on{b=b $0} END{print b}' "$out/app.log" | tr -d ' ')
+[ "$last" = "reply:yes" ] || [ "$last" = "reply:no" ] || { echo "FAIL: the structured reply is not yes or no: $last"; exit 1; }
+[ -s "$out/structured.png" ] || { echo "FAIL: no structured-output screenshot"; exit 1; }
 echo PASS

@@ -25,6 +25,8 @@ struct KoboldRequest {
   int64_t max_length = 0;
   bool use_default_badwordsids = false;
   // KoboldCpp: continue the grammar from the end of the previous generation with the same grammar.
+  // Accepted but not carried out: Cypris starts the grammar afresh for every request (KoboldCpp's
+  // behaviour with false, its default); the route logs that once when a request asks for true.
   bool grammar_retain_state = false;
   SamplingParams params;
 };

@@ -3,6 +3,7 @@
 // carry detail.msg besides the OpenAI error object, since Kobold clients read that.
 #include <fmt/format.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "app/server/auth.h"
@@ -11,6 +12,7 @@
 #include "app/server/route_util.h"
 #include "app/server/router.h"
 #include "app/server/sse.h"
+#include "engine/common/log.h"
 
 namespace cypris::server {
 
@@ -70,6 +72,14 @@ KoboldJob start_generation(ServerContext& ctx, const httplib::Request& req) {
   const Tokenizer* tok = engine->tokenizer();
   const int64_t model_len = engine->model_info().max_model_len;
   KoboldRequest kr = kobold_request_from_json(body, ctx.cfg().server.max_length, model_len > 0 ? model_len : 4096);
+  if (kr.grammar_retain_state && kr.params.guided.active()) {
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      LOG_WARN(
+          "Kobold 'grammar_retain_state': true is accepted, but Cypris starts the grammar afresh for every request "
+          "(KoboldCpp's behaviour with false); see docs/guided_decoding.md");
+    }
+  }
   if (kr.use_default_badwordsids && tok) {
     auto bans = cached_bad_words(*tok);
     kr.params.custom_token_bans.insert(kr.params.custom_token_bans.end(), bans.begin(), bans.end());

@@ -1,6 +1,7 @@
 // The Samplers panel; see samplers_panel.h.
 #include "app/ui/panels/samplers_panel.h"
 
+#include <fmt/format.h>
 #include <imgui.h>
 #include <imgui_stdlib.h>
 
@@ -156,6 +157,7 @@ void SamplersPanel::draw() {
   if (!message_.empty()) ui::text_colored_wrapped(message_error_ ? ui::kRed : ui::kGrey, message_);
   for (const auto& e : preset_errors_) ui::text_colored_wrapped(ui::kYellow, e);
 
+  draw_structured_output();
   for (const auto& group : sampler_groups()) {
     if (!ImGui::TreeNodeEx(group.c_str(), group == "Common" ? ImGuiTreeNodeFlags_DefaultOpen : 0)) continue;
     for (const auto& spec : sampler_table()) {
@@ -164,6 +166,59 @@ void SamplersPanel::draw() {
     ImGui::TreePop();
   }
   ImGui::PopID();
+}
+
+// A mode and a multi-line text, checked by the server's guided-decoding front end once the text has
+// stopped changing (not every frame); the result under the box.
+void SamplersPanel::draw_structured_output() {
+  ChatSession& chat = *ctx_.chat;
+  StructuredOutput& f = chat.samplers().structured();
+  StructuredOutputValidator& check = chat.structured_check();
+  check.poll(f, ImGui::GetTime());
+  const std::string label = f.mode == StructuredMode::Off
+                                ? std::string("Structured output###structured")
+                                : fmt::format("Structured output: {}###structured", structured_mode_label(f.mode));
+  if (!ImGui::TreeNodeEx(label.c_str(), f.mode == StructuredMode::Off ? 0 : ImGuiTreeNodeFlags_DefaultOpen)) return;
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x * 0.55f);
+  if (ImGui::BeginCombo("Mode", structured_mode_label(f.mode))) {
+    for (StructuredMode m : structured_modes()) {
+      if (ImGui::Selectable(structured_mode_label(m), m == f.mode)) {
+        f.mode = m;
+        ctx_.settings->last_sampler_preset.clear();
+      }
+    }
+    ImGui::EndCombo();
+  }
+  ui::tooltip(
+      "Makes the reply match a grammar (guided decoding), as the API's guided_json, guided_regex, "
+      "guided_choice and grammar fields do. Saved with your sampler presets.");
+  if (f.mode != StructuredMode::Off) {
+    const char* hint = "";
+    switch (f.mode) {
+      case StructuredMode::JsonSchema: hint = "{\"type\": \"object\", \"properties\": {...}}"; break;
+      case StructuredMode::Regex: hint = "[A-Z][a-z]+ \\d{4}"; break;
+      case StructuredMode::Choice: hint = "yes\nno"; break;
+      case StructuredMode::Gbnf: hint = "root ::= \"yes\" | \"no\""; break;
+      case StructuredMode::Off: break;
+    }
+    if (ImGui::InputTextMultiline("##structured_text", &f.text,
+                                  ImVec2(-FLT_MIN, ImGui::GetTextLineHeight() * 8), ImGuiInputTextFlags_AllowTabInput)) {
+      ctx_.settings->last_sampler_preset.clear();
+    }
+    if (f.text.empty()) ui::text_colored_wrapped(ui::kGrey, std::string("e.g. ") + hint);
+    const StructuredCheck& r = check.result();
+    if (check.pending(f)) {
+      ui::text_colored_wrapped(ui::kGrey, "checking...");
+    } else if (r.state == StructuredCheck::State::Valid) {
+      ui::text_colored_wrapped(ui::kGreen, "valid");
+    } else if (r.state == StructuredCheck::State::Invalid) {
+      ui::text_colored_wrapped(ui::kRed, r.message);
+      ui::text_colored_wrapped(ui::kGrey, "Send still works: the message goes without the grammar.");
+    } else if (r.state == StructuredCheck::State::Empty) {
+      ui::text_colored_wrapped(ui::kGrey, r.message);
+    }
+  }
+  ImGui::TreePop();
 }
 
 void SamplersPanel::draw_param(const SamplerSpec& spec) {

@@ -24,6 +24,7 @@ class SamplersPanel : public Panel {
  private:
   void reload_presets();
   void draw_param(const SamplerSpec& s);
+  void draw_structured_output();
   std::vector<SamplerPreset> presets_;
   std::vector<std::string> preset_errors_;
   bool loaded_ = false;

@@ -61,6 +61,12 @@ bool ChatSession::start_reply(const std::shared_ptr<EngineClient>& engine) {
     return false;
   }
   nlohmann::json sampler = samplers_.to_request_json();
+  const StructuredCheck& structured = structured_check_.validate(samplers_.structured());
+  if (structured.state == StructuredCheck::State::Valid) {
+    sampler.update(structured.fields);
+  } else if (structured.state == StructuredCheck::State::Invalid) {
+    last_error_ = "sent without structured output (the field is invalid: " + structured.message + ")";
+  }
   const std::string request_id = "chat-" + std::to_string(next_id_++);
   auto flight = std::make_shared<InFlight>();
   in_flight_ = flight;

@@ -12,6 +12,7 @@
 #include "app/ui/state/chat_transcript.h"
 #include "app/ui/state/sampler_table.h"
 #include "app/ui/state/services.h"
+#include "app/ui/state/structured_output.h"
 #include "app/ui/state/ui_queue.h"
 
 namespace cypris {
@@ -27,9 +28,14 @@ class ChatSession {
   ChatTranscript& transcript() { return transcript_; }
   const ChatTranscript& transcript() const { return transcript_; }
   SamplerSettings& samplers() { return samplers_; }
+  // Checks samplers().structured() (the panel polls it every frame; send() validates it now). A
+  // valid field goes into the request as its guided-decoding fields; an invalid one does not stop
+  // the message: it is sent without the grammar and last_error() says so.
+  StructuredOutputValidator& structured_check() { return structured_check_; }
 
   // Adds the user's text and starts the reply. Returns false with a reason in last_error() when
-  // there is no engine, the text is empty or a reply is already streaming.
+  // there is no engine, the text is empty or a reply is already streaming. Returns true with a
+  // warning in last_error() when the structured-output field is invalid and was left out.
   bool send(const std::shared_ptr<EngineClient>& engine, const std::string& text);
   // Answers the last user message again (dropping the previous answer).
   bool regenerate(const std::shared_ptr<EngineClient>& engine);
@@ -46,6 +52,7 @@ class ChatSession {
   std::function<double()> now_s_;
   ChatTranscript transcript_;
   SamplerSettings samplers_;
+  StructuredOutputValidator structured_check_;
   std::string last_error_;
   uint64_t next_id_ = 1;
   // The stream of the reply in flight; the worker sets it, stop() cancels it.

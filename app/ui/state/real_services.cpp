@@ -208,11 +208,17 @@ std::vector<int32_t> RealServices::apply_chat_template(const EngineClient& engin
   return tok->encode(prompt, /*add_special_tokens=*/false);
 }
 
-std::shared_ptr<RequestStream> RealServices::generate(EngineClient& engine, const std::string& request_id,
-                                                      std::vector<int32_t> prompt_ids, const nlohmann::json& sampler) {
+SamplingParams chat_sampling_params(const nlohmann::json& request) {
   server::SamplingDefaults defaults;
   defaults.max_tokens.reset();
-  auto params = std::make_shared<SamplingParams>(server::sampling_from_json(sampler, defaults));
+  SamplingParams p = server::sampling_from_json(request, defaults);
+  p.guided = server::guided_from_json(request);
+  return p;
+}
+
+std::shared_ptr<RequestStream> RealServices::generate(EngineClient& engine, const std::string& request_id,
+                                                      std::vector<int32_t> prompt_ids, const nlohmann::json& sampler) {
+  auto params = std::make_shared<SamplingParams>(chat_sampling_params(sampler));
   return engine.submit(GenerateRequest{request_id, std::move(prompt_ids), "", params, 0});
 }
 

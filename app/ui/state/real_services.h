@@ -7,10 +7,17 @@
 #include <mutex>
 
 #include "app/ui/state/services.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris {
 
 class Server;
+
+// The chat's request JSON (SamplerSettings::to_request_json plus the structured-output fields) as
+// SamplingParams, read by the OpenAI routes' code: sampling_from_json for the samplers and
+// guided_from_json for guided_json / guided_regex / guided_choice / grammar, so a grammar reaches
+// the engine exactly as it would through /v1/chat/completions. Throws server::HttpError like them.
+SamplingParams chat_sampling_params(const nlohmann::json& request);
 
 class RealServices : public AppServices {
  public:

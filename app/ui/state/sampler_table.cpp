@@ -286,6 +286,10 @@ void SamplerSettings::apply_preset(const json& preset, const std::string& where)
   CYPRIS_CHECK(values.is_object(), "{}: \"values\" must be an object of sampler parameters", where);
   SamplerSettings next;  // keys not given keep their default
   for (const auto& [k, v] : values.items()) next.set(k, v, where);
+  next.structured_ = structured_;
+  if (auto it = preset.find("structured_output"); it != preset.end()) {
+    next.structured_ = StructuredOutput::from_json(*it, where);
+  }
   *this = next;
 }
 
@@ -294,7 +298,8 @@ json SamplerSettings::to_preset(const std::string& name, const std::string& desc
   for (const auto& s : sampler_table()) {
     if (!is_default(s.key)) values[s.key] = get(s.key);
   }
-  return json{{"name", name}, {"description", description}, {"values", values}};
+  return json{
+      {"name", name}, {"description", description}, {"values", values}, {"structured_output", structured_.to_json()}};
 }
 
 SamplerPreset read_sampler_preset(const std::string& path) {

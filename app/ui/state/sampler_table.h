@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "app/ui/state/structured_output.h"
+
 namespace cypris {
 
 enum class SamplerType { Float, Int, Bool, Choice, StringList, IntList, TokenBias, SamplerOrder };
@@ -51,13 +53,21 @@ class SamplerSettings {
   // short for a chat, so the chat's default is 512).
   nlohmann::json to_request_json() const;
 
-  // Presets: {"name": ..., "description": ..., "values": {key: value, ...}}; keys not given keep
-  // their default. Loading checks every key and value and throws Error naming the file and key.
+  // The structured-output field (a grammar for the reply). Not a sampler parameter: reset_all()
+  // leaves it, and to_request_json() does not add it (ChatSession adds it once it compiles).
+  StructuredOutput& structured() { return structured_; }
+  const StructuredOutput& structured() const { return structured_; }
+
+  // Presets: {"name": ..., "description": ..., "values": {key: value, ...}, "structured_output":
+  // {"mode": ..., "text": ...}}; keys not given keep their default. A preset without
+  // "structured_output" (the shipped ones) leaves the field as it is; saved presets always have it.
+  // Loading checks every key and value and throws Error naming the file and key.
   void apply_preset(const nlohmann::json& preset, const std::string& where);
   nlohmann::json to_preset(const std::string& name, const std::string& description = "") const;
 
  private:
   std::map<std::string, nlohmann::json> values_;
+  StructuredOutput structured_;
 };
 
 struct SamplerPreset {

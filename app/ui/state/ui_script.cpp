@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "app/ui/state/structured_output.h"
 #include "engine/common/error.h"
 
 namespace cypris {
@@ -48,6 +49,7 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
                                                  {"close", K::Close},
                                                  {"set", K::Set},
                                                  {"sampler", K::Sampler},
+                                                 {"structured", K::Structured},
                                                  {"load", K::Load},
                                                  {"unload", K::Unload},
                                                  {"wait_loaded", K::WaitLoaded},
@@ -106,6 +108,14 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
         CYPRIS_CHECK(!rest.empty() && s2 != std::string::npos, "{}: '{}' needs a name and a value", at, word);
         a.arg = rest.substr(0, s2);
         a.value = trim(rest.substr(s2 + 1));
+        break;
+      }
+      case K::Structured: {
+        size_t s2 = rest.find_first_of(" \t");
+        a.arg = rest.substr(0, s2);
+        CYPRIS_CHECK(parse_structured_mode(a.arg), "{}: 'structured' takes off, json_schema, regex, choice or gbnf",
+                     at);
+        a.value = s2 == std::string::npos ? "" : unescape(trim(rest.substr(s2 + 1)));
         break;
       }
       case K::Type:

@@ -3,6 +3,8 @@
 //   open PANEL | close PANEL        expand/collapse a panel: models options chat samplers server stats logs
 //   set OPTION VALUE                set an engine option (name or --flag) as typed in the panel
 //   sampler KEY VALUE               set a sampler parameter (JSON value: 0.7, true, "never")
+//   structured MODE [TEXT...]       the structured-output field: off, json_schema, regex, choice or
+//                                   gbnf, and its text (\n for a newline)
 //   load | unload                   click Load / Unload
 //   wait_loaded [SECONDS]           wait until loading ends (default 120 s); a failed load ends the
 //                                   script with exit code 3 and the error on stderr
@@ -35,6 +37,7 @@ struct ScriptAction {
     Close,
     Set,
     Sampler,
+    Structured,
     Load,
     Unload,
     WaitLoaded,

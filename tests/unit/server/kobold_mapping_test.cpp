@@ -93,3 +93,22 @@ TEST(KoboldMapping, BadWordsIds) {
   auto ids = kobold_bad_words_ids(tok);
   EXPECT_EQ(ids, (std::vector<int32_t>{a, b, 2}));  // plus EOS (2), never pad
 }
+
+// KoboldCpp's grammar_retain_state: accepted either way (a client asking for true gets the grammar
+// started afresh, KoboldCpp's false behaviour; docs/guided_decoding.md).
+TEST(KoboldMapping, GrammarRetainStateIsAcceptedAndTheGrammarStillApplies) {
+  for (bool retain : {false, true}) {
+    json body = {{"prompt", "x"}, {"grammar", "root ::= \"yes\" | \"no\"\n"}, {"grammar_retain_state", retain}};
+    auto r = kobold_request_from_json(body, 16, 64);
+    EXPECT_EQ(r.grammar_retain_state, retain);
+    EXPECT_EQ(r.params.guided.kind, GuidedKind::Gbnf);
+    EXPECT_EQ(r.params.guided.text, "root ::= \"yes\" | \"no\"\n");
+  }
+  try {
+    kobold_request_from_json(json{{"prompt", "x"}, {"grammar_retain_state", "yes"}}, 16, 64);
+    ADD_FAILURE() << "a non-boolean grammar_retain_state was accepted";
+  } catch (const HttpError& e) {
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("grammar_retain_state"), std::string::npos) << e.what();
+  }
+}

@@ -78,6 +78,17 @@ TEST(UiScript, ParsesActions) {
   EXPECT_EQ(a[7].line, 9);
 }
 
+TEST(UiScript, StructuredOutputAction) {
+  auto a = parse_ui_script("structured choice yes\\nno\nstructured off\n", "s");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind, ScriptAction::Kind::Structured);
+  EXPECT_EQ(a[0].arg, "choice");
+  EXPECT_EQ(a[0].value, "yes\nno");
+  EXPECT_EQ(a[1].arg, "off");
+  EXPECT_EQ(a[1].value, "");
+  EXPECT_THROW(parse_ui_script("structured lark x\n", "s"), std::exception);
+}
+
 TEST(UiScript, HubActions) {
   auto a = parse_ui_script("hub_search tiny llama\nhub_repo org/m\ndownload\nwait_download\n", "s");
   ASSERT_EQ(a.size(), 4u);
