@@ -78,6 +78,9 @@ class DecoderStage {
   virtual void push(DecodePiece piece, std::vector<DecodePiece>& out) = 0;
   // End of the token stream: release whatever is held.
   virtual void finish(std::vector<DecodePiece>& out) {}
+  // Mid-stream: release what is held only because a later token might join it but is already
+  // whole text (a run of byte pieces that forms complete characters); keep everything else.
+  virtual void release_complete(std::vector<DecodePiece>& out) {}
 };
 
 class Decoder {
@@ -96,6 +99,8 @@ class DecodeChain {
   explicit DecodeChain(const Decoder* decoder);  // nullptr: no decoder (tokens joined as they are)
   void push(std::string_view token, std::string& out);
   void finish(std::string& out);
+  // The held-back text that is already complete (DecoderStage::release_complete), stream continuing.
+  void release_complete(std::string& out);
   bool empty_so_far() const { return !emitted_any_; }
 
  private:

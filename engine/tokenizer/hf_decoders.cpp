@@ -73,6 +73,9 @@ class ByteFallbackStage : public DecoderStage {
     out.push_back(std::move(piece));
   }
   void finish(std::vector<DecodePiece>& out) override { flush(out); }
+  void release_complete(std::vector<DecodePiece>& out) override {
+    if (unicode::is_valid_utf8(bytes_)) flush(out);  // an incomplete character waits for its bytes
+  }
 
  private:
   void flush(std::vector<DecodePiece>& out) {
@@ -434,6 +437,15 @@ void DecodeChain::push(std::string_view token, std::string& out) {
   }
   std::vector<DecodePiece> pieces{{std::string(token), true}};
   run_from(0, pieces, out);
+}
+
+void DecodeChain::release_complete(std::string& out) {
+  if (!has_decoder_) return;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    std::vector<DecodePiece> pieces;
+    stages_[s]->release_complete(pieces);
+    run_from(s + 1, pieces, out);
+  }
 }
 
 void DecodeChain::finish(std::string& out) {

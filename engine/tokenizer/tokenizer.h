@@ -27,6 +27,11 @@ class DecodeStream {
   virtual ~DecodeStream() = default;
   virtual std::string push(int32_t id) = 0;
   virtual std::string finish() = 0;  // end of sequence: the text still held back
+  // Mid-stream: the held-back text that is already complete (e.g. a byte-fallback "\n" that waits
+  // to see whether more bytes follow), the stream going on. The incremental detokenizer drops what
+  // the prompt context leaves held back this way, so a chat answer does not start with the prompt's
+  // last newline.
+  virtual std::string release_complete() { return ""; }
 };
 
 class Tokenizer {

@@ -229,6 +229,12 @@ class BaseDecodeStream : public DecodeStream {
     return emit(std::move(t));
   }
 
+  std::string release_complete() override {
+    std::string t;
+    chain_->release_complete(t);
+    return emit(std::move(t));
+  }
+
   std::string finish() override {
     bool had_tokens = seg_has_tokens_;
     bool prev = have_prev_;

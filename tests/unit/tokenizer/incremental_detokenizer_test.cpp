@@ -152,6 +152,25 @@ TEST(IncrementalDetokenizer, PromptContextKeepsTheLeadingSpace) {
   EXPECT_EQ(alone.push(15043), "Hello");
 }
 
+// A prompt ending in a byte-fallback piece (ChatML's "<|im_start|>assistant\n" in a SentencePiece
+// vocabulary): the decoder holds "\n" back to see whether more bytes follow; that text belongs to the
+// prompt, so the answer must not start with it (it did: every stories260k chat answer began "\n").
+TEST(IncrementalDetokenizer, PromptContextEndingInAByteNewlineLeavesItOut) {
+  const Tokenizer& tok = cached_tokenizer("llama2-spm");
+  const auto prompt = tok.encode("Say hello\n", true);
+  ASSERT_EQ(tok.id_to_piece(prompt.back()), "<0x0A>");
+  IncrementalDetokenizer detok(tok, {}, prompt);
+  const std::string hello = detok.push(15043);
+  EXPECT_EQ(hello.find('\n'), std::string::npos) << hello;
+  EXPECT_EQ(hello, " Hello");
+  // An incomplete character left by the prompt still completes in the output.
+  const auto euro = tok.encode("\xE2\x82\xAC", false);  // "€", three byte pieces if not in the vocab
+  if (euro.size() == 3 && tok.id_to_piece(euro[0]).rfind("<0x", 0) == 0) {
+    IncrementalDetokenizer split(tok, {}, std::vector<int32_t>{prompt.front(), euro[0], euro[1]});
+    EXPECT_EQ(split.push(euro[2]) + split.finish(), "\xE2\x82\xAC");
+  }
+}
+
 TEST(IncrementalDetokenizer, SkipsSpecialTokensOnRequest) {
   const Tokenizer& tok = cached_tokenizer("llama3-bpe");
   std::vector<int32_t> ids = {9906, 128009};
