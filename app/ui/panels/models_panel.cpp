@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "app/ui/state/model_catalogue.h"
 #include "app/ui/widgets.h"
 
 namespace cypris {
@@ -19,6 +20,7 @@ void ModelsPanel::draw() {
     ctx_.hub->refresh_cache();
     cache_loaded_ = true;
   }
+  draw_catalogue();
   draw_search();
   draw_repo();
   draw_download();
@@ -65,6 +67,41 @@ void ModelsPanel::draw_search() {
       ImGui::EndTable();
     }
   }
+}
+
+void ModelsPanel::draw_catalogue() {
+  HubSession& hub = *ctx_.hub;
+  // Open on a first start (no model yet); afterwards it keeps whatever the user left it at.
+  ImGui::SetNextItemOpen(ctx_.options->config().model.model.empty(), ImGuiCond_Once);
+  if (!ImGui::TreeNode("Popular models")) return;
+  const auto& entries = model_catalogue();
+  const float h = ImGui::GetTextLineHeightWithSpacing() * std::min<float>(8.5f, entries.size() + 1.5f);
+  if (ImGui::BeginTable("catalogue", 3, ImGuiTableFlags_ScrollY | ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter,
+                        ImVec2(0, h))) {
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableSetupColumn("Family", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 8);
+    ImGui::TableSetupColumn("Repository", ImGuiTableColumnFlags_WidthStretch);
+    ImGui::TableSetupColumn("Note", ImGuiTableColumnFlags_WidthStretch);
+    ImGui::TableHeadersRow();
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const CatalogueEntry& e = entries[i];
+      ImGui::PushID(static_cast<int>(i));
+      ImGui::TableNextRow();
+      ImGui::TableSetColumnIndex(0);
+      // Choosing an entry is picking a search result: the same call, the same listing.
+      if (ImGui::Selectable(e.family.c_str(), e.repo == hub.repo(), ImGuiSelectableFlags_SpanAllColumns)) {
+        hub.select_repo(e.repo);
+      }
+      ui::tooltip(fmt::format("{}\n{}\n{}{}", e.repo, e.note, e.architecture, e.gguf ? " (GGUF files)" : ""));
+      ImGui::TableSetColumnIndex(1);
+      ImGui::TextUnformatted(e.repo.c_str());
+      ImGui::TableSetColumnIndex(2);
+      ImGui::TextUnformatted(e.note.c_str());
+      ImGui::PopID();
+    }
+    ImGui::EndTable();
+  }
+  ImGui::TreePop();
 }
 
 void ModelsPanel::draw_repo() {

@@ -1,4 +1,5 @@
-// Models panel: search the Hugging Face hub, pick a repo and a revision (branch, tag or commit),
+// Models panel: a short catalogue of popular models (one click picks the repo, as a search result
+// does), search the Hugging Face hub, pick a repo and a revision (branch, tag or commit),
 // choose files (with sizes), download them with per-file and total progress, rate, ETA and
 // cancel; the models already in the cache and local folders, to use or delete.
 #pragma once
@@ -18,6 +19,7 @@ class ModelsPanel : public Panel {
 
  private:
   void draw_search();
+  void draw_catalogue();
   void draw_repo();
   void draw_download();
   void draw_cache();
