@@ -62,6 +62,7 @@ TEST(GgufChoice, HubSessionDownloadsOnlyThePickedFile) {
                                        {"m-F16-00001-of-00002.gguf", 900},
                                        {"m-F16-00002-of-00002.gguf", 700}};
   HubSession hub(services, queue, jobs, [&] { return t += 0.1; });
+  fake::JobsStopper stop_jobs{jobs};
   std::string loaded;
   hub.on_downloaded = [&](const std::string& p) { loaded = p; };
   hub.select_repo("org/m-GGUF");

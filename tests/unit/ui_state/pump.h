@@ -11,6 +11,15 @@
 
 namespace cypris::fake {
 
+// Waits for the background jobs when it goes out of scope. Declared right after the sessions a test
+// makes, it ends their jobs (which point into the sessions) before the sessions are destroyed, as
+// ~App does in the app; without it a job still running at the end of a test (the cache refresh that
+// follows a download) used the destroyed session: a rare segfault under ctest -j2.
+struct JobsStopper {
+  BackgroundJobs& jobs;
+  ~JobsStopper() { jobs.shutdown(); }
+};
+
 // Drains the queue until done() is true. Fails the test instead of hanging when the workers go
 // idle and the queue stays empty without done() becoming true.
 inline bool pump_until(UiQueue& q, BackgroundJobs& jobs, const std::function<bool()>& done) {

@@ -34,6 +34,7 @@ using ServerSessionTest = Fixture;
 
 TEST_F(EngineSessionTest, FailedLoadShowsTheErrorAndCanBeRetried) {
   EngineSession s(services, queue, jobs);
+  fake::JobsStopper stop_jobs{jobs};
   EngineConfig cfg;
   cfg.model.model = "tiny";
   s.load(cfg);
@@ -65,6 +66,7 @@ TEST_F(EngineSessionTest, StatsArePolledIntoTheHistory) {
   engine->stats_.num_running = 2;
   services.engine_to_load = engine;
   EngineSession s(services, queue, jobs);
+  fake::JobsStopper stop_jobs{jobs};
   s.load(EngineConfig{});
   pump_until(queue, jobs, [&] { return s.loaded(); });
   s.poll_stats(100.0);
@@ -81,6 +83,7 @@ TEST_F(EngineSessionTest, StatsArePolledIntoTheHistory) {
 TEST_F(ChatSessionTest, ReplyStreamsIntoTheTranscript) {
   auto engine = std::make_shared<FakeEngineClient>();
   ChatSession chat(services, queue, jobs, now);
+  fake::JobsStopper stop_jobs{jobs};
   chat.transcript().system_prompt = "Be nice.";
   chat.samplers().set("temperature", 0.5);
   ASSERT_TRUE(chat.send(engine, "Hi there"));
@@ -111,6 +114,7 @@ TEST_F(ChatSessionTest, StopEndsTheReplyAsStopped) {
   auto engine = std::make_shared<FakeEngineClient>();
   services.hold_stream = true;
   ChatSession chat(services, queue, jobs, now);
+  fake::JobsStopper stop_jobs{jobs};
   ASSERT_TRUE(chat.send(engine, "Tell me a long story"));
   pump_until(queue, jobs, [&] { return services.last_stream() != nullptr; });
   RequestOutput part;
@@ -129,6 +133,7 @@ TEST_F(ChatSessionTest, StopEndsTheReplyAsStopped) {
 TEST_F(ChatSessionTest, ErrorsBecomeAFailedReplyNotACrash) {
   auto engine = std::make_shared<FakeEngineClient>();
   ChatSession chat(services, queue, jobs, now);
+  fake::JobsStopper stop_jobs{jobs};
   EXPECT_FALSE(chat.send(nullptr, "hi"));
   EXPECT_NE(chat.last_error().find("load a model"), std::string::npos);
   services.generate_error = "prompt is longer than --max-model-len";
@@ -148,6 +153,7 @@ TEST_F(HubSessionTest, BrowseChooseAndDownload) {
                                            {"README.md", 100}};
   services.files["org/tiny-llama@v1"] = {{"config.json", 400}};
   HubSession hub(services, queue, jobs, now);
+  fake::JobsStopper stop_jobs{jobs};
   std::string downloaded;
   hub.on_downloaded = [&](const std::string& p) { downloaded = p; };
   hub.search("tiny");
@@ -178,6 +184,7 @@ TEST_F(HubSessionTest, RepoWithoutMainUsesItsBranch) {
   services.refs["old/model"] = {{HubRef::Kind::Tag, "v1", "a"}, {HubRef::Kind::Branch, "master", "b"}};
   services.files["old/model@master"] = {{"config.json", 10}};
   HubSession hub(services, queue, jobs, now);
+  fake::JobsStopper stop_jobs{jobs};
   hub.select_repo("old/model");
   pump_until(queue, jobs, [&] { return !hub.listing() && hub.revision() == "master" && !hub.files().empty(); });
   EXPECT_EQ(hub.list_error(), "");
@@ -188,6 +195,7 @@ TEST_F(HubSessionTest, ErrorsAndCancelAreReported) {
   services.hub_error = "network unreachable";
   services.cache = {{"o/m", "main", "/cache/o/m", 10}, {"o/n", "v2", "/cache/o/n", 20}};
   HubSession hub(services, queue, jobs, now);
+  fake::JobsStopper stop_jobs{jobs};
   hub.search("x");
   pump_until(queue, jobs, [&] { return !hub.searching(); });
   EXPECT_EQ(hub.search_error(), "network unreachable");
@@ -212,6 +220,7 @@ TEST_F(HubSessionTest, ErrorsAndCancelAreReported) {
 TEST_F(ServerSessionTest, SwitchOnOffWithTheChosenSettings) {
   auto engine = std::make_shared<FakeEngineClient>();
   ServerSession server(services, queue, jobs);
+  fake::JobsStopper stop_jobs{jobs};
   ServerSwitch sw;
   sw.host = "0.0.0.0";
   sw.port = 5001;
