@@ -205,6 +205,24 @@ class RegexParser {
     return v;
   }
 
+  // The code point of \xHH or \uHHHH (fixed_digits hex digits), or of either with braces:
+  // \x{H...} with 1 to 6 digits, at most U+10FFFF.
+  uint32_t codepoint_escape(int fixed_digits) {
+    if (eof() || peek() != '{') return hex(fixed_digits);
+    ++i_;
+    uint32_t v = 0;
+    int digits = 0;
+    while (!eof() && peek() != '}') {
+      if (++digits > 6) fail("more than 6 hex digits in a \\x{...} escape");
+      v = v * 16 + hex(1);
+    }
+    if (eof()) fail("unterminated \\x{...} escape");
+    ++i_;
+    if (digits == 0) fail("empty \\x{} escape");
+    if (v > 0x10FFFF) fail(fmt::format("code point U+{:X} in an escape is above U+10FFFF", v));
+    return v;
+  }
+
   // Parses an escape at '\'; adds its code points to r. Returns true when it was a single code point.
   void escape(CodepointRanges& r, bool in_class) {
     size_t at = i_;
@@ -229,29 +247,9 @@ class RegexParser {
       case 'f': r.push_back({'\f', '\f'}); return;
       case 'v': r.push_back({'\v', '\v'}); return;
       case '0': r.push_back({0, 0}); return;
-      case 'x': {
-        uint32_t v;
-        if (!eof() && peek() == '{') {
-          ++i_;
-          v = 0;
-          while (!eof() && peek() != '}') v = v * 16 + hex(1);
-          ++i_;
-        } else {
-          v = hex(2);
-        }
-        r.push_back({v, v});
-        return;
-      }
+      case 'x':
       case 'u': {
-        uint32_t v;
-        if (!eof() && peek() == '{') {
-          ++i_;
-          v = 0;
-          while (!eof() && peek() != '}') v = v * 16 + hex(1);
-          ++i_;
-        } else {
-          v = hex(4);
-        }
+        const uint32_t v = codepoint_escape(e == 'x' ? 2 : 4);
         r.push_back({v, v});
         return;
       }

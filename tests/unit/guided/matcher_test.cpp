@@ -55,6 +55,17 @@ TEST(GuidedMatcher, RegexRefusalsNamePosition) {
   EXPECT_NE(error_of([] { regex_grammar("a{3,1}"); }).find("max < min"), std::string::npos);
 }
 
+// Code point escapes: \xHH, \uHHHH and the braced forms; a braced escape that is unterminated, empty,
+// too long or beyond Unicode is refused (it used to read past the end or wrap around silently).
+TEST(GuidedMatcher, RegexCodePointEscapes) {
+  EXPECT_TRUE(matches(regex_grammar("\\x41\\u00e9\\x{20AC}\\u{1F600}"), "A\u00e9\u20ac\U0001F600"));
+  EXPECT_NE(error_of([] { regex_grammar("a\\x{41"); }).find("unterminated"), std::string::npos);
+  EXPECT_NE(error_of([] { regex_grammar("\\x{}"); }).find("empty"), std::string::npos);
+  EXPECT_NE(error_of([] { regex_grammar("\\x{1234567}"); }).find("more than 6 hex digits"), std::string::npos);
+  EXPECT_NE(error_of([] { regex_grammar("\\u{110000}"); }).find("above U+10FFFF"), std::string::npos);
+  EXPECT_NE(error_of([] { regex_grammar("\\x{4G}"); }).find("hex digits"), std::string::npos);
+}
+
 TEST(GuidedMatcher, GbnfArithmetic) {
   Grammar g = gbnf_grammar(R"G(
 root  ::= (expr "=" ws term "\n")+
