@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <sstream>
 
 #include "engine/common/error.h"
 #include "models/layers/attention.h"
 #include "models/layers/common.h"
+#include "models/layers/decoder_model.h"
 #include "models/layers/mlp.h"
 #include "models/layers/vocab_parallel.h"
 
@@ -75,10 +75,10 @@ struct CohereLayer {
   GatedMlp mlp;
 };
 
-class CohereModel : public Model {
+class CohereModel : public DecoderModel {
  public:
   CohereModel(const ModelConfig& cfg, const WeightSource& weights, Backend& backend, const ModelBuildOptions& opt)
-      : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)) {
+      : DecoderModel(cfg, backend, opt) {
     const std::string& arch = cfg.architectures.front();
     CYPRIS_CHECK(cfg.hidden_act == "silu", "{}: {} uses a SiLU MLP, but hidden_act is {}", cfg.source, arch,
                  cfg.hidden_act);
@@ -120,14 +120,9 @@ class CohereModel : public Model {
     rope_ = RotaryCache(backend, cfg);
   }
 
-  const ModelConfig& config() const override { return cfg_; }
-  int num_layers() const override { return cfg_.num_hidden_layers; }
-  int num_kv_heads() const override { return layout_.kv_heads; }
-  int head_dim() const override { return layout_.head_dim; }
 
   DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
-    CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",
-                 kv.size(), cfg_.num_hidden_layers);
+    check_cache(kv);
     const int64_t t = in.token_ids.shape[0];
     const int64_t h = cfg_.hidden_size;
     ForwardScratch scratch(backend_, t);
@@ -162,10 +157,6 @@ class CohereModel : public Model {
   }
 
  private:
-  ModelConfig cfg_;
-  Backend& backend_;
-  ModelBuildOptions opt_;
-  TpLayout layout_;
   float logit_scale_ = 1.0f;
   DeviceTensor centre_;  // F32 [hidden, hidden] = I - 1/hidden
   VocabParallelEmbedding embed_;

@@ -5,6 +5,7 @@
 #include "engine/common/error.h"
 #include "models/layers/attention.h"
 #include "models/layers/common.h"
+#include "models/layers/decoder_model.h"
 #include "models/layers/mlp.h"
 #include "models/layers/vocab_parallel.h"
 
@@ -27,10 +28,10 @@ std::string text_prefix(const WeightLoader& w) {
   return "model.";  // resolve() then names the missing tensor
 }
 
-class GemmaModel : public Model {
+class GemmaModel : public DecoderModel {
  public:
   GemmaModel(const ModelConfig& cfg, const WeightSource& weights, Backend& backend, const ModelBuildOptions& opt)
-      : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)) {
+      : DecoderModel(cfg, backend, opt) {
     const std::string& arch = cfg.architectures.front();
     gemma3_ = arch.rfind("Gemma3", 0) == 0;
     CYPRIS_CHECK(cfg.hidden_act == "gelu_tanh", "{}: {} uses a gelu-tanh MLP, but hidden_activation is {}", cfg.source,
@@ -86,17 +87,12 @@ class GemmaModel : public Model {
     }
   }
 
-  const ModelConfig& config() const override { return cfg_; }
-  int num_layers() const override { return cfg_.num_hidden_layers; }
-  int num_kv_heads() const override { return layout_.kv_heads; }
-  int head_dim() const override { return layout_.head_dim; }
 
   // Per layer (transformers' Gemma2DecoderLayer): x += post_attn_norm(attn(input_norm(x)));
   // x += post_ff_norm(mlp(pre_ff_norm(x))). Each "x += y; y = norm(x)" is one fused add-norm:
   // `carry` holds the branch output still to be added into the residual stream.
   DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
-    CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",
-                 kv.size(), cfg_.num_hidden_layers);
+    check_cache(kv);
     const int64_t t = in.token_ids.shape[0];
     const int64_t h = cfg_.hidden_size;
     ForwardScratch scratch(backend_, t);
@@ -137,10 +133,6 @@ class GemmaModel : public Model {
   }
 
  private:
-  ModelConfig cfg_;
-  Backend& backend_;
-  ModelBuildOptions opt_;
-  TpLayout layout_;
   bool gemma3_ = false;
   VocabParallelEmbedding embed_;
   std::vector<GemmaLayer> layers_;

@@ -5,6 +5,7 @@
 #include "engine/common/error.h"
 #include "models/layers/attention.h"
 #include "models/layers/common.h"
+#include "models/layers/decoder_model.h"
 #include "models/layers/mlp.h"
 #include "models/layers/moe.h"
 #include "models/layers/vocab_parallel.h"
@@ -21,11 +22,11 @@ struct LlamaLayer {
   bool is_moe = false;
 };
 
-class LlamaModel : public Model {
+class LlamaModel : public DecoderModel {
  public:
   LlamaModel(const ModelConfig& cfg, const WeightSource& weights, Backend& backend, const ModelBuildOptions& opt,
              const LlamaVariant& variant)
-      : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)) {
+      : DecoderModel(cfg, backend, opt) {
     CYPRIS_CHECK(cfg.hidden_act == "silu", "{}: {} uses a SiLU MLP, but hidden_act is {}", cfg.source,
                  cfg.architectures.front(), cfg.hidden_act);
     const WeightLoader w(cfg_, weights, backend, opt_);
@@ -76,17 +77,12 @@ class LlamaModel : public Model {
     rope_ = RotaryCache(backend, cfg);
   }
 
-  const ModelConfig& config() const override { return cfg_; }
-  int num_layers() const override { return cfg_.num_hidden_layers; }
-  int num_kv_heads() const override { return layout_.kv_heads; }
-  int head_dim() const override { return layout_.head_dim; }
   bool graph_capturable() const override {
     return std::none_of(layers_.begin(), layers_.end(), [](const LlamaLayer& L) { return L.is_moe; });
   }
 
   DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
-    CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",
-                 kv.size(), cfg_.num_hidden_layers);
+    check_cache(kv);
     const int64_t t = in.token_ids.shape[0];
     const int64_t h = cfg_.hidden_size;
     ForwardScratch scratch(backend_, t);
@@ -123,10 +119,6 @@ class LlamaModel : public Model {
   }
 
  private:
-  ModelConfig cfg_;
-  Backend& backend_;
-  ModelBuildOptions opt_;
-  TpLayout layout_;
   VocabParallelEmbedding embed_;
   std::vector<LlamaLayer> layers_;
   RmsNorm final_norm_;
