@@ -16,36 +16,12 @@
 #include "engine/runtime/model_runner.h"
 #include "models/layers/moe.h"
 #include "models/registry/registry.h"
+#include "tests/unit/models/reference_fixture.h"
 
 namespace cypris {
 namespace {
 
-const std::string kFixtures = std::string(CYPRIS_FIXTURES_DIR) + "/models/";
-
-struct Expected {
-  std::vector<int32_t> ids;
-  std::vector<std::vector<float>> logits;  // [T][vocab]
-  std::vector<int32_t> greedy;             // the reference's greedy continuation of ids[:12]
-};
-
-Expected load_expected(const std::string& name) {
-  std::ifstream in(kFixtures + name + "/expected.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const auto j = nlohmann::json::parse(ss.str());
-  return {j["input_ids"].get<std::vector<int32_t>>(), j["logits"].get<std::vector<std::vector<float>>>(),
-          j["greedy"].get<std::vector<int32_t>>()};
-}
-
-// max |a - b| / max |b| over a row.
-double rel_err(const float* a, const float* b, int64_t n) {
-  double diff = 0, mag = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    mag = std::max(mag, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / mag;
-}
+using namespace reference_fixture;
 
 ModelRunnerOptions options(const std::string& name, int tp = 1, int block_size = 4) {
   ModelRunnerOptions o;
@@ -56,13 +32,6 @@ ModelRunnerOptions options(const std::string& name, int tp = 1, int block_size =
   o.num_blocks = 16;
   o.parallel.world_size = tp;
   return o;
-}
-
-Logits full_prefill(ModelRunner& runner, const std::vector<int32_t>& ids) {
-  BatchContext b = make_single_sequence_batch(ids, 0, runner.block_size());
-  b.logits_indices.clear();
-  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) b.logits_indices.push_back(i);
-  return runner.execute(b);
 }
 
 class Families : public ::testing::TestWithParam<std::string> {};
@@ -83,6 +52,7 @@ TEST_P(Families, FullPrefillMatchesTorchReference) {
 TEST_P(Families, GreedyDecodeMatchesTorchReference) {
   const std::string name = GetParam();
   const Expected e = load_expected(name);
+  ASSERT_FALSE(e.greedy.empty()) << name << ": the fixture has no greedy continuation";
   ModelRunner runner(options(name));
   std::vector<int32_t> ids(e.ids.begin(), e.ids.begin() + 12);
   Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));

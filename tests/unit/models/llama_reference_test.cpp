@@ -18,37 +18,12 @@
 #include "engine/runtime/debug_dump.h"
 #include "engine/runtime/model_runner.h"
 #include "models/registry/registry.h"
+#include "tests/unit/models/reference_fixture.h"
 
 namespace cypris {
 namespace {
 
-const std::string kFixtures = std::string(CYPRIS_FIXTURES_DIR) + "/models/";
-
-struct Expected {
-  std::vector<int32_t> ids;
-  std::vector<std::vector<float>> logits;  // [T][vocab]
-};
-
-Expected load_expected(const std::string& name) {
-  std::ifstream in(kFixtures + name + "/expected.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const auto j = nlohmann::json::parse(ss.str());
-  Expected e;
-  e.ids = j["input_ids"].get<std::vector<int32_t>>();
-  e.logits = j["logits"].get<std::vector<std::vector<float>>>();
-  return e;
-}
-
-// max |a - b| / max |b| over the row.
-double rel_err(const float* a, const std::vector<float>& b) {
-  double diff = 0, mag = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    mag = std::max(mag, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / mag;
-}
+using namespace reference_fixture;
 
 ModelRunnerOptions options(const std::string& name, const std::string& dtype, int block_size = 16,
                            int64_t num_blocks = 0) {
@@ -60,13 +35,6 @@ ModelRunnerOptions options(const std::string& name, const std::string& dtype, in
   o.num_blocks = num_blocks;
   if (name == "llama_dynamic") o.load.overrides.max_model_len = 24;  // past max_position_embeddings 12
   return o;
-}
-
-Logits full_prefill(ModelRunner& runner, const std::vector<int32_t>& ids) {
-  BatchContext b = make_single_sequence_batch(ids, 0, runner.block_size());
-  b.logits_indices.clear();
-  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) b.logits_indices.push_back(i);
-  return runner.execute(b);
 }
 
 class ReferenceLogits : public ::testing::TestWithParam<std::string> {};

@@ -1,0 +1,60 @@
+// The torch-reference model fixtures (tests/fixtures/models/*/expected.json, written by
+// tests/tools/gen_llama_fixtures.py and gen_family_fixtures.py) and the helpers the reference tests
+// compare them with: one full prefill with logits for every position, the row error.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/runtime/model_runner.h"
+
+namespace cypris::reference_fixture {
+
+inline const std::string kFixtures = std::string(CYPRIS_FIXTURES_DIR) + "/models/";
+
+struct Expected {
+  std::vector<int32_t> ids;
+  std::vector<std::vector<float>> logits;  // [T][vocab]
+  std::vector<int32_t> greedy;             // the reference's greedy continuation (family fixtures only)
+};
+
+inline Expected load_expected(const std::string& name) {
+  std::ifstream in(kFixtures + name + "/expected.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto j = nlohmann::json::parse(ss.str());
+  Expected e;
+  e.ids = j["input_ids"].get<std::vector<int32_t>>();
+  e.logits = j["logits"].get<std::vector<std::vector<float>>>();
+  if (j.contains("greedy")) e.greedy = j["greedy"].get<std::vector<int32_t>>();
+  return e;
+}
+
+// max |a - b| / max |b| over a row of n values.
+inline double rel_err(const float* a, const float* b, int64_t n) {
+  double diff = 0, mag = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    mag = std::max(mag, std::abs(static_cast<double>(b[i])));
+  }
+  return diff / mag;
+}
+
+inline double rel_err(const float* a, const std::vector<float>& b) {
+  return rel_err(a, b.data(), static_cast<int64_t>(b.size()));
+}
+
+// One prefill of ids with the logits of every position.
+inline Logits full_prefill(ModelRunner& runner, const std::vector<int32_t>& ids) {
+  BatchContext b = make_single_sequence_batch(ids, 0, runner.block_size());
+  b.logits_indices.clear();
+  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) b.logits_indices.push_back(i);
+  return runner.execute(b);
+}
+
+}  // namespace cypris::reference_fixture
