@@ -42,20 +42,6 @@ constexpr NameMap kLayerNames[] = {
 
 std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
-void convert_plain(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {
-  if (src_dtype == dst_dtype) {
-    std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(src_dtype));
-    return;
-  }
-  if (dst_dtype == DType::F32) {
-    convert_to_f32(src, src_dtype, static_cast<float*>(dst), count);
-    return;
-  }
-  std::vector<float> tmp(static_cast<size_t>(count));
-  convert_to_f32(src, src_dtype, tmp.data(), count);
-  convert_from_f32(tmp.data(), dst_dtype, dst, count);
-}
-
 class GgufWeightSource : public WeightSource {
  public:
   explicit GgufWeightSource(std::shared_ptr<const GgufModel> model)
@@ -164,7 +150,7 @@ class GgufWeightSource : public WeightSource {
           convert_from_f32(tmp.data(), dtype, d, col_count);
         }
       } else {
-        convert_plain(s, *src_dtype, d, dtype, col_count);
+        convert_elements(s, *src_dtype, d, dtype, col_count);
       }
     }
   }

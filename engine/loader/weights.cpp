@@ -21,29 +21,6 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }
 
-// Copies count elements from src (src_dtype) to dst (dst_dtype), converting through fp32.
-void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {
-  if (src_dtype == dst_dtype) {
-    std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(src_dtype));
-    return;
-  }
-  if (dst_dtype == DType::F32) {
-    convert_to_f32(src, src_dtype, static_cast<float*>(dst), count);
-    return;
-  }
-  if (src_dtype == DType::F32) {
-    convert_from_f32(static_cast<const float*>(src), dst_dtype, dst, count);
-    return;
-  }
-  constexpr int64_t kChunk = 4096;
-  float tmp[kChunk];
-  for (int64_t i = 0; i < count; i += kChunk) {
-    const int64_t n = std::min(kChunk, count - i);
-    convert_to_f32(static_cast<const char*>(src) + i * dtype_size(src_dtype), src_dtype, tmp, n);
-    convert_from_f32(tmp, dst_dtype, static_cast<char*>(dst) + i * dtype_size(dst_dtype), n);
-  }
-}
-
 // Calls fn(src_element_offset, dst_element_offset, count) for each contiguous run of the slice.
 template <typename Fn>
 void for_each_slice_run(const std::vector<int64_t>& full, const ShardSpec& shard, Fn fn) {
@@ -194,6 +171,28 @@ DType resolve_dtype(const std::string& requested, const std::string& torch_dtype
   if (requested == "bfloat16") return DType::BF16;
   if (requested == "float" || requested == "float32") return DType::F32;
   CYPRIS_FAIL("--dtype: '{}' is not a dtype; allowed: auto, half, float16, bfloat16, float, float32", requested);
+}
+
+void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count) {
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, static_cast<size_t>(count) * dtype_size(src_dtype));
+    return;
+  }
+  if (dst_dtype == DType::F32) {
+    convert_to_f32(src, src_dtype, static_cast<float*>(dst), count);
+    return;
+  }
+  if (src_dtype == DType::F32) {
+    convert_from_f32(static_cast<const float*>(src), dst_dtype, dst, count);
+    return;
+  }
+  constexpr int64_t kChunk = 4096;
+  float tmp[kChunk];
+  for (int64_t i = 0; i < count; i += kChunk) {
+    const int64_t n = std::min(kChunk, count - i);
+    convert_to_f32(static_cast<const char*>(src) + i * dtype_size(src_dtype), src_dtype, tmp, n);
+    convert_from_f32(tmp, dst_dtype, static_cast<char*>(dst) + i * dtype_size(dst_dtype), n);
+  }
 }
 
 std::unique_ptr<WeightSource> make_dummy_weight_source(uint64_t seed) {

@@ -84,4 +84,8 @@ std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& di
 // whatever the sharding.
 std::unique_ptr<WeightSource> make_dummy_weight_source(uint64_t seed);
 
+// Copies count elements of a plain type (F32/F16/BF16) from src to dst in dst_dtype, converting
+// through fp32 in bounded chunks (no allocation). The weight sources' common read step.
+void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t count);
+
 }  // namespace cypris
