@@ -35,7 +35,7 @@ expect_reply
 quit 0
 SCRIPT
 export XDG_CONFIG_HOME="$out/config"
-timeout 300 xvfb-run -a -s "-screen 0 1280x800x24" "$bin" --ui-script "$out/chat.txt" > "$out/app.log" 2>&1
+bash "$(dirname "$0")/xvfb_run.sh" "$out/Xauthority" 300 "$bin" --ui-script "$out/chat.txt" > "$out/app.log" 2>&1
 rc=$?
 cat "$out/app.log"
 [ $rc -eq 0 ] || { echo "FAIL: cypris exited with $rc"; exit 1; }

@@ -36,7 +36,7 @@ xdotool keydown Return; sleep 0.1; xdotool keyup Return
 wait \$app
 DRIVE
 chmod +x "$out/drive.sh"
-timeout 120 xvfb-run -a -s "-screen 0 1280x800x24" "$out/drive.sh" > "$out/app.log" 2>&1
+bash "$(dirname "$0")/xvfb_run.sh" "$out/Xauthority" 120 "$out/drive.sh" > "$out/app.log" 2>&1
 rc=$?
 cat "$out/app.log"
 [ $rc -eq 0 ] || { echo "FAIL: exit code $rc"; exit 1; }

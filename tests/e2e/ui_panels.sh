@@ -43,7 +43,7 @@ quit 0
 SCRIPT
 
 export XDG_CONFIG_HOME="$out/config"
-timeout 120 xvfb-run -a -s "-screen 0 1280x800x24" "$bin" --ui-script "$out/panels.txt" > "$out/app.log" 2>&1
+bash "$(dirname "$0")/xvfb_run.sh" "$out/Xauthority" 120 "$bin" --ui-script "$out/panels.txt" > "$out/app.log" 2>&1
 rc=$?
 cat "$out/app.log"
 [ $rc -eq 0 ] || { echo "FAIL: cypris exited with $rc"; exit 1; }
@@ -68,7 +68,7 @@ load
 wait_loaded 30
 quit 0
 SCRIPT
-timeout 120 xvfb-run -a -s "-screen 0 1280x800x24" "$bin" --ui-script "$out/fail.txt" > "$out/fail.log" 2>&1
+bash "$(dirname "$0")/xvfb_run.sh" "$out/Xauthority" 120 "$bin" --ui-script "$out/fail.txt" > "$out/fail.log" 2>&1
 rc=$?
 if [ $rc -ne 3 ] || ! grep -q "load failed" "$out/fail.log"; then
   echo "FAIL: a failed load should end wait_loaded with exit 3 and say why (got $rc)"; cat "$out/fail.log"; fail=1
