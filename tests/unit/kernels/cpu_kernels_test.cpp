@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "engine/common/error.h"
@@ -58,6 +60,46 @@ TEST(ThreadPool, CoversEveryIndexOnceAndPropagatesErrors) {
       10, [&](int64_t b, int64_t e) { (void)b, (void)e; }, 1);
   pool.parallel_for(1, [&](int64_t b, int64_t e) { sum += static_cast<int>(e - b); });
   EXPECT_EQ(sum, 1);
+}
+
+// The hand-off between jobs: many short jobs back to back (workers polling), jobs after pauses
+// longer than the spin time (workers asleep and woken), a slow chunk (the caller asleep until the
+// last chunk ends), and callers on several outside threads at once. Every index must run exactly
+// once per job and each job must be complete when parallel_for returns.
+TEST(ThreadPool, JobsBackToBackAfterPausesAndFromSeveralThreadsEachRunOnce) {
+  ThreadPool pool(4);
+  auto check_job = [&](int64_t n, int64_t min_chunk, std::chrono::microseconds chunk_sleep) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    pool.parallel_for(
+        n,
+        [&](int64_t b, int64_t e) {
+          if (chunk_sleep.count() > 0) std::this_thread::sleep_for(chunk_sleep);
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+        },
+        min_chunk);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n " << n << " index " << i;
+  };
+  for (int job = 0; job < 3000; ++job) check_job(1 + job % 97, 1 + job % 5, std::chrono::microseconds(0));
+  const auto pause = ThreadPool::spin_time() + std::chrono::milliseconds(2);
+  for (int job = 0; job < 5; ++job) {
+    std::this_thread::sleep_for(pause);
+    check_job(64, 1, std::chrono::microseconds(0));
+    check_job(8, 1, pause);
+  }
+  check_job(200000, 1, std::chrono::microseconds(0));  // more chunks than the state word counts
+  std::vector<std::thread> callers;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < 3; ++c) {
+    callers.emplace_back([&] {
+      for (int job = 0; job < 500; ++job) {
+        std::atomic<int64_t> total{0};
+        pool.parallel_for(33, [&](int64_t b, int64_t e) { total += e - b; });
+        if (total.load() != 33) ++failures;
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 struct GemmCase {
