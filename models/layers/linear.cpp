@@ -20,7 +20,11 @@ std::string bias_name(const std::string& weight_name) {
 
 ColumnParallelLinear::ColumnParallelLinear(const WeightLoader& w, const std::vector<LinearPart>& parts,
                                            int64_t in_features, bool with_bias) {
-  weight_ = w.load_linear(parts, in_features);
+  for (const std::vector<LinearPart>& run : w.same_dtype_runs(parts, in_features)) {
+    weights_.push_back(w.load_linear(run, in_features));
+    column0_.push_back(out_features_);
+    out_features_ += weights_.back().view.shape[0];
+  }
   if (with_bias) {
     std::vector<LinearPart> bias_parts = parts;
     for (LinearPart& p : bias_parts) p.name = bias_name(p.name);
@@ -57,7 +61,9 @@ ColumnParallelLinear ColumnParallelLinear::interleaved_to_neox(const WeightLoade
   ColumnParallelLinear l;
   HostTensor weight = w.load_linear_host(parts, in_features);
   deinterleave_rows(weight, rows, head_dim);
-  l.weight_ = w.backend().upload_weight(std::move(weight));
+  l.out_features_ = weight.shape[0];
+  l.weights_.push_back(w.backend().upload_weight(std::move(weight)));
+  l.column0_.push_back(0);
   if (with_bias) {
     std::vector<LinearPart> bias_parts = parts;
     for (LinearPart& p : bias_parts) p.name = bias_name(p.name);
@@ -74,7 +80,22 @@ ColumnParallelLinear ColumnParallelLinear::interleaved_to_neox(const WeightLoade
 }
 
 void ColumnParallelLinear::forward(Backend& b, const Tensor& x, Tensor& out) const {
-  b.linear(x, weight_.view, bias_.view.data ? &bias_.view : nullptr, out);
+  const Tensor* bias = bias_.view.data ? &bias_.view : nullptr;
+  if (weights_.size() == 1) {
+    b.linear(x, weights_[0].view, bias, out);
+    return;
+  }
+  for (size_t i = 0; i < weights_.size(); ++i) {
+    const int64_t n = weights_[i].view.shape[0];
+    Tensor part = column_slice(out, column0_[i], n);
+    Tensor part_bias;
+    if (bias) {
+      part_bias = *bias;
+      part_bias.data = static_cast<char*>(bias->data) + column0_[i] * dtype_size(bias->dtype);
+      part_bias.shape = {n};
+    }
+    b.linear(x, weights_[i].view, bias ? &part_bias : nullptr, part);
+  }
 }
 
 RowParallelLinear::RowParallelLinear(const WeightLoader& w, const std::string& name, int64_t out_features,

@@ -26,11 +26,14 @@ class ColumnParallelLinear {
                                                   int64_t in_features, bool with_bias, int64_t rows, int head_dim);
   // out [T, out_features()] = x [T, in] · Wᵀ (+ b); out may be a column slice.
   void forward(Backend& b, const Tensor& x, Tensor& out) const;
-  int64_t out_features() const { return weight_.view.shape[0]; }
-  const Tensor& weight() const { return weight_.view; }
+  int64_t out_features() const { return out_features_; }
 
  private:
-  DeviceTensor weight_;
+  // Usually one weight; several when the stacked parts keep different quantized types
+  // (WeightLoader::same_dtype_runs): each then fills its own columns of out.
+  std::vector<DeviceTensor> weights_;
+  std::vector<int64_t> column0_;  // first output column of each weight
+  int64_t out_features_ = 0;
   DeviceTensor bias_;
 };
 

@@ -107,6 +107,22 @@ DType WeightLoader::merged_linear_dtype(const std::vector<LinearPart>& parts, co
   return dtype;
 }
 
+std::vector<std::vector<LinearPart>> WeightLoader::same_dtype_runs(const std::vector<LinearPart>& parts,
+                                                                   int64_t cols) const {
+  std::vector<DType> dtypes;
+  for (const LinearPart& p : parts) {
+    const DType d = linear_dtype(resolve(p.name));
+    if (!dtype_is_quantized(d) || p.shard.dim == 1 || cols % dtype_block(d).elems != 0) return {parts};
+    dtypes.push_back(d);
+  }
+  std::vector<std::vector<LinearPart>> runs;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i == 0 || dtypes[i] != dtypes[i - 1]) runs.emplace_back();
+    runs.back().push_back(parts[i]);
+  }
+  return runs;
+}
+
 std::optional<DeviceTensor> WeightLoader::dummy_linear(const std::vector<LinearPart>& parts,
                                                        const std::vector<std::string>& names, int64_t cols,
                                                        DType dtype) const {

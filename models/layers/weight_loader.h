@@ -70,6 +70,10 @@ class WeightLoader {
   // Every linear weight goes through here. Column-parallel / merged: parts stacked row-wise, each
   // [full_rows, cols] split on dim 0; row-parallel: one part whose shard splits dim 1.
   DeviceTensor load_linear(const std::vector<LinearPart>& parts, int64_t cols) const;
+  // The stacked parts cut into runs that can each be stored in one dtype: one run, unless the parts
+  // are quantized in different types that the backend keeps (a Q4_K_M GGUF's attn_v in Q6_K beside
+  // Q4_K q and k): then one run per type change, so no part is dequantized to --dtype.
+  std::vector<std::vector<LinearPart>> same_dtype_runs(const std::vector<LinearPart>& parts, int64_t cols) const;
   // A whole tensor of `shape` in `dtype`, replicated (the embedding table at tp 1).
   DeviceTensor load_replicated(const std::string& name, const std::vector<int64_t>& shape, DType dtype) const;
   // The same in host memory, for a layer that reorders rows before uploading (Cohere's q/k).

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include "engine/backend/cpu/cpu_backend.h"
+#include "engine/loader/gguf_model.h"
 #include "models/layers/weight_loader.h"
 
 namespace cypris {
@@ -94,6 +96,39 @@ TEST(WeightLoaderDummy, BackendGeneratedWeightsEqualTheHostValues) {
     }
     EXPECT_EQ(plain.uploads, static_cast<int>(cases().size()));
   }
+}
+
+// A llama.cpp Q4_K_M file keeps attn_v in Q6_K in some layers beside Q4_K q and k: the stacked
+// q/k/v weight is then stored as two runs, each in its own quantized type (not dequantized to
+// --dtype), with the rows in the same order.
+TEST(WeightLoaderGguf, MergedPartsOfDifferentQuantTypesStayQuantized) {
+  auto model = std::make_shared<const GgufModel>(std::filesystem::path(CYPRIS_TESTDATA_DIR) / "gguf" /
+                                                 "tiny-random-Q4_K_M.gguf");
+  const ModelConfig cfg = gguf_model_config(*model);
+  auto source = make_gguf_weight_source(model);
+  ModelBuildOptions opt;
+  opt.weight_dtype = DType::F16;
+  CpuBackend backend(1);
+  WeightLoader w(cfg, *source, backend, opt);
+  const int64_t h = cfg.hidden_size, kv = cfg.num_key_value_heads * cfg.head_dim;
+  auto qkv = [&](int layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+    return std::vector<LinearPart>{{p + "q_proj.weight", h, ShardSpec::replicated()},
+                                   {p + "k_proj.weight", kv, ShardSpec::replicated()},
+                                   {p + "v_proj.weight", kv, ShardSpec::replicated()}};
+  };
+  EXPECT_EQ(w.same_dtype_runs(qkv(0), h).size(), 1u);  // all Q4_K
+  const auto runs = w.same_dtype_runs(qkv(1), h);       // v in Q6_K
+  ASSERT_EQ(runs.size(), 2u);
+  ASSERT_EQ(runs[0].size(), 2u);
+  EXPECT_EQ(runs[1][0].name, qkv(1)[2].name);
+  DeviceTensor qk = w.load_linear(runs[0], h), v = w.load_linear(runs[1], h);
+  EXPECT_EQ(qk.view.dtype, DType::Q4_K);
+  EXPECT_EQ(qk.view.shape, (std::vector<int64_t>{h + kv, h}));
+  EXPECT_EQ(v.view.dtype, DType::Q6_K);
+  // Mixed plain and quantized parts (or a split of the row) keep the one-run behaviour.
+  EXPECT_EQ(w.same_dtype_runs({{"model.layers.1.mlp.down_proj.weight", h, ShardSpec::split(1, 0, 2)}}, 2 * h).size(),
+            1u);
 }
 
 }  // namespace
