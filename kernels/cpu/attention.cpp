@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "engine/common/error.h"
 #include "kernels/common/fp8.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
@@ -86,6 +88,96 @@ float dot(const float* a, const float* b, int n) {
   return (s0 + s1) + (s2 + s3);
 }
 
+#if defined(__x86_64__)
+// The AVX-512 path for 32- and 16-bit caches and head dims that are multiples of 16: per work item
+// (token, KV head) every cached row is read once for all the query heads of its group, converted
+// in registers (no fp32 scratch copy), with H heads' 16-wide accumulators held in registers.
+struct GroupAttention {
+  const float* q;          // first query head of the group; heads d apart
+  float* out;              // same layout
+  const void* k_cache;
+  const void* v_cache;
+  const int64_t* offsets;  // n cached-row offsets (elements) of this KV head
+  int64_t n;
+  int d;
+  float scale;
+  float softcap;
+  float* scores;  // [group, n]
+};
+
+template <DType CT, int H>
+CYPRIS_TARGET_AVX512 void group_scores(const GroupAttention& a, int h0) {
+  const int chunks = a.d / 16;
+  for (int64_t j = 0; j < a.n; ++j) {
+    __m512 acc[H];
+    for (int h = 0; h < H; ++h) acc[h] = _mm512_setzero_ps();
+    for (int c = 0; c < chunks; ++c) {
+      const __m512 k = simd::load16<CT>(a.k_cache, a.offsets[j] + c * 16);
+      for (int h = 0; h < H; ++h) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(a.q + (h0 + h) * a.d + c * 16), k, acc[h]);
+    }
+    for (int h = 0; h < H; ++h) {
+      float sv = _mm512_reduce_add_ps(acc[h]) * a.scale;
+      if (a.softcap > 0.0f) sv = a.softcap * std::tanh(sv / a.softcap);
+      a.scores[(h0 + h) * a.n + j] = sv;
+    }
+  }
+}
+
+// scores[h] becomes softmax weights (not yet divided by their sum); returns the sum.
+CYPRIS_TARGET_AVX512 float softmax_unnormalised(float* s, int64_t n) {
+  __m512 vmax = _mm512_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(s + j));
+  float mx = _mm512_reduce_max_ps(vmax);
+  for (; j < n; ++j) mx = std::max(mx, s[j]);
+  const __m512 m = _mm512_set1_ps(mx);
+  __m512 vsum = _mm512_setzero_ps();
+  for (j = 0; j + 16 <= n; j += 16) {
+    const __m512 e = simd::exp_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + j), m));
+    _mm512_storeu_ps(s + j, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  if (j < n) {
+    const auto mask = static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 e = simd::exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + j), m));
+    _mm512_mask_storeu_ps(s + j, mask, e);
+    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(mask, e));
+  }
+  return _mm512_reduce_add_ps(vsum);
+}
+
+template <DType CT, int H>
+CYPRIS_TARGET_AVX512 void group_values(const GroupAttention& a, int h0, const float* inv_sum) {
+  const int chunks = a.d / 16;
+  for (int c = 0; c < chunks; ++c) {
+    __m512 acc[H];
+    for (int h = 0; h < H; ++h) acc[h] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < a.n; ++j) {
+      const __m512 v = simd::load16<CT>(a.v_cache, a.offsets[j] + c * 16);
+      for (int h = 0; h < H; ++h) acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(a.scores[(h0 + h) * a.n + j]), v, acc[h]);
+    }
+    for (int h = 0; h < H; ++h) {
+      _mm512_storeu_ps(a.out + (h0 + h) * a.d + c * 16, _mm512_mul_ps(acc[h], _mm512_set1_ps(inv_sum[h0 + h])));
+    }
+  }
+}
+
+// Heads in register blocks of 8, 4, 2, 1.
+template <DType CT>
+CYPRIS_TARGET_AVX512 void attend_group_avx512(const GroupAttention& a, int group, float* inv_sum) {
+  auto blocks = [&](auto step) {
+    int h0 = 0;
+    for (; h0 + 8 <= group; h0 += 8) step(std::integral_constant<int, 8>{}, h0);
+    for (; h0 + 4 <= group; h0 += 4) step(std::integral_constant<int, 4>{}, h0);
+    for (; h0 + 2 <= group; h0 += 2) step(std::integral_constant<int, 2>{}, h0);
+    for (; h0 < group; ++h0) step(std::integral_constant<int, 1>{}, h0);
+  };
+  blocks([&](auto h, int h0) { group_scores<CT, decltype(h)::value>(a, h0); });
+  for (int h = 0; h < group; ++h) inv_sum[h] = 1.0f / softmax_unnormalised(a.scores + h * a.n, a.n);
+  blocks([&](auto h, int h0) { group_values<CT, decltype(h)::value>(a, h0, inv_sum); });
+}
+#endif
+
 }  // namespace
 
 void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
@@ -130,6 +222,48 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
     dequant_table(p.cache_dtype, p.k_scale, k_table);
     dequant_table(p.cache_dtype, p.v_scale, v_table);
   }
+
+#if defined(__x86_64__)
+  if (simd::has_avx512() && d % 16 == 0 && !fp8) {
+    auto fast = [&](int64_t i0, int64_t i1) {
+      thread_local std::vector<float> scores;
+      thread_local std::vector<int64_t> offsets;
+      thread_local std::vector<float> inv_sum;
+      inv_sum.resize(static_cast<size_t>(group));
+      for (int64_t item = i0; item < i1; ++item) {
+        const int64_t t = item / p.num_kv_heads;
+        const int g = static_cast<int>(item % p.num_kv_heads);
+        const int s = token_seq[t];
+        const int32_t q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
+        const int64_t pos = p.seq_lens[s] - q_len + (t - p.query_start_loc[s]);
+        const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+        const int64_t n = pos - lo + 1;
+        const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
+        offsets.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t kp = lo + j;
+          offsets[j] = table[kp / p.block_size] * block_stride + (kp % p.block_size) * kv_row + g * d;
+        }
+        scores.resize(static_cast<size_t>(n * group));
+        GroupAttention a{q_base + t * p.ldq + static_cast<int64_t>(g) * group * d,
+                         out_base + t * p.ldo + static_cast<int64_t>(g) * group * d,
+                         p.k_cache, p.v_cache, offsets.data(), n, d, p.scale, p.softcap, scores.data()};
+        switch (p.cache_dtype) {
+          case DType::F32: attend_group_avx512<DType::F32>(a, group, inv_sum.data()); break;
+          case DType::F16: attend_group_avx512<DType::F16>(a, group, inv_sum.data()); break;
+          default: attend_group_avx512<DType::BF16>(a, group, inv_sum.data()); break;
+        }
+      }
+    };
+    const int64_t items = num_tokens * p.num_kv_heads;
+    if (pool) {
+      pool->parallel_for(items, fast);
+    } else {
+      fast(0, items);
+    }
+    return;
+  }
+#endif
 
   auto work = [&](int64_t i0, int64_t i1) {
     thread_local std::vector<float> scores;

@@ -16,6 +16,7 @@
 #endif
 
 #include "engine/common/error.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
@@ -33,12 +34,6 @@ __attribute__((target("avx2,f16c"))) void f16_to_f32_f16c(const uint16_t* src, f
 
 bool cpu_has_f16c() {
   static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
-  return has;
-}
-
-bool cpu_has_avx2_fma() {
-  static const bool has =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return has;
 }
 
@@ -108,23 +103,7 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_rows(const float* x, int64_t 
 // product is bound by reading the weights, not by the multiplies, so the exact path costs nothing.
 constexpr int64_t kMaxGemvRows512 = 8;
 
-bool cpu_has_avx512() {
-  static const bool has = cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-  return has;
-}
 
-template <DType DT>
-__attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma,f16c"))) inline __m512 load16(const void* base, int64_t i) {
-  if constexpr (DT == DType::F32) {
-    return _mm512_loadu_ps(static_cast<const float*>(base) + i);
-  } else if constexpr (DT == DType::F16) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i)));
-  } else {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
 
 template <DType DT>
 __attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma,f16c"))) void gemv_rows_avx512(
@@ -137,8 +116,8 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma,f16c"))) void gemv_row
     __m512 a0[kMaxGemvRows512], a1[kMaxGemvRows512];
     for (int64_t i = 0; i < m; ++i) a0[i] = a1[i] = _mm512_setzero_ps();
     for (int64_t kk = 0; kk < k32; kk += 32) {
-      const __m512 w0 = load16<DT>(row, kk);
-      const __m512 w1 = load16<DT>(row, kk + 16);
+      const __m512 w0 = simd::load16<DT>(row, kk);
+      const __m512 w1 = simd::load16<DT>(row, kk + 16);
       for (int64_t i = 0; i < m; ++i) {
         a0[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + i * ldx + kk), a0[i]);
         a1[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + i * ldx + kk + 16), a1[i]);
@@ -254,13 +233,13 @@ void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, 
                "gemm: weight dtype {} is not supported (F32, F16, BF16)", dtype_name(w_dtype));
   if (m == 0 || n == 0) return;
 #if defined(__x86_64__)
-  if (m <= kMaxGemvRows512 && cpu_has_avx512()) {
+  if (m <= kMaxGemvRows512 && simd::has_avx512()) {
     for_weight_rows(w_dtype, n, pool, [&](auto dt, int64_t j0, int64_t j1) {
       gemv_rows_avx512<decltype(dt)::value>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
     });
     return;
   }
-  if (m <= kMaxGemvRows && cpu_has_avx2_fma()) {
+  if (m <= kMaxGemvRows && simd::has_avx2_fma()) {
     for_weight_rows(w_dtype, n, pool, [&](auto dt, int64_t j0, int64_t j1) {
       gemv_rows<decltype(dt)::value>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
     });

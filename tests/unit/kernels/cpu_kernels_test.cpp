@@ -244,24 +244,17 @@ TEST(Ops, SiluAndMulAndEmbedding) {
   EXPECT_THROW(embedding_cpu(bad, 1, t16.data(), DType::BF16, 6, 4, e.data(), nullptr), Error);
 }
 
-// Paged attention for a batch mixing a prefill chunk with context, a fresh prefill and a
-// decode, against naive attention over each sequence's contiguous K/V.
-class Attention : public ::testing::TestWithParam<int> {};
-
-TEST_P(Attention, MatchesNaiveCausalAttention) {
-  const int window = GetParam();
-  testing_support::PagedBatch b = testing_support::mixed_paged_batch();
+// Naive fp64 attention over each sequence's keys in the paged cache (float32 cache), with the
+// sliding window and Gemma 2's softcap.
+std::vector<double> naive_attention(const testing_support::PagedBatch& b, const std::vector<float>& q,
+                                    const std::vector<float>& kc, const std::vector<float>& vc, double scale,
+                                    int window, double softcap = 0.0) {
   const int hq = b.num_heads, hkv = b.num_kv_heads, d = b.head_dim;
   const int64_t kv_w = b.kv_row();
-  std::vector<float> kc = randn(b.num_slots() * kv_w, 11), vc = randn(b.num_slots() * kv_w, 12);
-  const std::vector<int32_t>& qsl = b.query_start_loc;
-  const int64_t tokens = b.num_tokens;
-  std::vector<float> q = randn(tokens * hq * d, 13);
-  std::vector<double> ref(tokens * hq * d);
-  const float scale = 0.25f;
+  std::vector<double> ref(static_cast<size_t>(b.num_tokens * hq * d));
   for (int s = 0; s < b.num_seqs; ++s) {
-    for (int32_t i = 0; i < b.query_len(s); ++i) {
-      const int64_t t = qsl[s] + i;
+    for (int i = 0; i < b.query_len(s); ++i) {
+      const int64_t t = b.query_start_loc[s] + i;
       const int pos = b.seq_lens[s] - b.query_len(s) + i;
       for (int h = 0; h < hq; ++h) {
         const int g = h / (hq / hkv);
@@ -273,7 +266,9 @@ TEST_P(Attention, MatchesNaiveCausalAttention) {
           const float* kr = kc.data() + slot * kv_w + g * d;
           double dot = 0;
           for (int x = 0; x < d; ++x) dot += double(q[t * hq * d + h * d + x]) * kr[x];
-          sc.push_back(dot * scale);
+          dot *= scale;
+          if (softcap > 0) dot = softcap * std::tanh(dot / softcap);
+          sc.push_back(dot);
           vs.push_back(vc.data() + slot * kv_w + g * d);
         }
         double mx = -1e300, sum = 0;
@@ -287,6 +282,23 @@ TEST_P(Attention, MatchesNaiveCausalAttention) {
       }
     }
   }
+  return ref;
+}
+
+// Paged attention for a batch mixing a prefill chunk with context, a fresh prefill and a
+// decode, against naive attention over each sequence's contiguous K/V.
+class Attention : public ::testing::TestWithParam<int> {};
+
+TEST_P(Attention, MatchesNaiveCausalAttention) {
+  const int window = GetParam();
+  testing_support::PagedBatch b = testing_support::mixed_paged_batch();
+  const int hq = b.num_heads, d = b.head_dim;
+  const int64_t kv_w = b.kv_row();
+  std::vector<float> kc = randn(b.num_slots() * kv_w, 11), vc = randn(b.num_slots() * kv_w, 12);
+  const int64_t tokens = b.num_tokens;
+  std::vector<float> q = randn(tokens * hq * d, 13);
+  const float scale = 0.25f;
+  const std::vector<double> ref = naive_attention(b, q, kc, vc, scale, window);
   std::vector<float> out(tokens * hq * d, kPoison);
   PagedAttentionParams p;
   p.q = q.data();
@@ -307,6 +319,68 @@ TEST_P(Attention, MatchesNaiveCausalAttention) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Windows, Attention, ::testing::Values(0, 3, 100));
+
+// The model shapes the kernel meets: head dims 64-256 (and 40, not a multiple of 16), query heads
+// per KV head from 1 to 12 (blocks of 8, 4, 2 and 1 heads), contexts past 16 keys with ragged
+// tails, softcap, and 32- and 16-bit caches, each against fp64 attention over the same values.
+struct AttentionShape {
+  int head_dim, num_heads, num_kv_heads;
+  float softcap;
+  int window;
+};
+
+class AttentionShapes : public ::testing::TestWithParam<AttentionShape> {};
+
+TEST_P(AttentionShapes, MatchFp64ForEveryCacheType) {
+  const AttentionShape c = GetParam();
+  testing_support::PagedBatch b =
+      testing_support::shuffled_paged_batch(c.head_dim, c.num_heads, c.num_kv_heads, 16, {{37, 37}, {1, 53}, {5, 21}});
+  const int64_t kv_w = b.kv_row(), q_w = b.q_row();
+  const std::vector<float> k = randn(b.num_slots() * kv_w, 41, 0.5f), v = randn(b.num_slots() * kv_w, 42);
+  const std::vector<float> q = randn(b.num_tokens * q_w, 43);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ThreadPool pool(2);
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    std::vector<float> kr = k, vr = v;  // the values the cache holds, as fp32
+    std::vector<uint16_t> k16(k.size()), v16(v.size());
+    if (dt != DType::F32) {
+      for (size_t i = 0; i < k.size(); ++i) {
+        k16[i] = dt == DType::BF16 ? f32_to_bf16(k[i]) : f32_to_f16(k[i]);
+        v16[i] = dt == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+        kr[i] = dt == DType::BF16 ? bf16_to_f32(k16[i]) : f16_to_f32(k16[i]);
+        vr[i] = dt == DType::BF16 ? bf16_to_f32(v16[i]) : f16_to_f32(v16[i]);
+      }
+    }
+    const std::vector<double> ref = naive_attention(b, q, kr, vr, scale, c.window, c.softcap);
+    std::vector<float> out(b.num_tokens * q_w, kPoison);
+    PagedAttentionParams p;
+    p.q = q.data();
+    p.ldq = q_w;
+    p.k_cache = dt == DType::F32 ? static_cast<const void*>(k.data()) : k16.data();
+    p.v_cache = dt == DType::F32 ? static_cast<const void*>(v.data()) : v16.data();
+    p.cache_dtype = dt;
+    testing_support::set_paged_batch(p, b);
+    p.scale = scale;
+    p.sliding_window = c.window;
+    p.softcap = c.softcap;
+    p.out = out.data();
+    p.ldo = q_w;
+    paged_attention_cpu(p, &pool);
+    EXPECT_LT(norm_err(out.data(), ref), 2e-6) << dtype_name(dt);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionShapes,
+                         ::testing::Values(AttentionShape{64, 12, 12, 0.0f, 0}, AttentionShape{128, 8, 1, 0.0f, 0},
+                                           AttentionShape{128, 12, 1, 0.0f, 7}, AttentionShape{80, 6, 2, 0.0f, 0},
+                                           AttentionShape{96, 10, 2, 0.0f, 0}, AttentionShape{256, 8, 4, 50.0f, 0},
+                                           AttentionShape{256, 4, 2, 30.0f, 20}, AttentionShape{40, 4, 2, 0.0f, 0}),
+                         [](const ::testing::TestParamInfo<AttentionShape>& i) {
+                           const AttentionShape& c = i.param;
+                           return "d" + std::to_string(c.head_dim) + "_h" + std::to_string(c.num_heads) + "_kv" +
+                                  std::to_string(c.num_kv_heads) + (c.softcap > 0 ? "_softcap" : "") +
+                                  (c.window > 0 ? "_window" + std::to_string(c.window) : "");
+                         });
 
 TEST(KvCache, WriteBySlotSkipsPadding) {
   const int64_t w = 4;
