@@ -143,9 +143,15 @@ const float* f16_table() {
 }
 
 // Rows of W converted per tile: 32 rows of a 4096-wide matrix is 512 KiB of fp32, near L2 size.
-int64_t tile_rows(int64_t k) {
-  int64_t rows = (64 * 1024) / std::max<int64_t>(1, k);  // ~256 KiB of fp32 per tile
-  return std::clamp<int64_t>(rows, 8, 256);
+// Weight rows per sgemm call: tiles of up to ~768 KiB of fp32 (OpenBLAS packs x again for every
+// call, so fewer, larger calls pack less), their count a multiple of the threads so each thread
+// gets the same share.
+int64_t tile_rows(int64_t n, int64_t k, int threads) {
+  const int64_t max_rows = std::clamp<int64_t>((192 * 1024) / std::max<int64_t>(1, k), 8, 512);
+  int64_t tiles = (n + max_rows - 1) / max_rows;
+  tiles = (tiles + threads - 1) / threads * threads;
+  const int64_t rows = (n + tiles - 1) / tiles;
+  return std::max<int64_t>(8, (rows + 15) / 16 * 16);
 }
 
 }  // namespace
@@ -247,7 +253,7 @@ void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, 
   }
 #endif
   init_blas_single_threaded();
-  const int64_t rows = tile_rows(k);
+  const int64_t rows = tile_rows(n, k, pool ? pool->size() : 1);
   const int64_t num_tiles = (n + rows - 1) / rows;
   const size_t esize = dtype_size(w_dtype);
   auto run = [&](int64_t t0, int64_t t1) {
