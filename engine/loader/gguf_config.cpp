@@ -96,6 +96,9 @@ const std::vector<GgufArchitecture>& gguf_architectures() {
   static const std::vector<GgufArchitecture> kArchs = {
       {"llama", "LlamaForCausalLM", "llama", false, true},
       {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false},
+      // Qwen3: no biases, per-head q/k RMSNorm (attn_q_norm / attn_k_norm), head_dim from
+      // attention.key_length (128 where hidden / heads is not).
+      {"qwen3", "Qwen3ForCausalLM", "qwen3", false, false},
   };
   return kArchs;
 }

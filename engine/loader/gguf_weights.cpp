@@ -35,6 +35,8 @@ constexpr NameMap kLayerNames[] = {
     {"self_attn.k_proj.bias", "attn_k.bias"},
     {"self_attn.v_proj.bias", "attn_v.bias"},
     {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
