@@ -99,6 +99,8 @@ const std::vector<GgufArchitecture>& gguf_architectures() {
       // Qwen3: no biases, per-head q/k RMSNorm (attn_q_norm / attn_k_norm), head_dim from
       // attention.key_length (128 where hidden / heads is not).
       {"qwen3", "Qwen3ForCausalLM", "qwen3", false, false},
+      // Qwen3-MoE: every layer routed (softmax, top-k renormalised), experts merged per layer.
+      {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", false, false},
   };
   return kArchs;
 }
@@ -167,6 +169,26 @@ json gguf_hf_config(const GgufModel& m) {
     j["vocab_size"] = *v;
   } else if (const GgufTensorInfo* e = m.tensor("token_embd.weight"); e && e->ne.size() == 2) {
     j["vocab_size"] = e->ne[1];
+  }
+  // Mixture of experts. llama.cpp writes Mixtral as "llama" with an expert count.
+  if (auto experts = m.get_int(arch + ".expert_count"); experts && *experts > 0) {
+    const auto used = m.get_int(arch + ".expert_used_count");
+    CYPRIS_CHECK(used.has_value(), "{}: metadata '{}.expert_used_count' is missing (the file has {} experts)",
+                 m.describe(), arch, *experts);
+    j["num_experts_per_tok"] = *used;
+    if (arch == "llama") {
+      j["architectures"] = {"MixtralForCausalLM"};
+      j["model_type"] = "mixtral";
+      j["num_local_experts"] = *experts;
+    } else {
+      CYPRIS_CHECK(a.model_type.ends_with("_moe"), "{}: '{}' files with experts are not supported", m.describe(),
+                   arch);
+      j["num_experts"] = *experts;
+      j["norm_topk_prob"] = true;  // as llama.cpp runs qwen3moe
+    }
+    if (auto ff = m.get_int(arch + ".expert_feed_forward_length")) j["moe_intermediate_size"] = *ff;
+  } else {
+    CYPRIS_CHECK(!a.model_type.ends_with("_moe"), "{}: metadata '{}.expert_count' is missing", m.describe(), arch);
   }
   j["tie_word_embeddings"] = m.tensor("output.weight") == nullptr;
   if (!a.qkv_bias && m.tensor("blk.0.attn_q.bias") && m.tensor("blk.0.attn_output.bias")) j["attention_bias"] = true;

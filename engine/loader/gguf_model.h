@@ -33,7 +33,17 @@ const std::vector<GgufArchitecture>& gguf_architectures();
 const GgufArchitecture& gguf_architecture(const GgufModel& model);
 
 // The GGUF tensor name of a Hugging Face one ("model.layers.3.self_attn.q_proj.weight" ->
-// "blk.3.attn_q.weight"); nullopt when it has none.
+// "blk.3.attn_q.weight"); nullopt when it has none. An expert's weight
+// ("model.layers.3.mlp.experts.5.up_proj.weight", Mixtral's "block_sparse_moe.experts.5.w3.weight")
+// names the layer's merged tensor ("blk.3.ffn_up_exps.weight", [experts, rows, cols]) with the
+// expert's index; files from before the merge hold "blk.3.ffn_up.5.weight" instead, which
+// legacy_name gives.
+struct GgufTensorRef {
+  std::string name;
+  int expert = -1;          // >= 0: this expert's slice of the merged tensor
+  std::string legacy_name;  // the per-expert 2-D tensor of older files
+};
+std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name);
 std::optional<std::string> gguf_tensor_name(std::string_view hf_name);
 
 // The metadata as the config.json the same model would have (architectures, sizes, rope, bos/eos,

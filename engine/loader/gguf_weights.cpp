@@ -40,7 +40,28 @@ constexpr NameMap kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},  // MoE router
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
 };
+// "<prefix><expert>.<suffix>" -> ffn_<kind>_exps.weight (merged) / ffn_<kind>.<expert>.weight (older).
+struct ExpertMap {
+  std::string_view prefix;
+  std::string_view suffix;
+  std::string_view kind;
+};
+constexpr ExpertMap kExpertNames[] = {
+    {"mlp.experts.", "gate_proj.weight", "gate"},      {"mlp.experts.", "up_proj.weight", "up"},
+    {"mlp.experts.", "down_proj.weight", "down"},      {"block_sparse_moe.experts.", "w1.weight", "gate"},
+    {"block_sparse_moe.experts.", "w3.weight", "up"},  {"block_sparse_moe.experts.", "w2.weight", "down"},
+};
+
+// The leading decimal number of s (up to 6 digits) and its length; 0 length when none.
+std::pair<int, size_t> leading_number(std::string_view s) {
+  size_t digits = 0;
+  while (digits < s.size() && digits < 7 && s[digits] >= '0' && s[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 6) return {0, 0};
+  return {std::stoi(std::string(s.substr(0, digits))), digits};
+}
 
 std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
@@ -55,26 +76,34 @@ class GgufWeightSource : public WeightSource {
 
   std::string describe() const override { return model_->describe(); }
 
-  bool contains(const std::string& name) const override {
-    auto g = gguf_tensor_name(name);
-    return g && model_->tensor(*g) != nullptr;
-  }
+  bool contains(const std::string& name) const override { return locate(name).info != nullptr; }
 
   std::optional<DType> native_dtype(const std::string& name) const override {
-    auto g = gguf_tensor_name(name);
-    const GgufTensorInfo* t = g ? model_->tensor(*g) : nullptr;
+    const GgufTensorInfo* t = locate(name).info;
     if (!t) return std::nullopt;
     return dtype_of_ggml(t->type);
   }
 
   void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype, const ShardSpec& shard,
                  void* dst) const override {
-    const auto gname = gguf_tensor_name(name);
-    const GgufFile* file = nullptr;
-    const GgufTensorInfo* t = gname ? model_->tensor(*gname, &file) : nullptr;
-    CYPRIS_CHECK(t != nullptr, "{}: tensor '{}' (GGUF '{}') not found", describe(), name, gname.value_or("?"));
-    const std::string where = fmt::format("{}: tensor '{}'", file->path().string(), *gname);
-    CYPRIS_CHECK(t->shape == full_shape, "{} has shape {} but the model needs {}", where, shape_str(t->shape),
+    const Located l = locate(name);
+    const GgufTensorInfo* t = l.info;
+    CYPRIS_CHECK(t != nullptr, "{}: tensor '{}' (GGUF '{}') not found", describe(), name, l.gguf_name);
+    const std::string where = l.expert >= 0 ? fmt::format("{}: tensor '{}' (expert {})", l.file->path().string(),
+                                                          l.gguf_name, l.expert)
+                                            : fmt::format("{}: tensor '{}'", l.file->path().string(), l.gguf_name);
+    // One expert of a merged [experts, rows, cols] tensor is the [rows, cols] block at its index.
+    std::vector<int64_t> shape = t->shape;
+    size_t base_offset = 0;
+    if (l.expert >= 0) {
+      CYPRIS_CHECK(shape.size() == 3 && l.expert < shape[0], "{} has shape {}, which holds no expert {}", where,
+                   shape_str(shape), l.expert);
+      shape.erase(shape.begin());
+      const auto src = dtype_of_ggml(t->type);
+      CYPRIS_CHECK(src.has_value(), "{} has type {}, which Cypris cannot load", where, ggml_traits(t->type).name);
+      base_offset = static_cast<size_t>(l.expert) * dtype_nbytes(*src, shape[0] * shape[1]);
+    }
+    CYPRIS_CHECK(shape == full_shape, "{} has shape {} but the model needs {}", where, shape_str(shape),
                  shape_str(full_shape));
     CYPRIS_CHECK(full_shape.size() <= 2, "{}: {}-dimensional tensors are not supported", where, full_shape.size());
     const auto src_dtype = dtype_of_ggml(t->type);
@@ -91,7 +120,7 @@ class GgufWeightSource : public WeightSource {
 
     // The tensor as [rows, cols] with the split on one of them. A 1-D tensor is one row, unless its
     // elements are permuted (q/k biases), when each element is a row.
-    const std::string_view gn = *gname;
+    const std::string_view gn = l.gguf_name;
     const bool is_q = gn.ends_with("attn_q.weight") || gn.ends_with("attn_q.bias");
     const bool is_k = gn.ends_with("attn_k.weight") || gn.ends_with("attn_k.bias");
     const bool permute = arch_.permuted_qk && (is_q || is_k);
@@ -139,7 +168,7 @@ class GgufWeightSource : public WeightSource {
         const int64_t h = src_row / head_dim, within = src_row % head_dim, half = head_dim / 2;
         src_row = h * head_dim + 2 * (within % half) + within / half;
       }
-      const uint8_t* s = t->data + static_cast<size_t>(src_row) * src_row_bytes + src_col_off;
+      const uint8_t* s = t->data + base_offset + static_cast<size_t>(src_row) * src_row_bytes + src_col_off;
       uint8_t* d = static_cast<uint8_t*>(dst) + static_cast<size_t>(r) * dst_row_bytes;
       if (src_quant && dtype == *src_dtype) {
         std::memcpy(d, s, dst_row_bytes);
@@ -158,6 +187,28 @@ class GgufWeightSource : public WeightSource {
   }
 
  private:
+  struct Located {
+    const GgufTensorInfo* info = nullptr;
+    const GgufFile* file = nullptr;
+    std::string gguf_name = "?";
+    int expert = -1;
+  };
+  // The tensor behind a Hugging Face name: the merged expert tensor when the file has it, else the
+  // older per-expert one.
+  Located locate(const std::string& hf_name) const {
+    Located l;
+    const auto ref = gguf_tensor_ref(hf_name);
+    if (!ref) return l;
+    l.gguf_name = ref->name;
+    l.info = model_->tensor(ref->name, &l.file);
+    l.expert = ref->expert;
+    if (!l.info && !ref->legacy_name.empty()) {
+      l.info = model_->tensor(ref->legacy_name, &l.file);
+      if (l.info) l.gguf_name = ref->legacy_name, l.expert = -1;
+    }
+    return l;
+  }
+
   std::shared_ptr<const GgufModel> model_;
   const GgufArchitecture& arch_;
   int64_t heads_ = 0, kv_heads_ = 0;
@@ -165,20 +216,32 @@ class GgufWeightSource : public WeightSource {
 
 }  // namespace
 
-std::optional<std::string> gguf_tensor_name(std::string_view hf_name) {
+std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name) {
   for (const auto& m : kGlobalNames)
-    if (m.hf == hf_name) return std::string(m.gguf);
+    if (m.hf == hf_name) return GgufTensorRef{std::string(m.gguf)};
   static constexpr std::string_view kPrefix = "model.layers.";
   if (!hf_name.starts_with(kPrefix)) return std::nullopt;
   std::string_view rest = hf_name.substr(kPrefix.size());
-  size_t digits = 0;
-  while (digits < rest.size() && rest[digits] >= '0' && rest[digits] <= '9') ++digits;
-  if (digits == 0 || digits > 6 || digits >= rest.size() || rest[digits] != '.') return std::nullopt;
-  const std::string_view layer = rest.substr(0, digits);
+  const auto [layer, digits] = leading_number(rest);
+  if (digits == 0 || digits >= rest.size() || rest[digits] != '.') return std::nullopt;
   rest.remove_prefix(digits + 1);
   for (const auto& m : kLayerNames)
-    if (m.hf == rest) return fmt::format("blk.{}.{}", layer, m.gguf);
+    if (m.hf == rest) return GgufTensorRef{fmt::format("blk.{}.{}", layer, m.gguf)};
+  for (const auto& m : kExpertNames) {
+    if (!rest.starts_with(m.prefix)) continue;
+    const std::string_view tail = rest.substr(m.prefix.size());
+    const auto [expert, n] = leading_number(tail);
+    if (n == 0 || n >= tail.size() || tail[n] != '.' || tail.substr(n + 1) != m.suffix) continue;
+    return GgufTensorRef{fmt::format("blk.{}.ffn_{}_exps.weight", layer, m.kind), expert,
+                         fmt::format("blk.{}.ffn_{}.{}.weight", layer, m.kind, expert)};
+  }
   return std::nullopt;
+}
+
+std::optional<std::string> gguf_tensor_name(std::string_view hf_name) {
+  auto ref = gguf_tensor_ref(hf_name);
+  if (!ref) return std::nullopt;
+  return ref->name;
 }
 
 std::optional<DType> dtype_of_ggml(GgmlType type) {

@@ -248,6 +248,21 @@ TEST(Gguf, TensorNamesMapToHuggingFaceNames) {
   EXPECT_EQ(gguf_tensor_name("model.layers.3.self_attn.q_proj.bias"), "blk.3.attn_q.bias");
   EXPECT_FALSE(gguf_tensor_name("model.layers.x.mlp.gate_proj.weight").has_value());
   EXPECT_FALSE(gguf_tensor_name("model.layers.3.mlp.nothing").has_value());
+  EXPECT_EQ(gguf_tensor_name("model.layers.2.self_attn.k_norm.weight"), "blk.2.attn_k_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.2.mlp.gate.weight"), "blk.2.ffn_gate_inp.weight");
+  // Experts: the layer's merged tensor and the expert's index, or the older per-expert tensor.
+  const auto up = gguf_tensor_ref("model.layers.4.mlp.experts.17.up_proj.weight");
+  ASSERT_TRUE(up.has_value());
+  EXPECT_EQ(up->name, "blk.4.ffn_up_exps.weight");
+  EXPECT_EQ(up->expert, 17);
+  EXPECT_EQ(up->legacy_name, "blk.4.ffn_up.17.weight");
+  const auto w2 = gguf_tensor_ref("model.layers.0.block_sparse_moe.experts.3.w2.weight");
+  ASSERT_TRUE(w2.has_value());
+  EXPECT_EQ(w2->name, "blk.0.ffn_down_exps.weight");
+  EXPECT_EQ(w2->expert, 3);
+  EXPECT_FALSE(gguf_tensor_ref("model.layers.0.mlp.experts.x.up_proj.weight").has_value());
+  EXPECT_FALSE(gguf_tensor_ref("model.layers.0.mlp.experts.1234567.up_proj.weight").has_value());
+  EXPECT_FALSE(gguf_tensor_ref("model.layers.0.mlp.experts.1.w1.weight").has_value());
 }
 
 // A small model in the writer's hands: metadata of every kind, split across files.

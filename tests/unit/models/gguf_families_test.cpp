@@ -10,7 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -62,8 +64,24 @@ class TempDir {
   fs::path path_;
 };
 
-// llama.cpp's tensor name for a Hugging Face one (gguf-py's TensorNameMap), or "" to leave out.
-std::string llama_cpp_name(const std::string& hf) {
+void write_safetensors(const fs::path& path, const std::map<std::string, F32Tensor>& tensors) {
+  json header;
+  size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  const std::string h = header.dump();
+  const uint64_t len = h.size();
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out << h;
+  for (const auto& [name, t] : tensors) out << t.bytes;
+}
+
+// llama.cpp's tensor name for a Hugging Face one (gguf-py's TensorNameMap), "" to leave it out.
+// Experts: the merged name ("blk.N.ffn_up_exps.weight") and the expert's index in *expert.
+std::string llama_cpp_name(const std::string& hf, int* expert) {
   static const std::map<std::string, std::string> global = {{"model.embed_tokens.weight", "token_embd.weight"},
                                                             {"model.norm.weight", "output_norm.weight"},
                                                             {"lm_head.weight", "output.weight"}};
@@ -73,78 +91,227 @@ std::string llama_cpp_name(const std::string& hf) {
       {"self_attn.v_proj.weight", "attn_v.weight"},       {"self_attn.o_proj.weight", "attn_output.weight"},
       {"self_attn.q_norm.weight", "attn_q_norm.weight"},  {"self_attn.k_norm.weight", "attn_k_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},        {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"}};
+      {"mlp.down_proj.weight", "ffn_down.weight"},        {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"}};
+  static const std::map<std::string, std::string> experts = {
+      {"gate_proj.weight", "ffn_gate_exps.weight"}, {"up_proj.weight", "ffn_up_exps.weight"},
+      {"down_proj.weight", "ffn_down_exps.weight"}, {"w1.weight", "ffn_gate_exps.weight"},
+      {"w3.weight", "ffn_up_exps.weight"},          {"w2.weight", "ffn_down_exps.weight"}};
+  *expert = -1;
   if (auto it = global.find(hf); it != global.end()) return it->second;
   const std::string prefix = "model.layers.";
   if (!hf.starts_with(prefix)) return "";
   const size_t dot = hf.find('.', prefix.size());
   const std::string n = hf.substr(prefix.size(), dot - prefix.size()), rest = hf.substr(dot + 1);
-  auto it = layer.find(rest);
-  return it == layer.end() ? "" : "blk." + n + "." + it->second;
+  if (auto it = layer.find(rest); it != layer.end()) return "blk." + n + "." + it->second;
+  for (const std::string e : {"mlp.experts.", "block_sparse_moe.experts."}) {
+    if (!rest.starts_with(e)) continue;
+    const size_t d = rest.find('.', e.size());
+    *expert = std::stoi(rest.substr(e.size(), d - e.size()));
+    auto it = experts.find(rest.substr(d + 1));
+    return it == experts.end() ? "" : "blk." + n + "." + it->second;
+  }
+  return "";
 }
 
-// Qwen3 as llama.cpp's Qwen3Model writes it: architecture "qwen3", no biases, per-head q/k norms,
-// head_dim as attention.key_length, no sliding window.
-TEST(GgufFamilies, Qwen3FileLoadsTheSameModelAsItsCheckpoint) {
-  const std::string fixture = reference_fixture::kFixtures + "qwen3_qknorm_sliding";
-  std::ifstream cin(fixture + "/config.json");
-  json cfg = json::parse(cin);
-  cfg["attention_bias"] = false;  // neither biases nor a sliding window exist in llama.cpp's qwen3
-  cfg["use_sliding_window"] = false;
-  cfg.erase("sliding_window");
-  cfg.erase("max_window_layers");
+// llama.cpp's LlamaModel.permute: its rotary pairs adjacent elements, so within each head the
+// rows of the two halves are interleaved: row h*D + 2i + s is Hugging Face row h*D + s*D/2 + i.
+std::string permute_rows(const F32Tensor& t, int64_t heads) {
+  const int64_t rows = t.shape[0], cols = t.shape.size() > 1 ? t.shape[1] : 1, d = rows / heads;
+  std::string out(t.bytes.size(), '\0');
+  const size_t row_bytes = static_cast<size_t>(cols) * 4;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < d / 2; ++i)
+      for (int64_t s = 0; s < 2; ++s)
+        std::memcpy(out.data() + (h * d + 2 * i + s) * row_bytes, t.bytes.data() + (h * d + s * d / 2 + i) * row_bytes,
+                    row_bytes);
+  return out;
+}
 
-  TempDir tmp;
-  const fs::path hf_dir = tmp.path() / "hf";
-  fs::create_directories(hf_dir);
-  fs::copy_file(fixture + "/model.safetensors", hf_dir / "model.safetensors");
-  std::ofstream(hf_dir / "config.json") << cfg.dump(2);
-
+// A GGUF of a Hugging Face checkpoint as llama.cpp's converter writes it for `arch`: the common
+// metadata keys, the tensor names above, each layer's experts stacked into one [experts, rows, cols]
+// tensor, q/k rows permuted for "llama". F32 throughout.
+// legacy_experts: one 2-D tensor per expert ("blk.N.ffn_up.E.weight"), as files converted before
+// llama.cpp merged them.
+void write_llama_cpp_gguf(const std::map<std::string, F32Tensor>& tensors, const json& cfg, const std::string& arch,
+                          const fs::path& out, bool legacy_experts = false) {
   GgufWriter w;
   const auto u32 = [](const json& v) { return v.get<uint32_t>(); };
-  w.kv_str("general.architecture", "qwen3");
-  w.kv_u32("qwen3.context_length", u32(cfg["max_position_embeddings"]));
-  w.kv_u32("qwen3.embedding_length", u32(cfg["hidden_size"]));
-  w.kv_u32("qwen3.block_count", u32(cfg["num_hidden_layers"]));
-  w.kv_u32("qwen3.feed_forward_length", u32(cfg["intermediate_size"]));
-  w.kv_u32("qwen3.attention.head_count", u32(cfg["num_attention_heads"]));
-  w.kv_u32("qwen3.attention.head_count_kv", u32(cfg["num_key_value_heads"]));
-  w.kv_u32("qwen3.attention.key_length", u32(cfg["head_dim"]));
-  w.kv_u32("qwen3.attention.value_length", u32(cfg["head_dim"]));
-  w.kv_f32("qwen3.attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"].get<float>());
-  w.kv_f32("qwen3.rope.freq_base", cfg["rope_theta"].get<float>());
-  w.kv_u32("qwen3.vocab_size", u32(cfg["vocab_size"]));
+  const int64_t heads = cfg["num_attention_heads"], kv_heads = cfg["num_key_value_heads"];
+  const int64_t head_dim = cfg.contains("head_dim") ? cfg["head_dim"].get<int64_t>()
+                                                    : cfg["hidden_size"].get<int64_t>() / heads;
+  w.kv_str("general.architecture", arch);
+  w.kv_u32(arch + ".context_length", u32(cfg["max_position_embeddings"]));
+  w.kv_u32(arch + ".embedding_length", u32(cfg["hidden_size"]));
+  w.kv_u32(arch + ".block_count", u32(cfg["num_hidden_layers"]));
+  w.kv_u32(arch + ".feed_forward_length", u32(cfg["intermediate_size"]));
+  w.kv_u32(arch + ".attention.head_count", static_cast<uint32_t>(heads));
+  w.kv_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(kv_heads));
+  w.kv_u32(arch + ".attention.key_length", static_cast<uint32_t>(head_dim));
+  w.kv_u32(arch + ".attention.value_length", static_cast<uint32_t>(head_dim));
+  w.kv_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.kv_f32(arch + ".attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"].get<float>());
+  w.kv_f32(arch + ".rope.freq_base", cfg["rope_theta"].get<float>());
+  w.kv_u32(arch + ".vocab_size", u32(cfg["vocab_size"]));
+  const int64_t experts = cfg.value("num_experts", cfg.value("num_local_experts", 0));
+  if (experts > 0) {
+    w.kv_u32(arch + ".expert_count", static_cast<uint32_t>(experts));
+    w.kv_u32(arch + ".expert_used_count", u32(cfg["num_experts_per_tok"]));
+    if (cfg.contains("moe_intermediate_size"))
+      w.kv_u32(arch + ".expert_feed_forward_length", u32(cfg["moe_intermediate_size"]));
+  }
   w.kv_u32("tokenizer.ggml.bos_token_id", u32(cfg["bos_token_id"]));
   w.kv_u32("tokenizer.ggml.eos_token_id", u32(cfg["eos_token_id"]));
-  int written = 0;
-  for (const auto& [name, t] : read_safetensors(hf_dir / "model.safetensors")) {
-    const std::string g = llama_cpp_name(name);
-    if (g.empty()) continue;  // the biases
-    w.tensor(g, std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()), 0, t.bytes);
-    ++written;
+  std::map<std::string, std::vector<const F32Tensor*>> stacked;  // merged name -> experts in order
+  for (const auto& [name, t] : tensors) {
+    int expert = -1;
+    const std::string g = llama_cpp_name(name, &expert);
+    if (g.empty()) continue;
+    if (expert >= 0 && legacy_experts) {
+      const std::string kind = g.substr(0, g.size() - std::string("_exps.weight").size());
+      w.tensor(kind + "." + std::to_string(expert) + ".weight", std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()),
+               0, t.bytes);
+      continue;
+    }
+    if (expert >= 0) {
+      auto& slot = stacked[g];
+      if (slot.size() <= static_cast<size_t>(expert)) slot.resize(expert + 1);
+      slot[expert] = &t;
+      continue;
+    }
+    std::string bytes = t.bytes;
+    if (arch == "llama" && g.ends_with("attn_q.weight")) bytes = permute_rows(t, heads);
+    if (arch == "llama" && g.ends_with("attn_k.weight")) bytes = permute_rows(t, kv_heads);
+    w.tensor(g, std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()), 0, bytes);
   }
-  EXPECT_EQ(written, 3 + 11 * cfg["num_hidden_layers"].get<int>());
-  const fs::path gguf = tmp.path() / "qwen3-F32.gguf";
-  w.write(gguf);
+  for (const auto& [g, parts] : stacked) {
+    std::string bytes;
+    for (const F32Tensor* p : parts) bytes += p->bytes;
+    const auto& s = parts.front()->shape;
+    w.tensor(g, {s[1], s[0], static_cast<int64_t>(parts.size())}, 0, bytes);
+  }
+  w.write(out);
+}
 
-  auto options = [](const fs::path& model) {
-    ModelRunnerOptions o;
-    o.model_dir = model;
-    o.load.dtype = "float32";
-    o.threads = 2;
-    o.num_blocks = 16;
-    return o;
-  };
-  ModelRunner from_hf(options(hf_dir));
-  ModelRunner from_gguf(options(gguf));
-  const std::vector<int32_t> ids = reference_fixture::load_expected("qwen3_qknorm_sliding").ids;
-  const Logits a = reference_fixture::full_prefill(from_hf, ids);
-  const Logits b = reference_fixture::full_prefill(from_gguf, ids);
+ModelRunnerOptions runner_options(const fs::path& model) {
+  ModelRunnerOptions o;
+  o.model_dir = model;
+  o.load.dtype = "float32";
+  o.threads = 2;
+  o.num_blocks = 16;
+  return o;
+}
+
+// Both models' logits for ids, position by position, within fp32 reordering (1e-6 of the scale).
+void expect_same_logits(const fs::path& a_dir, const fs::path& b_dir, const std::vector<int32_t>& ids) {
+  ModelRunner a_runner(runner_options(a_dir));
+  ModelRunner b_runner(runner_options(b_dir));
+  const Logits a = reference_fixture::full_prefill(a_runner, ids);
+  const Logits b = reference_fixture::full_prefill(b_runner, ids);
   ASSERT_EQ(a.rows, b.rows);
   ASSERT_EQ(a.vocab, b.vocab);
   for (int64_t r = 0; r < a.rows; ++r) {
     EXPECT_LT(reference_fixture::rel_err(b.row(r), a.row(r), a.vocab), 1e-6) << "position " << r;
   }
+}
+
+// A family fixture's checkpoint with its config reduced to what the GGUF architecture can express.
+fs::path fixture_checkpoint(const std::string& fixture, const fs::path& dir,
+                            const std::function<void(json&)>& reduce) {
+  const std::string src = reference_fixture::kFixtures + fixture;
+  std::ifstream cin(src + "/config.json");
+  json cfg = json::parse(cin);
+  reduce(cfg);
+  fs::create_directories(dir);
+  fs::copy_file(src + "/model.safetensors", dir / "model.safetensors");
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  return dir;
+}
+
+json read_config(const fs::path& dir) {
+  std::ifstream in(dir / "config.json");
+  return json::parse(in);
+}
+
+// Qwen3 as llama.cpp's Qwen3Model writes it: architecture "qwen3", no biases, per-head q/k norms,
+// head_dim as attention.key_length, no sliding window.
+TEST(GgufFamilies, Qwen3FileLoadsTheSameModelAsItsCheckpoint) {
+  TempDir tmp;
+  const fs::path hf = fixture_checkpoint("qwen3_qknorm_sliding", tmp.path() / "hf", [](json& cfg) {
+    cfg["attention_bias"] = false;  // neither biases nor a sliding window exist in llama.cpp's qwen3
+    cfg["use_sliding_window"] = false;
+    cfg.erase("sliding_window");
+    cfg.erase("max_window_layers");
+  });
+  const fs::path gguf = tmp.path() / "qwen3-F32.gguf";
+  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "qwen3", gguf);
+  expect_same_logits(hf, gguf, reference_fixture::load_expected("qwen3_qknorm_sliding").ids);
+}
+
+// Mixtral as llama.cpp writes it: architecture "llama" with llama.expert_count, q/k rows permuted,
+// each layer's experts in ffn_{gate,up,down}_exps.
+TEST(GgufFamilies, MixtralFileLoadsTheSameModelAsItsCheckpoint) {
+  TempDir tmp;
+  const fs::path hf = fixture_checkpoint("mixtral_top2_of_8", tmp.path() / "hf",
+                                         [](json& cfg) { cfg.erase("sliding_window"); });
+  const auto ids = reference_fixture::load_expected("mixtral_top2_of_8").ids;
+  for (bool legacy : {false, true}) {
+    SCOPED_TRACE(legacy ? "one tensor per expert" : "merged experts");
+    const fs::path gguf = tmp.path() / (legacy ? "mixtral-legacy-F32.gguf" : "mixtral-F32.gguf");
+    write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "llama", gguf, legacy);
+    expect_same_logits(hf, gguf, ids);
+  }
+}
+
+// Qwen3-MoE (architecture "qwen3moe"): every layer routed, top-k renormalised. The family fixture
+// has a dense layer, which the GGUF architecture cannot say, so the checkpoint here is random.
+TEST(GgufFamilies, Qwen3MoeFileLoadsTheSameModelAsItsCheckpoint) {
+  const int64_t h = 32, d = 16, heads = 4, kv = 2, experts = 4, ff = 24, vocab = 64, layers = 2;
+  json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"hidden_size", h},
+              {"intermediate_size", 48}, {"num_hidden_layers", layers}, {"num_attention_heads", heads},
+              {"num_key_value_heads", kv}, {"head_dim", d}, {"vocab_size", vocab}, {"max_position_embeddings", 64},
+              {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0}, {"torch_dtype", "float32"}, {"bos_token_id", 1},
+              {"eos_token_id", 2}, {"hidden_act", "silu"}, {"num_experts", experts}, {"num_experts_per_tok", 2},
+              {"moe_intermediate_size", ff}, {"norm_topk_prob", true}, {"tie_word_embeddings", false}};
+  std::mt19937 gen(7);
+  std::normal_distribution<float> nd(0.0f, 0.3f);
+  std::map<std::string, F32Tensor> t;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool norm = false) {
+    int64_t n = 1;
+    for (int64_t x : shape) n *= x;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = norm ? 1.0f + 0.1f * nd(gen) : nd(gen);
+    t[name] = {shape, std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4)};
+  };
+  add("model.embed_tokens.weight", {vocab, h});
+  add("model.norm.weight", {h}, true);
+  add("lm_head.weight", {vocab, h});
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {h}, true);
+    add(p + "post_attention_layernorm.weight", {h}, true);
+    add(p + "self_attn.q_proj.weight", {heads * d, h});
+    add(p + "self_attn.k_proj.weight", {kv * d, h});
+    add(p + "self_attn.v_proj.weight", {kv * d, h});
+    add(p + "self_attn.o_proj.weight", {h, heads * d});
+    add(p + "self_attn.q_norm.weight", {d}, true);
+    add(p + "self_attn.k_norm.weight", {d}, true);
+    add(p + "mlp.gate.weight", {experts, h});
+    for (int64_t e = 0; e < experts; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      add(x + "gate_proj.weight", {ff, h});
+      add(x + "up_proj.weight", {ff, h});
+      add(x + "down_proj.weight", {h, ff});
+    }
+  }
+  TempDir tmp;
+  const fs::path hf = tmp.path() / "hf";
+  fs::create_directories(hf);
+  write_safetensors(hf / "model.safetensors", t);
+  std::ofstream(hf / "config.json") << cfg.dump(2);
+  const fs::path gguf = tmp.path() / "qwen3moe-F32.gguf";
+  write_llama_cpp_gguf(t, cfg, "qwen3moe", gguf);
+  expect_same_logits(hf, gguf, {1, 5, 9, 13, 20, 31, 42, 7, 3, 60, 11, 2});
 }
 
 }  // namespace
