@@ -34,6 +34,9 @@ constexpr KeyMap kKeys[] = {
     {"attention.key_length", "head_dim", KeyKind::Int, false},
     {"attention.layer_norm_rms_epsilon", "rms_norm_eps", KeyKind::Float, false},
     {"rope.freq_base", "rope_theta", KeyKind::Float, false},
+    {"attention.sliding_window", "sliding_window", KeyKind::Int, false},
+    {"attn_logit_softcapping", "attn_logit_softcapping", KeyKind::Float, false},
+    {"final_logit_softcapping", "final_logit_softcapping", KeyKind::Float, false},
 };
 
 int64_t per_layer_int(const GgufModel& m, const std::string& key) {
@@ -101,6 +104,10 @@ const std::vector<GgufArchitecture>& gguf_architectures() {
       {"qwen3", "Qwen3ForCausalLM", "qwen3", false, false},
       // Qwen3-MoE: every layer routed (softmax, top-k renormalised), experts merged per layer.
       {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", false, false},
+      // Gemma 2 / 3: norms stored with the +1 folded in; query_pre_attn_scalar, the sliding-window
+      // pattern and Gemma 3's local rope base are not in the file and follow llama.cpp's rules.
+      {"gemma2", "Gemma2ForCausalLM", "gemma2", false, false, true},
+      {"gemma3", "Gemma3ForCausalLM", "gemma3_text", false, false, true},
   };
   return kArchs;
 }
@@ -114,6 +121,24 @@ const GgufArchitecture& gguf_architecture(const GgufModel& m) {
     known += (known.empty() ? "" : ", ") + std::string(a.gguf_arch);
   }
   CYPRIS_FAIL("{}: GGUF architecture '{}' is not supported (supported: {})", m.describe(), *arch, known);
+}
+
+// What a Gemma GGUF leaves out, as llama.cpp decides it: the query scale is 1/sqrt(head_dim) except
+// for the 27B models (46 layers for Gemma 2, 62 for Gemma 3), where it is 1/sqrt(hidden / heads);
+// Gemma 2's even layers slide; Gemma 3's every sixth layer is global and its sliding layers rotate
+// with base 10000 and no scaling.
+static void gemma_hf_config(json& j, const std::string& arch) {
+  const int64_t layers = j.at("num_hidden_layers").get<int64_t>();
+  const int64_t heads = j.at("num_attention_heads").get<int64_t>();
+  const int64_t head_dim = j.contains("head_dim") ? j.at("head_dim").get<int64_t>()
+                                                  : j.at("hidden_size").get<int64_t>() / heads;
+  const bool is_27b = (arch == "gemma2" && layers == 46) || (arch == "gemma3" && layers == 62);
+  j["query_pre_attn_scalar"] = is_27b ? j.at("hidden_size").get<int64_t>() / heads : head_dim;
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  if (arch == "gemma3") {
+    j["sliding_window_pattern"] = 6;
+    j["rope_local_base_freq"] = 10000.0;
+  }
 }
 
 json gguf_hf_config(const GgufModel& m) {
@@ -170,6 +195,7 @@ json gguf_hf_config(const GgufModel& m) {
   } else if (const GgufTensorInfo* e = m.tensor("token_embd.weight"); e && e->ne.size() == 2) {
     j["vocab_size"] = e->ne[1];
   }
+  if (a.gemma_norms) gemma_hf_config(j, arch);
   // Mixture of experts. llama.cpp writes Mixtral as "llama" with an expert count.
   if (auto experts = m.get_int(arch + ".expert_count"); experts && *experts > 0) {
     const auto used = m.get_int(arch + ".expert_used_count");

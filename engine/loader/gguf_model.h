@@ -28,6 +28,10 @@ struct GgufArchitecture {
   // llama.cpp's converter reorders q/k rows for its interleaved rotary layout on these
   // architectures; Cypris (like HF) rotates the two halves of each head (neox), so the rows are put back.
   bool permuted_qk = false;
+  // Gemma: llama.cpp's converter stores every *norm.weight with Gemma's "1 +" folded in (the reader
+  // takes it out again), and names the four norms of a layer attn_norm / post_attention_norm /
+  // ffn_norm (pre-feedforward) / post_ffw_norm.
+  bool gemma_norms = false;
 };
 const std::vector<GgufArchitecture>& gguf_architectures();
 const GgufArchitecture& gguf_architecture(const GgufModel& model);
@@ -43,8 +47,10 @@ struct GgufTensorRef {
   int expert = -1;          // >= 0: this expert's slice of the merged tensor
   std::string legacy_name;  // the per-expert 2-D tensor of older files
 };
-std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name);
-std::optional<std::string> gguf_tensor_name(std::string_view hf_name);
+// arch: the file's architecture where names differ by family (Gemma's norms); nullptr for the
+// common names.
+std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name, const GgufArchitecture* arch = nullptr);
+std::optional<std::string> gguf_tensor_name(std::string_view hf_name, const GgufArchitecture* arch = nullptr);
 
 // The metadata as the config.json the same model would have (architectures, sizes, rope, bos/eos,
 // tie_word_embeddings when output.weight is absent). Throws Error naming the file and key.

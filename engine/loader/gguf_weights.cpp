@@ -43,6 +43,12 @@ constexpr NameMap kLayerNames[] = {
     {"mlp.gate.weight", "ffn_gate_inp.weight"},  // MoE router
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
 };
+// Gemma's four norms per layer (GgufArchitecture::gemma_norms), checked before kLayerNames.
+constexpr NameMap kGemmaLayerNames[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+};
 // "<prefix><expert>.<suffix>" -> ffn_<kind>_exps.weight (merged) / ffn_<kind>.<expert>.weight (older).
 struct ExpertMap {
   std::string_view prefix;
@@ -124,6 +130,8 @@ class GgufWeightSource : public WeightSource {
     const bool is_q = gn.ends_with("attn_q.weight") || gn.ends_with("attn_q.bias");
     const bool is_k = gn.ends_with("attn_k.weight") || gn.ends_with("attn_k.bias");
     const bool permute = arch_.permuted_qk && (is_q || is_k);
+    const bool unfold_norm = arch_.gemma_norms && gn.ends_with("norm.weight");
+    CYPRIS_CHECK(!unfold_norm || !src_quant, "{}: a quantized norm weight is not supported", where);
     int64_t rows = 1, cols = full_shape[0];
     int split = shard.dim < 0 || shard.world_size == 1 ? -1 : 1;
     if (full_shape.size() == 2) {
@@ -180,6 +188,11 @@ class GgufWeightSource : public WeightSource {
         } else {
           convert_from_f32(tmp.data(), dtype, d, col_count);
         }
+      } else if (unfold_norm) {
+        tmp.resize(static_cast<size_t>(col_count));
+        convert_elements(s, *src_dtype, tmp.data(), DType::F32, col_count);
+        for (float& x : tmp) x -= 1.0f;
+        convert_elements(tmp.data(), DType::F32, d, dtype, col_count);
       } else {
         convert_elements(s, *src_dtype, d, dtype, col_count);
       }
@@ -197,7 +210,7 @@ class GgufWeightSource : public WeightSource {
   // older per-expert one.
   Located locate(const std::string& hf_name) const {
     Located l;
-    const auto ref = gguf_tensor_ref(hf_name);
+    const auto ref = gguf_tensor_ref(hf_name, &arch_);
     if (!ref) return l;
     l.gguf_name = ref->name;
     l.info = model_->tensor(ref->name, &l.file);
@@ -216,7 +229,7 @@ class GgufWeightSource : public WeightSource {
 
 }  // namespace
 
-std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name) {
+std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name, const GgufArchitecture* arch) {
   for (const auto& m : kGlobalNames)
     if (m.hf == hf_name) return GgufTensorRef{std::string(m.gguf)};
   static constexpr std::string_view kPrefix = "model.layers.";
@@ -225,6 +238,10 @@ std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name) {
   const auto [layer, digits] = leading_number(rest);
   if (digits == 0 || digits >= rest.size() || rest[digits] != '.') return std::nullopt;
   rest.remove_prefix(digits + 1);
+  if (arch && arch->gemma_norms) {
+    for (const auto& m : kGemmaLayerNames)
+      if (m.hf == rest) return GgufTensorRef{fmt::format("blk.{}.{}", layer, m.gguf)};
+  }
   for (const auto& m : kLayerNames)
     if (m.hf == rest) return GgufTensorRef{fmt::format("blk.{}.{}", layer, m.gguf)};
   for (const auto& m : kExpertNames) {
@@ -238,8 +255,8 @@ std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name) {
   return std::nullopt;
 }
 
-std::optional<std::string> gguf_tensor_name(std::string_view hf_name) {
-  auto ref = gguf_tensor_ref(hf_name);
+std::optional<std::string> gguf_tensor_name(std::string_view hf_name, const GgufArchitecture* arch) {
+  auto ref = gguf_tensor_ref(hf_name, arch);
   if (!ref) return std::nullopt;
   return ref->name;
 }

@@ -107,6 +107,48 @@ TEST(Gguf, ConfigOfStories260kEqualsItsConfigJson) {
   }
 }
 
+// What a Gemma file does not say follows llama.cpp's rules: the query scale is 1/sqrt(head_dim)
+// except for the 27B sizes (Gemma 2: 46 layers, Gemma 3: 62), where it is 1/sqrt(hidden / heads);
+// Gemma 3 has a global layer every sixth and slides the others with rope base 10000.
+TEST(Gguf, GemmaConfigFollowsLlamaCppRules) {
+  struct Case {
+    const char* arch;
+    int layers, hidden, heads, head_dim;
+    double scalar;
+  };
+  for (const Case& c : {Case{"gemma2", 42, 3584, 16, 256, 256}, Case{"gemma2", 46, 4608, 32, 128, 144},
+                        Case{"gemma3", 48, 3840, 16, 256, 256}, Case{"gemma3", 62, 5376, 32, 128, 168}}) {
+    SCOPED_TRACE(std::string(c.arch) + " " + std::to_string(c.layers) + " layers");
+    const std::string a = c.arch;
+    test::GgufWriter w;
+    w.kv_str("general.architecture", a);
+    w.kv_u32(a + ".context_length", 8192);
+    w.kv_u32(a + ".embedding_length", static_cast<uint32_t>(c.hidden));
+    w.kv_u32(a + ".block_count", static_cast<uint32_t>(c.layers));
+    w.kv_u32(a + ".feed_forward_length", 14336);
+    w.kv_u32(a + ".attention.head_count", static_cast<uint32_t>(c.heads));
+    w.kv_u32(a + ".attention.head_count_kv", 8);
+    w.kv_u32(a + ".attention.key_length", static_cast<uint32_t>(c.head_dim));
+    w.kv_u32(a + ".attention.sliding_window", 4096);
+    w.kv_u32(a + ".vocab_size", 256000);
+    const std::string bytes = w.bytes();
+    GgufModel m(std::make_unique<GgufFile>("gemma.gguf", bytes.data(), bytes.size()));
+    const ModelConfig cfg = gguf_model_config(m);
+    ASSERT_TRUE(cfg.query_pre_attn_scalar.has_value());
+    EXPECT_DOUBLE_EQ(*cfg.query_pre_attn_scalar, c.scalar);
+    EXPECT_TRUE(cfg.tie_word_embeddings);
+    ASSERT_EQ(cfg.layer_sliding_window.size(), static_cast<size_t>(c.layers));
+    for (int i = 0; i < c.layers; ++i) {
+      const bool global = a == "gemma2" ? i % 2 == 1 : i % 6 == 5;
+      EXPECT_EQ(cfg.layer_sliding_window[i], global ? 0 : 4096) << "layer " << i;
+    }
+    if (a == "gemma3") {
+      ASSERT_TRUE(cfg.rope_local_base_freq.has_value());
+      EXPECT_DOUBLE_EQ(*cfg.rope_local_base_freq, 10000.0);
+    }
+  }
+}
+
 TEST(Gguf, ConfigOfTinyRandomMatchesTheReadme) {
   for (const auto& name : gguf_names()) {
     if (name.rfind("tiny-random", 0) != 0) continue;

@@ -81,7 +81,7 @@ void write_safetensors(const fs::path& path, const std::map<std::string, F32Tens
 
 // llama.cpp's tensor name for a Hugging Face one (gguf-py's TensorNameMap), "" to leave it out.
 // Experts: the merged name ("blk.N.ffn_up_exps.weight") and the expert's index in *expert.
-std::string llama_cpp_name(const std::string& hf, int* expert) {
+std::string llama_cpp_name(const std::string& hf, int* expert, bool gemma) {
   static const std::map<std::string, std::string> global = {{"model.embed_tokens.weight", "token_embd.weight"},
                                                             {"model.norm.weight", "output_norm.weight"},
                                                             {"lm_head.weight", "output.weight"}};
@@ -97,12 +97,17 @@ std::string llama_cpp_name(const std::string& hf, int* expert) {
       {"gate_proj.weight", "ffn_gate_exps.weight"}, {"up_proj.weight", "ffn_up_exps.weight"},
       {"down_proj.weight", "ffn_down_exps.weight"}, {"w1.weight", "ffn_gate_exps.weight"},
       {"w3.weight", "ffn_up_exps.weight"},          {"w2.weight", "ffn_down_exps.weight"}};
+  static const std::map<std::string, std::string> gemma_layer = {
+      {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"}};
   *expert = -1;
   if (auto it = global.find(hf); it != global.end()) return it->second;
   const std::string prefix = "model.layers.";
   if (!hf.starts_with(prefix)) return "";
   const size_t dot = hf.find('.', prefix.size());
   const std::string n = hf.substr(prefix.size(), dot - prefix.size()), rest = hf.substr(dot + 1);
+  if (auto it = gemma_layer.find(rest); gemma && it != gemma_layer.end()) return "blk." + n + "." + it->second;
   if (auto it = layer.find(rest); it != layer.end()) return "blk." + n + "." + it->second;
   for (const std::string e : {"mlp.experts.", "block_sparse_moe.experts."}) {
     if (!rest.starts_with(e)) continue;
@@ -130,7 +135,7 @@ std::string permute_rows(const F32Tensor& t, int64_t heads) {
 
 // A GGUF of a Hugging Face checkpoint as llama.cpp's converter writes it for `arch`: the common
 // metadata keys, the tensor names above, each layer's experts stacked into one [experts, rows, cols]
-// tensor, q/k rows permuted for "llama". F32 throughout.
+// tensor, q/k rows permuted for "llama", Gemma's norms stored as 1 + w. F32 throughout.
 // legacy_experts: one 2-D tensor per expert ("blk.N.ffn_up.E.weight"), as files converted before
 // llama.cpp merged them.
 void write_llama_cpp_gguf(const std::map<std::string, F32Tensor>& tensors, const json& cfg, const std::string& arch,
@@ -153,6 +158,14 @@ void write_llama_cpp_gguf(const std::map<std::string, F32Tensor>& tensors, const
   w.kv_f32(arch + ".attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"].get<float>());
   w.kv_f32(arch + ".rope.freq_base", cfg["rope_theta"].get<float>());
   w.kv_u32(arch + ".vocab_size", u32(cfg["vocab_size"]));
+  const bool gemma = arch.starts_with("gemma");
+  if (cfg.contains("sliding_window") && gemma) w.kv_u32(arch + ".attention.sliding_window", u32(cfg["sliding_window"]));
+  for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"})
+    if (cfg.contains(cap)) w.kv_f32(arch + "." + cap, cfg[cap].get<float>());
+  if (cfg.contains("rope_scaling")) {
+    w.kv_str(arch + ".rope.scaling.type", cfg["rope_scaling"]["rope_type"].get<std::string>());
+    w.kv_f32(arch + ".rope.scaling.factor", cfg["rope_scaling"]["factor"].get<float>());
+  }
   const int64_t experts = cfg.value("num_experts", cfg.value("num_local_experts", 0));
   if (experts > 0) {
     w.kv_u32(arch + ".expert_count", static_cast<uint32_t>(experts));
@@ -165,7 +178,7 @@ void write_llama_cpp_gguf(const std::map<std::string, F32Tensor>& tensors, const
   std::map<std::string, std::vector<const F32Tensor*>> stacked;  // merged name -> experts in order
   for (const auto& [name, t] : tensors) {
     int expert = -1;
-    const std::string g = llama_cpp_name(name, &expert);
+    const std::string g = llama_cpp_name(name, &expert, gemma);
     if (g.empty()) continue;
     if (expert >= 0 && legacy_experts) {
       const std::string kind = g.substr(0, g.size() - std::string("_exps.weight").size());
@@ -182,6 +195,10 @@ void write_llama_cpp_gguf(const std::map<std::string, F32Tensor>& tensors, const
     std::string bytes = t.bytes;
     if (arch == "llama" && g.ends_with("attn_q.weight")) bytes = permute_rows(t, heads);
     if (arch == "llama" && g.ends_with("attn_k.weight")) bytes = permute_rows(t, kv_heads);
+    if (gemma && g.ends_with("norm.weight")) {
+      auto* v = reinterpret_cast<float*>(bytes.data());
+      for (size_t i = 0; i < bytes.size() / 4; ++i) v[i] += 1.0f;
+    }
     w.tensor(g, std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()), 0, bytes);
   }
   for (const auto& [g, parts] : stacked) {
@@ -261,6 +278,33 @@ TEST(GgufFamilies, MixtralFileLoadsTheSameModelAsItsCheckpoint) {
     write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "llama", gguf, legacy);
     expect_same_logits(hf, gguf, ids);
   }
+}
+
+// Gemma 2 (architecture "gemma2"): norms with the +1 folded in and renamed, softcaps and window
+// from the keys, query_pre_attn_scalar derived as llama.cpp does (head_dim below 27B).
+TEST(GgufFamilies, Gemma2FileLoadsTheSameModelAsItsCheckpoint) {
+  TempDir tmp;
+  const fs::path hf = fixture_checkpoint("gemma2_softcap_sliding", tmp.path() / "hf",
+                                         [](json& cfg) { cfg["query_pre_attn_scalar"] = cfg["head_dim"]; });
+  const fs::path gguf = tmp.path() / "gemma2-F32.gguf";
+  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "gemma2", gguf);
+  expect_same_logits(hf, gguf, reference_fixture::load_expected("gemma2_softcap_sliding").ids);
+}
+
+// Gemma 3 (architecture "gemma3"): q/k norms, linear rope scaling for the global layers, every sixth
+// layer global, local rope base 10000, no softcaps.
+TEST(GgufFamilies, Gemma3FileLoadsTheSameModelAsItsCheckpoint) {
+  TempDir tmp;
+  const fs::path hf = fixture_checkpoint("gemma3_local_global", tmp.path() / "hf", [](json& cfg) {
+    cfg["query_pre_attn_scalar"] = cfg["head_dim"];
+    cfg["sliding_window_pattern"] = 6;
+    cfg["rope_local_base_freq"] = 10000.0;
+    cfg.erase("attn_logit_softcapping");
+    cfg.erase("final_logit_softcapping");
+  });
+  const fs::path gguf = tmp.path() / "gemma3-F32.gguf";
+  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "gemma3", gguf);
+  expect_same_logits(hf, gguf, reference_fixture::load_expected("gemma3_local_global").ids);
 }
 
 // Qwen3-MoE (architecture "qwen3moe"): every layer routed, top-k renormalised. The family fixture
