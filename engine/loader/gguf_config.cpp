@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
@@ -108,6 +110,9 @@ const std::vector<GgufArchitecture>& gguf_architectures() {
       // pattern and Gemma 3's local rope base are not in the file and follow llama.cpp's rules.
       {"gemma2", "Gemma2ForCausalLM", "gemma2", false, false, true},
       {"gemma3", "Gemma3ForCausalLM", "gemma3_text", false, false, true},
+      // Phi-3 / Phi-3.5 / Phi-4: fused attn_qkv and gate+up (ffn_up) tensors; LongRoPE as the
+      // rope_factors_long / rope_factors_short tensors.
+      {"phi3", "Phi3ForCausalLM", "phi3", false, false},
   };
   return kArchs;
 }
@@ -127,6 +132,29 @@ const GgufArchitecture& gguf_architecture(const GgufModel& m) {
 // for the 27B models (46 layers for Gemma 2, 62 for Gemma 3), where it is 1/sqrt(hidden / heads);
 // Gemma 2's even layers slide; Gemma 3's every sixth layer is global and its sliding layers rotate
 // with base 10000 and no scaling.
+// Phi-3's LongRoPE: llama.cpp stores the two per-frequency factor lists as F32 tensors and the
+// pre-training length as rope.scaling.original_context_length.
+static json longrope_from_factors(const GgufModel& m, const std::string& arch) {
+  auto factors = [&](const char* name) {
+    const GgufTensorInfo* t = m.tensor(name);
+    CYPRIS_CHECK(t != nullptr, "{}: LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight; "
+                 "'{}' is missing", m.describe(), name);
+    CYPRIS_CHECK(t->type == GgmlType::F32 && t->ne.size() == 1 && t->ne[0] > 0 && t->ne[0] <= 4096,
+                 "{}: tensor '{}' must be a 1-D F32 list of at most 4096 factors", m.describe(), name);
+    std::vector<float> f(static_cast<size_t>(t->ne[0]));
+    std::memcpy(f.data(), t->data, f.size() * 4);
+    return f;
+  };
+  const auto orig = m.get_int(arch + ".rope.scaling.original_context_length");
+  CYPRIS_CHECK(orig.has_value() && *orig > 0,
+               "{}: LongRoPE needs metadata '{}.rope.scaling.original_context_length' (the pre-training length)",
+               m.describe(), arch);
+  return {{"rope_type", "longrope"},
+          {"long_factor", factors("rope_factors_long.weight")},
+          {"short_factor", factors("rope_factors_short.weight")},
+          {"original_max_position_embeddings", *orig}};
+}
+
 static void gemma_hf_config(json& j, const std::string& arch) {
   const int64_t layers = j.at("num_hidden_layers").get<int64_t>();
   const int64_t heads = j.at("num_attention_heads").get<int64_t>();
@@ -172,6 +200,9 @@ json gguf_hf_config(const GgufModel& m) {
   const double theta = j.value("rope_theta", 10000.0);
   if (m.tensor("rope_freqs.weight")) {
     j["rope_scaling"] = llama3_scaling_from_freqs(m, arch, head_dim, theta);
+  } else if (m.tensor("rope_factors_long.weight") || m.tensor("rope_factors_short.weight")) {
+    j["rope_scaling"] = longrope_from_factors(m, arch);
+    j["original_max_position_embeddings"] = j["rope_scaling"]["original_max_position_embeddings"];
   } else if (type == "linear" || type == "yarn") {
     const auto factor = m.get_double(arch + ".rope.scaling.factor");
     CYPRIS_CHECK(factor.has_value(), "{}: rope scaling type '{}' needs metadata '{}.rope.scaling.factor'",

@@ -40,7 +40,9 @@ constexpr NameMap kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
-    {"mlp.gate.weight", "ffn_gate_inp.weight"},  // MoE router
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},  // Phi-3: fused [q | k | v]
+    {"mlp.gate_up_proj.weight", "ffn_up.weight"},      // Phi-3: fused [gate | up]
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},        // MoE router
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
 };
 // Gemma's four norms per layer (GgufArchitecture::gemma_norms), checked before kLayerNames.

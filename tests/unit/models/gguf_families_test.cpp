@@ -92,7 +92,8 @@ std::string llama_cpp_name(const std::string& hf, int* expert, bool gemma) {
       {"self_attn.q_norm.weight", "attn_q_norm.weight"},  {"self_attn.k_norm.weight", "attn_k_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},        {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},        {"mlp.gate.weight", "ffn_gate_inp.weight"},
-      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"}};
+      {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"}, {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+      {"mlp.gate_up_proj.weight", "ffn_up.weight"}};
   static const std::map<std::string, std::string> experts = {
       {"gate_proj.weight", "ffn_gate_exps.weight"}, {"up_proj.weight", "ffn_up_exps.weight"},
       {"down_proj.weight", "ffn_down_exps.weight"}, {"w1.weight", "ffn_gate_exps.weight"},
@@ -154,15 +155,24 @@ void write_llama_cpp_gguf(const std::map<std::string, F32Tensor>& tensors, const
   w.kv_u32(arch + ".attention.head_count_kv", static_cast<uint32_t>(kv_heads));
   w.kv_u32(arch + ".attention.key_length", static_cast<uint32_t>(head_dim));
   w.kv_u32(arch + ".attention.value_length", static_cast<uint32_t>(head_dim));
-  w.kv_u32(arch + ".rope.dimension_count", static_cast<uint32_t>(head_dim));
+  w.kv_u32(arch + ".rope.dimension_count",
+           static_cast<uint32_t>(static_cast<double>(head_dim) * cfg.value("partial_rotary_factor", 1.0)));
   w.kv_f32(arch + ".attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"].get<float>());
   w.kv_f32(arch + ".rope.freq_base", cfg["rope_theta"].get<float>());
   w.kv_u32(arch + ".vocab_size", u32(cfg["vocab_size"]));
   const bool gemma = arch.starts_with("gemma");
-  if (cfg.contains("sliding_window") && gemma) w.kv_u32(arch + ".attention.sliding_window", u32(cfg["sliding_window"]));
+  if (cfg.contains("sliding_window") && (gemma || arch == "phi3"))
+    w.kv_u32(arch + ".attention.sliding_window", u32(cfg["sliding_window"]));
   for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"})
     if (cfg.contains(cap)) w.kv_f32(arch + "." + cap, cfg[cap].get<float>());
-  if (cfg.contains("rope_scaling")) {
+  if (cfg.contains("rope_scaling") && cfg["rope_scaling"].contains("long_factor")) {
+    // Phi3MiniModel: the factor lists as tensors, the pre-training length as a key.
+    const auto longf = cfg["rope_scaling"]["long_factor"].get<std::vector<float>>();
+    const auto shortf = cfg["rope_scaling"]["short_factor"].get<std::vector<float>>();
+    w.tensor("rope_factors_long.weight", {static_cast<int64_t>(longf.size())}, 0, GgufWriter::f32_bytes(longf));
+    w.tensor("rope_factors_short.weight", {static_cast<int64_t>(shortf.size())}, 0, GgufWriter::f32_bytes(shortf));
+    w.kv_u32(arch + ".rope.scaling.original_context_length", u32(cfg["original_max_position_embeddings"]));
+  } else if (cfg.contains("rope_scaling")) {
     w.kv_str(arch + ".rope.scaling.type", cfg["rope_scaling"]["rope_type"].get<std::string>());
     w.kv_f32(arch + ".rope.scaling.factor", cfg["rope_scaling"]["factor"].get<float>());
   }
@@ -305,6 +315,17 @@ TEST(GgufFamilies, Gemma3FileLoadsTheSameModelAsItsCheckpoint) {
   const fs::path gguf = tmp.path() / "gemma3-F32.gguf";
   write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "gemma3", gguf);
   expect_same_logits(hf, gguf, reference_fixture::load_expected("gemma3_local_global").ids);
+}
+
+// Phi-3 (architecture "phi3"): fused attn_qkv and gate+up tensors, partial rotary, a sliding
+// window, LongRoPE factors as tensors (the fixture's prompt is past the pre-training length, so
+// the long factors are in use).
+TEST(GgufFamilies, Phi3FileLoadsTheSameModelAsItsCheckpoint) {
+  TempDir tmp;
+  const fs::path hf = fixture_checkpoint("phi3_fused_longrope", tmp.path() / "hf", [](json&) {});
+  const fs::path gguf = tmp.path() / "phi3-F32.gguf";
+  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "phi3", gguf);
+  expect_same_logits(hf, gguf, reference_fixture::load_expected("phi3_fused_longrope").ids);
 }
 
 // Qwen3-MoE (architecture "qwen3moe"): every layer routed, top-k renormalised. The family fixture
