@@ -26,6 +26,15 @@ const std::vector<CatalogueEntry>& model_catalogue() {
        "8B chat model, llama.cpp quants (pick one)", true},
       {"Qwen2.5 (GGUF)", "Qwen/Qwen2.5-7B-Instruct-GGUF", "Qwen2ForCausalLM", "7B chat model, official quants (pick one)",
        true},
+      {"Qwen3 (GGUF)", "Qwen/Qwen3-8B-GGUF", "Qwen3ForCausalLM", "8B chat model, official quants (pick one)", true},
+      {"Qwen3-MoE (GGUF)", "Qwen/Qwen3-30B-A3B-GGUF", "Qwen3MoeForCausalLM",
+       "30B mixture of experts, 3B active; Q4_K_M fits 24 GB", true},
+      {"Gemma 2 (GGUF)", "bartowski/gemma-2-9b-it-GGUF", "Gemma2ForCausalLM", "9B chat model, llama.cpp quants", true},
+      {"Gemma 3 (GGUF)", "bartowski/google_gemma-3-12b-it-GGUF", "Gemma3ForCausalLM",
+       "12B chat model (text), llama.cpp quants", true},
+      {"Phi-4 (GGUF)", "bartowski/phi-4-GGUF", "Phi3ForCausalLM", "14B chat model, llama.cpp quants", true},
+      {"Mixtral (GGUF)", "TheBloke/Mixtral-8x7B-Instruct-v0.1-GGUF", "MixtralForCausalLM",
+       "47B mixture of experts, llama.cpp quants", true},
   };
   return kEntries;
 }
