@@ -103,8 +103,6 @@ __attribute__((target("avx2,fma,f16c"))) void gemv_rows(const float* x, int64_t 
 // product is bound by reading the weights, not by the multiplies, so the exact path costs nothing.
 constexpr int64_t kMaxGemvRows512 = 8;
 
-
-
 template <DType DT>
 __attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma,f16c"))) void gemv_rows_avx512(
     const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t n0, int64_t n1, const float* bias,
@@ -127,6 +125,89 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma,f16c"))) void gemv_row
       float s = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i]));
       for (int64_t kk = k32; kk < k; ++kk) s += load1(row, DT, kk) * x[i * ldx + kk];
       y[i * ldy + j] = bias ? s + bias[j] : s;
+    }
+  }
+}
+
+// Prefill-sized products of 16-bit weights without converting or packing them: register tiles of
+// 6 activation rows x 4 weight rows (24 zmm accumulators) in dot-product form, the weights widened
+// in registers, over k in blocks of kGemmKc so the activation panel stays in L2; the four sums of an
+// activation row are reduced together. Results accumulate in y across k blocks.
+constexpr int kGemmMr = 6, kGemmNr = 4;
+constexpr int64_t kGemmKc = 512;
+
+// The four horizontal sums of a, b, c, d.
+CYPRIS_TARGET_AVX512 inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));  // a0 b0 a1 b1 per lane
+  const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512 abcd = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, 0x44), _mm512_shuffle_ps(ab, cd, 0xEE));  // a b c d
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(abcd),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(abcd), 1)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+template <DType DT, int MR, int NR>
+CYPRIS_TARGET_AVX512 void gemm_tile(const float* x, int64_t ldx, const char* w, size_t w_row_bytes, int64_t klen,
+                                    float* y, int64_t ldy, bool accumulate, const float* bias) {
+  __m512 acc[MR][kGemmNr];
+  for (int r = 0; r < MR; ++r)
+    for (int c = 0; c < kGemmNr; ++c) acc[r][c] = _mm512_setzero_ps();
+  const int64_t k16 = klen / 16 * 16;
+  for (int64_t kk = 0; kk < k16; kk += 16) {
+    __m512 xv[MR];
+    for (int r = 0; r < MR; ++r) xv[r] = _mm512_loadu_ps(x + r * ldx + kk);
+    for (int c = 0; c < NR; ++c) {
+      const __m512 wv = simd::load16<DT>(w + c * w_row_bytes, kk);
+      for (int r = 0; r < MR; ++r) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    alignas(16) float sums[4];
+    _mm_store_ps(sums, reduce4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    for (int c = 0; c < NR; ++c) {
+      float s = sums[c];
+      for (int64_t kk = k16; kk < klen; ++kk) s += x[r * ldx + kk] * load1(w + c * w_row_bytes, DT, kk);
+      float& out = y[r * ldy + c];
+      out = (accumulate ? out : (bias ? bias[c] : 0.0f)) + s;
+    }
+  }
+}
+
+template <DType DT, int MR>
+CYPRIS_TARGET_AVX512 void gemm_tile_nr(int nr, const float* x, int64_t ldx, const char* w, size_t w_row_bytes,
+                                       int64_t klen, float* y, int64_t ldy, bool accumulate, const float* bias) {
+  switch (nr) {
+    case 4: return gemm_tile<DT, MR, 4>(x, ldx, w, w_row_bytes, klen, y, ldy, accumulate, bias);
+    case 3: return gemm_tile<DT, MR, 3>(x, ldx, w, w_row_bytes, klen, y, ldy, accumulate, bias);
+    case 2: return gemm_tile<DT, MR, 2>(x, ldx, w, w_row_bytes, klen, y, ldy, accumulate, bias);
+    default: return gemm_tile<DT, MR, 1>(x, ldx, w, w_row_bytes, klen, y, ldy, accumulate, bias);
+  }
+}
+
+// y[:, n0:n1) of x [m, k] . W^T for 16-bit W.
+template <DType DT>
+CYPRIS_TARGET_AVX512 void gemm_rows_avx512(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w,
+                                           int64_t n0, int64_t n1, const float* bias, float* y, int64_t ldy) {
+  const size_t row_bytes = static_cast<size_t>(k) * 2;
+  for (int64_t k0 = 0; k0 < k; k0 += kGemmKc) {
+    const int64_t klen = std::min(kGemmKc, k - k0);
+    const bool accumulate = k0 > 0;
+    for (int64_t j = n0; j < n1; j += kGemmNr) {
+      const int nr = static_cast<int>(std::min<int64_t>(kGemmNr, n1 - j));
+      const char* wj = static_cast<const char*>(w) + j * row_bytes + k0 * 2;
+      const float* bj = bias ? bias + j : nullptr;
+      for (int64_t i = 0; i < m; i += kGemmMr) {
+        const float* xi = x + i * ldx + k0;
+        float* yi = y + i * ldy + j;
+        switch (std::min<int64_t>(kGemmMr, m - i)) {
+          case 6: gemm_tile_nr<DT, 6>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+          case 5: gemm_tile_nr<DT, 5>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+          case 4: gemm_tile_nr<DT, 4>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+          case 3: gemm_tile_nr<DT, 3>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+          case 2: gemm_tile_nr<DT, 2>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+          default: gemm_tile_nr<DT, 1>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+        }
+      }
     }
   }
 }
@@ -243,6 +324,18 @@ void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, 
     for_weight_rows(w_dtype, n, pool, [&](auto dt, int64_t j0, int64_t j1) {
       gemv_rows_avx512<decltype(dt)::value>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
     });
+    return;
+  }
+  if (w_dtype != DType::F32 && simd::has_avx512()) {
+    if (w_dtype == DType::F16) {
+      for_weight_rows(w_dtype, n, pool, [&](auto, int64_t j0, int64_t j1) {
+        gemm_rows_avx512<DType::F16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+      });
+    } else {
+      for_weight_rows(w_dtype, n, pool, [&](auto, int64_t j0, int64_t j1) {
+        gemm_rows_avx512<DType::BF16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+      });
+    }
     return;
   }
   if (m <= kMaxGemvRows && simd::has_avx2_fma()) {

@@ -150,7 +150,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{5, 2048, 70, DType::F16, false}, GemmCase{16, 96, 513, DType::F32, true},
                       // m <= 4 takes the fused convert-and-dot path; odd k tests its tail
                       GemmCase{1, 17, 9, DType::F16, true}, GemmCase{3, 100, 40, DType::F32, true},
-                      GemmCase{4, 37, 33, DType::BF16, false}, GemmCase{2, 2048, 70, DType::F16, false}));
+                      GemmCase{4, 37, 33, DType::BF16, false}, GemmCase{2, 2048, 70, DType::F16, false},
+                      // prefill sizes of 16-bit weights: register tiles of 6 x 4 with ragged edges, k in
+                      // blocks of 512 with a tail
+                      GemmCase{13, 1100, 70, DType::F16, true}, GemmCase{24, 1024, 37, DType::BF16, false},
+                      GemmCase{9, 16, 4, DType::F16, false}));
 
 TEST(Convert, F16AndBf16RoundTrip) {
   std::vector<float> v = {0.0f, -1.5f, 65504.0f, 1e-7f, 3.14159f};
