@@ -131,10 +131,12 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx2,fma,f16c"))) void gemv_row
 
 // Prefill-sized products of 16-bit weights without converting or packing them: register tiles of
 // 6 activation rows x 4 weight rows (24 zmm accumulators) in dot-product form, the weights widened
-// in registers, over k in blocks of kGemmKc so the activation panel stays in L2; the four sums of an
-// activation row are reduced together. Results accumulate in y across k blocks.
+// in registers, over k in blocks of kGemmKc and rows in panels of kGemmMc so the activation panel
+// stays in L2; the four sums of an activation row are reduced together. Results accumulate in y
+// across k blocks.
 constexpr int kGemmMr = 6, kGemmNr = 4;
 constexpr int64_t kGemmKc = 512;
+constexpr int64_t kGemmMc = 192;  // activation rows per panel: 192 x 512 fp32 = 384 KiB, within L2
 
 // The four horizontal sums of a, b, c, d.
 CYPRIS_TARGET_AVX512 inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -192,14 +194,16 @@ CYPRIS_TARGET_AVX512 void gemm_rows_avx512(const float* x, int64_t m, int64_t k,
   for (int64_t k0 = 0; k0 < k; k0 += kGemmKc) {
     const int64_t klen = std::min(kGemmKc, k - k0);
     const bool accumulate = k0 > 0;
+    for (int64_t i0 = 0; i0 < m; i0 += kGemmMc) {
+    const int64_t i1 = std::min(m, i0 + kGemmMc);
     for (int64_t j = n0; j < n1; j += kGemmNr) {
       const int nr = static_cast<int>(std::min<int64_t>(kGemmNr, n1 - j));
       const char* wj = static_cast<const char*>(w) + j * row_bytes + k0 * 2;
       const float* bj = bias ? bias + j : nullptr;
-      for (int64_t i = 0; i < m; i += kGemmMr) {
+      for (int64_t i = i0; i < i1; i += kGemmMr) {
         const float* xi = x + i * ldx + k0;
         float* yi = y + i * ldy + j;
-        switch (std::min<int64_t>(kGemmMr, m - i)) {
+        switch (std::min<int64_t>(kGemmMr, i1 - i)) {
           case 6: gemm_tile_nr<DT, 6>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
           case 5: gemm_tile_nr<DT, 5>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
           case 4: gemm_tile_nr<DT, 4>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
@@ -208,6 +212,7 @@ CYPRIS_TARGET_AVX512 void gemm_rows_avx512(const float* x, int64_t m, int64_t k,
           default: gemm_tile_nr<DT, 1>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
         }
       }
+    }
     }
   }
 }

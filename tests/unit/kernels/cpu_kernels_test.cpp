@@ -154,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // prefill sizes of 16-bit weights: register tiles of 6 x 4 with ragged edges, k in
                       // blocks of 512 with a tail
                       GemmCase{13, 1100, 70, DType::F16, true}, GemmCase{24, 1024, 37, DType::BF16, false},
-                      GemmCase{9, 16, 4, DType::F16, false}));
+                      GemmCase{9, 16, 4, DType::F16, false}, GemmCase{200, 600, 9, DType::BF16, true}));
 
 TEST(Convert, F16AndBf16RoundTrip) {
   std::vector<float> v = {0.0f, -1.5f, 65504.0f, 1e-7f, 3.14159f};
