@@ -62,6 +62,7 @@ class LlamaModel : public DecoderModel {
         m.top_k = cfg.num_experts_per_tok;
         m.renormalize = cfg.norm_topk_prob;
         m.intermediate_size = cfg.moe_intermediate_size;
+        m.shared_intermediate_size = cfg.shared_expert_intermediate_size;
         L.moe = SparseMoe(w, layout_, m);
       } else {
         MlpSpec m;

@@ -23,4 +23,12 @@ std::unique_ptr<Model> create_qwen3_moe_model(const ModelConfig& cfg, const Weig
   return create_llama_style_model(cfg, weights, backend, options, v);
 }
 
+std::unique_ptr<Model> create_qwen2_moe_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
+                                              const ModelBuildOptions& options) {
+  CYPRIS_CHECK(cfg.num_experts > 0, "{}: Qwen2MoeForCausalLM needs num_experts", cfg.source);
+  // transformers' Qwen2MoeSparseMoeBlock: Qwen3-MoE's routed experts (q/k/v biases, no q/k norm)
+  // plus mlp.shared_expert gated by sigmoid(mlp.shared_expert_gate · x).
+  return create_llama_style_model(cfg, weights, backend, options, LlamaVariant{});
+}
+
 }  // namespace cypris

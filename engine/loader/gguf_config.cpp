@@ -106,6 +106,9 @@ const std::vector<GgufArchitecture>& gguf_architectures() {
       {"qwen3", "Qwen3ForCausalLM", "qwen3", false, false},
       // Qwen3-MoE: every layer routed (softmax, top-k renormalised), experts merged per layer.
       {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", false, false},
+      // Qwen2-MoE: Qwen2 attention, routed experts not renormalised, a shared expert (ffn_*_shexp)
+      // gated by ffn_gate_inp_shexp.
+      {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe", true, false},
       // Gemma 2 / 3: norms stored with the +1 folded in; query_pre_attn_scalar, the sliding-window
       // pattern and Gemma 3's local rope base are not in the file and follow llama.cpp's rules.
       {"gemma2", "Gemma2ForCausalLM", "gemma2", false, false, true},
@@ -241,9 +244,10 @@ json gguf_hf_config(const GgufModel& m) {
       CYPRIS_CHECK(a.model_type.ends_with("_moe"), "{}: '{}' files with experts are not supported", m.describe(),
                    arch);
       j["num_experts"] = *experts;
-      j["norm_topk_prob"] = true;  // as llama.cpp runs qwen3moe
+      j["norm_topk_prob"] = arch == "qwen3moe";  // as llama.cpp runs them
     }
     if (auto ff = m.get_int(arch + ".expert_feed_forward_length")) j["moe_intermediate_size"] = *ff;
+    if (auto ff = m.get_int(arch + ".expert_shared_feed_forward_length")) j["shared_expert_intermediate_size"] = *ff;
   } else {
     CYPRIS_CHECK(!a.model_type.ends_with("_moe"), "{}: metadata '{}.expert_count' is missing", m.describe(), arch);
   }

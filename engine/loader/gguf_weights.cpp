@@ -44,6 +44,10 @@ constexpr NameMap kLayerNames[] = {
     {"mlp.gate_up_proj.weight", "ffn_up.weight"},      // Phi-3: fused [gate | up]
     {"mlp.gate.weight", "ffn_gate_inp.weight"},        // MoE router
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},  // Qwen2-MoE's shared expert
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
 // Gemma's four norms per layer (GgufArchitecture::gemma_norms), checked before kLayerNames.
 constexpr NameMap kGemmaLayerNames[] = {
@@ -110,6 +114,11 @@ class GgufWeightSource : public WeightSource {
       const auto src = dtype_of_ggml(t->type);
       CYPRIS_CHECK(src.has_value(), "{} has type {}, which Cypris cannot load", where, ggml_traits(t->type).name);
       base_offset = static_cast<size_t>(l.expert) * dtype_nbytes(*src, shape[0] * shape[1]);
+    }
+    // A one-row matrix may be stored as a vector (llama.cpp writes Qwen2-MoE's shared-expert gate
+    // either way).
+    if (shape.size() == 1 && full_shape.size() == 2 && full_shape[0] == 1 && full_shape[1] == shape[0]) {
+      shape = full_shape;
     }
     CYPRIS_CHECK(shape == full_shape, "{} has shape {} but the model needs {}", where, shape_str(shape),
                  shape_str(full_shape));

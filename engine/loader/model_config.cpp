@@ -281,7 +281,8 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
                source);
   c.torch_dtype = get_string(j, "torch_dtype", source, get_string(j, "dtype", source, ""));
 
-  const bool is_qwen2 = c.model_type == "qwen2" || arch0 == "Qwen2ForCausalLM";
+  const bool is_qwen2 = c.model_type == "qwen2" || arch0 == "Qwen2ForCausalLM" || c.model_type == "qwen2_moe" ||
+                       arch0 == "Qwen2MoeForCausalLM";
   // Qwen3 (dense and MoE) shares Qwen2's sliding-window fields but has attention_bias like Llama.
   const bool qwen_windows = is_qwen2 || c.model_type.rfind("qwen3", 0) == 0 || arch0.rfind("Qwen3", 0) == 0;
   if (is_qwen2) {
@@ -346,6 +347,9 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     c.moe_intermediate_size = get_int(j, "moe_intermediate_size", source, c.intermediate_size);
     CYPRIS_CHECK(c.moe_intermediate_size > 0 && c.moe_intermediate_size <= (1 << 22),
                  "{}: moe_intermediate_size {} is out of range", source, c.moe_intermediate_size);
+    c.shared_expert_intermediate_size = get_int(j, "shared_expert_intermediate_size", source, 0);
+    CYPRIS_CHECK(c.shared_expert_intermediate_size >= 0 && c.shared_expert_intermediate_size <= (1 << 22),
+                 "{}: shared_expert_intermediate_size {} is out of range", source, c.shared_expert_intermediate_size);
     // Mixtral always renormalises the top-k gates; Qwen3-MoE when norm_topk_prob (default false).
     const bool mixtral = c.model_type == "mixtral" || arch0 == "MixtralForCausalLM";
     c.norm_topk_prob = mixtral ? true : get_bool(j, "norm_topk_prob", source, false);

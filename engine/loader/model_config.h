@@ -63,6 +63,9 @@ struct ModelConfig {
   int num_experts = 0;
   int num_experts_per_tok = 0;
   int64_t moe_intermediate_size = 0;
+  // Qwen2-MoE's shared expert: a dense gated MLP of this width that every token runs, scaled by
+  // sigmoid(shared_expert_gate · x) and added to the routed experts' sum; 0 when there is none.
+  int64_t shared_expert_intermediate_size = 0;
   bool norm_topk_prob = true;
   std::vector<bool> layer_is_moe;  // [num_hidden_layers]
   std::optional<int32_t> bos_token_id;

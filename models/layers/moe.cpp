@@ -53,6 +53,18 @@ SparseMoe::SparseMoe(const WeightLoader& w, const TpLayout& layout, const MoeSpe
     m.act = spec.act;
     experts_.emplace_back(w, layout, m);
   }
+  if (spec.shared_intermediate_size > 0) {
+    has_shared_ = true;
+    MlpSpec m;
+    m.prefix = spec.prefix + spec.shared_expert;
+    m.gate = spec.gate;
+    m.up = spec.up;
+    m.down = spec.down;
+    m.intermediate_size = spec.shared_intermediate_size;
+    m.act = spec.act;
+    shared_ = GatedMlp(w, layout, m);
+    shared_gate_ = w.load_linear({{spec.prefix + spec.shared_gate, 1, ShardSpec::replicated()}}, w.config().hidden_size);
+  }
 }
 
 DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump) const {
@@ -76,6 +88,24 @@ DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump)
     b.gather_rows(x, idx.view, rows.view);
     ForwardScratch scratch(b, n);
     experts_[e].forward(b, rows.view, scratch, rows.view, Dumper{}, /*reduce=*/false);
+    b.scatter_add_rows(rows.view, idx.view, gates.view, out.view);
+  }
+  if (has_shared_) {
+    // out += sigmoid(x · g) * shared(x), as a weighted scatter-add of every row onto itself.
+    DeviceTensor gate_logit = b.empty(DType::F32, {t, 1});
+    b.linear(x, shared_gate_.view, nullptr, gate_logit.view);
+    std::vector<float> gate(static_cast<size_t>(t));
+    b.download(gate_logit.view, gate.data());
+    std::vector<int32_t> all(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) {
+      gate[i] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+      all[i] = static_cast<int32_t>(i);
+    }
+    DeviceTensor idx = b.upload(all.data(), DType::I32, {t});
+    DeviceTensor gates = b.upload(gate.data(), DType::F32, {t});
+    DeviceTensor rows = b.empty(b.activation_dtype(), {t, h});
+    ForwardScratch scratch(b, t);
+    shared_.forward(b, x, scratch, rows.view, Dumper{}, /*reduce=*/false);
     b.scatter_add_rows(rows.view, idx.view, gates.view, out.view);
   }
   tp_all_reduce(*opt_, out.view);

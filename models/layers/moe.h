@@ -1,9 +1,10 @@
-// A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral): a replicated router picks the top-k
+// A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral, Qwen2-MoE): a replicated router picks the top-k
 // experts of each token (softmax over all experts, then the k largest, renormalised when the
 // config says so); each expert is a gated MLP split over the tensor-parallel ranks like a dense
 // one. This is the reference path: the top-k is chosen on the host, tokens are grouped by expert
 // (one gather, one expert MLP and one weighted scatter-add per expert with tokens), and the sum
-// is all-reduced once. A fused GPU path (one grouped GEMM per projection) is not written yet.
+// is all-reduced once. Qwen2-MoE's shared expert runs on every token, scaled by its sigmoid gate
+// (computed on the host with the routing). A fused GPU path (one grouped GEMM per projection) is not written yet.
 #pragma once
 
 #include <string>
@@ -23,6 +24,11 @@ struct MoeSpec {
   bool renormalize = true;
   int64_t intermediate_size = 0;  // one expert's full width
   Activation act = Activation::Silu;
+  // Qwen2-MoE's shared expert (0: none): a gated MLP under prefix + shared_expert, added to every
+  // token's output times sigmoid(shared_gate · x).
+  int64_t shared_intermediate_size = 0;
+  std::string shared_expert = "shared_expert.";
+  std::string shared_gate = "shared_expert_gate.weight";  // [1, hidden]
 };
 
 // Routing of T tokens: for each expert, its tokens and their gate weights.
@@ -46,6 +52,9 @@ class SparseMoe {
  private:
   DeviceTensor router_;  // [E, hidden], replicated
   std::vector<GatedMlp> experts_;
+  GatedMlp shared_;          // when has_shared_
+  DeviceTensor shared_gate_;  // [1, hidden], replicated
+  bool has_shared_ = false;
   int top_k_ = 0;
   bool renormalize_ = true;
   const ModelBuildOptions* opt_ = nullptr;

@@ -29,6 +29,7 @@ const Entry kModels[] = {
     {"Qwen2ForCausalLM", create_llama_model},
     {"Qwen3ForCausalLM", create_qwen3_model},
     {"Qwen3MoeForCausalLM", create_qwen3_moe_model},
+    {"Qwen2MoeForCausalLM", create_qwen2_moe_model},
     {"MixtralForCausalLM", create_mixtral_model},
     {"Phi3ForCausalLM", create_phi3_model},
     {"CohereForCausalLM", create_cohere_model},

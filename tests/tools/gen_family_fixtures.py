@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Generates tiny random fixtures for the model families beyond Llama (Qwen3, Gemma 2, Gemma 3)
+"""Generates tiny random fixtures for the model families beyond Llama (Qwen3, Qwen2/3-MoE, Mixtral, Phi-3,
+Cohere, Gemma 2, Gemma 3)
 under tests/fixtures/models/, with expected logits from an independent float64 reference written
-here from the published model definitions (Hugging Face transformers' modeling_qwen3,
+here from the published model definitions (Hugging Face transformers' modeling_qwen3, modeling_qwen2_moe,
 modeling_gemma2, modeling_gemma3), not from Cypris.
 
 Each folder: config.json, model.safetensors (fp32 random weights), expected.json with
@@ -93,11 +94,12 @@ def windows(cfg):
 
 
 def moe_layers(cfg):
-    """Which layers are sparse (Qwen3MoeDecoderLayer: not in mlp_only_layers and on decoder_sparse_step)."""
+    """Which layers are sparse (Qwen3MoeDecoderLayer / Qwen2MoeDecoderLayer: not in mlp_only_layers and
+    on decoder_sparse_step)."""
     n = cfg["num_hidden_layers"]
     if arch(cfg) == "MixtralForCausalLM":
         return [True] * n
-    if arch(cfg) != "Qwen3MoeForCausalLM":
+    if arch(cfg) not in ("Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM"):
         return [False] * n
     step, dense = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers", [])
     return [i not in dense and (i + 1) % step == 0 for i in range(n)]
@@ -127,7 +129,18 @@ def sparse_moe(cfg, W, h, p):
             g(ex + wd + ".weight").T
         weight = (top_w * (top_i == e)).sum(-1, keepdim=True)  # 0 for tokens not routed to e
         out = out + weight * y
+    if cfg.get("shared_expert_intermediate_size"):
+        # Qwen2MoeSparseMoeBlock: the shared expert, scaled by sigmoid(shared_expert_gate(h)).
+        se = p + block + "shared_expert."
+        y = (torch.nn.functional.silu(h @ g(se + "gate_proj.weight").T) * (h @ g(se + "up_proj.weight").T)) @ \
+            g(se + "down_proj.weight").T
+        out = out + torch.sigmoid(h @ g(p + block + "shared_expert_gate.weight").T) * y
     return out
+
+
+def qkv_bias(cfg):
+    """Qwen2 attention (also Qwen2-MoE's) always has q/k/v biases; the others when attention_bias."""
+    return cfg.get("attention_bias", False) or arch(cfg) == "Qwen2MoeForCausalLM"
 
 
 def qwen3_forward(cfg, W, ids):
@@ -177,7 +190,7 @@ def qwen3_weights(cfg, gen):
         W[p + "post_attention_layernorm.weight"] = 1 + r(H, s=0.1)
         for name, rows in (("q", nh * D), ("k", nkv * D), ("v", nkv * D)):
             W[a + f"{name}_proj.weight"] = r(rows, H, s=H ** -0.5)
-            if cfg.get("attention_bias"):
+            if qkv_bias(cfg):
                 W[a + f"{name}_proj.bias"] = r(rows, s=0.1)
         W[a + "o_proj.weight"] = r(H, nh * D, s=(nh * D) ** -0.5)
         if cfg.get("attention_bias"):
@@ -194,6 +207,13 @@ def qwen3_weights(cfg, gen):
                 W[ex + wg + ".weight"] = r(Ie, H, s=H ** -0.5)
                 W[ex + wu + ".weight"] = r(Ie, H, s=H ** -0.5)
                 W[ex + wd + ".weight"] = r(H, Ie, s=Ie ** -0.5)
+            Is = cfg.get("shared_expert_intermediate_size")
+            if Is:
+                se = p + block + "shared_expert."
+                W[se + "gate_proj.weight"] = r(Is, H, s=H ** -0.5)
+                W[se + "up_proj.weight"] = r(Is, H, s=H ** -0.5)
+                W[se + "down_proj.weight"] = r(H, Is, s=Is ** -0.5)
+                W[p + block + "shared_expert_gate.weight"] = r(1, H, s=H ** -0.5)
         else:
             W[p + "mlp.gate_proj.weight"] = r(I, H, s=H ** -0.5)
             W[p + "mlp.up_proj.weight"] = r(I, H, s=H ** -0.5)
@@ -447,6 +467,11 @@ QWEN3_MOE = dict(BASE, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_
                  num_hidden_layers=3, intermediate_size=40, moe_intermediate_size=16, num_experts=8,
                  num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
                  tie_word_embeddings=False, rope_theta=1000000.0)
+QWEN2_MOE = dict(BASE, architectures=["Qwen2MoeForCausalLM"], model_type="qwen2_moe", hidden_act="silu",
+                 num_hidden_layers=3, intermediate_size=40, moe_intermediate_size=16,
+                 shared_expert_intermediate_size=24, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
+                 decoder_sparse_step=1, mlp_only_layers=[2], use_sliding_window=False, tie_word_embeddings=False,
+                 rope_theta=1000000.0)
 MIXTRAL = dict(BASE, architectures=["MixtralForCausalLM"], model_type="mixtral", intermediate_size=24,
                num_local_experts=8, num_experts_per_tok=2, sliding_window=6, tie_word_embeddings=False)
 
@@ -480,6 +505,7 @@ FAMILIES = {
     "qwen3_qknorm_sliding": (QWEN3, qwen3_forward, qwen3_weights),
     "qwen3_moe_top2_of_8": (QWEN3_MOE, qwen3_forward, qwen3_weights),
     "mixtral_top2_of_8": (MIXTRAL, qwen3_forward, qwen3_weights),
+    "qwen2_moe_shared_expert": (QWEN2_MOE, qwen3_forward, qwen3_weights),
     "phi3_fused_longrope": (PHI3, phi3_forward, phi3_weights),
     "cohere_parallel_block": (COHERE, cohere_forward, cohere_weights),
     "cohere2_sliding_nope": (COHERE2, cohere_forward, cohere_weights),

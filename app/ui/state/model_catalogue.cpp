@@ -12,6 +12,8 @@ const std::vector<CatalogueEntry>& model_catalogue() {
       {"Qwen2.5", "Qwen/Qwen2.5-7B-Instruct", "Qwen2ForCausalLM", "7B chat model, 128K context", false},
       {"Qwen3", "Qwen/Qwen3-8B", "Qwen3ForCausalLM", "8B chat model with thinking mode", false},
       {"Qwen3-MoE", "Qwen/Qwen3-30B-A3B", "Qwen3MoeForCausalLM", "30B mixture of experts, 3B active", false},
+      {"Qwen1.5-MoE", "Qwen/Qwen1.5-MoE-A2.7B-Chat", "Qwen2MoeForCausalLM",
+       "14B mixture of experts with a shared expert, 2.7B active", false},
       {"Mixtral", "mistralai/Mixtral-8x7B-Instruct-v0.1", "MixtralForCausalLM", "47B mixture of experts, 13B active",
        false},
       {"Phi-3.5", "microsoft/Phi-3.5-mini-instruct", "Phi3ForCausalLM", "3.8B chat model, 128K context", false},

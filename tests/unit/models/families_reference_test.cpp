@@ -1,4 +1,5 @@
-// The model families beyond Llama (Qwen3, Qwen3-MoE and Mixtral with top-2-of-8 experts, Gemma 2,
+// The model families beyond Llama (Qwen3, Qwen3-MoE and Mixtral with top-2-of-8 experts, Qwen2-MoE
+// with its sigmoid-gated shared expert, Gemma 2,
 // Gemma 3 and Gemma 3's text part inside a multimodal checkpoint, Phi-3 with fused projections and
 // longrope scaling past its original length) against the independent float64 torch reference of
 // tests/tools/gen_family_fixtures.py: tiny random configs with every feature of the family on.
@@ -81,12 +82,14 @@ TEST_P(Families, TwoCpuRanksGiveTheOneRankLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Families,
                          ::testing::Values("qwen3_qknorm_sliding", "qwen3_moe_top2_of_8", "mixtral_top2_of_8",
+                                           "qwen2_moe_shared_expert",
                                            "phi3_fused_longrope", "cohere_parallel_block", "cohere2_sliding_nope",
                                            "gemma2_softcap_sliding", "gemma3_local_global", "gemma3_multimodal_text"));
 
 TEST(Registry, ListsTheFamilies) {
   const auto archs = supported_architectures();
-  for (const char* a : {"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM",
+  for (const char* a : {"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen2MoeForCausalLM",
+                        "MixtralForCausalLM",
                         "Phi3ForCausalLM", "CohereForCausalLM", "Cohere2ForCausalLM", "Gemma2ForCausalLM",
                         "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"}) {
     EXPECT_NE(std::find(archs.begin(), archs.end(), a), archs.end()) << a;

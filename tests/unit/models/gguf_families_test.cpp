@@ -93,7 +93,12 @@ std::string llama_cpp_name(const std::string& hf, int* expert, bool gemma) {
       {"mlp.gate_proj.weight", "ffn_gate.weight"},        {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},        {"mlp.gate.weight", "ffn_gate_inp.weight"},
       {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"}, {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
-      {"mlp.gate_up_proj.weight", "ffn_up.weight"}};
+      {"mlp.gate_up_proj.weight", "ffn_up.weight"},       {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},           {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"}};
   static const std::map<std::string, std::string> experts = {
       {"gate_proj.weight", "ffn_gate_exps.weight"}, {"up_proj.weight", "ffn_up_exps.weight"},
       {"down_proj.weight", "ffn_down_exps.weight"}, {"w1.weight", "ffn_gate_exps.weight"},
@@ -182,6 +187,8 @@ void write_llama_cpp_gguf(const std::map<std::string, F32Tensor>& tensors, const
     w.kv_u32(arch + ".expert_used_count", u32(cfg["num_experts_per_tok"]));
     if (cfg.contains("moe_intermediate_size"))
       w.kv_u32(arch + ".expert_feed_forward_length", u32(cfg["moe_intermediate_size"]));
+    if (cfg.contains("shared_expert_intermediate_size"))
+      w.kv_u32(arch + ".expert_shared_feed_forward_length", u32(cfg["shared_expert_intermediate_size"]));
   }
   w.kv_u32("tokenizer.ggml.bos_token_id", u32(cfg["bos_token_id"]));
   w.kv_u32("tokenizer.ggml.eos_token_id", u32(cfg["eos_token_id"]));
@@ -209,7 +216,9 @@ void write_llama_cpp_gguf(const std::map<std::string, F32Tensor>& tensors, const
       auto* v = reinterpret_cast<float*>(bytes.data());
       for (size_t i = 0; i < bytes.size() / 4; ++i) v[i] += 1.0f;
     }
-    w.tensor(g, std::vector<int64_t>(t.shape.rbegin(), t.shape.rend()), 0, bytes);
+    std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
+    if (g.ends_with("ffn_gate_inp_shexp.weight")) ne = {t.shape[1]};  // a vector, as some files have it
+    w.tensor(g, ne, 0, bytes);
   }
   for (const auto& [g, parts] : stacked) {
     std::string bytes;
@@ -328,16 +337,22 @@ TEST(GgufFamilies, Phi3FileLoadsTheSameModelAsItsCheckpoint) {
   expect_same_logits(hf, gguf, reference_fixture::load_expected("phi3_fused_longrope").ids);
 }
 
-// Qwen3-MoE (architecture "qwen3moe"): every layer routed, top-k renormalised. The family fixture
-// has a dense layer, which the GGUF architecture cannot say, so the checkpoint here is random.
-TEST(GgufFamilies, Qwen3MoeFileLoadsTheSameModelAsItsCheckpoint) {
-  const int64_t h = 32, d = 16, heads = 4, kv = 2, experts = 4, ff = 24, vocab = 64, layers = 2;
-  json cfg = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"hidden_size", h},
+// Qwen3-MoE ("qwen3moe": q/k norms, top-k renormalised) and Qwen2-MoE ("qwen2moe": q/k/v biases,
+// top-k not renormalised, a shared expert with a sigmoid gate stored as a vector): every layer
+// routed, which the family fixtures (with a dense layer) cannot say, so the checkpoints are random.
+class GgufMoe : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufMoe, FileLoadsTheSameModelAsItsCheckpoint) {
+  const bool qwen2 = GetParam() == "qwen2moe";
+  const int64_t h = 32, d = 16, heads = 4, kv = 2, experts = 4, ff = 24, shared_ff = 40, vocab = 64, layers = 2;
+  json cfg = {{"architectures", {qwen2 ? "Qwen2MoeForCausalLM" : "Qwen3MoeForCausalLM"}},
+              {"model_type", qwen2 ? "qwen2_moe" : "qwen3_moe"}, {"hidden_size", h},
               {"intermediate_size", 48}, {"num_hidden_layers", layers}, {"num_attention_heads", heads},
               {"num_key_value_heads", kv}, {"head_dim", d}, {"vocab_size", vocab}, {"max_position_embeddings", 64},
               {"rms_norm_eps", 1e-6}, {"rope_theta", 1000000.0}, {"torch_dtype", "float32"}, {"bos_token_id", 1},
               {"eos_token_id", 2}, {"hidden_act", "silu"}, {"num_experts", experts}, {"num_experts_per_tok", 2},
-              {"moe_intermediate_size", ff}, {"norm_topk_prob", true}, {"tie_word_embeddings", false}};
+              {"moe_intermediate_size", ff}, {"norm_topk_prob", !qwen2}, {"tie_word_embeddings", false}};
+  if (qwen2) cfg["shared_expert_intermediate_size"] = shared_ff;
   std::mt19937 gen(7);
   std::normal_distribution<float> nd(0.0f, 0.3f);
   std::map<std::string, F32Tensor> t;
@@ -359,8 +374,18 @@ TEST(GgufFamilies, Qwen3MoeFileLoadsTheSameModelAsItsCheckpoint) {
     add(p + "self_attn.k_proj.weight", {kv * d, h});
     add(p + "self_attn.v_proj.weight", {kv * d, h});
     add(p + "self_attn.o_proj.weight", {h, heads * d});
-    add(p + "self_attn.q_norm.weight", {d}, true);
-    add(p + "self_attn.k_norm.weight", {d}, true);
+    if (qwen2) {
+      add(p + "self_attn.q_proj.bias", {heads * d});
+      add(p + "self_attn.k_proj.bias", {kv * d});
+      add(p + "self_attn.v_proj.bias", {kv * d});
+      add(p + "mlp.shared_expert.gate_proj.weight", {shared_ff, h});
+      add(p + "mlp.shared_expert.up_proj.weight", {shared_ff, h});
+      add(p + "mlp.shared_expert.down_proj.weight", {h, shared_ff});
+      add(p + "mlp.shared_expert_gate.weight", {1, h});
+    } else {
+      add(p + "self_attn.q_norm.weight", {d}, true);
+      add(p + "self_attn.k_norm.weight", {d}, true);
+    }
     add(p + "mlp.gate.weight", {experts, h});
     for (int64_t e = 0; e < experts; ++e) {
       const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
@@ -374,10 +399,12 @@ TEST(GgufFamilies, Qwen3MoeFileLoadsTheSameModelAsItsCheckpoint) {
   fs::create_directories(hf);
   write_safetensors(hf / "model.safetensors", t);
   std::ofstream(hf / "config.json") << cfg.dump(2);
-  const fs::path gguf = tmp.path() / "qwen3moe-F32.gguf";
-  write_llama_cpp_gguf(t, cfg, "qwen3moe", gguf);
+  const fs::path gguf = tmp.path() / (GetParam() + "-F32.gguf");
+  write_llama_cpp_gguf(t, cfg, GetParam(), gguf);
   expect_same_logits(hf, gguf, {1, 5, 9, 13, 20, 31, 42, 7, 3, 60, 11, 2});
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, GgufMoe, ::testing::Values("qwen3moe", "qwen2moe"));
 
 }  // namespace
 }  // namespace cypris
