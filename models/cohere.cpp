@@ -1,9 +1,6 @@
 #include "models/cohere.h"
 
 #include <algorithm>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "engine/common/error.h"
 #include "models/layers/attention.h"
@@ -14,42 +11,6 @@
 
 namespace cypris {
 namespace {
-
-// The Cohere fields ModelConfig does not carry, read from config.json (text_config included).
-struct CohereFields {
-  double layer_norm_eps = 1e-5;
-  double logit_scale = 0.0625;  // CohereConfig's default
-  bool tie_word_embeddings = true;
-  int sliding_window_pattern = 4;
-  bool has_layer_types = false;
-};
-
-CohereFields read_cohere_fields(const ModelConfig& cfg) {
-  std::ifstream in(cfg.source);
-  CYPRIS_CHECK(in.good(), "cannot read {} (the Cohere models read layer_norm_eps and logit_scale from it)", cfg.source);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-  CYPRIS_CHECK(j.is_object(), "{}: malformed JSON", cfg.source);
-  CohereFields f;
-  auto number = [&](const char* key, double def) {
-    if (!j.contains(key) || j[key].is_null()) return def;
-    CYPRIS_CHECK(j[key].is_number(), "{}: field '{}' must be a number, got {}", cfg.source, key, j[key].dump());
-    return j[key].get<double>();
-  };
-  f.layer_norm_eps = number("layer_norm_eps", 1e-5);
-  f.logit_scale = number("logit_scale", 0.0625);
-  f.sliding_window_pattern = static_cast<int>(number("sliding_window_pattern", 4));
-  CYPRIS_CHECK(f.layer_norm_eps > 0 && f.sliding_window_pattern > 0,
-               "{}: layer_norm_eps and sliding_window_pattern must be positive", cfg.source);
-  if (j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean()) {
-    f.tie_word_embeddings = j["tie_word_embeddings"].get<bool>();
-  }
-  CYPRIS_CHECK(!j.value("use_qk_norm", false), "{}: use_qk_norm (Command R+'s per-head LayerNorm) is not supported yet",
-               cfg.source);
-  f.has_layer_types = j.contains("layer_types") && !j["layer_types"].is_null();
-  return f;
-}
 
 // Cohere's LayerNorm without bias, from the RMSNorm op: LN(x) * w = rms_norm(x - mean(x)) * w, since
 // the variance is the mean square of the centred row. The centring is a GEMM by (I - 1/H); a
@@ -82,12 +43,13 @@ class CohereModel : public DecoderModel {
     const std::string& arch = cfg.architectures.front();
     CYPRIS_CHECK(cfg.hidden_act == "silu", "{}: {} uses a SiLU MLP, but hidden_act is {}", cfg.source, arch,
                  cfg.hidden_act);
-    const CohereFields f = read_cohere_fields(cfg);
-    logit_scale_ = static_cast<float>(f.logit_scale);
+    CYPRIS_CHECK(!cfg.use_qk_norm, "{}: use_qk_norm (Command R+'s per-head LayerNorm) is not supported yet",
+                 cfg.source);
+    logit_scale_ = static_cast<float>(cfg.logit_scale);
     const bool cohere2 = arch == "Cohere2ForCausalLM";
     const WeightLoader w(cfg_, weights, backend, opt_);
     const int64_t h = cfg.hidden_size;
-    const float eps = static_cast<float>(f.layer_norm_eps);
+    const float eps = static_cast<float>(cfg.layer_norm_eps);
     std::vector<float> c(static_cast<size_t>(h * h), -1.0f / static_cast<float>(h));
     for (int64_t i = 0; i < h; ++i) c[i * h + i] += 1.0f;
     centre_ = backend.upload(c.data(), DType::F32, {h, h});
@@ -101,12 +63,8 @@ class CohereModel : public DecoderModel {
       a.prefix = p + "self_attn.";
       a.qkv_bias = a.o_bias = cfg.qkv_bias;
       a.interleaved_rope = true;
-      int window = cfg.layer_sliding_window[i];
-      if (cohere2 && !f.has_layer_types) {
-        // Cohere 2: every sliding_window_pattern-th layer is global (no rotary), the others slide.
-        const int any = *std::max_element(cfg.layer_sliding_window.begin(), cfg.layer_sliding_window.end());
-        window = (i + 1) % f.sliding_window_pattern != 0 ? any : 0;
-      }
+      // Cohere 2's global layers (no window) have no rotary either.
+      const int window = cfg.layer_sliding_window[i];
       a.sliding_window = window;
       a.rope = !cohere2 || window > 0;
       L.attn = AttentionBlock(w, layout_, a);
@@ -116,7 +74,7 @@ class CohereModel : public DecoderModel {
       L.mlp = GatedMlp(w, layout_, m);
     }
     final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps, &centre_);
-    lm_head_ = LmHead(w, f.tie_word_embeddings ? &embed_ : nullptr);
+    lm_head_ = LmHead(w, cfg.tie_word_embeddings ? &embed_ : nullptr);
     rope_ = RotaryCache(backend, cfg);
   }
 

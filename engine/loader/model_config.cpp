@@ -1,6 +1,7 @@
 #include "engine/loader/model_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <climits>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -266,8 +267,15 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   }
   const std::string arch0 = c.architectures.front();
   const bool is_gemma = c.model_type.rfind("gemma", 0) == 0 || arch0.rfind("Gemma", 0) == 0;
-  // Gemma's configs default to tied embeddings (Gemma2Config, Gemma3TextConfig).
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, is_gemma);
+  const bool is_cohere = c.model_type.rfind("cohere", 0) == 0 || arch0.rfind("Cohere", 0) == 0;
+  const bool is_cohere2 = c.model_type == "cohere2" || arch0 == "Cohere2ForCausalLM";
+  // Gemma's and Cohere's configs default to tied embeddings (Gemma2Config, Gemma3TextConfig, CohereConfig).
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, is_gemma || is_cohere);
+  c.layer_norm_eps = get_double(j, "layer_norm_eps", source, 1e-5);
+  c.logit_scale = get_double(j, "logit_scale", source, 0.0625);
+  c.use_qk_norm = get_bool(j, "use_qk_norm", source, false);
+  CYPRIS_CHECK(c.layer_norm_eps > 0 && std::isfinite(c.logit_scale),
+               "{}: layer_norm_eps must be positive and logit_scale finite", source);
   if (has(j, "query_pre_attn_scalar")) {
     c.query_pre_attn_scalar = get_double(j, "query_pre_attn_scalar", source);
     CYPRIS_CHECK(*c.query_pre_attn_scalar > 0, "{}: query_pre_attn_scalar must be positive", source);
@@ -320,6 +328,13 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     } else if (is_gemma) {
       // Gemma 3: every sliding_window_pattern-th layer is global, the others slide.
       const int64_t pattern = get_int(j, "sliding_window_pattern", source, 6);
+      CYPRIS_CHECK(pattern > 0, "{}: sliding_window_pattern must be positive", source);
+      for (int i = 0; i < c.num_hidden_layers; ++i) {
+        if ((i + 1) % pattern != 0) c.layer_sliding_window[i] = window;
+      }
+    } else if (is_cohere2) {
+      // Cohere 2: every sliding_window_pattern-th layer is global (and has no rotary), the others slide.
+      const int64_t pattern = get_int(j, "sliding_window_pattern", source, 4);
       CYPRIS_CHECK(pattern > 0, "{}: sliding_window_pattern must be positive", source);
       for (int i = 0; i < c.num_hidden_layers; ++i) {
         if ((i + 1) % pattern != 0) c.layer_sliding_window[i] = window;

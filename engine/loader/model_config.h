@@ -67,6 +67,11 @@ struct ModelConfig {
   // sigmoid(shared_expert_gate · x) and added to the routed experts' sum; 0 when there is none.
   int64_t shared_expert_intermediate_size = 0;
   bool norm_topk_prob = true;
+  // Cohere / Cohere 2: LayerNorm (no bias) epsilon, the logits' scale, Command R+'s per-head q/k
+  // LayerNorm (not supported by the model yet).
+  double layer_norm_eps = 1e-5;
+  double logit_scale = 0.0625;  // CohereConfig's default
+  bool use_qk_norm = false;
   std::vector<bool> layer_is_moe;  // [num_hidden_layers]
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;  // generation_config.json first, else config.json
