@@ -39,6 +39,8 @@ constexpr KeyMap kKeys[] = {
     {"attention.sliding_window", "sliding_window", KeyKind::Int, false},
     {"attn_logit_softcapping", "attn_logit_softcapping", KeyKind::Float, false},
     {"final_logit_softcapping", "final_logit_softcapping", KeyKind::Float, false},
+    {"attention.layer_norm_epsilon", "layer_norm_eps", KeyKind::Float, false},
+    {"logit_scale", "logit_scale", KeyKind::Float, false},
 };
 
 int64_t per_layer_int(const GgufModel& m, const std::string& key) {
@@ -116,6 +118,10 @@ const std::vector<GgufArchitecture>& gguf_architectures() {
       // Phi-3 / Phi-3.5 / Phi-4: fused attn_qkv and gate+up (ffn_up) tensors; LongRoPE as the
       // rope_factors_long / rope_factors_short tensors.
       {"phi3", "Phi3ForCausalLM", "phi3", false, false},
+      // Command-R / Command R7B: LayerNorm without bias, logit_scale, interleaved rotary on the
+      // checkpoint's own row order (not permuted); Cohere 2's every fourth layer is global.
+      {"command-r", "CohereForCausalLM", "cohere", false, false},
+      {"cohere2", "Cohere2ForCausalLM", "cohere2", false, false},
   };
   return kArchs;
 }
@@ -230,6 +236,8 @@ json gguf_hf_config(const GgufModel& m) {
     j["vocab_size"] = e->ne[1];
   }
   if (a.gemma_norms) gemma_hf_config(j, arch);
+  if (arch == "cohere2") j["sliding_window_pattern"] = 4;  // as llama.cpp runs it
+  if (arch == "command-r" || arch == "cohere2") j["hidden_act"] = "silu";
   // Mixture of experts. llama.cpp writes Mixtral as "llama" with an expert count.
   if (auto experts = m.get_int(arch + ".expert_count"); experts && *experts > 0) {
     const auto used = m.get_int(arch + ".expert_used_count");

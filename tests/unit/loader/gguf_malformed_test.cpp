@@ -179,7 +179,7 @@ TEST(GgufMalformed, TensorInfos) {
 TEST(GgufMalformed, ConfigKeys) {
   W w;
   w.kv_str("general.architecture", "gpt-neox");
-  EXPECT_THAT(error_of(w.bytes()), HasSubstr("GGUF architecture 'gpt-neox' is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen2moe, gemma2, gemma3, phi3)"));
+  EXPECT_THAT(error_of(w.bytes()), HasSubstr("GGUF architecture 'gpt-neox' is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen2moe, gemma2, gemma3, phi3, command-r, cohere2)"));
   W m;
   m.kv_str("general.architecture", "llama");
   m.kv_u32("llama.context_length", 64);

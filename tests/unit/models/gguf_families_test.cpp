@@ -163,10 +163,13 @@ void write_llama_cpp_gguf(const std::map<std::string, F32Tensor>& tensors, const
   w.kv_u32(arch + ".rope.dimension_count",
            static_cast<uint32_t>(static_cast<double>(head_dim) * cfg.value("partial_rotary_factor", 1.0)));
   w.kv_f32(arch + ".attention.layer_norm_rms_epsilon", cfg["rms_norm_eps"].get<float>());
+  if (cfg.contains("layer_norm_eps"))
+    w.kv_f32(arch + ".attention.layer_norm_epsilon", cfg["layer_norm_eps"].get<float>());
+  if (cfg.contains("logit_scale")) w.kv_f32(arch + ".logit_scale", cfg["logit_scale"].get<float>());
   w.kv_f32(arch + ".rope.freq_base", cfg["rope_theta"].get<float>());
   w.kv_u32(arch + ".vocab_size", u32(cfg["vocab_size"]));
   const bool gemma = arch.starts_with("gemma");
-  if (cfg.contains("sliding_window") && (gemma || arch == "phi3"))
+  if (cfg.contains("sliding_window") && (gemma || arch == "phi3" || arch == "cohere2"))
     w.kv_u32(arch + ".attention.sliding_window", u32(cfg["sliding_window"]));
   for (const char* cap : {"attn_logit_softcapping", "final_logit_softcapping"})
     if (cfg.contains(cap)) w.kv_f32(arch + "." + cap, cfg[cap].get<float>());
@@ -335,6 +338,25 @@ TEST(GgufFamilies, Phi3FileLoadsTheSameModelAsItsCheckpoint) {
   const fs::path gguf = tmp.path() / "phi3-F32.gguf";
   write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "phi3", gguf);
   expect_same_logits(hf, gguf, reference_fixture::load_expected("phi3_fused_longrope").ids);
+}
+
+// Command-R ("command-r") and Command R7B ("cohere2", every fourth layer global without rotary, as
+// llama.cpp fixes it): LayerNorm epsilon and logit_scale from the keys, q/k rows in the checkpoint's
+// order (llama.cpp's rotary for these is the interleaved one Cohere uses).
+TEST(GgufFamilies, CohereFilesLoadTheSameModelAsTheirCheckpoints) {
+  TempDir tmp;
+  const fs::path hf = fixture_checkpoint("cohere_parallel_block", tmp.path() / "cohere", [](json&) {});
+  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "command-r",
+                       tmp.path() / "command-r-F32.gguf");
+  expect_same_logits(hf, tmp.path() / "command-r-F32.gguf",
+                     reference_fixture::load_expected("cohere_parallel_block").ids);
+
+  const fs::path hf2 = fixture_checkpoint("cohere2_sliding_nope", tmp.path() / "cohere2",
+                                          [](json& cfg) { cfg["sliding_window_pattern"] = 4; });
+  write_llama_cpp_gguf(read_safetensors(hf2 / "model.safetensors"), read_config(hf2), "cohere2",
+                       tmp.path() / "cohere2-F32.gguf");
+  expect_same_logits(hf2, tmp.path() / "cohere2-F32.gguf",
+                     reference_fixture::load_expected("cohere2_sliding_nope").ids);
 }
 
 // Qwen3-MoE ("qwen3moe": q/k norms, top-k renormalised) and Qwen2-MoE ("qwen2moe": q/k/v biases,
