@@ -237,7 +237,12 @@ json gguf_hf_config(const GgufModel& m) {
   }
   if (a.gemma_norms) gemma_hf_config(j, arch);
   if (arch == "cohere2") j["sliding_window_pattern"] = 4;  // as llama.cpp runs it
-  if (arch == "command-r" || arch == "cohere2") j["hidden_act"] = "silu";
+  if (arch == "command-r" || arch == "cohere2") {
+    j["hidden_act"] = "silu";
+    // Command R+ has per-head q/k LayerNorms; saying so lets the model refuse the file by name
+    // instead of running without them.
+    if (m.tensor("blk.0.attn_q_norm.weight")) j["use_qk_norm"] = true;
+  }
   // Mixture of experts. llama.cpp writes Mixtral as "llama" with an expert count.
   if (auto experts = m.get_int(arch + ".expert_count"); experts && *experts > 0) {
     const auto used = m.get_int(arch + ".expert_used_count");

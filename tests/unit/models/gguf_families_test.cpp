@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/error.h"
 #include "tests/support/gguf_writer.h"
 #include "tests/unit/models/reference_fixture.h"
 
@@ -357,6 +358,22 @@ TEST(GgufFamilies, CohereFilesLoadTheSameModelAsTheirCheckpoints) {
                        tmp.path() / "cohere2-F32.gguf");
   expect_same_logits(hf2, tmp.path() / "cohere2-F32.gguf",
                      reference_fixture::load_expected("cohere2_sliding_nope").ids);
+
+  // Command R+ (per-head q/k LayerNorms, attn_q_norm / attn_k_norm) is refused by name, not run
+  // without its norms.
+  auto plus = read_safetensors(hf / "model.safetensors");
+  const json cfg = read_config(hf);
+  const int64_t d = cfg["hidden_size"].get<int64_t>() / cfg["num_attention_heads"].get<int64_t>();
+  std::vector<float> ones(static_cast<size_t>(cfg["num_attention_heads"].get<int64_t>() * d), 1.0f);
+  plus["model.layers.0.self_attn.q_norm.weight"] = {{cfg["num_attention_heads"].get<int64_t>(), d},
+                                                    GgufWriter::f32_bytes(ones)};
+  write_llama_cpp_gguf(plus, cfg, "command-r", tmp.path() / "command-r-plus.gguf");
+  try {
+    ModelRunner runner(runner_options(tmp.path() / "command-r-plus.gguf"));
+    ADD_FAILURE() << "a Command R+ file loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("use_qk_norm"), std::string::npos) << e.what();
+  }
 }
 
 // Qwen3-MoE ("qwen3moe": q/k norms, top-k renormalised) and Qwen2-MoE ("qwen2moe": q/k/v biases,
