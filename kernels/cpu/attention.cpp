@@ -88,6 +88,29 @@ float dot(const float* a, const float* b, int n) {
   return (s0 + s1) + (s2 + s3);
 }
 
+// One work item of paged attention: query token t against KV head g of its sequence s, over the
+// cached positions [lo, lo + n) (causal, and the sliding window when set).
+struct AttentionItem {
+  int64_t t;
+  int g;
+  int s;
+  int64_t lo, n;
+  const int32_t* block_table;
+};
+
+AttentionItem attention_item(const PagedAttentionParams& p, const std::vector<int32_t>& token_seq, int64_t item) {
+  AttentionItem it;
+  it.t = item / p.num_kv_heads;
+  it.g = static_cast<int>(item % p.num_kv_heads);
+  it.s = token_seq[it.t];
+  const int32_t q_len = p.query_start_loc[it.s + 1] - p.query_start_loc[it.s];
+  const int64_t pos = p.seq_lens[it.s] - q_len + (it.t - p.query_start_loc[it.s]);
+  it.lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
+  it.n = pos - it.lo + 1;
+  it.block_table = p.block_tables + it.s * p.max_blocks_per_seq;
+  return it;
+}
+
 #if defined(__x86_64__)
 // The AVX-512 path for 32- and 16-bit caches and head dims that are multiples of 16: per work item
 // (token, KV head) every cached row is read once for all the query heads of its group, converted
@@ -231,14 +254,7 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
       thread_local std::vector<float> inv_sum;
       inv_sum.resize(static_cast<size_t>(group));
       for (int64_t item = i0; item < i1; ++item) {
-        const int64_t t = item / p.num_kv_heads;
-        const int g = static_cast<int>(item % p.num_kv_heads);
-        const int s = token_seq[t];
-        const int32_t q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
-        const int64_t pos = p.seq_lens[s] - q_len + (t - p.query_start_loc[s]);
-        const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
-        const int64_t n = pos - lo + 1;
-        const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
+        const auto [t, g, s, lo, n, table] = attention_item(p, token_seq, item);
         offsets.resize(static_cast<size_t>(n));
         for (int64_t j = 0; j < n; ++j) {
           const int64_t kp = lo + j;
@@ -271,14 +287,7 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
     thread_local std::vector<const float*> v_rows;
     thread_local std::vector<float> k_deq, v_deq;
     for (int64_t item = i0; item < i1; ++item) {
-      const int64_t t = item / p.num_kv_heads;
-      const int g = static_cast<int>(item % p.num_kv_heads);
-      const int s = token_seq[t];
-      const int32_t q_len = p.query_start_loc[s + 1] - p.query_start_loc[s];
-      const int64_t pos = p.seq_lens[s] - q_len + (t - p.query_start_loc[s]);
-      const int64_t lo = p.sliding_window > 0 ? std::max<int64_t>(0, pos - p.sliding_window + 1) : 0;
-      const int64_t n = pos - lo + 1;
-      const int32_t* table = p.block_tables + s * p.max_blocks_per_seq;
+      const auto [t, g, s, lo, n, table] = attention_item(p, token_seq, item);
       k_rows.resize(n);
       v_rows.resize(n);
       if (decode_rows) {

@@ -124,13 +124,7 @@ int main(int argc, char** argv) {
     tokens.push_back("\xe2\x96\x81t" + std::to_string(i));
     scores.push_back(-static_cast<float>(i)), types.push_back(1);  // normal
   }
-  w.kv_str("tokenizer.ggml.model", "llama");
-  w.kv_strs("tokenizer.ggml.tokens", tokens);
-  w.kv_f32s("tokenizer.ggml.scores", scores);
-  w.kv_i32s("tokenizer.ggml.token_type", types);
-  w.kv_u32("tokenizer.ggml.bos_token_id", 1);
-  w.kv_u32("tokenizer.ggml.eos_token_id", 2);
-  w.kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.kv_llama_vocab(tokens, scores, types);
   w.kv_bool("tokenizer.ggml.add_bos_token", true);
 
   uint32_t seed = 1;

@@ -72,6 +72,18 @@ class GgufWriter {
     kv_raw(key, 9, b);
   }
 
+  // A SentencePiece-style "llama" vocabulary as llama.cpp writes it, with bos 1, eos 2, unk 0.
+  void kv_llama_vocab(const std::vector<std::string>& tokens, const std::vector<float>& scores,
+                      const std::vector<int32_t>& types) {
+    kv_str("tokenizer.ggml.model", "llama");
+    kv_strs("tokenizer.ggml.tokens", tokens);
+    kv_f32s("tokenizer.ggml.scores", scores);
+    kv_i32s("tokenizer.ggml.token_type", types);
+    kv_u32("tokenizer.ggml.bos_token_id", 1);
+    kv_u32("tokenizer.ggml.eos_token_id", 2);
+    kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  }
+
   // ne in ggml order (ne[0] = row length); data must have the right size for type.
   void tensor(const std::string& name, const std::vector<int64_t>& ne, uint32_t type, const std::string& data) {
     tensors_.push_back({name, ne, type, data});

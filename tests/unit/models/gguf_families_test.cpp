@@ -55,13 +55,16 @@ std::map<std::string, F32Tensor> read_safetensors(const fs::path& path) {
 
 class TempDir {
  public:
-  TempDir() : path_(fs::temp_directory_path() / ("cypris_gguf_family_" + std::to_string(::getpid()))) {
+  TempDir()
+      : path_(fs::temp_directory_path() /
+              ("cypris_gguf_family_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++))) {
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
   const fs::path& path() const { return path_; }
 
  private:
+  static inline int counter_ = 0;
   fs::path path_;
 };
 
@@ -273,91 +276,72 @@ json read_config(const fs::path& dir) {
   return json::parse(in);
 }
 
+// The family fixture (config reduced by `reduce`) written as llama.cpp writes `arch`, loaded both
+// ways, compared on the fixture's prompt.
+void expect_gguf_equals_fixture(const std::string& fixture, const std::string& arch,
+                                const std::function<void(json&)>& reduce, bool legacy_experts = false) {
+  TempDir tmp;
+  const fs::path hf = fixture_checkpoint(fixture, tmp.path() / "hf", reduce);
+  const fs::path gguf = tmp.path() / (arch + "-F32.gguf");
+  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), arch, gguf, legacy_experts);
+  expect_same_logits(hf, gguf, reference_fixture::load_expected(fixture).ids);
+}
+
 // Qwen3 as llama.cpp's Qwen3Model writes it: architecture "qwen3", no biases, per-head q/k norms,
 // head_dim as attention.key_length, no sliding window.
 TEST(GgufFamilies, Qwen3FileLoadsTheSameModelAsItsCheckpoint) {
-  TempDir tmp;
-  const fs::path hf = fixture_checkpoint("qwen3_qknorm_sliding", tmp.path() / "hf", [](json& cfg) {
+  expect_gguf_equals_fixture("qwen3_qknorm_sliding", "qwen3", [](json& cfg) {
     cfg["attention_bias"] = false;  // neither biases nor a sliding window exist in llama.cpp's qwen3
     cfg["use_sliding_window"] = false;
     cfg.erase("sliding_window");
     cfg.erase("max_window_layers");
   });
-  const fs::path gguf = tmp.path() / "qwen3-F32.gguf";
-  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "qwen3", gguf);
-  expect_same_logits(hf, gguf, reference_fixture::load_expected("qwen3_qknorm_sliding").ids);
 }
 
 // Mixtral as llama.cpp writes it: architecture "llama" with llama.expert_count, q/k rows permuted,
 // each layer's experts in ffn_{gate,up,down}_exps.
 TEST(GgufFamilies, MixtralFileLoadsTheSameModelAsItsCheckpoint) {
-  TempDir tmp;
-  const fs::path hf = fixture_checkpoint("mixtral_top2_of_8", tmp.path() / "hf",
-                                         [](json& cfg) { cfg.erase("sliding_window"); });
-  const auto ids = reference_fixture::load_expected("mixtral_top2_of_8").ids;
   for (bool legacy : {false, true}) {
     SCOPED_TRACE(legacy ? "one tensor per expert" : "merged experts");
-    const fs::path gguf = tmp.path() / (legacy ? "mixtral-legacy-F32.gguf" : "mixtral-F32.gguf");
-    write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "llama", gguf, legacy);
-    expect_same_logits(hf, gguf, ids);
+    expect_gguf_equals_fixture("mixtral_top2_of_8", "llama", [](json& cfg) { cfg.erase("sliding_window"); }, legacy);
   }
 }
 
 // Gemma 2 (architecture "gemma2"): norms with the +1 folded in and renamed, softcaps and window
 // from the keys, query_pre_attn_scalar derived as llama.cpp does (head_dim below 27B).
 TEST(GgufFamilies, Gemma2FileLoadsTheSameModelAsItsCheckpoint) {
-  TempDir tmp;
-  const fs::path hf = fixture_checkpoint("gemma2_softcap_sliding", tmp.path() / "hf",
-                                         [](json& cfg) { cfg["query_pre_attn_scalar"] = cfg["head_dim"]; });
-  const fs::path gguf = tmp.path() / "gemma2-F32.gguf";
-  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "gemma2", gguf);
-  expect_same_logits(hf, gguf, reference_fixture::load_expected("gemma2_softcap_sliding").ids);
+  expect_gguf_equals_fixture("gemma2_softcap_sliding", "gemma2",
+                             [](json& cfg) { cfg["query_pre_attn_scalar"] = cfg["head_dim"]; });
 }
 
 // Gemma 3 (architecture "gemma3"): q/k norms, linear rope scaling for the global layers, every sixth
 // layer global, local rope base 10000, no softcaps.
 TEST(GgufFamilies, Gemma3FileLoadsTheSameModelAsItsCheckpoint) {
-  TempDir tmp;
-  const fs::path hf = fixture_checkpoint("gemma3_local_global", tmp.path() / "hf", [](json& cfg) {
+  expect_gguf_equals_fixture("gemma3_local_global", "gemma3", [](json& cfg) {
     cfg["query_pre_attn_scalar"] = cfg["head_dim"];
     cfg["sliding_window_pattern"] = 6;
     cfg["rope_local_base_freq"] = 10000.0;
     cfg.erase("attn_logit_softcapping");
     cfg.erase("final_logit_softcapping");
   });
-  const fs::path gguf = tmp.path() / "gemma3-F32.gguf";
-  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "gemma3", gguf);
-  expect_same_logits(hf, gguf, reference_fixture::load_expected("gemma3_local_global").ids);
 }
 
 // Phi-3 (architecture "phi3"): fused attn_qkv and gate+up tensors, partial rotary, a sliding
 // window, LongRoPE factors as tensors (the fixture's prompt is past the pre-training length, so
 // the long factors are in use).
 TEST(GgufFamilies, Phi3FileLoadsTheSameModelAsItsCheckpoint) {
-  TempDir tmp;
-  const fs::path hf = fixture_checkpoint("phi3_fused_longrope", tmp.path() / "hf", [](json&) {});
-  const fs::path gguf = tmp.path() / "phi3-F32.gguf";
-  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "phi3", gguf);
-  expect_same_logits(hf, gguf, reference_fixture::load_expected("phi3_fused_longrope").ids);
+  expect_gguf_equals_fixture("phi3_fused_longrope", "phi3", [](json&) {});
 }
 
 // Command-R ("command-r") and Command R7B ("cohere2", every fourth layer global without rotary, as
 // llama.cpp fixes it): LayerNorm epsilon and logit_scale from the keys, q/k rows in the checkpoint's
 // order (llama.cpp's rotary for these is the interleaved one Cohere uses).
 TEST(GgufFamilies, CohereFilesLoadTheSameModelAsTheirCheckpoints) {
+  expect_gguf_equals_fixture("cohere_parallel_block", "command-r", [](json&) {});
+  expect_gguf_equals_fixture("cohere2_sliding_nope", "cohere2", [](json& cfg) { cfg["sliding_window_pattern"] = 4; });
+
   TempDir tmp;
   const fs::path hf = fixture_checkpoint("cohere_parallel_block", tmp.path() / "cohere", [](json&) {});
-  write_llama_cpp_gguf(read_safetensors(hf / "model.safetensors"), read_config(hf), "command-r",
-                       tmp.path() / "command-r-F32.gguf");
-  expect_same_logits(hf, tmp.path() / "command-r-F32.gguf",
-                     reference_fixture::load_expected("cohere_parallel_block").ids);
-
-  const fs::path hf2 = fixture_checkpoint("cohere2_sliding_nope", tmp.path() / "cohere2",
-                                          [](json& cfg) { cfg["sliding_window_pattern"] = 4; });
-  write_llama_cpp_gguf(read_safetensors(hf2 / "model.safetensors"), read_config(hf2), "cohere2",
-                       tmp.path() / "cohere2-F32.gguf");
-  expect_same_logits(hf2, tmp.path() / "cohere2-F32.gguf",
-                     reference_fixture::load_expected("cohere2_sliding_nope").ids);
 
   // Command R+ (per-head q/k LayerNorms, attn_q_norm / attn_k_norm) is refused by name, not run
   // without its norms.

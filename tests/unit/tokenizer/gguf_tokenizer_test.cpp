@@ -214,13 +214,7 @@ TEST(GgufTokenizer, Llama2VocabularyGivesTheReferenceIds) {
     types.push_back(p.type);
   }
   test::GgufWriter w;
-  w.kv_str("tokenizer.ggml.model", "llama");
-  w.kv_strs("tokenizer.ggml.tokens", tokens);
-  w.kv_f32s("tokenizer.ggml.scores", scores);
-  w.kv_i32s("tokenizer.ggml.token_type", types);
-  w.kv_u32("tokenizer.ggml.bos_token_id", 1);
-  w.kv_u32("tokenizer.ggml.eos_token_id", 2);
-  w.kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.kv_llama_vocab(tokens, scores, types);
   auto tok = from_bytes(w.bytes());
   const Tokenizer& ref = testing::cached_tokenizer("llama2-spm");
   for (const auto& c : testing::load_cases("llama2-spm")) {
