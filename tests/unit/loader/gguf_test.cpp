@@ -20,6 +20,7 @@
 #include "engine/loader/model_config.h"
 #include "engine/loader/weights.h"
 #include "tests/support/gguf_writer.h"
+#include "tests/support/temp_dir.h"
 
 namespace cypris {
 namespace {
@@ -48,19 +49,9 @@ std::string upper(std::string s) {
   return s;
 }
 
-class TempDir {
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("cypris_gguf_test_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
+  TempDir() : test::TempDir("gguf_test") {}
 };
 
 TEST(Gguf, EveryTestdataFileOpensWithLlamaCppsTypesAndShapes) {

@@ -15,25 +15,16 @@
 #include "engine/common/error.h"
 #include "engine/loader/weights.h"
 #include "engine/runtime/model_runner.h"
+#include "tests/support/temp_dir.h"
 
 namespace cypris {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("cypris_loader_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
+  TempDir() : test::TempDir("loader_test") {}
 };
 
 void write_raw(const fs::path& p, uint64_t header_len, const std::string& header, const std::string& data) {

@@ -20,6 +20,7 @@
 #include "engine/common/error.h"
 #include "tests/support/gguf_writer.h"
 #include "tests/unit/models/reference_fixture.h"
+#include "tests/support/temp_dir.h"
 
 namespace cypris {
 namespace {
@@ -53,19 +54,9 @@ std::map<std::string, F32Tensor> read_safetensors(const fs::path& path) {
   return out;
 }
 
-class TempDir {
+class TempDir : public test::TempDir {
  public:
-  TempDir()
-      : path_(fs::temp_directory_path() /
-              ("cypris_gguf_family_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
+  TempDir() : test::TempDir("gguf_family") {}
 };
 
 void write_safetensors(const fs::path& path, const std::map<std::string, F32Tensor>& tensors) {
