@@ -5,7 +5,6 @@
 // (tests/fixtures/models, family_reference_test.cpp), with its config reduced to what the GGUF
 // architecture can express.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
