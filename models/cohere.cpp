@@ -43,8 +43,6 @@ class CohereModel : public DecoderModel {
     const std::string& arch = cfg.architectures.front();
     CYPRIS_CHECK(cfg.hidden_act == "silu", "{}: {} uses a SiLU MLP, but hidden_act is {}", cfg.source, arch,
                  cfg.hidden_act);
-    CYPRIS_CHECK(!cfg.use_qk_norm, "{}: use_qk_norm (Command R+'s per-head LayerNorm) is not supported yet",
-                 cfg.source);
     logit_scale_ = static_cast<float>(cfg.logit_scale);
     const bool cohere2 = arch == "Cohere2ForCausalLM";
     const WeightLoader w(cfg_, weights, backend, opt_);
@@ -63,6 +61,12 @@ class CohereModel : public DecoderModel {
       a.prefix = p + "self_attn.";
       a.qkv_bias = a.o_bias = cfg.qkv_bias;
       a.interleaved_rope = true;
+      if (cfg.use_qk_norm) {  // Command R+: per-head LayerNorms of q and k before rotary
+        a.q_norm = "q_norm.weight";
+        a.k_norm = "k_norm.weight";
+        a.qk_layer_norm = true;
+        a.qk_norm_eps = eps;
+      }
       // Cohere 2's global layers (no window) have no rotary either.
       const int window = cfg.layer_sliding_window[i];
       a.sliding_window = window;

@@ -167,6 +167,14 @@ void check_rms_norm_heads(const char* backend, DType act, const Tensor& x, const
                w.shape_str());
 }
 
+void check_layer_norm_heads(const char* backend, DType act, const Tensor& x, const Tensor& w) {
+  require(backend, x, act, 2, "layer_norm_heads input");
+  require(backend, w, DType::F32, 2, "layer_norm_heads weight");
+  CYPRIS_CHECK(w.shape[0] > 0 && w.shape[1] > 0 && x.shape[1] == w.shape[0] * w.shape[1] && row_stride(x) >= x.shape[1],
+               "{}: layer_norm_heads shapes x {} w {} (x's width must be w's heads x head_dim)", backend, x.shape_str(),
+               w.shape_str());
+}
+
 void check_scale_and_cap(const char* backend, DType act, const Tensor& x, float scale, float cap) {
   require(backend, x, act, 2, "scale_and_cap input");
   CYPRIS_CHECK(row_stride(x) >= x.shape[1], "{}: scale_and_cap row stride {} below width {}", backend, row_stride(x),

@@ -131,6 +131,9 @@ class Backend {
   virtual void gelu_tanh_and_mul(const Tensor& x, Tensor& out) = 0;
   // RMSNorm of each head in place: x [T, H*D] (may be a column slice), w F32 [D] (Qwen3's q/k norms).
   virtual void rms_norm_heads(Tensor& x, const Tensor& w, float eps) = 0;
+  // LayerNorm without bias of each head in place, one weight row per head: x [T, H*D] (may be a
+  // column slice), w F32 [H, D] (Command R+'s q/k norms): (x - mean) / sqrt(var + eps) * w[h].
+  virtual void layer_norm_heads(Tensor& x, const Tensor& w, float eps) = 0;
   // In place on x [R, C] (may be a column slice): x = cap * tanh(scale * x / cap) when
   // cap > 0, else x * scale (embedding scaling, logit soft-capping, logit scale).
   virtual void scale_and_cap(Tensor& x, float scale, float cap) = 0;

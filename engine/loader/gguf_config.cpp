@@ -239,8 +239,7 @@ json gguf_hf_config(const GgufModel& m) {
   if (arch == "cohere2") j["sliding_window_pattern"] = 4;  // as llama.cpp runs it
   if (arch == "command-r" || arch == "cohere2") {
     j["hidden_act"] = "silu";
-    // Command R+ has per-head q/k LayerNorms; saying so lets the model refuse the file by name
-    // instead of running without them.
+    // Command R+: per-head q/k LayerNorms (attn_q_norm / attn_k_norm, [heads, head_dim]).
     if (m.tensor("blk.0.attn_q_norm.weight")) j["use_qk_norm"] = true;
   }
   // Mixture of experts. llama.cpp writes Mixtral as "llama" with an expert count.

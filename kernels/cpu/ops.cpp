@@ -117,6 +117,25 @@ void rms_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int head_
   });
 }
 
+void layer_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
+                          ThreadPool* pool) {
+  parallel(pool, rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int h = 0; h < heads; ++h) {
+        float* v = x + r * ld + static_cast<int64_t>(h) * head_dim;
+        const float* w = weight + static_cast<int64_t>(h) * head_dim;
+        float mean = 0.0f;
+        for (int i = 0; i < head_dim; ++i) mean += v[i];
+        mean /= static_cast<float>(head_dim);
+        float var = 0.0f;
+        for (int i = 0; i < head_dim; ++i) var += (v[i] - mean) * (v[i] - mean);
+        const float inv = 1.0f / std::sqrt(var / static_cast<float>(head_dim) + eps);
+        for (int i = 0; i < head_dim; ++i) v[i] = w[i] * ((v[i] - mean) * inv);
+      }
+    }
+  });
+}
+
 void gelu_tanh_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {

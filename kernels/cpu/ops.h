@@ -35,6 +35,12 @@ void rotary_cpu(float* q, int64_t ldq, int num_q_heads, float* k, int64_t ldk, i
 void rms_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
                         ThreadPool* pool);
 
+// LayerNorm without bias of each head in place (Command R+'s q and k norms, computed in fp32 as
+// transformers' CohereLayerNorm): x [rows, heads * head_dim] with row stride ld, weight
+// [heads, head_dim] (one row per head).
+void layer_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
+                          ThreadPool* pool);
+
 // out[t, i] = gelu_tanh(x[t, i]) * x[t, inter + i] (Gemma's GeGLU, tanh approximation).
 void gelu_tanh_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool);
 

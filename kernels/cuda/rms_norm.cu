@@ -96,6 +96,28 @@ static __global__ void rms_norm_heads_kernel(T* __restrict__ x, int64_t ld, int6
   for (int i = lane; i < head_dim; i += 32) hr[i] = from_float<T>(w[i] * (to_float(hr[i]) * inv));
 }
 
+// One warp per head, two passes (mean, then the centred variance) as transformers computes it.
+template <typename T>
+static __global__ void layer_norm_heads_kernel(T* __restrict__ x, int64_t ld, int64_t rows, int heads, int head_dim,
+                                               const float* __restrict__ w, float eps) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (warp >= rows * heads) return;
+  const int h = static_cast<int>(warp % heads);
+  T* hr = x + (warp / heads) * ld + static_cast<int64_t>(h) * head_dim;
+  const float* wh = w + static_cast<int64_t>(h) * head_dim;
+  float sum = 0.0f;
+  for (int i = lane; i < head_dim; i += 32) sum += to_float(hr[i]);
+  const float mean = warp_sum(sum) / static_cast<float>(head_dim);
+  float ss = 0.0f;
+  for (int i = lane; i < head_dim; i += 32) {
+    const float c = to_float(hr[i]) - mean;
+    ss += c * c;
+  }
+  const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(head_dim) + eps);
+  for (int i = lane; i < head_dim; i += 32) hr[i] = from_float<T>(wh[i] * ((to_float(hr[i]) - mean) * inv));
+}
+
 template <bool ADD>
 void launch_rms_norm(const void* x, void* residual, DType dtype, const float* w, float eps, int64_t rows,
                      int64_t hidden, void* out, cudaStream_t stream, const char* what) {
@@ -148,6 +170,22 @@ void rms_norm_heads_cuda(void* x, DType dtype, int64_t ld, int64_t rows, int hea
     using T = decltype(tag);
     rms_norm_heads_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<T*>(x), ld, rows, heads, head_dim, weight,
                                                           eps);
+  });
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void layer_norm_heads_cuda(void* x, DType dtype, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight,
+                           float eps, cudaStream_t stream) {
+  CYPRIS_CHECK(rows >= 0 && heads > 0 && head_dim > 0 && ld >= int64_t{heads} * head_dim,
+               "layer_norm_heads_cuda: rows {} heads {} head_dim {} ld {}", rows, heads, head_dim, ld);
+  if (rows == 0) return;
+  constexpr int kThreads = 256;  // 8 heads per block
+  const int64_t warps = rows * heads;
+  const unsigned blocks = static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads);
+  dispatch_float(dtype, "layer_norm_heads_cuda", [&](auto tag) {
+    using T = decltype(tag);
+    layer_norm_heads_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<T*>(x), ld, rows, heads, head_dim, weight,
+                                                            eps);
   });
   CUDA_CHECK(cudaGetLastError());
 }

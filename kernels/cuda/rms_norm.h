@@ -24,4 +24,9 @@ void fused_add_rms_norm_cuda(void* x, void* residual, DType dtype, const float* 
 void rms_norm_heads_cuda(void* x, DType dtype, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight,
                          float eps, cudaStream_t stream);
 
+// LayerNorm without bias of each head in place, weight [heads, head_dim] (Command R+'s q and k
+// norms). CPU reference: layer_norm_heads_cpu.
+void layer_norm_heads_cuda(void* x, DType dtype, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight,
+                           float eps, cudaStream_t stream);
+
 }  // namespace cypris

@@ -1,6 +1,8 @@
 #include "models/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "engine/common/error.h"
 
@@ -33,7 +35,25 @@ AttentionBlock::AttentionBlock(const WeightLoader& w, const TpLayout& layout, co
   }
   rope_ = spec.rope;
   o_ = RowParallelLinear(w, p + spec.o, h, qd, spec.o_bias);
-  if (!spec.q_norm.empty()) {
+  if (spec.qk_layer_norm) {
+    // This rank's heads' weight rows, reordered within each head like the q/k rows when the
+    // checkpoint's rotary is interleaved (the mean and variance do not depend on the order).
+    auto load = [&](const std::string& name, int64_t heads, const ShardSpec& shard) {
+      HostTensor t = w.load_rows_f32_host({p + name, heads, shard}, d);
+      if (spec.interleaved_rope) {
+        float* base = t.buffer.as<float>();
+        std::vector<float> row(static_cast<size_t>(d));
+        for (int64_t r = 0; r < t.shape[0]; ++r) {
+          std::copy_n(base + r * d, d, row.begin());
+          for (int64_t i = 0; i < d; ++i) base[r * d + i] = row[static_cast<size_t>(i < d / 2 ? 2 * i : 2 * (i - d / 2) + 1)];
+        }
+      }
+      return w.backend().upload_weight(std::move(t));
+    };
+    q_ln_ = load(spec.q_norm, cfg.num_attention_heads, layout.rows);
+    k_ln_ = load(spec.k_norm, cfg.num_key_value_heads, layout.kv_rows);
+    qk_ln_eps_ = spec.qk_norm_eps;
+  } else if (!spec.q_norm.empty()) {
     qk_norm_ = true;
     q_norm_ = RmsNorm(w, p + spec.q_norm, d, spec.qk_norm_eps, spec.qk_norm_offset);
     k_norm_ = RmsNorm(w, p + spec.k_norm, d, spec.qk_norm_eps, spec.qk_norm_offset);
@@ -59,6 +79,11 @@ void AttentionBlock::forward(Backend& b, const Tensor& x, const ForwardInputs& i
   if (qk_norm_) {
     b.rms_norm_heads(q, q_norm_.weight(), q_norm_.eps());
     b.rms_norm_heads(k, k_norm_.weight(), k_norm_.eps());
+    dump("q_norm", q);
+    dump("k_norm", k);
+  } else if (q_ln_.view.data) {
+    b.layer_norm_heads(q, q_ln_.view, qk_ln_eps_);
+    b.layer_norm_heads(k, k_ln_.view, qk_ln_eps_);
     dump("q_norm", q);
     dump("k_norm", k);
   }

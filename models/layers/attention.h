@@ -24,6 +24,9 @@ struct AttentionSpec {
   std::string q_norm, k_norm;
   float qk_norm_eps = 1e-6f;
   float qk_norm_offset = 0.0f;  // Gemma's (1 + w)
+  // Instead: a LayerNorm without bias per head with one weight row per head ([heads, head_dim]
+  // tensors under the same names; Command R+).
+  bool qk_layer_norm = false;
   float scale = 0.0f;           // softmax scale; 0: 1 / sqrt(head_dim)
   float softcap = 0.0f;         // > 0: attention scores soft-capped (Gemma 2)
   bool rope = true;             // false: no positional rotation (Cohere 2's global layers)
@@ -48,6 +51,8 @@ class AttentionBlock {
   RowParallelLinear o_;       // [hidden, Hq * D / tp]
   RmsNorm q_norm_, k_norm_;
   bool qk_norm_ = false;
+  DeviceTensor q_ln_, k_ln_;  // F32 [local heads, head_dim] when qk_layer_norm
+  float qk_ln_eps_ = 0.0f;
   float scale_ = 1.0f;
   float softcap_ = 0.0f;
   bool rope_ = true;

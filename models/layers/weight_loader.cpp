@@ -213,6 +213,16 @@ HostTensor WeightLoader::load_linear_host(const std::vector<LinearPart>& parts, 
   return out;
 }
 
+HostTensor WeightLoader::load_rows_f32_host(const LinearPart& part, int64_t cols) const {
+  const auto [first, count] = part_rows(part);
+  HostTensor t;
+  t.dtype = DType::F32;
+  t.shape = {count, cols};
+  t.buffer = Buffer(static_cast<size_t>(count * cols) * sizeof(float));
+  read_rows(resolve(part.name), part.full_rows, cols, first, count, DType::F32, t.buffer.data());
+  return t;
+}
+
 DeviceTensor WeightLoader::load_stacked_bias(const std::vector<LinearPart>& parts) const {
   int64_t rows = 0;
   for (const LinearPart& p : parts) rows += part_rows(p).second;

@@ -63,6 +63,9 @@ class WeightLoader {
                         ShardSpec shard = {}) const;
   // Biases of the parts of a merged column-parallel layer, stacked like the weights.
   DeviceTensor load_stacked_bias(const std::vector<LinearPart>& parts) const;
+  // This rank's rows of a [part.full_rows, cols] tensor (split like part.shard) as F32 host memory
+  // (per-head weights such as Command R+'s q/k norms, [heads, head_dim]).
+  HostTensor load_rows_f32_host(const LinearPart& part, int64_t cols) const;
 
   // The dtype a linear weight is kept in: the checkpoint's own when it is block-quantized (GGUF),
   // so Backend::linear runs on it as it is; else the requested --dtype.

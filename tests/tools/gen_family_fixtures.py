@@ -339,6 +339,10 @@ def cohere_forward(cfg, W, ids):
         q = (h @ g(a + "q_proj.weight").T).view(T, nh, D)
         k = (h @ g(a + "k_proj.weight").T).view(T, nkv, D)
         v = (h @ g(a + "v_proj.weight").T).view(T, nkv, D)
+        if cfg.get("use_qk_norm"):
+            # Command R+: CohereLayerNorm over each head with its own weight row ([heads, D]), before rotary.
+            q = layer_norm_nobias(q, g(a + "q_norm.weight"), eps)
+            k = layer_norm_nobias(k, g(a + "k_norm.weight"), eps)
         if not cohere2 or sliding:
             q, k = rope_interleaved(q, cfg, T), rope_interleaved(k, cfg, T)
         o = attention(q, k, v, nh, nkv, D ** -0.5, cfg["sliding_window"] if sliding else None)
@@ -364,6 +368,9 @@ def cohere_weights(cfg, gen):
         for name, rows in (("q", nh * D), ("k", nkv * D), ("v", nkv * D)):
             W[a + f"{name}_proj.weight"] = r(rows, H, s=H ** -0.5)
         W[a + "o_proj.weight"] = r(H, nh * D, s=(nh * D) ** -0.5)
+        if cfg.get("use_qk_norm"):
+            W[a + "q_norm.weight"] = 1 + r(nh, D, s=0.3)
+            W[a + "k_norm.weight"] = 1 + r(nkv, D, s=0.3)
         W[p + "mlp.gate_proj.weight"] = r(I, H, s=H ** -0.5)
         W[p + "mlp.up_proj.weight"] = r(I, H, s=H ** -0.5)
         W[p + "mlp.down_proj.weight"] = r(H, I, s=I ** -0.5)
@@ -482,6 +489,7 @@ PHI3 = dict(BASE, architectures=["Phi3ForCausalLM"], model_type="phi3", hidden_s
 
 COHERE = dict(BASE, architectures=["CohereForCausalLM"], model_type="cohere", hidden_act="silu",
               layer_norm_eps=1e-5, logit_scale=0.5, rope_theta=8000.0, use_qk_norm=False)
+COHERE_PLUS = dict(COHERE, use_qk_norm=True)
 COHERE2 = dict(COHERE, architectures=["Cohere2ForCausalLM"], model_type="cohere2", num_hidden_layers=4,
                sliding_window=5, sliding_window_pattern=2)
 
@@ -509,6 +517,7 @@ FAMILIES = {
     "phi3_fused_longrope": (PHI3, phi3_forward, phi3_weights),
     "cohere_parallel_block": (COHERE, cohere_forward, cohere_weights),
     "cohere2_sliding_nope": (COHERE2, cohere_forward, cohere_weights),
+    "cohere_plus_qk_norm": (COHERE_PLUS, cohere_forward, cohere_weights),
     "gemma2_softcap_sliding": (GEMMA2, gemma_forward, gemma_weights),
     "gemma3_local_global": (GEMMA3, gemma_forward, gemma_weights),
     "gemma3_multimodal_text": (GEMMA3_MM, lambda c, W, ids: gemma_forward(c, W, ids, MM_PREFIX),

@@ -134,6 +134,12 @@ void CpuBackend::rms_norm_heads(Tensor& x, const Tensor& w, float eps) {
                      pool_.get());
 }
 
+void CpuBackend::layer_norm_heads(Tensor& x, const Tensor& w, float eps) {
+  backend_checks::check_layer_norm_heads(kName, DType::F32, x, w);
+  layer_norm_heads_cpu(x.as<float>(), row_stride(x), x.shape[0], static_cast<int>(w.shape[0]),
+                       static_cast<int>(w.shape[1]), w.as<float>(), eps, pool_.get());
+}
+
 void CpuBackend::scale_and_cap(Tensor& x, float scale, float cap) {
   backend_checks::check_scale_and_cap(kName, DType::F32, x, scale, cap);
   scale_and_cap_cpu(x.as<float>(), x.shape[0], x.shape[1], row_stride(x), scale, cap, pool_.get());

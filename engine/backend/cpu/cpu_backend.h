@@ -43,6 +43,7 @@ class CpuBackend : public Backend {
   void silu_and_mul(const Tensor& x, Tensor& out) override;
   void gelu_tanh_and_mul(const Tensor& x, Tensor& out) override;
   void rms_norm_heads(Tensor& x, const Tensor& w, float eps) override;
+  void layer_norm_heads(Tensor& x, const Tensor& w, float eps) override;
   void scale_and_cap(Tensor& x, float scale, float cap) override;
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
   void scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) override;

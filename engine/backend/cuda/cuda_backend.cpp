@@ -464,6 +464,12 @@ void CudaBackend::rms_norm_heads(Tensor& x, const Tensor& w, float eps) {
                       w.as<float>(), eps, impl_->stream);
 }
 
+void CudaBackend::layer_norm_heads(Tensor& x, const Tensor& w, float eps) {
+  backend_checks::check_layer_norm_heads(kName, activation_dtype(), x, w);
+  layer_norm_heads_cuda(x.data, x.dtype, row_stride(x), x.shape[0], static_cast<int>(w.shape[0]),
+                        static_cast<int>(w.shape[1]), w.as<float>(), eps, impl_->stream);
+}
+
 void CudaBackend::scale_and_cap(Tensor& x, float scale, float cap) {
   // Logits (F32) are capped as well as activations.
   backend_checks::check_scale_and_cap(kName, x.dtype == DType::F32 ? DType::F32 : activation_dtype(), x, scale, cap);

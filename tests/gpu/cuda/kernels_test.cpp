@@ -181,6 +181,22 @@ TEST(CudaKernels, RmsNormHeadsMatchesCpuOnStridedSlices) {
   }
 }
 
+// Command R+'s per-head LayerNorm: one weight row per head; an offset mean makes the centring count.
+TEST(CudaKernels, LayerNormHeadsMatchesCpuOnStridedSlices) {
+  CYPRIS_REQUIRE_GPU();
+  for (int d : {128, 40}) {
+    const int64_t rows = 21, heads = 6, ld = heads * d + 3 * d;
+    std::vector<float> x = randn(rows * ld, 35, 2.0f);
+    for (float& v : x) v += 3.0f;
+    std::vector<float> w = randn(heads * d, 36);
+    std::vector<float> ref = x;
+    layer_norm_heads_cpu(ref.data(), ld, rows, heads, d, w.data(), 1e-5f, nullptr);
+    DevBuf<float> dx(x), dw(w);
+    layer_norm_heads_cuda(dx.get(), DType::F32, ld, rows, heads, d, dw.get(), 1e-5f, nullptr);
+    EXPECT_LT(norm_err(dx.download(), ref), kF32Tol) << "head_dim " << d;
+  }
+}
+
 TEST(CudaKernels, ScaleAndCapMatchesCpu) {
   CYPRIS_REQUIRE_GPU();
   const int64_t rows = 9, cols = 1000, ld = 1010;

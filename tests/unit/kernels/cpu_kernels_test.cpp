@@ -386,6 +386,33 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionShapes,
                                   (c.window > 0 ? "_window" + std::to_string(c.window) : "");
                          });
 
+// Per-head LayerNorm without bias (Command R+'s q/k norms) against fp64, on a column slice whose
+// other columns stay untouched.
+TEST(Ops, LayerNormHeadsMatchesFp64) {
+  const int64_t rows = 5, heads = 3, d = 40, ld = heads * d + 7;
+  std::vector<float> x = randn(rows * ld, 51, 2.0f);
+  for (float& v : x) v += 1.5f;
+  const std::vector<float> w = randn(heads * d, 52);
+  std::vector<float> y = x;
+  layer_norm_heads_cpu(y.data(), ld, rows, heads, d, w.data(), 1e-5f, nullptr);
+  double worst = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* v = x.data() + r * ld + h * d;
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < d; ++i) mean += v[i];
+      mean /= d;
+      for (int64_t i = 0; i < d; ++i) var += (v[i] - mean) * (v[i] - mean);
+      const double inv = 1.0 / std::sqrt(var / d + 1e-5);
+      for (int64_t i = 0; i < d; ++i) {
+        worst = std::max(worst, std::abs(y[r * ld + h * d + i] - w[h * d + i] * (v[i] - mean) * inv));
+      }
+    }
+    for (int64_t i = heads * d; i < ld; ++i) ASSERT_EQ(y[r * ld + i], x[r * ld + i]);
+  }
+  EXPECT_LT(worst, 1e-5);
+}
+
 TEST(KvCache, WriteBySlotSkipsPadding) {
   const int64_t w = 4;
   std::vector<float> k = {1, 2, 3, 4, 5, 6, 7, 8}, v = {9, 10, 11, 12, 13, 14, 15, 16};

@@ -84,6 +84,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, Families,
                          ::testing::Values("qwen3_qknorm_sliding", "qwen3_moe_top2_of_8", "mixtral_top2_of_8",
                                            "qwen2_moe_shared_expert",
                                            "phi3_fused_longrope", "cohere_parallel_block", "cohere2_sliding_nope",
+                                           "cohere_plus_qk_norm",
                                            "gemma2_softcap_sliding", "gemma3_local_global", "gemma3_multimodal_text"));
 
 TEST(Registry, ListsTheFamilies) {
