@@ -17,6 +17,15 @@ Tensor column_slice(const Tensor& t, int64_t col0, int64_t ncols) {
   return s;
 }
 
+Tensor row_slice(const Tensor& t, int64_t row0, int64_t nrows) {
+  CYPRIS_CHECK(t.ndim() == 2 && row0 >= 0 && nrows >= 0 && row0 + nrows <= t.shape[0], "row_slice: [{}, {}) of {}",
+               row0, row0 + nrows, t.shape_str());
+  Tensor s = t;
+  s.data = static_cast<char*>(t.data) + static_cast<size_t>(row0 * row_stride(t)) * dtype_size(t.dtype);
+  s.shape = {nrows, t.shape[1]};
+  return s;
+}
+
 }  // namespace cypris
 
 namespace cypris::backend_checks {

@@ -32,6 +32,8 @@ inline int64_t row_stride(const Tensor& t) {
 
 // Columns [col0, col0 + ncols) of a 2-D tensor, as a strided view.
 Tensor column_slice(const Tensor& t, int64_t col0, int64_t ncols);
+// Rows [row0, row0 + nrows) of a 2-D tensor (same row stride).
+Tensor row_slice(const Tensor& t, int64_t row0, int64_t nrows);
 
 // Paged-attention metadata on the backend's device (copied from a BatchContext).
 struct AttentionMetadata {

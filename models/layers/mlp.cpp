@@ -22,16 +22,20 @@ GatedMlp::GatedMlp(const WeightLoader& w, const TpLayout& layout, const MlpSpec&
   down_ = RowParallelLinear(w, p + spec.down, h, I, spec.bias);
 }
 
+void GatedMlp::activate(Backend& b, const Tensor& gate_up, Tensor& out) const {
+  if (act_ == Activation::GeluTanh) {
+    b.gelu_tanh_and_mul(gate_up, out);
+  } else {
+    b.silu_and_mul(gate_up, out);
+  }
+}
+
 void GatedMlp::forward(Backend& b, const Tensor& x, ForwardScratch& scratch, Tensor& out, const Dumper& dump,
                        bool reduce) const {
   Tensor& gate_up = scratch.get("gate_up", 2 * inter_);
   Tensor& act = scratch.get("act", inter_);
   gate_up_.forward(b, x, gate_up);
-  if (act_ == Activation::GeluTanh) {
-    b.gelu_tanh_and_mul(gate_up, act);
-  } else {
-    b.silu_and_mul(gate_up, act);
-  }
+  activate(b, gate_up, act);
   dump("mlp_act", act);
   down_.forward(b, act, out, reduce);
   if (reduce) dump("mlp_out", out);

@@ -30,6 +30,12 @@ class GatedMlp {
   void forward(Backend& b, const Tensor& x, ForwardScratch& scratch, Tensor& out, const Dumper& dump,
                bool reduce = true) const;
   int64_t local_intermediate() const { return inter_; }
+  // The three stages, for a caller that runs several MLPs over slices of one batch (the MoE layer):
+  // gate_up: out [T, 2 * local_intermediate()]; activate: out [T, local_intermediate()] (any rows,
+  // any MLP with this activation); down: out [T, hidden], not all-reduced.
+  void gate_up(Backend& b, const Tensor& x, Tensor& out) const { gate_up_.forward(b, x, out); }
+  void activate(Backend& b, const Tensor& gate_up, Tensor& out) const;
+  void down(Backend& b, const Tensor& act, Tensor& out) const { down_.forward(b, act, out, /*reduce=*/false); }
 
  private:
   ColumnParallelLinear gate_up_;  // [2 I / tp, hidden]: gate then up

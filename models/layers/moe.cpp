@@ -79,16 +79,53 @@ DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump)
   std::vector<float> host(static_cast<size_t>(t * num_experts));
   b.download(logits.view, host.data());
   const ExpertRouting routing = route_top_k(host, t, num_experts, top_k_, renormalize_);
+  // Slots grouped by expert: one gather of every routed row, each expert's two projections on its
+  // run of rows, one activation over all of them, then the weighted sum back per token. The sum
+  // goes rank by rank (a token's j-th choice), so no scatter adds twice to one row at once.
+  std::vector<int64_t> first(static_cast<size_t>(num_experts) + 1, 0);
+  std::vector<int32_t> slot_token;
+  std::vector<std::vector<int32_t>> slot_of_rank(static_cast<size_t>(top_k_), std::vector<int32_t>(t, -1));
+  std::vector<std::vector<float>> gate_of_rank(static_cast<size_t>(top_k_), std::vector<float>(t, 0.0f));
+  std::vector<int> next_rank(static_cast<size_t>(t), 0);
   for (int e = 0; e < num_experts; ++e) {
-    const int64_t n = static_cast<int64_t>(routing.tokens[e].size());
-    if (n == 0) continue;
-    DeviceTensor idx = b.upload(routing.tokens[e].data(), DType::I32, {n});
-    DeviceTensor gates = b.upload(routing.weights[e].data(), DType::F32, {n});
-    DeviceTensor rows = b.empty(b.activation_dtype(), {n, h});  // [n_e, hidden]: this expert's tokens
-    b.gather_rows(x, idx.view, rows.view);
-    ForwardScratch scratch(b, n);
-    experts_[e].forward(b, rows.view, scratch, rows.view, Dumper{}, /*reduce=*/false);
-    b.scatter_add_rows(rows.view, idx.view, gates.view, out.view);
+    first[e + 1] = first[e] + static_cast<int64_t>(routing.tokens[e].size());
+    for (size_t i = 0; i < routing.tokens[e].size(); ++i) {
+      const int32_t tok = routing.tokens[e][i];
+      const int j = next_rank[tok]++;
+      slot_of_rank[j][tok] = static_cast<int32_t>(slot_token.size());
+      gate_of_rank[j][tok] = routing.weights[e][i];
+      slot_token.push_back(tok);
+    }
+  }
+  const auto n = static_cast<int64_t>(slot_token.size());
+  const int64_t inter = experts_.front().local_intermediate();
+  DeviceTensor idx = b.upload(slot_token.data(), DType::I32, {n});
+  DeviceTensor rows = b.empty(b.activation_dtype(), {n, h});  // [slots, hidden] grouped by expert
+  b.gather_rows(x, idx.view, rows.view);
+  DeviceTensor gate_up = b.empty(b.activation_dtype(), {n, 2 * inter});
+  DeviceTensor act = b.empty(b.activation_dtype(), {n, inter});
+  for (int e = 0; e < num_experts; ++e) {
+    if (first[e + 1] == first[e]) continue;
+    Tensor in = row_slice(rows.view, first[e], first[e + 1] - first[e]);
+    Tensor gu = row_slice(gate_up.view, first[e], first[e + 1] - first[e]);
+    experts_[e].gate_up(b, in, gu);
+  }
+  experts_.front().activate(b, gate_up.view, act.view);
+  for (int e = 0; e < num_experts; ++e) {
+    if (first[e + 1] == first[e]) continue;
+    Tensor a = row_slice(act.view, first[e], first[e + 1] - first[e]);
+    Tensor o = row_slice(rows.view, first[e], first[e + 1] - first[e]);  // the input rows are no longer needed
+    experts_[e].down(b, a, o);
+  }
+  std::vector<int32_t> tokens(static_cast<size_t>(t));
+  for (int64_t i = 0; i < t; ++i) tokens[i] = static_cast<int32_t>(i);
+  DeviceTensor token_idx = b.upload(tokens.data(), DType::I32, {t});
+  DeviceTensor picked = b.empty(b.activation_dtype(), {t, h});
+  for (int j = 0; j < top_k_; ++j) {
+    DeviceTensor slots = b.upload(slot_of_rank[j].data(), DType::I32, {t});
+    DeviceTensor gates = b.upload(gate_of_rank[j].data(), DType::F32, {t});
+    b.gather_rows(rows.view, slots.view, picked.view);
+    b.scatter_add_rows(picked.view, token_idx.view, gates.view, out.view);
   }
   if (has_shared_) {
     // out += sigmoid(x · g) * shared(x), as a weighted scatter-add of every row onto itself.

@@ -1,10 +1,13 @@
-// A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral, Qwen2-MoE): a replicated router picks the top-k
-// experts of each token (softmax over all experts, then the k largest, renormalised when the
+// A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral, Qwen2-MoE): a replicated router picks the
+// top-k experts of each token (softmax over all experts, then the k largest, renormalised when the
 // config says so); each expert is a gated MLP split over the tensor-parallel ranks like a dense
-// one. This is the reference path: the top-k is chosen on the host, tokens are grouped by expert
-// (one gather, one expert MLP and one weighted scatter-add per expert with tokens), and the sum
-// is all-reduced once. Qwen2-MoE's shared expert runs on every token, scaled by its sigmoid gate
-// (computed on the host with the routing). A fused GPU path (one grouped GEMM per projection) is not written yet.
+// one. The top-k is chosen on the host; the routed rows are gathered once, grouped by expert, each
+// expert runs its gate/up and down projections on its run of rows, one activation covers all of
+// them, and the weighted rows go back to their tokens one top-k rank at a time (k gathers and
+// scatter-adds, none adding twice to a row); the sum is all-reduced once. Qwen2-MoE's shared expert
+// runs on every token, scaled by its sigmoid gate (computed on the host with the routing). Not yet:
+// one grouped GEMM per projection on the GPU (cuBLAS's grouped batched GEMM) and routing on the
+// device (so MoE layers could be captured in CUDA graphs).
 #pragma once
 
 #include <string>
