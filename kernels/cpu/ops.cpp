@@ -105,34 +105,35 @@ void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* 
   });
 }
 
-void rms_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
-                        ThreadPool* pool) {
+namespace {
+
+// fn(head index, head pointer) for every head of every row, rows split over the pool.
+template <typename Fn>
+void for_each_head(float* x, int64_t ld, int64_t rows, int heads, int head_dim, ThreadPool* pool, Fn fn) {
   parallel(pool, rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      for (int h = 0; h < heads; ++h) {
-        float* head = x + r * ld + static_cast<int64_t>(h) * head_dim;
-        rms_row(head, weight, eps, head_dim, head);
-      }
+      for (int h = 0; h < heads; ++h) fn(h, x + r * ld + static_cast<int64_t>(h) * head_dim);
     }
   });
 }
 
+}  // namespace
+
+void rms_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
+                        ThreadPool* pool) {
+  for_each_head(x, ld, rows, heads, head_dim, pool,
+                [&](int, float* v) { rms_row(v, weight, eps, head_dim, v); });
+}
+
 void layer_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight, float eps,
                           ThreadPool* pool) {
-  parallel(pool, rows, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int h = 0; h < heads; ++h) {
-        float* v = x + r * ld + static_cast<int64_t>(h) * head_dim;
-        const float* w = weight + static_cast<int64_t>(h) * head_dim;
-        float mean = 0.0f;
-        for (int i = 0; i < head_dim; ++i) mean += v[i];
-        mean /= static_cast<float>(head_dim);
-        float var = 0.0f;
-        for (int i = 0; i < head_dim; ++i) var += (v[i] - mean) * (v[i] - mean);
-        const float inv = 1.0f / std::sqrt(var / static_cast<float>(head_dim) + eps);
-        for (int i = 0; i < head_dim; ++i) v[i] = w[i] * ((v[i] - mean) * inv);
-      }
-    }
+  // RMSNorm of the centred head (its mean square is the variance), with the head's weight row.
+  for_each_head(x, ld, rows, heads, head_dim, pool, [&](int h, float* v) {
+    float mean = 0.0f;
+    for (int i = 0; i < head_dim; ++i) mean += v[i];
+    mean /= static_cast<float>(head_dim);
+    for (int i = 0; i < head_dim; ++i) v[i] -= mean;
+    rms_row(v, weight + static_cast<int64_t>(h) * head_dim, eps, head_dim, v);
   });
 }
 

@@ -78,37 +78,24 @@ static __global__ void rms_norm_kernel(const T* x, T* residual, const float* __r
   }
 }
 
-// One warp per head: head_dim is at most a few hundred, so a warp reduction is enough.
-template <typename T>
-static __global__ void rms_norm_heads_kernel(T* __restrict__ x, int64_t ld, int64_t rows, int heads, int head_dim,
-                                             const float* __restrict__ w, float eps) {
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (warp >= rows * heads) return;
-  T* hr = x + (warp / heads) * ld + (warp % heads) * static_cast<int64_t>(head_dim);
-  float ss = 0.0f;
-  for (int i = lane; i < head_dim; i += 32) {
-    const float v = to_float(hr[i]);
-    ss += v * v;
-  }
-  ss = warp_sum(ss);
-  const float inv = rsqrtf(ss / static_cast<float>(head_dim) + eps);
-  for (int i = lane; i < head_dim; i += 32) hr[i] = from_float<T>(w[i] * (to_float(hr[i]) * inv));
-}
-
-// One warp per head, two passes (mean, then the centred variance) as transformers computes it.
-template <typename T>
-static __global__ void layer_norm_heads_kernel(T* __restrict__ x, int64_t ld, int64_t rows, int heads, int head_dim,
-                                               const float* __restrict__ w, float eps) {
+// One warp per head: head_dim is at most a few hundred, so a warp reduction is enough. RMSNorm with
+// one weight for every head (w_head_stride 0), or (CENTRE) LayerNorm without bias with a weight row
+// per head, two passes (mean, then the centred variance) as transformers computes it.
+template <typename T, bool CENTRE>
+static __global__ void norm_heads_kernel(T* __restrict__ x, int64_t ld, int64_t rows, int heads, int head_dim,
+                                         const float* __restrict__ w, int64_t w_head_stride, float eps) {
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (warp >= rows * heads) return;
   const int h = static_cast<int>(warp % heads);
   T* hr = x + (warp / heads) * ld + static_cast<int64_t>(h) * head_dim;
-  const float* wh = w + static_cast<int64_t>(h) * head_dim;
-  float sum = 0.0f;
-  for (int i = lane; i < head_dim; i += 32) sum += to_float(hr[i]);
-  const float mean = warp_sum(sum) / static_cast<float>(head_dim);
+  const float* wh = w + h * w_head_stride;
+  float mean = 0.0f;
+  if constexpr (CENTRE) {
+    float sum = 0.0f;
+    for (int i = lane; i < head_dim; i += 32) sum += to_float(hr[i]);
+    mean = warp_sum(sum) / static_cast<float>(head_dim);
+  }
   float ss = 0.0f;
   for (int i = lane; i < head_dim; i += 32) {
     const float c = to_float(hr[i]) - mean;
@@ -116,6 +103,23 @@ static __global__ void layer_norm_heads_kernel(T* __restrict__ x, int64_t ld, in
   }
   const float inv = rsqrtf(warp_sum(ss) / static_cast<float>(head_dim) + eps);
   for (int i = lane; i < head_dim; i += 32) hr[i] = from_float<T>(wh[i] * ((to_float(hr[i]) - mean) * inv));
+}
+
+template <bool CENTRE>
+void launch_norm_heads(void* x, DType dtype, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight,
+                       int64_t w_head_stride, float eps, cudaStream_t stream, const char* what) {
+  CYPRIS_CHECK(rows >= 0 && heads > 0 && head_dim > 0 && ld >= int64_t{heads} * head_dim,
+               "{}: rows {} heads {} head_dim {} ld {}", what, rows, heads, head_dim, ld);
+  if (rows == 0) return;
+  constexpr int kThreads = 256;  // 8 heads per block
+  const int64_t warps = rows * heads;
+  const unsigned blocks = static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads);
+  dispatch_float(dtype, what, [&](auto tag) {
+    using T = decltype(tag);
+    norm_heads_kernel<T, CENTRE><<<blocks, kThreads, 0, stream>>>(static_cast<T*>(x), ld, rows, heads, head_dim,
+                                                                 weight, w_head_stride, eps);
+  });
+  CUDA_CHECK(cudaGetLastError());
 }
 
 template <bool ADD>
@@ -160,34 +164,12 @@ void fused_add_rms_norm_cuda(void* x, void* residual, DType dtype, const float* 
 
 void rms_norm_heads_cuda(void* x, DType dtype, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight,
                          float eps, cudaStream_t stream) {
-  CYPRIS_CHECK(rows >= 0 && heads > 0 && head_dim > 0 && ld >= int64_t{heads} * head_dim,
-               "rms_norm_heads_cuda: rows {} heads {} head_dim {} ld {}", rows, heads, head_dim, ld);
-  if (rows == 0) return;
-  constexpr int kThreads = 256;  // 8 heads per block
-  const int64_t warps = rows * heads;
-  const unsigned blocks = static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads);
-  dispatch_float(dtype, "rms_norm_heads_cuda", [&](auto tag) {
-    using T = decltype(tag);
-    rms_norm_heads_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<T*>(x), ld, rows, heads, head_dim, weight,
-                                                          eps);
-  });
-  CUDA_CHECK(cudaGetLastError());
+  launch_norm_heads<false>(x, dtype, ld, rows, heads, head_dim, weight, 0, eps, stream, "rms_norm_heads_cuda");
 }
 
 void layer_norm_heads_cuda(void* x, DType dtype, int64_t ld, int64_t rows, int heads, int head_dim, const float* weight,
                            float eps, cudaStream_t stream) {
-  CYPRIS_CHECK(rows >= 0 && heads > 0 && head_dim > 0 && ld >= int64_t{heads} * head_dim,
-               "layer_norm_heads_cuda: rows {} heads {} head_dim {} ld {}", rows, heads, head_dim, ld);
-  if (rows == 0) return;
-  constexpr int kThreads = 256;  // 8 heads per block
-  const int64_t warps = rows * heads;
-  const unsigned blocks = static_cast<unsigned>((warps * 32 + kThreads - 1) / kThreads);
-  dispatch_float(dtype, "layer_norm_heads_cuda", [&](auto tag) {
-    using T = decltype(tag);
-    layer_norm_heads_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<T*>(x), ld, rows, heads, head_dim, weight,
-                                                            eps);
-  });
-  CUDA_CHECK(cudaGetLastError());
+  launch_norm_heads<true>(x, dtype, ld, rows, heads, head_dim, weight, head_dim, eps, stream, "layer_norm_heads_cuda");
 }
 
 }  // namespace cypris
