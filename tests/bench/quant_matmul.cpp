@@ -7,11 +7,13 @@
 // Weights are random (quantized types: random bytes with valid fp16 scales); speed does not
 // depend on the values.
 // On a machine shared with other jobs, --cpu-time derives the rates from the process CPU time
-// divided by the thread count instead of wall time (the wall time is printed as well).
+// divided by the thread count instead of wall time (the wall time is printed as well); it also
+// stops the pool's idle polling (CYPRIS_POOL_SPIN_US=0), so CPU time counts work only.
 // Usage: bench_quant_matmul [--threads N] [--types Q4_K,Q8_0,F16] [--quick] [--cpu-time]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
       thread_counts = {std::atoi(argv[++i])};
     } else if (a == "--cpu-time") {
       use_wall = false;
+      ::setenv("CYPRIS_POOL_SPIN_US", "0", 1);  // before any pool reads it
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--types" && i + 1 < argc) {
