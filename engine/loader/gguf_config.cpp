@@ -107,21 +107,23 @@ const std::vector<GgufArchitecture>& gguf_architectures() {
       // attention.key_length (128 where hidden / heads is not).
       {"qwen3", "Qwen3ForCausalLM", "qwen3", false, false},
       // Qwen3-MoE: every layer routed (softmax, top-k renormalised), experts merged per layer.
-      {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", false, false},
+      {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", false, false, false, R"({"norm_topk_prob": true})"},
       // Qwen2-MoE: Qwen2 attention, routed experts not renormalised, a shared expert (ffn_*_shexp)
       // gated by ffn_gate_inp_shexp.
-      {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe", true, false},
-      // Gemma 2 / 3: norms stored with the +1 folded in; query_pre_attn_scalar, the sliding-window
-      // pattern and Gemma 3's local rope base are not in the file and follow llama.cpp's rules.
-      {"gemma2", "Gemma2ForCausalLM", "gemma2", false, false, true},
-      {"gemma3", "Gemma3ForCausalLM", "gemma3_text", false, false, true},
+      {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe", true, false, false, R"({"norm_topk_prob": false})"},
+      // Gemma 2 / 3: norms stored with the +1 folded in; the gelu-tanh MLP, Gemma 3's sliding-window
+      // pattern (every sixth layer global) and local rope base are fixed by llama.cpp, not in the
+      // file; query_pre_attn_scalar is derived (gemma_query_scalar). Gemma 2's even layers slide.
+      {"gemma2", "Gemma2ForCausalLM", "gemma2", false, false, true, R"({"hidden_activation": "gelu_pytorch_tanh"})"},
+      {"gemma3", "Gemma3ForCausalLM", "gemma3_text", false, false, true,
+       R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window_pattern": 6, "rope_local_base_freq": 10000.0})"},
       // Phi-3 / Phi-3.5 / Phi-4: fused attn_qkv and gate+up (ffn_up) tensors; LongRoPE as the
       // rope_factors_long / rope_factors_short tensors.
       {"phi3", "Phi3ForCausalLM", "phi3", false, false},
       // Command-R / Command R7B: LayerNorm without bias, logit_scale, interleaved rotary on the
       // checkpoint's own row order (not permuted); Cohere 2's every fourth layer is global.
       {"command-r", "CohereForCausalLM", "cohere", false, false},
-      {"cohere2", "Cohere2ForCausalLM", "cohere2", false, false},
+      {"cohere2", "Cohere2ForCausalLM", "cohere2", false, false, false, R"({"sliding_window_pattern": 4})"},
   };
   return kArchs;
 }
@@ -137,10 +139,6 @@ const GgufArchitecture& gguf_architecture(const GgufModel& m) {
   CYPRIS_FAIL("{}: GGUF architecture '{}' is not supported (supported: {})", m.describe(), *arch, known);
 }
 
-// What a Gemma GGUF leaves out, as llama.cpp decides it: the query scale is 1/sqrt(head_dim) except
-// for the 27B models (46 layers for Gemma 2, 62 for Gemma 3), where it is 1/sqrt(hidden / heads);
-// Gemma 2's even layers slide; Gemma 3's every sixth layer is global and its sliding layers rotate
-// with base 10000 and no scaling.
 // Phi-3's LongRoPE: llama.cpp stores the two per-frequency factor lists as F32 tensors and the
 // pre-training length as rope.scaling.original_context_length.
 static json longrope_from_factors(const GgufModel& m, const std::string& arch) {
@@ -164,19 +162,18 @@ static json longrope_from_factors(const GgufModel& m, const std::string& arch) {
           {"original_max_position_embeddings", *orig}};
 }
 
-static void gemma_hf_config(json& j, const std::string& arch) {
+// Gemma's query scale, as llama.cpp derives it (the file leaves query_pre_attn_scalar out):
+// 1/sqrt(head_dim), except for the 27B sizes (46 layers for Gemma 2, 62 for Gemma 3), where it is
+// 1/sqrt(hidden / heads).
+static int64_t gemma_query_scalar(const json& j, const std::string& arch) {
   const int64_t layers = j.at("num_hidden_layers").get<int64_t>();
   const int64_t heads = j.at("num_attention_heads").get<int64_t>();
-  const int64_t head_dim = j.contains("head_dim") ? j.at("head_dim").get<int64_t>()
-                                                  : j.at("hidden_size").get<int64_t>() / heads;
+  const int64_t hidden = j.at("hidden_size").get<int64_t>();
   const bool is_27b = (arch == "gemma2" && layers == 46) || (arch == "gemma3" && layers == 62);
-  j["query_pre_attn_scalar"] = is_27b ? j.at("hidden_size").get<int64_t>() / heads : head_dim;
-  j["hidden_activation"] = "gelu_pytorch_tanh";
-  if (arch == "gemma3") {
-    j["sliding_window_pattern"] = 6;
-    j["rope_local_base_freq"] = 10000.0;
-  }
+  if (is_27b) return hidden / heads;
+  return j.contains("head_dim") ? j.at("head_dim").get<int64_t>() : hidden / heads;
 }
+
 
 json gguf_hf_config(const GgufModel& m) {
   const GgufArchitecture& a = gguf_architecture(m);
@@ -235,13 +232,10 @@ json gguf_hf_config(const GgufModel& m) {
   } else if (const GgufTensorInfo* e = m.tensor("token_embd.weight"); e && e->ne.size() == 2) {
     j["vocab_size"] = e->ne[1];
   }
-  if (a.gemma_norms) gemma_hf_config(j, arch);
-  if (arch == "cohere2") j["sliding_window_pattern"] = 4;  // as llama.cpp runs it
-  if (arch == "command-r" || arch == "cohere2") {
-    j["hidden_act"] = "silu";
-    // Command R+: per-head q/k LayerNorms (attn_q_norm / attn_k_norm, [heads, head_dim]).
-    if (m.tensor("blk.0.attn_q_norm.weight")) j["use_qk_norm"] = true;
-  }
+  j.update(json::parse(a.fixed_config));
+  if (a.gemma_norms) j["query_pre_attn_scalar"] = gemma_query_scalar(j, arch);
+  // Command R+: per-head q/k LayerNorms (attn_q_norm / attn_k_norm, [heads, head_dim]).
+  if (a.model_type == "cohere" && m.tensor("blk.0.attn_q_norm.weight")) j["use_qk_norm"] = true;
   // Mixture of experts. llama.cpp writes Mixtral as "llama" with an expert count.
   if (auto experts = m.get_int(arch + ".expert_count"); experts && *experts > 0) {
     const auto used = m.get_int(arch + ".expert_used_count");
@@ -256,7 +250,6 @@ json gguf_hf_config(const GgufModel& m) {
       CYPRIS_CHECK(a.model_type.ends_with("_moe"), "{}: '{}' files with experts are not supported", m.describe(),
                    arch);
       j["num_experts"] = *experts;
-      j["norm_topk_prob"] = arch == "qwen3moe";  // as llama.cpp runs them
     }
     if (auto ff = m.get_int(arch + ".expert_feed_forward_length")) j["moe_intermediate_size"] = *ff;
     if (auto ff = m.get_int(arch + ".expert_shared_feed_forward_length")) j["shared_expert_intermediate_size"] = *ff;

@@ -32,6 +32,9 @@ struct GgufArchitecture {
   // takes it out again), and names the four norms of a layer attn_norm / post_attention_norm /
   // ffn_norm (pre-feedforward) / post_ffw_norm.
   bool gemma_norms = false;
+  // config.json fields the file does not carry because llama.cpp fixes them for this architecture
+  // (a JSON object merged over what the metadata gives), e.g. Gemma 3's sliding-window pattern.
+  std::string_view fixed_config = "{}";
 };
 const std::vector<GgufArchitecture>& gguf_architectures();
 const GgufArchitecture& gguf_architecture(const GgufModel& model);
