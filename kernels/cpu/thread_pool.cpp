@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "engine/common/log.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -50,7 +52,11 @@ std::chrono::microseconds ThreadPool::spin_time() {
     if (const char* env = std::getenv("CYPRIS_POOL_SPIN_US"); env && *env) {
       char* end = nullptr;
       const long v = std::strtol(env, &end, 10);
-      if (end && *end == '\0' && v >= 0 && v <= 1000000) us = v;
+      if (end && *end == '\0' && v >= 0 && v <= 1000000) {
+        us = v;
+      } else {
+        LOG_WARN("CYPRIS_POOL_SPIN_US='{}' ignored: expected microseconds from 0 to 1000000; using {}", env, us);
+      }
     }
     return std::chrono::microseconds(us);
   }();
