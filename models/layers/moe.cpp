@@ -40,31 +40,26 @@ SparseMoe::SparseMoe(const WeightLoader& w, const TpLayout& layout, const MoeSpe
     : top_k_(spec.top_k), renormalize_(spec.renormalize), opt_(&w.options()) {
   CYPRIS_CHECK(spec.num_experts > 0 && spec.top_k > 0 && spec.top_k <= spec.num_experts,
                "{}: top-{} routing over {} experts", spec.prefix, spec.top_k, spec.num_experts);
-  router_ =
-      w.load_linear({{spec.prefix + spec.router, spec.num_experts, ShardSpec::replicated()}}, w.config().hidden_size);
+  has_shared_ = spec.shared_intermediate_size > 0;
+  // The shared expert's gate is one more router row, so one product and one download serve both.
+  std::vector<LinearPart> router = {{spec.prefix + spec.router, spec.num_experts, ShardSpec::replicated()}};
+  if (has_shared_) router.push_back({spec.prefix + spec.shared_gate, 1, ShardSpec::replicated()});
+  router_ = w.load_linear(router, w.config().hidden_size);
+  auto mlp = [&](const std::string& prefix, int64_t width) {
+    MlpSpec m;
+    m.prefix = prefix;
+    m.gate = spec.gate;
+    m.up = spec.up;
+    m.down = spec.down;
+    m.intermediate_size = width;
+    m.act = spec.act;
+    return GatedMlp(w, layout, m);
+  };
   experts_.reserve(spec.num_experts);
   for (int e = 0; e < spec.num_experts; ++e) {
-    MlpSpec m;
-    m.prefix = spec.prefix + spec.experts + std::to_string(e) + ".";
-    m.gate = spec.gate;
-    m.up = spec.up;
-    m.down = spec.down;
-    m.intermediate_size = spec.intermediate_size;
-    m.act = spec.act;
-    experts_.emplace_back(w, layout, m);
+    experts_.push_back(mlp(spec.prefix + spec.experts + std::to_string(e) + ".", spec.intermediate_size));
   }
-  if (spec.shared_intermediate_size > 0) {
-    has_shared_ = true;
-    MlpSpec m;
-    m.prefix = spec.prefix + spec.shared_expert;
-    m.gate = spec.gate;
-    m.up = spec.up;
-    m.down = spec.down;
-    m.intermediate_size = spec.shared_intermediate_size;
-    m.act = spec.act;
-    shared_ = GatedMlp(w, layout, m);
-    shared_gate_ = w.load_linear({{spec.prefix + spec.shared_gate, 1, ShardSpec::replicated()}}, w.config().hidden_size);
-  }
+  if (has_shared_) shared_ = mlp(spec.prefix + spec.shared_expert, spec.shared_intermediate_size);
 }
 
 DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump) const {
@@ -73,11 +68,21 @@ DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump)
   const int num_experts = static_cast<int>(experts_.size());
   DeviceTensor out = b.zeros(b.activation_dtype(), {t, h});
   if (t == 0) return out;
-  DeviceTensor logits = b.empty(DType::F32, {t, num_experts});  // [T, E]
+  const int64_t width = num_experts + (has_shared_ ? 1 : 0);  // the shared gate's logit last
+  DeviceTensor logits = b.empty(DType::F32, {t, width});
   b.linear(x, router_.view, nullptr, logits.view);
-  dump("router_logits", logits.view);
-  std::vector<float> host(static_cast<size_t>(t * num_experts));
+  dump("router_logits", column_slice(logits.view, 0, num_experts));
+  std::vector<float> host(static_cast<size_t>(t * width));
   b.download(logits.view, host.data());
+  std::vector<float> shared_gate;  // sigmoid of the shared expert's gate logit, per token
+  if (has_shared_) {
+    shared_gate.resize(static_cast<size_t>(t));
+    for (int64_t i = 0; i < t; ++i) {
+      const double g = host[static_cast<size_t>(i * width + num_experts)];
+      shared_gate[i] = static_cast<float>(1.0 / (1.0 + std::exp(-g)));
+      std::copy_n(host.begin() + i * width, num_experts, host.begin() + i * num_experts);  // compact to [T, E]
+    }
+  }
   const ExpertRouting routing = route_top_k(host, t, num_experts, top_k_, renormalize_);
   // Slots grouped by expert: one gather of every routed row, each expert's two projections on its
   // run of rows, one activation over all of them, then the weighted sum back per token. The sum
@@ -129,21 +134,10 @@ DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump)
   }
   if (has_shared_) {
     // out += sigmoid(x · g) * shared(x), as a weighted scatter-add of every row onto itself.
-    DeviceTensor gate_logit = b.empty(DType::F32, {t, 1});
-    b.linear(x, shared_gate_.view, nullptr, gate_logit.view);
-    std::vector<float> gate(static_cast<size_t>(t));
-    b.download(gate_logit.view, gate.data());
-    std::vector<int32_t> all(static_cast<size_t>(t));
-    for (int64_t i = 0; i < t; ++i) {
-      gate[i] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(gate[i]))));
-      all[i] = static_cast<int32_t>(i);
-    }
-    DeviceTensor idx = b.upload(all.data(), DType::I32, {t});
-    DeviceTensor gates = b.upload(gate.data(), DType::F32, {t});
-    DeviceTensor rows = b.empty(b.activation_dtype(), {t, h});
+    DeviceTensor gates = b.upload(shared_gate.data(), DType::F32, {t});
     ForwardScratch scratch(b, t);
-    shared_.forward(b, x, scratch, rows.view, Dumper{}, /*reduce=*/false);
-    b.scatter_add_rows(rows.view, idx.view, gates.view, out.view);
+    shared_.forward(b, x, scratch, picked.view, Dumper{}, /*reduce=*/false);
+    b.scatter_add_rows(picked.view, token_idx.view, gates.view, out.view);
   }
   tp_all_reduce(*opt_, out.view);
   return out;

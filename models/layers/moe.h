@@ -53,10 +53,9 @@ class SparseMoe {
   DeviceTensor forward(Backend& b, const Tensor& x, const Dumper& dump) const;
 
  private:
-  DeviceTensor router_;  // [E, hidden], replicated
+  DeviceTensor router_;  // [E (+ 1 shared gate), hidden], replicated
   std::vector<GatedMlp> experts_;
-  GatedMlp shared_;          // when has_shared_
-  DeviceTensor shared_gate_;  // [1, hidden], replicated
+  GatedMlp shared_;  // when has_shared_ (router_ then has the shared gate as its last row)
   bool has_shared_ = false;
   int top_k_ = 0;
   bool renormalize_ = true;
