@@ -1,6 +1,8 @@
 #include "engine/backend/backend.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "engine/common/error.h"
 #include "engine/backend/backend_checks.h"
@@ -24,6 +26,15 @@ Tensor row_slice(const Tensor& t, int64_t row0, int64_t nrows) {
   s.data = static_cast<char*>(t.data) + static_cast<size_t>(row0 * row_stride(t)) * dtype_size(t.dtype);
   s.shape = {nrows, t.shape[1]};
   return s;
+}
+
+void Backend::grouped_linear(const Tensor& x, const std::vector<LinearGroup>& groups, Tensor& out) {
+  if (!backend_checks::check_grouped_linear(name().c_str(), activation_dtype(), x, groups, out)) return;
+  for (const LinearGroup& g : groups) {
+    if (g.rows == 0) continue;
+    Tensor o = row_slice(out, g.first, g.rows);
+    linear(row_slice(x, g.first, g.rows), *g.w, nullptr, o);
+  }
 }
 
 }  // namespace cypris
@@ -59,6 +70,35 @@ void check_linear(const char* backend, DType act, const Tensor& x, const Tensor&
     require(backend, *bias, DType::F32, 1, "linear bias");
     CYPRIS_CHECK(bias->shape[0] == w.shape[0], "{}: bias {} for weight {}", backend, bias->shape_str(), w.shape_str());
   }
+}
+
+bool check_grouped_linear(const char* backend, DType act, const Tensor& x, const std::vector<LinearGroup>& groups,
+                          const Tensor& out) {
+  require(backend, x, act, 2, "grouped linear input");
+  require(backend, out, act, 2, "grouped linear output");
+  CYPRIS_CHECK(out.shape[0] == x.shape[0], "{}: grouped linear x {} out {}", backend, x.shape_str(), out.shape_str());
+  const Tensor* first_w = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const LinearGroup& g = groups[i];
+    CYPRIS_CHECK(g.w != nullptr, "{}: grouped linear group {} has no weight", backend, i);
+    CYPRIS_CHECK(g.w->ndim() == 2 && g.w->shape[1] == x.shape[1] && g.w->shape[0] == out.shape[1],
+                 "{}: grouped linear group {}: w {} for x {} out {}", backend, i, g.w->shape_str(), x.shape_str(),
+                 out.shape_str());
+    if (first_w == nullptr) first_w = g.w;
+    CYPRIS_CHECK(g.w->dtype == first_w->dtype, "{}: grouped linear group {} weight is {}, group 0's {}", backend, i,
+                 dtype_name(g.w->dtype), dtype_name(first_w->dtype));
+    CYPRIS_CHECK(g.first >= 0 && g.rows >= 0 && g.first + g.rows <= x.shape[0],
+                 "{}: grouped linear group {} rows [{}, {}) outside [0, {})", backend, i, g.first, g.first + g.rows,
+                 x.shape[0]);
+    if (g.rows > 0) spans.emplace_back(g.first, g.first + g.rows);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    CYPRIS_CHECK(spans[i].first >= spans[i - 1].second, "{}: grouped linear groups overlap at row {}", backend,
+                 spans[i].first);
+  }
+  return !spans.empty();
 }
 
 void check_rms_norm(const char* backend, DType act, const Tensor& x, const Tensor& w, const Tensor& out) {

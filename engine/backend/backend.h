@@ -35,6 +35,14 @@ Tensor column_slice(const Tensor& t, int64_t col0, int64_t ncols);
 // Rows [row0, row0 + nrows) of a 2-D tensor (same row stride).
 Tensor row_slice(const Tensor& t, int64_t row0, int64_t nrows);
 
+// One weight's run of rows in Backend::grouped_linear: out[first, first + rows) = x[first, first +
+// rows) · wᵀ. The weight is borrowed for the call.
+struct LinearGroup {
+  const Tensor* w = nullptr;
+  int64_t first = 0;
+  int64_t rows = 0;
+};
+
 // Paged-attention metadata on the backend's device (copied from a BatchContext).
 struct AttentionMetadata {
   Tensor query_start_loc;  // I32 [num_seqs + 1]
@@ -111,6 +119,12 @@ class Backend {
   virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
   // out = x · wᵀ + bias; x [M, K], w [N, K], bias F32 [N] or null, out [M, N] (activation dtype or F32).
   virtual void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  // A mixture-of-experts projection: for each group, out[first, first + rows) = x[first, first +
+  // rows) · wᵀ, every w [N, K] of one dtype, no bias; x [M, K], out [M, N] (activation dtype),
+  // groups disjoint and inside [0, M), rows not in a group left as they are. This default runs
+  // linear() per non-empty group; the backends override it with one grouped product (one pass over
+  // the thread pool on the CPU, one kernel launch or one cuBLAS grouped GEMM on CUDA).
+  virtual void grouped_linear(const Tensor& x, const std::vector<LinearGroup>& groups, Tensor& out);
   // out = rms_norm(x) * w; w F32 [hidden].
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += x; x = rms_norm(residual) * w.

@@ -19,6 +19,9 @@ void require_contiguous(const char* backend, const Tensor& t, const char* what);
 
 void check_embedding(const char* backend, DType act, const Tensor& ids, const Tensor& table, const Tensor& out);
 void check_linear(const char* backend, DType act, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out);
+// Shapes and types of Backend::grouped_linear; returns whether any group has rows.
+bool check_grouped_linear(const char* backend, DType act, const Tensor& x, const std::vector<LinearGroup>& groups,
+                          const Tensor& out);
 void check_rms_norm(const char* backend, DType act, const Tensor& x, const Tensor& w, const Tensor& out);
 void check_fused_add_rms_norm(const char* backend, DType act, const Tensor& x, const Tensor& residual, const Tensor& w);
 void check_rotary(const char* backend, DType act, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,

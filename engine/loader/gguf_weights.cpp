@@ -238,11 +238,17 @@ class GgufWeightSource : public WeightSource {
   int64_t heads_ = 0, kv_heads_ = 0;
 };
 
+GgufTensorRef named_ref(std::string name) {
+  GgufTensorRef r;
+  r.name = std::move(name);
+  return r;
+}
+
 }  // namespace
 
 std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name, const GgufArchitecture* arch) {
   for (const auto& m : kGlobalNames)
-    if (m.hf == hf_name) return GgufTensorRef{std::string(m.gguf)};
+    if (m.hf == hf_name) return named_ref(std::string(m.gguf));
   static constexpr std::string_view kPrefix = "model.layers.";
   if (!hf_name.starts_with(kPrefix)) return std::nullopt;
   std::string_view rest = hf_name.substr(kPrefix.size());
@@ -251,10 +257,10 @@ std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name, const Ggu
   rest.remove_prefix(digits + 1);
   if (arch && arch->gemma_norms) {
     for (const auto& m : kGemmaLayerNames)
-      if (m.hf == rest) return GgufTensorRef{fmt::format("blk.{}.{}", layer, m.gguf)};
+      if (m.hf == rest) return named_ref(fmt::format("blk.{}.{}", layer, m.gguf));
   }
   for (const auto& m : kLayerNames)
-    if (m.hf == rest) return GgufTensorRef{fmt::format("blk.{}.{}", layer, m.gguf)};
+    if (m.hf == rest) return named_ref(fmt::format("blk.{}.{}", layer, m.gguf));
   for (const auto& m : kExpertNames) {
     if (!rest.starts_with(m.prefix)) continue;
     const std::string_view tail = rest.substr(m.prefix.size());

@@ -295,23 +295,27 @@ void convert_from_f32(const float* src, DType dtype, void* dst, int64_t count) {
   }
 }
 
+// Calls kernel(DType constant) with the compile-time DType of w_dtype (F32, F16 or BF16).
+template <typename Kernel>
+static void with_weight_dtype(DType w_dtype, Kernel kernel) {
+  switch (w_dtype) {
+    case DType::F32:
+      kernel(std::integral_constant<DType, DType::F32>{});
+      break;
+    case DType::F16:
+      kernel(std::integral_constant<DType, DType::F16>{});
+      break;
+    default:
+      kernel(std::integral_constant<DType, DType::BF16>{});
+      break;
+  }
+}
+
 // Runs kernel(DType constant, j0, j1) over weight rows [0, n), split over the pool, with the
 // compile-time DType of w_dtype (F32, F16 or BF16).
 template <typename Kernel>
 static void for_weight_rows(DType w_dtype, int64_t n, ThreadPool* pool, Kernel kernel) {
-  auto rows_fn = [&](int64_t j0, int64_t j1) {
-    switch (w_dtype) {
-      case DType::F32:
-        kernel(std::integral_constant<DType, DType::F32>{}, j0, j1);
-        break;
-      case DType::F16:
-        kernel(std::integral_constant<DType, DType::F16>{}, j0, j1);
-        break;
-      default:
-        kernel(std::integral_constant<DType, DType::BF16>{}, j0, j1);
-        break;
-    }
-  };
+  auto rows_fn = [&](int64_t j0, int64_t j1) { with_weight_dtype(w_dtype, [&](auto dt) { kernel(dt, j0, j1); }); };
   if (pool) {
     pool->parallel_for(n, rows_fn, 16);
   } else {
@@ -319,10 +323,14 @@ static void for_weight_rows(DType w_dtype, int64_t n, ThreadPool* pool, Kernel k
   }
 }
 
-void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
-              const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
+static void check_gemm_weight(DType w_dtype) {
   CYPRIS_CHECK(w_dtype == DType::F32 || w_dtype == DType::F16 || w_dtype == DType::BF16,
                "gemm: weight dtype {} is not supported (F32, F16, BF16)", dtype_name(w_dtype));
+}
+
+void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
+              const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
+  check_gemm_weight(w_dtype);
   if (m == 0 || n == 0) return;
 #if defined(__x86_64__)
   if (m <= kMaxGemvRows512 && simd::has_avx512()) {
@@ -383,6 +391,46 @@ void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, 
   } else {
     run(0, num_tiles);
   }
+}
+
+void gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGroup* groups, int64_t num_groups,
+                      DType w_dtype, int64_t n, float* y, int64_t ldy, ThreadPool* pool) {
+  check_gemm_weight(w_dtype);
+  if (n == 0) return;
+  // Decode-sized groups go through the GEMV kernels in one pass over the pool; larger ones are
+  // compute-bound products of their own.
+  int64_t gemv_rows_max = 0;
+#if defined(__x86_64__)
+  const bool avx512 = simd::has_avx512();
+  gemv_rows_max = avx512 ? kMaxGemvRows512 : simd::has_avx2_fma() ? kMaxGemvRows : 0;
+#endif
+  std::vector<GemmGroup> small;
+  small.reserve(static_cast<size_t>(num_groups));
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const GemmGroup& gr = groups[g];
+    if (gr.rows <= 0) continue;
+    if (gr.rows <= gemv_rows_max) {
+      small.push_back(gr);
+    } else {
+      gemm_xwt(x + gr.first * ldx, gr.rows, k, ldx, gr.w, w_dtype, n, nullptr, y + gr.first * ldy, ldy, pool);
+    }
+  }
+#if defined(__x86_64__)
+  parallel_for_groups(
+      pool, static_cast<int64_t>(small.size()), n,
+      [&](int64_t g, int64_t j0, int64_t j1) {
+        const GemmGroup& gr = small[static_cast<size_t>(g)];
+        with_weight_dtype(w_dtype, [&](auto dt) {
+          constexpr DType DT = decltype(dt)::value;
+          if (avx512) {
+            gemv_rows_avx512<DT>(x + gr.first * ldx, gr.rows, k, ldx, gr.w, j0, j1, nullptr, y + gr.first * ldy, ldy);
+          } else {
+            gemv_rows<DT>(x + gr.first * ldx, gr.rows, k, ldx, gr.w, j0, j1, nullptr, y + gr.first * ldy, ldy);
+          }
+        });
+      },
+      16);
+#endif
 }
 
 }  // namespace cypris

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "engine/common/dtype.h"
+#include "kernels/common/gemm_group.h"
 
 namespace cypris {
 
@@ -19,6 +20,12 @@ class ThreadPool;
 // y: [m, n] fp32 with row stride ldy.
 void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
               const float* bias, float* y, int64_t ldy, ThreadPool* pool);
+
+// For each group: y[first, first + rows) = x[first, first + rows) · wᵀ (no bias), every group's w
+// [n, k] in w_dtype; x and y as gemm_xwt. Decode-sized groups (the experts of a MoE layer at decode)
+// share one pass over the pool instead of a parallel_for each; larger groups run gemm_xwt.
+void gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGroup* groups, int64_t num_groups,
+                      DType w_dtype, int64_t n, float* y, int64_t ldy, ThreadPool* pool);
 
 // Converts count elements of F32/F16/BF16 to fp32 (vectorised where the CPU allows).
 void convert_to_f32(const void* src, DType dtype, float* dst, int64_t count);

@@ -167,6 +167,25 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   if (err) std::rethrow_exception(err);
 }
 
+void parallel_for_groups(ThreadPool* pool, int64_t groups, int64_t n,
+                         const std::function<void(int64_t, int64_t, int64_t)>& fn, int64_t min_chunk) {
+  if (groups <= 0 || n <= 0) return;
+  auto flat = [&](int64_t i0, int64_t i1) {
+    while (i0 < i1) {
+      const int64_t g = i0 / n;
+      const int64_t j0 = i0 - g * n;
+      const int64_t j1 = std::min(n, j0 + (i1 - i0));
+      fn(g, j0, j1);
+      i0 += j1 - j0;
+    }
+  };
+  if (pool) {
+    pool->parallel_for(groups * n, flat, min_chunk);
+  } else {
+    flat(0, groups * n);
+  }
+}
+
 ThreadPool& shared_thread_pool() {
   static ThreadPool pool(0);
   return pool;

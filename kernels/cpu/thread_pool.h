@@ -66,6 +66,12 @@ class ThreadPool {
   std::mutex run_mu_;         // one parallel_for at a time from outside threads
 };
 
+// Calls fn(g, j0, j1) over [0, n) for each of `groups` groups as one parallel_for over the
+// groups x n items, so many small groups (a MoE layer's experts at decode) cost one hand-off, not
+// one each. A chunk that crosses a group boundary calls fn once per group it covers. pool may be null.
+void parallel_for_groups(ThreadPool* pool, int64_t groups, int64_t n,
+                         const std::function<void(int64_t g, int64_t j0, int64_t j1)>& fn, int64_t min_chunk = 1);
+
 // One pool per process with a thread per hardware thread, made on first use: for start-up work
 // (reading and generating weights), not for the model's kernels, which use the backend's pool of
 // --threads.

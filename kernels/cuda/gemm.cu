@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "engine/common/error.h"
 #include "kernels/cuda/activation.h"
@@ -69,14 +70,12 @@ __device__ __forceinline__ void load_x(const TX* p, float* out) {
 // Weight row chunks each lane has in flight before the first multiply.
 constexpr int kGemvUnroll = 4;
 
+// One warp: output column col of the m rows, y[r, col] = x[r, :] · w[col, :] (+ bias[col]).
 template <typename TW, typename TX, typename TY, int MAXM, bool VEC>
-static __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const TX* __restrict__ x, int m, int64_t k,
-                                                                  int64_t ldx, const TW* __restrict__ w, int64_t n,
-                                                                  const float* __restrict__ bias,
-                                                                  TY* __restrict__ y, int64_t ldy) {
+__device__ __forceinline__ void gemv_column(const TX* __restrict__ x, int m, int64_t k, int64_t ldx,
+                                            const TW* __restrict__ w, int64_t col, const float* __restrict__ bias,
+                                            TY* __restrict__ y, int64_t ldy) {
   const int lane = threadIdx.x & 31;
-  const int64_t col = static_cast<int64_t>(blockIdx.x) * (kGemvThreads / 32) + (threadIdx.x >> 5);
-  if (col >= n) return;
   const TW* wr = w + col * k;
   float acc[MAXM];
 #pragma unroll
@@ -133,6 +132,33 @@ static __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const TX* __r
   }
 }
 
+template <typename TW, typename TX, typename TY, int MAXM, bool VEC>
+static __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(const TX* __restrict__ x, int m, int64_t k,
+                                                                  int64_t ldx, const TW* __restrict__ w, int64_t n,
+                                                                  const float* __restrict__ bias,
+                                                                  TY* __restrict__ y, int64_t ldy) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * (kGemvThreads / 32) + (threadIdx.x >> 5);
+  if (col >= n) return;
+  gemv_column<TW, TX, TY, MAXM, VEC>(x, m, k, ldx, w, col, bias, y, ldy);
+}
+
+// The groups of one grouped launch, passed by value (kernel parameter space, no upload).
+struct GemvGroupTable {
+  GemmGroup g[kGemvGroupsPerLaunch];
+};
+
+// blockIdx.y picks the group: its weight over its own rows of x and y.
+template <typename TW, typename TX, typename TY, int MAXM, bool VEC>
+static __global__ void __launch_bounds__(kGemvThreads) gemv_grouped_kernel(const TX* __restrict__ x, int64_t k,
+                                                                          int64_t ldx, const GemvGroupTable table,
+                                                                          int64_t n, TY* __restrict__ y, int64_t ldy) {
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * (kGemvThreads / 32) + (threadIdx.x >> 5);
+  if (col >= n) return;
+  const GemmGroup& g = table.g[blockIdx.y];
+  gemv_column<TW, TX, TY, MAXM, VEC>(x + g.first * ldx, static_cast<int>(g.rows), k, ldx, static_cast<const TW*>(g.w),
+                                     col, nullptr, y + g.first * ldy, ldy);
+}
+
 template <typename TW, typename TX, typename TY, bool VEC>
 void launch_gemv_rows(const TX* x, int m, int64_t k, int64_t ldx, const TW* w, int64_t n, const float* bias, TY* y,
                       int64_t ldy, cudaStream_t stream) {
@@ -148,46 +174,107 @@ void launch_gemv_rows(const TX* x, int m, int64_t k, int64_t ldx, const TW* w, i
   }
 }
 
-template <typename TW, typename TX, typename TY>
-void launch_gemv(const void* x, int m, int64_t k, int64_t ldx, const void* w, int64_t n, const float* bias, void* y,
-                 int64_t ldy, cudaStream_t stream) {
+// Whether every vector load of the GEMV is aligned: k a whole number of vectors, x's rows and the
+// weights on 16-byte (or, for fp32 x under 16-bit weights, float4) boundaries.
+template <typename TW, typename TX>
+bool gemv_vec_ok(const void* x, int64_t k, int64_t ldx, const void* w) {
   constexpr int V = 16 / sizeof(TW);
   // x rows are read V elements at a time: 16-byte aligned chunks for 16-bit x, float4 pairs for fp32.
   const int x_align = V * static_cast<int>(sizeof(TX)) >= 16 ? 16 : V * static_cast<int>(sizeof(TX));
-  const bool vec = k % V == 0 && (ldx * static_cast<int64_t>(sizeof(TX))) % x_align == 0 &&
-                   reinterpret_cast<uintptr_t>(x) % x_align == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  return k % V == 0 && (ldx * static_cast<int64_t>(sizeof(TX))) % x_align == 0 &&
+         reinterpret_cast<uintptr_t>(x) % x_align == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+template <typename TW, typename TX, typename TY>
+void launch_gemv(const void* x, int m, int64_t k, int64_t ldx, const void* w, int64_t n, const float* bias, void* y,
+                 int64_t ldy, cudaStream_t stream) {
   const TX* xt = static_cast<const TX*>(x);
   const TW* wt = static_cast<const TW*>(w);
   TY* yt = static_cast<TY*>(y);
-  if (vec) {
+  if (gemv_vec_ok<TW, TX>(x, k, ldx, w)) {
     launch_gemv_rows<TW, TX, TY, true>(xt, m, k, ldx, wt, n, bias, yt, ldy, stream);
   } else {
     launch_gemv_rows<TW, TX, TY, false>(xt, m, k, ldx, wt, n, bias, yt, ldy, stream);
   }
 }
 
-// The (weight, activation, output) combinations the GEMV kernel is built for: activations fp32 or
-// the weight's type, output fp32 or the activations' type.
-template <typename TW>
-bool launch_gemv_for(DType x_dtype, DType y_dtype, const void* x, int m, int64_t k, int64_t ldx, const void* w,
-                     int64_t n, const float* bias, void* y, int64_t ldy, cudaStream_t stream) {
-  constexpr bool w16 = !std::is_same_v<TW, float>;
-  const DType wd = std::is_same_v<TW, float> ? DType::F32 : std::is_same_v<TW, __half> ? DType::F16 : DType::BF16;
-  if (x_dtype == DType::F32 && y_dtype == DType::F32) {
-    launch_gemv<TW, float, float>(x, m, k, ldx, w, n, bias, y, ldy, stream);
-    return true;
+template <typename TW, typename TX, typename TY, bool VEC>
+void launch_gemv_grouped_rows(const TX* x, int64_t k, int64_t ldx, const GemvGroupTable& table, int groups, int max_m,
+                              int64_t n, TY* y, int64_t ldy, cudaStream_t stream) {
+  const dim3 grid(ceil_div(n, kGemvThreads / 32), static_cast<unsigned>(groups));
+  if (max_m <= 1) {
+    gemv_grouped_kernel<TW, TX, TY, 1, VEC><<<grid, kGemvThreads, 0, stream>>>(x, k, ldx, table, n, y, ldy);
+  } else if (max_m <= 2) {
+    gemv_grouped_kernel<TW, TX, TY, 2, VEC><<<grid, kGemvThreads, 0, stream>>>(x, k, ldx, table, n, y, ldy);
+  } else if (max_m <= 4) {
+    gemv_grouped_kernel<TW, TX, TY, 4, VEC><<<grid, kGemvThreads, 0, stream>>>(x, k, ldx, table, n, y, ldy);
+  } else {
+    gemv_grouped_kernel<TW, TX, TY, 8, VEC><<<grid, kGemvThreads, 0, stream>>>(x, k, ldx, table, n, y, ldy);
   }
-  if constexpr (w16) {
-    if (x_dtype == wd && y_dtype == wd) {
-      launch_gemv<TW, TW, TW>(x, m, k, ldx, w, n, bias, y, ldy, stream);
+}
+
+// Up to kGemvGroupsPerLaunch groups per launch, each a grid row.
+template <typename TW, typename TX, typename TY>
+void launch_gemv_grouped(const void* x, int64_t k, int64_t ldx, const GemmGroup* groups, int num_groups, int64_t n,
+                         void* y, int64_t ldy, cudaStream_t stream) {
+  const TX* xt = static_cast<const TX*>(x);
+  TY* yt = static_cast<TY*>(y);
+  for (int g0 = 0; g0 < num_groups; g0 += kGemvGroupsPerLaunch) {
+    const int count = std::min(kGemvGroupsPerLaunch, num_groups - g0);
+    GemvGroupTable table{};
+    bool vec = true;
+    int max_m = 1;
+    for (int i = 0; i < count; ++i) {
+      table.g[i] = groups[g0 + i];
+      vec = vec && gemv_vec_ok<TW, TX>(x, k, ldx, groups[g0 + i].w);
+      max_m = std::max(max_m, static_cast<int>(groups[g0 + i].rows));
+    }
+    if (vec) {
+      launch_gemv_grouped_rows<TW, TX, TY, true>(xt, k, ldx, table, count, max_m, n, yt, ldy, stream);
+    } else {
+      launch_gemv_grouped_rows<TW, TX, TY, false>(xt, k, ldx, table, count, max_m, n, yt, ldy, stream);
+    }
+  }
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls launch(TypeTag<TW>, TypeTag<TX>, TypeTag<TY>) for the (weight, activation, output) types
+// the GEMV kernel is built for: activations fp32 or the weight's type, output fp32 or the
+// activations' type. False when the combination is not one of them.
+template <typename Launch>
+bool with_gemv_types(DType w_dtype, DType x_dtype, DType y_dtype, Launch launch) {
+  auto for_weight = [&](auto tw) {
+    using TW = typename decltype(tw)::type;
+    constexpr bool w16 = !std::is_same_v<TW, float>;
+    const DType wd = std::is_same_v<TW, float> ? DType::F32 : std::is_same_v<TW, __half> ? DType::F16 : DType::BF16;
+    if (x_dtype == DType::F32 && y_dtype == DType::F32) {
+      launch(tw, TypeTag<float>{}, TypeTag<float>{});
       return true;
     }
-    if (x_dtype == wd && y_dtype == DType::F32) {
-      launch_gemv<TW, TW, float>(x, m, k, ldx, w, n, bias, y, ldy, stream);
-      return true;
+    if constexpr (w16) {
+      if (x_dtype == wd && y_dtype == wd) {
+        launch(tw, tw, tw);
+        return true;
+      }
+      if (x_dtype == wd && y_dtype == DType::F32) {
+        launch(tw, tw, TypeTag<float>{});
+        return true;
+      }
     }
+    return false;
+  };
+  switch (w_dtype) {
+    case DType::F32:
+      return for_weight(TypeTag<float>{});
+    case DType::F16:
+      return for_weight(TypeTag<__half>{});
+    default:
+      return for_weight(TypeTag<__nv_bfloat16>{});
   }
-  return false;
 }
 
 cudaDataType_t cuda_type(DType t) {
@@ -224,21 +311,73 @@ void gemv_xwt_cuda(const void* x, DType x_dtype, int64_t m, int64_t k, int64_t l
                "gemv_xwt_cuda: m {} (at most {}) k {} n {} ldx {} ldy {}", m, kGemvMaxRows, k, n, ldx, ldy);
   if (m == 0) return;
   const int mi = static_cast<int>(m);
-  bool ok = false;
-  switch (w_dtype) {
-    case DType::F32:
-      ok = launch_gemv_for<float>(x_dtype, y_dtype, x, mi, k, ldx, w, n, bias, y, ldy, stream);
-      break;
-    case DType::F16:
-      ok = launch_gemv_for<__half>(x_dtype, y_dtype, x, mi, k, ldx, w, n, bias, y, ldy, stream);
-      break;
-    default:
-      ok = launch_gemv_for<__nv_bfloat16>(x_dtype, y_dtype, x, mi, k, ldx, w, n, bias, y, ldy, stream);
-      break;
-  }
+  const bool ok = with_gemv_types(w_dtype, x_dtype, y_dtype, [&](auto tw, auto tx, auto ty) {
+    launch_gemv<typename decltype(tw)::type, typename decltype(tx)::type, typename decltype(ty)::type>(
+        x, mi, k, ldx, w, n, bias, y, ldy, stream);
+  });
   CYPRIS_CHECK(ok, "gemv_xwt_cuda: {} activations x {} weights -> {} output is not supported", dtype_name(x_dtype),
                dtype_name(w_dtype), dtype_name(y_dtype));
   CUDA_CHECK(cudaGetLastError());
+}
+
+void gemv_grouped_xwt_cuda(const void* x, DType x_dtype, int64_t k, int64_t ldx, const GemmGroup* groups,
+                           int64_t num_groups, DType w_dtype, int64_t n, void* y, DType y_dtype, int64_t ldy,
+                           cudaStream_t stream) {
+  check_weight_dtype(w_dtype);
+  CYPRIS_CHECK(k > 0 && n > 0 && ldx >= k && ldy >= n && num_groups >= 0 && num_groups <= INT32_MAX,
+               "gemv_grouped_xwt_cuda: k {} n {} ldx {} ldy {} groups {}", k, n, ldx, ldy, num_groups);
+  for (int64_t g = 0; g < num_groups; ++g) {
+    CYPRIS_CHECK(groups[g].rows >= 1 && groups[g].rows <= kGemvMaxRows && groups[g].first >= 0 && groups[g].w,
+                 "gemv_grouped_xwt_cuda: group {} has {} rows at {} (1 to {})", g, groups[g].rows, groups[g].first,
+                 kGemvMaxRows);
+  }
+  if (num_groups == 0) return;
+  const bool ok = with_gemv_types(w_dtype, x_dtype, y_dtype, [&](auto tw, auto tx, auto ty) {
+    launch_gemv_grouped<typename decltype(tw)::type, typename decltype(tx)::type, typename decltype(ty)::type>(
+        x, k, ldx, groups, static_cast<int>(num_groups), n, y, ldy, stream);
+  });
+  CYPRIS_CHECK(ok, "gemv_grouped_xwt_cuda: {} activations x {} weights -> {} output is not supported",
+               dtype_name(x_dtype), dtype_name(w_dtype), dtype_name(y_dtype));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+bool gemm_grouped_cuda(cublasHandle_t handle, const void* x, int64_t k, int64_t ldx, const GemmGroup* groups,
+                       int64_t num_groups, DType dtype, int64_t n, void* y, int64_t ldy, void** ptr_scratch,
+                       cudaStream_t stream) {
+  CYPRIS_CHECK(dtype == DType::F16 || dtype == DType::BF16, "gemm_grouped_cuda: {} is not a 16-bit type",
+               dtype_name(dtype));
+  CYPRIS_CHECK(n <= INT32_MAX && k <= INT32_MAX && ldx <= INT32_MAX && ldy <= INT32_MAX && num_groups <= INT32_MAX,
+               "gemm_grouped_cuda: sizes exceed cuBLAS's 32-bit limits");
+  if (num_groups == 0) return true;
+  // Every group is its own cuBLAS group of one problem (the row counts differ). Column-major, as
+  // gemm_xwt_cuda: yᵀ[n, rows] = (w as [k, n])ᵀ · xᵀ[k, rows].
+  const auto g = static_cast<size_t>(num_groups);
+  const size_t es = dtype_size(dtype);
+  std::vector<cublasOperation_t> op_w(g, CUBLAS_OP_T), op_x(g, CUBLAS_OP_N);
+  std::vector<int> ms(g, static_cast<int>(n)), ns(g), ks(g, static_cast<int>(k)), lda(g, static_cast<int>(k)),
+      ldb(g, static_cast<int>(ldx)), ldc(g, static_cast<int>(ldy)), sizes(g, 1);
+  std::vector<float> alpha(g, 1.0f), beta(g, 0.0f);
+  std::vector<const void*> ptrs(3 * g);  // A (weights), B (x rows), C (y rows)
+  for (size_t i = 0; i < g; ++i) {
+    CYPRIS_CHECK(groups[i].rows > 0 && groups[i].rows <= INT32_MAX && groups[i].w,
+                 "gemm_grouped_cuda: group {} has {} rows", i, groups[i].rows);
+    ns[i] = static_cast<int>(groups[i].rows);
+    ptrs[i] = groups[i].w;
+    ptrs[g + i] = static_cast<const char*>(x) + static_cast<size_t>(groups[i].first * ldx) * es;
+    ptrs[2 * g + i] = static_cast<const char*>(y) + static_cast<size_t>(groups[i].first * ldy) * es;
+  }
+  // From pageable memory: the copy is staged before this returns, so ptrs may go out of scope.
+  CUDA_CHECK(cudaMemcpyAsync(ptr_scratch, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, stream));
+  const cudaDataType_t t = cuda_type(dtype);
+  const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+      handle, op_w.data(), op_x.data(), ms.data(), ns.data(), ks.data(), alpha.data(),
+      reinterpret_cast<const void* const*>(ptr_scratch), t, lda.data(),
+      reinterpret_cast<const void* const*>(ptr_scratch + g), t, ldb.data(), beta.data(),
+      reinterpret_cast<void* const*>(ptr_scratch + 2 * g), t, ldc.data(), static_cast<int>(num_groups), sizes.data(),
+      CUBLAS_COMPUTE_32F);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) return false;
+  CUBLAS_CHECK(st);
+  return true;
 }
 
 namespace {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "engine/common/dtype.h"
+#include "kernels/common/gemm_group.h"
 
 namespace cypris {
 
@@ -25,6 +26,24 @@ bool gemv_supported(DType x_dtype, DType w_dtype, DType y_dtype);
 // w [n, k] row-major in w_dtype; bias [n] fp32 or null; y [m, n] with row stride ldy. fp32 accumulation.
 void gemv_xwt_cuda(const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype,
                    int64_t n, const float* bias, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream);
+
+// Groups one grouped GEMV launch takes (kernel parameters, no upload); more go in several launches.
+inline constexpr int kGemvGroupsPerLaunch = 64;
+
+// The grouped GEMV (a MoE projection at decode): for each group, y[first, first + rows) = x[first,
+// first + rows) · w_gᵀ, every w_g [n, k] in w_dtype, rows <= kGemvMaxRows, gemv_supported types,
+// no bias. One launch for up to kGemvGroupsPerLaunch groups (grid rows), instead of one per group.
+void gemv_grouped_xwt_cuda(const void* x, DType x_dtype, int64_t k, int64_t ldx, const GemmGroup* groups,
+                           int64_t num_groups, DType w_dtype, int64_t n, void* y, DType y_dtype, int64_t ldy,
+                           cudaStream_t stream);
+
+// The grouped GEMM (a MoE projection at prefill): the same product on tensor cores as one
+// cublasGemmGroupedBatchedEx call over all groups, for x, w and y all of one 16-bit type. The
+// call's pointer arrays go to device memory `ptr_scratch` (3 * num_groups pointers). Returns false
+// (nothing queued) when cuBLAS does not support the call, so the caller can run the groups one by one.
+bool gemm_grouped_cuda(cublasHandle_t handle, const void* x, int64_t k, int64_t ldx, const GemmGroup* groups,
+                       int64_t num_groups, DType dtype, int64_t n, void* y, int64_t ldy, void** ptr_scratch,
+                       cudaStream_t stream);
 
 enum class GemmPrecision {
   // 16-bit weights: activations are rounded to the weight dtype and multiplied on tensor cores

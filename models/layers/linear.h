@@ -27,6 +27,9 @@ class ColumnParallelLinear {
   // out [T, out_features()] = x [T, in] · Wᵀ (+ b); out may be a column slice.
   void forward(Backend& b, const Tensor& x, Tensor& out) const;
   int64_t out_features() const { return out_features_; }
+  // The one weight when the layer is a single product without bias (what a grouped product of
+  // several layers takes, Backend::grouped_linear); null otherwise.
+  const Tensor* sole_weight() const { return weights_.size() == 1 && !bias_.view.data ? &weights_[0].view : nullptr; }
 
  private:
   // Usually one weight; several when the stacked parts keep different quantized types
@@ -46,6 +49,8 @@ class RowParallelLinear {
   // out [T, out] = x [T, in / tp] · Wᵀ summed over the ranks, + b once. With reduce false the
   // caller sums (several row-parallel outputs added before one all-reduce).
   void forward(Backend& b, const Tensor& x, Tensor& out, bool reduce = true) const;
+  // The weight when there is no bias (as ColumnParallelLinear::sole_weight); null otherwise.
+  const Tensor* sole_weight() const { return bias_.view.data ? nullptr : &weight_.view; }
 
  private:
   DeviceTensor weight_;

@@ -36,6 +36,10 @@ class GatedMlp {
   void gate_up(Backend& b, const Tensor& x, Tensor& out) const { gate_up_.forward(b, x, out); }
   void activate(Backend& b, const Tensor& gate_up, Tensor& out) const;
   void down(Backend& b, const Tensor& act, Tensor& out) const { down_.forward(b, act, out, /*reduce=*/false); }
+  // The gate/up and down weights when each stage is one product without bias, for a grouped
+  // product over several MLPs (Backend::grouped_linear); null otherwise.
+  const Tensor* gate_up_weight() const { return gate_up_.sole_weight(); }
+  const Tensor* down_weight() const { return down_.sole_weight(); }
 
  private:
   ColumnParallelLinear gate_up_;  // [2 I / tp, hidden]: gate then up

@@ -60,6 +60,14 @@ SparseMoe::SparseMoe(const WeightLoader& w, const TpLayout& layout, const MoeSpe
     experts_.push_back(mlp(spec.prefix + spec.experts + std::to_string(e) + ".", spec.intermediate_size));
   }
   if (has_shared_) shared_ = mlp(spec.prefix + spec.shared_expert, spec.shared_intermediate_size);
+  // Grouped products need every expert's gate/up and down to be one weight each, of one type (a
+  // GGUF file could store experts of mixed types; those run expert by expert).
+  auto same = [](const Tensor* a, const Tensor* b) { return a && b && a->dtype == b->dtype && a->shape == b->shape; };
+  grouped_ = true;
+  for (const GatedMlp& e : experts_) {
+    grouped_ = grouped_ && same(e.gate_up_weight(), experts_.front().gate_up_weight()) &&
+               same(e.down_weight(), experts_.front().down_weight());
+  }
 }
 
 DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump) const {
@@ -109,18 +117,32 @@ DeviceTensor SparseMoe::forward(Backend& b, const Tensor& x, const Dumper& dump)
   b.gather_rows(x, idx.view, rows.view);
   DeviceTensor gate_up = b.empty(b.activation_dtype(), {n, 2 * inter});
   DeviceTensor act = b.empty(b.activation_dtype(), {n, inter});
-  for (int e = 0; e < num_experts; ++e) {
-    if (first[e + 1] == first[e]) continue;
-    Tensor in = row_slice(rows.view, first[e], first[e + 1] - first[e]);
-    Tensor gu = row_slice(gate_up.view, first[e], first[e + 1] - first[e]);
-    experts_[e].gate_up(b, in, gu);
-  }
-  experts_.front().activate(b, gate_up.view, act.view);
-  for (int e = 0; e < num_experts; ++e) {
-    if (first[e + 1] == first[e]) continue;
-    Tensor a = row_slice(act.view, first[e], first[e + 1] - first[e]);
-    Tensor o = row_slice(rows.view, first[e], first[e + 1] - first[e]);  // the input rows are no longer needed
-    experts_[e].down(b, a, o);
+  if (grouped_) {
+    // One grouped product per projection over every expert with rows.
+    std::vector<LinearGroup> gu, dn;
+    for (int e = 0; e < num_experts; ++e) {
+      const int64_t rows_e = first[e + 1] - first[e];
+      if (rows_e == 0) continue;
+      gu.push_back({experts_[e].gate_up_weight(), first[e], rows_e});
+      dn.push_back({experts_[e].down_weight(), first[e], rows_e});
+    }
+    b.grouped_linear(rows.view, gu, gate_up.view);
+    experts_.front().activate(b, gate_up.view, act.view);
+    b.grouped_linear(act.view, dn, rows.view);  // the input rows are no longer needed
+  } else {
+    for (int e = 0; e < num_experts; ++e) {
+      if (first[e + 1] == first[e]) continue;
+      Tensor in = row_slice(rows.view, first[e], first[e + 1] - first[e]);
+      Tensor gu = row_slice(gate_up.view, first[e], first[e + 1] - first[e]);
+      experts_[e].gate_up(b, in, gu);
+    }
+    experts_.front().activate(b, gate_up.view, act.view);
+    for (int e = 0; e < num_experts; ++e) {
+      if (first[e + 1] == first[e]) continue;
+      Tensor a = row_slice(act.view, first[e], first[e + 1] - first[e]);
+      Tensor o = row_slice(rows.view, first[e], first[e + 1] - first[e]);
+      experts_[e].down(b, a, o);
+    }
   }
   std::vector<int32_t> tokens(static_cast<size_t>(t));
   for (int64_t i = 0; i < t; ++i) tokens[i] = static_cast<int32_t>(i);

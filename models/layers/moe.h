@@ -1,13 +1,14 @@
 // A sparse mixture-of-experts MLP (Qwen3-MoE, Mixtral, Qwen2-MoE): a replicated router picks the
 // top-k experts of each token (softmax over all experts, then the k largest, renormalised when the
 // config says so); each expert is a gated MLP split over the tensor-parallel ranks like a dense
-// one. The top-k is chosen on the host; the routed rows are gathered once, grouped by expert, each
-// expert runs its gate/up and down projections on its run of rows, one activation covers all of
-// them, and the weighted rows go back to their tokens one top-k rank at a time (k gathers and
-// scatter-adds, none adding twice to a row); the sum is all-reduced once. Qwen2-MoE's shared expert
-// runs on every token, scaled by its sigmoid gate (computed on the host with the routing). Not yet:
-// one grouped GEMM per projection on the GPU (cuBLAS's grouped batched GEMM) and routing on the
-// device (so MoE layers could be captured in CUDA graphs).
+// one. The top-k is chosen on the host; the routed rows are gathered once, grouped by expert, and
+// each projection is one grouped product over all experts with rows (Backend::grouped_linear: one
+// pass over the CPU thread pool; on CUDA one GEMV launch at decode, one cuBLAS grouped GEMM for
+// 16-bit weights beyond), one activation covers all of them, and the weighted rows go back to
+// their tokens one top-k rank at a time (k gathers and scatter-adds, none adding twice to a row);
+// the sum is all-reduced once. Qwen2-MoE's shared expert runs on every token, scaled by its sigmoid
+// gate (computed on the host with the routing). Not yet: routing on the device (so MoE layers could
+// be captured in CUDA graphs).
 #pragma once
 
 #include <string>
@@ -57,6 +58,7 @@ class SparseMoe {
   std::vector<GatedMlp> experts_;
   GatedMlp shared_;  // when has_shared_ (router_ then has the shared gate as its last row)
   bool has_shared_ = false;
+  bool grouped_ = false;  // every expert one gate/up and one down weight of one type: Backend::grouped_linear
   int top_k_ = 0;
   bool renormalize_ = true;
   const ModelBuildOptions* opt_ = nullptr;

@@ -2,7 +2,7 @@
 # One lent-GPU session in one call (see ../shared/gpu/README.md): correctness first, then the GPU-speed
 # issue's benchmarks on the Llama-3-8B shape with dummy bf16 weights. Run from the project root on the GPU
 # machine after packing a CUDA build here (../shared/gpu/pack.sh build-cuda):
-#   tests/bench/gpu_session.sh [tests|bench|all] [gtest filter]
+#   tests/bench/gpu_session.sh [tests|bench|serving|moe|profile|all] [gtest filter]
 # Writes full logs under $OUT (or /tmp/gpu-out; at most 7 files) and prints a short summary last.
 set -u
 MODE=${1:-all}
@@ -48,6 +48,12 @@ if [ "$MODE" = serving ] || [ "$MODE" = all ]; then
   note "bench serving rc=$?"; grep -iE "ttft|tpot|itl|throughput|fail" "$OUT/bench_serving.txt" | tail -12 | tee -a "$summary"
   grep -iE "start-up" "$OUT/server.txt" | tee -a "$summary"
   kill $srv; wait $srv 2>/dev/null
+fi
+if [ "$MODE" = moe ] || [ "$MODE" = all ]; then
+  # A Qwen3-MoE-shaped layer stack against dense stacks of its active and total MLP width (batch-1
+  # decode, bf16, eager): the MoE layer's time per token against the dense layer of the same active size.
+  timeout 120 "$B/bench_moe_decode" 8 64 1 cuda > "$OUT/bench_moe.txt" 2>&1
+  note "bench_moe_decode rc=$?"; grep -E "ms/token|layers" "$OUT/bench_moe.txt" | tee -a "$summary"
 fi
 if [ "$MODE" = profile ] || [ "$MODE" = all ]; then
   # Per-kernel time and DRAM bytes of decode steps (Nsight Compute; a 128-token prompt, eager).

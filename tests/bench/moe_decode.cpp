@@ -2,8 +2,9 @@
 // against two dense Qwen3 models: one with the MoE's *active* MLP width (top-k experts x expert
 // width) and one with its *total* width (all experts). A mixture of experts should decode at the
 // speed of its active parameters, not its total. Prints ms per decoded token (batch 1, after a
-// 16-token prompt) and the parameter counts.
-// Usage: bench_moe_decode [layers] [steps] [threads]
+// 16-token prompt) and the parameter counts. On CUDA the activations are bf16 and the runs are eager
+// (MoE layers route on the host, so they are not captured in graphs).
+// Usage: bench_moe_decode [layers] [steps] [threads] [cpu|cuda]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -38,8 +39,9 @@ std::filesystem::path write_config(const std::string& name, int layers, bool moe
   return dir;
 }
 
-double ms_per_token(const std::filesystem::path& dir, int steps, int threads) {
+double ms_per_token(const std::filesystem::path& dir, int steps, int threads, const std::string& device) {
   ModelRunnerOptions o;
+  o.device = device;
   o.model_dir = dir;
   o.load.load_format = "dummy";
   o.load.dtype = "bfloat16";
@@ -54,6 +56,7 @@ double ms_per_token(const std::filesystem::path& dir, int steps, int threads) {
     const int32_t tok[] = {static_cast<int32_t>(200 + s)};
     runner.execute(make_single_sequence_batch(tok, 16 + s, runner.block_size()));
   }
+  runner.synchronize();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
 }
 
@@ -63,6 +66,7 @@ int main(int argc, char** argv) {
   const int layers = argc > 1 ? std::atoi(argv[1]) : 4;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 32;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
+  const std::string device = argc > 4 ? argv[4] : "cpu";
   const double attn = 4.0 * kHidden * kHeads * kHeadDim / 2 * 1.25;  // q, o full; k, v at 4 of 16 heads
   const double mlp_unit = 3.0 * kHidden;                             // gate, up, down per unit of width
   struct Case {
@@ -78,10 +82,11 @@ int main(int argc, char** argv) {
       {"dense, total width", false, int64_t{kExperts} * kExpertWidth, mlp_unit * kExperts * kExpertWidth,
        mlp_unit * kExperts * kExpertWidth},
   };
-  std::printf("%d layers, hidden %d, bf16 weights, %d threads, %d decode steps\n", layers, kHidden, threads, steps);
+  std::printf("%d layers, hidden %d, bf16 weights, %s, %d threads, %d decode steps\n", layers, kHidden,
+              device.c_str(), threads, steps);
   for (const Case& c : cases) {
     const auto dir = write_config(c.moe ? "moe" : std::to_string(c.width), layers, c.moe, c.width);
-    const double ms = ms_per_token(dir, steps, threads);
+    const double ms = ms_per_token(dir, steps, threads, device);
     std::printf("%-28s params (layers) active %6.1fM total %6.1fM  %8.2f ms/token\n", c.label,
                 (attn + c.active) * layers / 1e6, (attn + c.total) * layers / 1e6, ms);
     std::filesystem::remove_all(dir);

@@ -82,6 +82,22 @@ void CpuBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Te
            bias ? bias->as<float>() : nullptr, out.as<float>(), row_stride(out), pool_.get());
 }
 
+void CpuBackend::grouped_linear(const Tensor& x, const std::vector<LinearGroup>& groups, Tensor& out) {
+  if (!backend_checks::check_grouped_linear(kName, DType::F32, x, groups, out)) return;
+  std::vector<GemmGroup> gg;
+  gg.reserve(groups.size());
+  for (const LinearGroup& g : groups) gg.push_back({g.w->data, g.first, g.rows});
+  const DType wt = groups.front().w->dtype;
+  const auto count = static_cast<int64_t>(gg.size());
+  if (dtype_is_quantized(wt)) {
+    quant_gemm_xwt_grouped(x.as<float>(), x.shape[1], row_stride(x), gg.data(), count, wt, out.shape[1],
+                           out.as<float>(), row_stride(out), pool_.get());
+  } else {
+    gemm_xwt_grouped(x.as<float>(), x.shape[1], row_stride(x), gg.data(), count, wt, out.shape[1], out.as<float>(),
+                     row_stride(out), pool_.get());
+  }
+}
+
 void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   backend_checks::check_rms_norm(kName, DType::F32, x, w, out);
   rms_norm_cpu(x.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], out.as<float>(), pool_.get());

@@ -351,6 +351,37 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out)
                  out.dtype, impl_->stream);
 }
 
+// The quantized GEMV takes fp32 rows, 16-byte aligned with a row stride that is a multiple of 4:
+// x itself when it is so, else an fp32 copy.
+CudaBackend::Fp32Rows CudaBackend::fp32_input(const Tensor& x) {
+  Fp32Rows r;
+  if (x.dtype == DType::F32 && row_stride(x) % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
+    r.data = static_cast<float*>(x.data);
+    r.ld = row_stride(x);
+    return r;
+  }
+  r.copy = empty(DType::F32, x.shape);
+  convert_cuda(x.data, x.dtype, x.shape[0], x.shape[1], row_stride(x), r.copy.view.data, DType::F32, x.shape[1],
+               impl_->stream);
+  r.data = r.copy.view.as<float>();
+  r.ld = x.shape[1];
+  return r;
+}
+
+// out itself when it is fp32, else an fp32 buffer of its shape (the caller converts it into out).
+CudaBackend::Fp32Rows CudaBackend::fp32_output(const Tensor& out) {
+  Fp32Rows r;
+  if (out.dtype == DType::F32) {
+    r.data = out.as<float>();
+    r.ld = row_stride(out);
+    return r;
+  }
+  r.copy = empty(DType::F32, out.shape);
+  r.data = r.copy.view.as<float>();
+  r.ld = out.shape[1];
+  return r;
+}
+
 void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   backend_checks::check_linear(kName, activation_dtype(), x, w, bias, out);
   require_device(w, "linear weight");
@@ -362,26 +393,10 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
     // rows to fp16 (at most ~32 MiB at a time) and run the fp16 GEMM on each tile.
     const float* b = bias ? bias->as<float>() : nullptr;
     if (m <= kQuantGemvMaxRows) {
-      DeviceTensor xf, yf;
-      const float* xs = x.as<float>();
-      int64_t ldx = row_stride(x);
-      if (x.dtype != DType::F32 || ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0) {
-        xf = empty(DType::F32, {m, k});
-        convert_cuda(x.data, x.dtype, m, k, row_stride(x), xf.view.data, DType::F32, k, impl_->stream);
-        xs = xf.view.as<float>();
-        ldx = k;
-      }
-      float* ys = out.as<float>();
-      int64_t ldy = row_stride(out);
-      if (out.dtype != DType::F32) {
-        yf = empty(DType::F32, {m, n});
-        ys = yf.view.as<float>();
-        ldy = n;
-      }
-      quant_gemv_cuda(xs, m, k, ldx, w.data, w.dtype, n, b, ys, ldy, impl_->stream);
-      if (out.dtype != DType::F32) {
-        convert_cuda(ys, DType::F32, m, n, n, out.data, out.dtype, row_stride(out), impl_->stream);
-      }
+      const Fp32Rows xs = fp32_input(x);
+      Fp32Rows ys = fp32_output(out);
+      quant_gemv_cuda(xs.data, m, k, xs.ld, w.data, w.dtype, n, b, ys.data, ys.ld, impl_->stream);
+      if (ys.copy.storage) convert_cuda(ys.data, DType::F32, m, n, n, out.data, out.dtype, row_stride(out), impl_->stream);
       return;
     }
     const int64_t tile = std::min<int64_t>(n, std::max<int64_t>(64, (int64_t{1} << 24) / k));
@@ -405,6 +420,52 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   gemm_xwt_cuda(impl_->cublas, x.data, x.dtype, m, k, row_stride(x), w.data, w.dtype, n,
                 bias ? bias->as<float>() : nullptr, out.data, out.dtype, row_stride(out), scratch.view.data,
                 precision, impl_->stream);
+}
+
+void CudaBackend::grouped_linear(const Tensor& x, const std::vector<LinearGroup>& groups, Tensor& out) {
+  if (!backend_checks::check_grouped_linear(kName, activation_dtype(), x, groups, out)) return;
+  std::vector<GemmGroup> live;
+  int64_t max_rows = 0;
+  for (const LinearGroup& g : groups) {
+    if (g.rows == 0) continue;
+    require_device(*g.w, "grouped linear weight");
+    live.push_back({g.w->data, g.first, g.rows});
+    max_rows = std::max(max_rows, g.rows);
+  }
+  const DType wt = groups.front().w->dtype;
+  const int64_t k = x.shape[1], n = out.shape[1];
+  const auto count = static_cast<int64_t>(live.size());
+  if (dtype_is_quantized(wt)) {
+    if (max_rows > kQuantGemvMaxRows) {
+      Backend::grouped_linear(x, groups, out);  // prefill: fp16 tiles + GEMM per expert
+      return;
+    }
+    // fp32 in and out, as linear()'s quantized GEMV (one conversion of all rows, not one per group).
+    const Fp32Rows xs = fp32_input(x);
+    Fp32Rows ys = fp32_output(out);
+    quant_gemv_grouped_cuda(xs.data, k, xs.ld, live.data(), count, wt, n, ys.data, ys.ld, impl_->stream);
+    if (!ys.copy.storage) return;
+    for (const GemmGroup& g : live) {  // only the groups' rows: the others keep their values
+      convert_cuda(ys.data + g.first * n, DType::F32, g.rows, n, n,
+                   static_cast<char*>(out.data) + static_cast<size_t>(g.first * row_stride(out)) * dtype_size(out.dtype),
+                   out.dtype, row_stride(out), impl_->stream);
+    }
+    return;
+  }
+  if (max_rows <= kGemvMaxRows && gemv_supported(x.dtype, wt, out.dtype)) {
+    gemv_grouped_xwt_cuda(x.data, x.dtype, k, row_stride(x), live.data(), count, wt, n, out.data, out.dtype,
+                          row_stride(out), impl_->stream);
+    return;
+  }
+  const bool tensor_cores = !impl_->fp32_gemm && wt != DType::F32 && x.dtype == wt && out.dtype == wt;
+  if (tensor_cores) {
+    DeviceTensor ptrs = impl_->scratch(static_cast<size_t>(3 * count) * sizeof(void*));
+    if (gemm_grouped_cuda(impl_->cublas, x.data, k, row_stride(x), live.data(), count, wt, n, out.data,
+                          row_stride(out), static_cast<void**>(ptrs.view.data), impl_->stream)) {
+      return;
+    }
+  }
+  Backend::grouped_linear(x, groups, out);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {

@@ -45,6 +45,9 @@ class CudaBackend : public Backend {
 
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  // Decode-sized groups: one grouped GEMV launch (16-bit or quantized weights); larger groups of
+  // 16-bit weights: one cuBLAS grouped GEMM; otherwise linear() per group. Never ran on a GPU.
+  void grouped_linear(const Tensor& x, const std::vector<LinearGroup>& groups, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
   void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) override;
@@ -81,6 +84,15 @@ class CudaBackend : public Backend {
   void* stream() const;
 
  private:
+  // fp32 rows for the quantized GEMV: the tensor itself or a copy (owned by `copy`).
+  struct Fp32Rows {
+    float* data = nullptr;
+    int64_t ld = 0;
+    DeviceTensor copy;
+  };
+  Fp32Rows fp32_input(const Tensor& x);
+  Fp32Rows fp32_output(const Tensor& out);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -57,6 +57,61 @@ void dequant_gemm(const float* x, int64_t m, int64_t k, int64_t ldx, const void*
   });
 }
 
+// Activation rows quantized to 8 bits per block: [m, k] int8, [m, k / block] scales, [m, k / 16]
+// group sums, in buffers reused across calls on this thread.
+struct QuantizedActs {
+  const int8_t* qs;
+  const float* ds;
+  const int16_t* bsums;
+  int64_t k;
+  int block;
+  quant::ActRow row(int64_t i) const { return {qs + i * k, ds + i * (k / block), bsums + i * (k / 16)}; }
+};
+
+QuantizedActs quantize_acts(const float* x, int64_t m, int64_t k, int64_t ldx, DType w_dtype, quant::Isa isa,
+                            ThreadPool* pool) {
+  const quant::QuantizeFn quantize = quant::quantize_fn(isa);
+  const int block = quant::act_block(w_dtype);
+  thread_local std::vector<int8_t> qs;
+  thread_local std::vector<float> ds;
+  thread_local std::vector<int16_t> bsums;
+  qs.resize(static_cast<size_t>(m * k));
+  ds.resize(static_cast<size_t>(m * (k / block)));
+  bsums.resize(static_cast<size_t>(m * (k / 16)));
+  int8_t* qs_p = qs.data();
+  float* ds_p = ds.data();
+  int16_t* bs_p = bsums.data();
+  run(pool, m, 4, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      quantize(x + i * ldx, k, block, qs_p + i * k, ds_p + i * (k / block), bs_p + i * (k / 16));
+    }
+  });
+  return {qs_p, ds_p, bs_p, k, block};
+}
+
+// y[i, j] = act row i · weight row j (+ bias[j]) for rows [i_begin, i_end) and weight rows
+// [j0, j1): each weight row is dotted with every activation row of the current m-tile while it is
+// in L1, so the weights stream from memory once.
+void dot_rows(const QuantizedActs& acts, quant::DotFn dot, int64_t i_begin, int64_t i_end, const uint8_t* w,
+              DType w_dtype, int64_t j0, int64_t j1, const float* bias, float* y, int64_t ldy) {
+  const size_t row_bytes = dtype_nbytes(w_dtype, acts.k);
+  quant::ActRow rows[quant::kMaxDotRows];
+  float out[quant::kMaxDotRows];
+  for (int64_t i0 = i_begin; i0 < i_end; i0 += kMTile) {
+    const int64_t i1 = std::min(i_end, i0 + kMTile);
+    for (int64_t j = j0; j < j1; ++j) {
+      const void* row = w + j * row_bytes;
+      const float b = bias ? bias[j] : 0.0f;
+      for (int64_t i = i0; i < i1; i += quant::kMaxDotRows) {
+        const int nr = static_cast<int>(std::min<int64_t>(quant::kMaxDotRows, i1 - i));
+        for (int r = 0; r < nr; ++r) rows[r] = acts.row(i + r);
+        dot(row, rows, nr, acts.k, out);
+        for (int r = 0; r < nr; ++r) y[(i + r) * ldy + j] = out[r] + b;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
@@ -72,47 +127,34 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
   if (path == QuantPath::Int8Avx2) isa = quant::Isa::Avx2;
   if (path == QuantPath::Int8Avx512) isa = quant::Isa::Avx512;
   CYPRIS_CHECK(quant::isa_available(isa), "quantized linear: this CPU has no {}", quant::isa_name(isa));
+  const QuantizedActs acts = quantize_acts(x, m, k, ldx, w_dtype, isa, pool);
   const quant::DotFn dot = quant::dot_fn(w_dtype, isa);
-  const quant::QuantizeFn quantize = quant::quantize_fn(isa);
-  const int block = quant::act_block(w_dtype);
-
-  // [m, k] int8, [m, k / block] scales, [m, k / 16] group sums. Reused across calls on this thread.
-  thread_local std::vector<int8_t> qs;
-  thread_local std::vector<float> ds;
-  thread_local std::vector<int16_t> bsums;
-  qs.resize(static_cast<size_t>(m * k));
-  ds.resize(static_cast<size_t>(m * (k / block)));
-  bsums.resize(static_cast<size_t>(m * (k / 16)));
-  int8_t* qs_p = qs.data();
-  float* ds_p = ds.data();
-  int16_t* bs_p = bsums.data();
-  run(pool, m, 4, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      quantize(x + i * ldx, k, block, qs_p + i * k, ds_p + i * (k / block), bs_p + i * (k / 16));
-    }
-  });
-
-  const size_t row_bytes = dtype_nbytes(w_dtype, k);
   const auto* wb = static_cast<const uint8_t*>(w);
-  run(pool, n, 8, [&](int64_t j0, int64_t j1) {
-    quant::ActRow acts[quant::kMaxDotRows];
-    float out[quant::kMaxDotRows];
-    for (int64_t i0 = 0; i0 < m; i0 += kMTile) {
-      const int64_t i1 = std::min(m, i0 + kMTile);
-      for (int64_t j = j0; j < j1; ++j) {
-        const void* row = wb + j * row_bytes;
-        const float b = bias ? bias[j] : 0.0f;
-        for (int64_t i = i0; i < i1; i += quant::kMaxDotRows) {
-          const int nr = static_cast<int>(std::min<int64_t>(quant::kMaxDotRows, i1 - i));
-          for (int r = 0; r < nr; ++r) {
-            acts[r] = {qs_p + (i + r) * k, ds_p + (i + r) * (k / block), bs_p + (i + r) * (k / 16)};
-          }
-          dot(row, acts, nr, k, out);
-          for (int r = 0; r < nr; ++r) y[(i + r) * ldy + j] = out[r] + b;
-        }
-      }
-    }
-  });
+  run(pool, n, 8, [&](int64_t j0, int64_t j1) { dot_rows(acts, dot, 0, m, wb, w_dtype, j0, j1, bias, y, ldy); });
+}
+
+void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGroup* groups, int64_t num_groups,
+                            DType w_dtype, int64_t n, float* y, int64_t ldy, ThreadPool* pool) {
+  check_weight(w_dtype, k);
+  std::vector<GemmGroup> live;
+  int64_t m = 0;  // rows [0, m) cover every group
+  for (int64_t g = 0; g < num_groups; ++g) {
+    if (groups[g].rows <= 0) continue;
+    live.push_back(groups[g]);
+    m = std::max(m, groups[g].first + groups[g].rows);
+  }
+  if (live.empty() || n == 0) return;
+  const quant::Isa isa = quant::best_isa();
+  const QuantizedActs acts = quantize_acts(x, m, k, ldx, w_dtype, isa, pool);
+  const quant::DotFn dot = quant::dot_fn(w_dtype, isa);
+  parallel_for_groups(
+      pool, static_cast<int64_t>(live.size()), n,
+      [&](int64_t g, int64_t j0, int64_t j1) {
+        const GemmGroup& gr = live[static_cast<size_t>(g)];
+        dot_rows(acts, dot, gr.first, gr.first + gr.rows, static_cast<const uint8_t*>(gr.w), w_dtype, j0, j1, nullptr,
+                 y, ldy);
+      },
+      8);
 }
 
 void quant_embedding(const int32_t* ids, int64_t num_tokens, const void* table, DType dtype, int64_t hidden,

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "engine/common/dtype.h"
+#include "kernels/common/gemm_group.h"
 #include "kernels/cpu/quant/quant_dot.h"
 
 namespace cypris {
@@ -29,6 +30,12 @@ enum class QuantPath {
 // a supported quantized type or k is not a whole number of blocks, or the path's ISA is missing.
 void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
                     const float* bias, float* y, int64_t ldy, ThreadPool* pool, QuantPath path = QuantPath::Auto);
+
+// For each group: y[first, first + rows) = x[first, first + rows) · wᵀ (no bias), every group's w
+// [n, k] in w_dtype (kernels/common/gemm_group.h), best ISA. The rows are quantized once and all
+// groups share one pass over the pool (a MoE layer's experts: one hand-off, not one per expert).
+void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGroup* groups, int64_t num_groups,
+                            DType w_dtype, int64_t n, float* y, int64_t ldy, ThreadPool* pool);
 
 // out[t, :] = dequantized table row ids[t]; ids already range-checked by the caller.
 void quant_embedding(const int32_t* ids, int64_t num_tokens, const void* table, DType dtype, int64_t hidden,

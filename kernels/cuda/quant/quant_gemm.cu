@@ -1,4 +1,5 @@
-// Block-quantized weights on the GPU (see quant_gemm.h). NEVER RAN ON A GPU.
+// Block-quantized weights on the GPU (see quant_gemm.h). The GEMV, dequantize and embedding kernels
+// passed their tests on an H200 (2026-11-26); the grouped GEMV (MoE experts) never ran on a GPU.
 //
 // Design: every type decodes through one device function, dq_group<T>(block, g, w[16]), which
 // produces the 16 values of group g of a block as (D * s_g) * q - M * m_g — the same form and order
@@ -7,7 +8,8 @@
 //
 // GEMV (decode): one warp per output row; lane l takes groups l, l + 32, ... of the row, so the
 // quantized bytes are read once, consecutive lanes reading neighbouring groups of the same or the
-// next block. Each lane dots its 16 decoded weights with up to 8 fp32 activation rows held in
+// next block. The grouped GEMV is the same warp code with blockIdx.y choosing the group (an expert's
+// weight and its rows), the groups passed by value as kernel parameters. Each lane dots its 16 decoded weights with up to 8 fp32 activation rows held in
 // global memory (small, L1/L2 resident); a warp reduction gives the row's outputs. A first version:
 // simple and exact in the activations, not yet tuned to the 80%-of-copy-bandwidth target (that
 // needs vectorised 16-byte loads of whole blocks and the int8 dp4a path).
@@ -17,6 +19,7 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "engine/common/error.h"
@@ -148,13 +151,12 @@ __device__ __forceinline__ void dq_group_of_row(const uint8_t* row, int64_t g, f
   dq_group<T>(row + (g / kGroups) * Traits<T>::kBytes, static_cast<int>(g % kGroups), w);
 }
 
+// One warp: output column j of the m rows, y[r, j] = x[r, :] · dequantized w row j (+ bias[j]).
 template <DType T>
-static __global__ void quant_gemv_kernel(const float* __restrict__ x, int m, int64_t k, int64_t ldx,
-                                         const uint8_t* __restrict__ w, int64_t n, const float* __restrict__ bias,
-                                         float* __restrict__ y, int64_t ldy) {
+__device__ __forceinline__ void quant_gemv_column(const float* __restrict__ x, int m, int64_t k, int64_t ldx,
+                                                  const uint8_t* __restrict__ w, int64_t j,
+                                                  const float* __restrict__ bias, float* __restrict__ y, int64_t ldy) {
   const int lane = threadIdx.x % 32;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (j >= n) return;
   const uint8_t* row = w + j * (k / Traits<T>::kElems) * Traits<T>::kBytes;
   float acc[kQuantGemvMaxRows];
 #pragma unroll
@@ -181,6 +183,32 @@ static __global__ void quant_gemv_kernel(const float* __restrict__ x, int m, int
       if (lane == 0) y[r * ldy + j] = bias ? s + bias[j] : s;
     }
   }
+}
+
+template <DType T>
+static __global__ void quant_gemv_kernel(const float* __restrict__ x, int m, int64_t k, int64_t ldx,
+                                         const uint8_t* __restrict__ w, int64_t n, const float* __restrict__ bias,
+                                         float* __restrict__ y, int64_t ldy) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (j >= n) return;
+  quant_gemv_column<T>(x, m, k, ldx, w, j, bias, y, ldy);
+}
+
+// The groups of one grouped launch, passed by value (kernel parameter space, no upload).
+struct QuantGroupTable {
+  GemmGroup g[kQuantGemvGroupsPerLaunch];
+};
+
+// blockIdx.y picks the group: its quantized weight over its own rows of x and y.
+template <DType T>
+static __global__ void quant_gemv_grouped_kernel(const float* __restrict__ x, int64_t k, int64_t ldx,
+                                                 const QuantGroupTable table, int64_t n, float* __restrict__ y,
+                                                 int64_t ldy) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (j >= n) return;
+  const GemmGroup& g = table.g[blockIdx.y];
+  quant_gemv_column<T>(x + g.first * ldx, static_cast<int>(g.rows), k, ldx, static_cast<const uint8_t*>(g.w), j,
+                       nullptr, y + g.first * ldy, ldy);
 }
 
 // One thread per group of 16: out row r = dequantized source row (ids ? ids[r] : row0 + r).
@@ -246,6 +274,30 @@ void quant_gemv_cuda(const float* x, int64_t m, int64_t k, int64_t ldx, const vo
                         (quant_gemv_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(
                             x, static_cast<int>(m), k, ldx, static_cast<const uint8_t*>(w), n, bias, y, ldy)));
   CUDA_CHECK(cudaGetLastError());
+}
+
+void quant_gemv_grouped_cuda(const float* x, int64_t k, int64_t ldx, const GemmGroup* groups, int64_t num_groups,
+                             DType w_dtype, int64_t n, float* y, int64_t ldy, cudaStream_t stream) {
+  check_row(w_dtype, k, "quant_gemv_grouped_cuda");
+  CYPRIS_CHECK(ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0,
+               "quant_gemv_grouped_cuda: x must be 16-byte aligned with a row stride ({}) that is a multiple of 4",
+               ldx);
+  for (int64_t g = 0; g < num_groups; ++g) {
+    CYPRIS_CHECK(groups[g].rows >= 1 && groups[g].rows <= kQuantGemvMaxRows && groups[g].first >= 0 && groups[g].w,
+                 "quant_gemv_grouped_cuda: group {} has {} rows at {} (1 to {})", g, groups[g].rows, groups[g].first,
+                 kQuantGemvMaxRows);
+  }
+  if (num_groups == 0 || n == 0) return;
+  constexpr int kWarps = 4;
+  for (int64_t g0 = 0; g0 < num_groups; g0 += kQuantGemvGroupsPerLaunch) {
+    const int count = static_cast<int>(std::min<int64_t>(kQuantGemvGroupsPerLaunch, num_groups - g0));
+    QuantGroupTable table{};
+    for (int i = 0; i < count; ++i) table.g[i] = groups[g0 + i];
+    const dim3 grid(static_cast<unsigned>((n + kWarps - 1) / kWarps), static_cast<unsigned>(count));
+    CYPRIS_QUANT_DISPATCH(w_dtype, "quant_gemv_grouped_cuda",
+                          (quant_gemv_grouped_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(x, k, ldx, table, n, y, ldy)));
+    CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 void quant_dequant_rows_f16_cuda(const void* w, DType w_dtype, int64_t row0, int64_t rows, int64_t k, uint16_t* out,

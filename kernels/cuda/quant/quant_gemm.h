@@ -2,7 +2,6 @@
 // decode, dequantization of weight rows to fp16 (the prefill path feeds those tiles to the fp16
 // GEMM of kernels/cuda/gemm.h) and the embedding lookup from a quantized table. CPU reference:
 // kernels/cpu/quant/quant_ref.h (dequantize_row) — the values are the same bit for bit in fp32.
-// NEVER RAN ON A GPU: written and compiled without one (see docs/quantization.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +9,7 @@
 #include <cstdint>
 
 #include "engine/common/dtype.h"
+#include "kernels/common/gemm_group.h"
 
 namespace cypris {
 
@@ -20,6 +20,16 @@ constexpr int64_t kQuantGemvMaxRows = 8;
 // fp32 (no 8-bit activation quantization on the GPU).
 void quant_gemv_cuda(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
                      const float* bias, float* y, int64_t ldy, cudaStream_t stream);
+
+// Groups one grouped launch takes (kernel parameters, no upload); more go in several launches.
+constexpr int kQuantGemvGroupsPerLaunch = 64;
+
+// The grouped GEMV (a MoE projection at decode over quantized experts): for each group, y[first,
+// first + rows) = x[first, first + rows) · w_gᵀ, every w_g [n, k] in w_dtype, 1 <= rows <=
+// kQuantGemvMaxRows, no bias; x and y fp32 as quant_gemv_cuda. One launch per
+// kQuantGemvGroupsPerLaunch groups.
+void quant_gemv_grouped_cuda(const float* x, int64_t k, int64_t ldx, const GemmGroup* groups, int64_t num_groups,
+                             DType w_dtype, int64_t n, float* y, int64_t ldy, cudaStream_t stream);
 
 // out[r, :] = fp16(dequantized row row0 + r) for r < rows; out is [rows, k] __half bits.
 void quant_dequant_rows_f16_cuda(const void* w, DType w_dtype, int64_t row0, int64_t rows, int64_t k, uint16_t* out,

@@ -156,6 +156,78 @@ INSTANTIATE_TEST_SUITE_P(
                       GemmCase{13, 1100, 70, DType::F16, true}, GemmCase{24, 1024, 37, DType::BF16, false},
                       GemmCase{9, 16, 4, DType::F16, false}, GemmCase{200, 600, 9, DType::BF16, true}));
 
+TEST(ThreadPool, ParallelForGroupsCoversEveryGroupAndItemOnce) {
+  ThreadPool pool(3);
+  for (int64_t groups : {1, 5, 64}) {
+    for (int64_t n : {1, 7, 100}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(groups * n));
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        for (auto& h : hits) h = 0;
+        parallel_for_groups(
+            p, groups, n,
+            [&](int64_t g, int64_t j0, int64_t j1) {
+              ASSERT_TRUE(g >= 0 && g < groups && j0 >= 0 && j0 < j1 && j1 <= n) << g << " " << j0 << " " << j1;
+              for (int64_t j = j0; j < j1; ++j) hits[static_cast<size_t>(g * n + j)]++;
+            },
+            3);
+        for (size_t i = 0; i < hits.size(); ++i) ASSERT_EQ(hits[i].load(), 1) << groups << "x" << n << " item " << i;
+      }
+    }
+  }
+}
+
+// A MoE projection: experts of one shape, each over its own run of rows (some empty, rows between
+// runs belonging to no group), decode-sized runs and larger ones in one call. Each run must be
+// the naive product with its own weights; rows outside every run keep their poison.
+TEST(GemmGrouped, EachRunIsItsOwnWeightsProductAndOtherRowsAreUntouched) {
+  const int64_t k = 203, n = 37, ldx = k + 2, ldy = n + 3;
+  const std::vector<std::pair<int64_t, int64_t>> runs = {{0, 1}, {1, 0}, {2, 3}, {6, 8}, {14, 12}, {27, 2}};
+  const int64_t m = 30;  // rows 5, 26, 29 are in no run
+  ThreadPool pool(2);
+  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+    std::vector<std::vector<float>> wf;
+    std::vector<std::vector<uint16_t>> w16(runs.size());
+    std::vector<GemmGroup> groups;
+    for (size_t g = 0; g < runs.size(); ++g) {
+      wf.push_back(randn(n * k, 40 + static_cast<uint32_t>(g), 0.2f));
+      const void* w = wf[g].data();
+      if (dt != DType::F32) {
+        w16[g].resize(wf[g].size());
+        convert_from_f32(wf[g].data(), dt, w16[g].data(), n * k);
+        convert_to_f32(w16[g].data(), dt, wf[g].data(), n * k);  // the values actually stored
+        w = w16[g].data();
+      }
+      groups.push_back({w, runs[g].first, runs[g].second});
+    }
+    const std::vector<float> x = randn(m * ldx, 9);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> y(m * ldy, kPoison);
+      gemm_xwt_grouped(x.data(), k, ldx, groups.data(), static_cast<int64_t>(groups.size()), dt, n, y.data(), ldy, p);
+      std::vector<bool> covered(m, false);
+      for (size_t g = 0; g < runs.size(); ++g) {
+        const auto [first, rows] = runs[g];
+        if (rows == 0) continue;
+        std::vector<double> ref(rows * n);
+        std::vector<float> got(rows * n);
+        for (int64_t i = 0; i < rows; ++i) {
+          covered[first + i] = true;
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (int64_t l = 0; l < k; ++l) s += static_cast<double>(x[(first + i) * ldx + l]) * wf[g][j * k + l];
+            ref[i * n + j] = s;
+            got[i * n + j] = y[(first + i) * ldy + j];
+          }
+        }
+        EXPECT_LT(norm_err(got.data(), ref), 1e-5) << dtype_name(dt) << " run " << g;
+      }
+      for (int64_t i = 0; i < m; ++i) {
+        if (covered[i]) continue;
+        for (int64_t j = 0; j < n; ++j) ASSERT_TRUE(std::isnan(y[i * ldy + j])) << "row " << i << " was written";
+      }
+    }
+  }
+}
+
 TEST(Convert, F16AndBf16RoundTrip) {
   std::vector<float> v = {0.0f, -1.5f, 65504.0f, 1e-7f, 3.14159f};
   std::vector<uint16_t> h(v.size());

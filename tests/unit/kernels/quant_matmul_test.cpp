@@ -190,6 +190,38 @@ TEST_P(QuantKernels, LinearMatchesFp64WithinActivationQuantizationBound) {
   check_linear(t, 2, 5, be * 2, QuantPath::Auto, nullptr, true);  // no pool
 }
 
+// The MoE projection: every run of rows with its own expert's weights, in one call, equals the
+// ungrouped product of that run bit for bit (rows are quantized one by one either way; the
+// ungrouped product is checked against fp64 above); rows in no run keep their poison.
+TEST_P(QuantKernels, GroupedLinearEqualsOneProductPerRun) {
+  const DType t = GetParam();
+  const int64_t k = quant::block_elems(t) == 32 ? 160 : 512, n = 21, m = 26;
+  const std::vector<std::pair<int64_t, int64_t>> runs = {{0, 2}, {2, 0}, {3, 1}, {5, 9}, {15, 10}};  // rows 4, 25: none
+  std::vector<std::vector<uint8_t>> w;
+  std::vector<GemmGroup> groups;
+  for (size_t g = 0; g < runs.size(); ++g) {
+    w.push_back(random_weights(t, n, k, 500 + static_cast<uint32_t>(g)));
+    groups.push_back({w.back().data(), runs[g].first, runs[g].second});
+  }
+  const auto x = randn(m * k, 77);
+  ThreadPool pool(2);
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    std::vector<float> y(m * n, kNaN());
+    quant_gemm_xwt_grouped(x.data(), k, k, groups.data(), static_cast<int64_t>(groups.size()), t, n, y.data(), n, p);
+    std::vector<float> want(m * n, kNaN());
+    for (const GemmGroup& g : groups) {
+      quant_gemm_xwt(x.data() + g.first * k, g.rows, k, k, g.w, t, n, nullptr, want.data() + g.first * n, n, &pool);
+    }
+    for (int64_t i = 0; i < m * n; ++i) {
+      if (std::isnan(want[i])) {
+        ASSERT_TRUE(std::isnan(y[i])) << dtype_name(t) << " row " << i / n << " was written";
+      } else {
+        ASSERT_EQ(y[i], want[i]) << dtype_name(t) << " row " << i / n << " col " << i % n;
+      }
+    }
+  }
+}
+
 TEST_P(QuantKernels, EmbeddingRowsAreTheDequantizedRows) {
   const DType t = GetParam();
   const int64_t vocab = 9, hidden = quant::block_elems(t) * 2;
