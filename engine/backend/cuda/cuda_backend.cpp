@@ -351,34 +351,20 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out)
                  out.dtype, impl_->stream);
 }
 
-// The quantized GEMV takes fp32 rows, 16-byte aligned with a row stride that is a multiple of 4:
-// x itself when it is so, else an fp32 copy.
-CudaBackend::Fp32Rows CudaBackend::fp32_input(const Tensor& x) {
-  Fp32Rows r;
-  if (x.dtype == DType::F32 && row_stride(x) % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0) {
-    r.data = static_cast<float*>(x.data);
+// The quantized GEMV reads x with 16-byte loads: x itself when it is aligned for them (the usual
+// case: a whole activation buffer), else a contiguous copy of the same type.
+CudaBackend::GemvRows CudaBackend::gemv_rows(const Tensor& x) {
+  GemvRows r;
+  if (quant_gemv_aligned(x.data, x.dtype, row_stride(x))) {
+    r.data = x.data;
     r.ld = row_stride(x);
     return r;
   }
-  r.copy = empty(DType::F32, x.shape);
-  convert_cuda(x.data, x.dtype, x.shape[0], x.shape[1], row_stride(x), r.copy.view.data, DType::F32, x.shape[1],
+  r.copy = empty(x.dtype, x.shape);
+  convert_cuda(x.data, x.dtype, x.shape[0], x.shape[1], row_stride(x), r.copy.view.data, x.dtype, x.shape[1],
                impl_->stream);
-  r.data = r.copy.view.as<float>();
+  r.data = r.copy.view.data;
   r.ld = x.shape[1];
-  return r;
-}
-
-// out itself when it is fp32, else an fp32 buffer of its shape (the caller converts it into out).
-CudaBackend::Fp32Rows CudaBackend::fp32_output(const Tensor& out) {
-  Fp32Rows r;
-  if (out.dtype == DType::F32) {
-    r.data = out.as<float>();
-    r.ld = row_stride(out);
-    return r;
-  }
-  r.copy = empty(DType::F32, out.shape);
-  r.data = r.copy.view.as<float>();
-  r.ld = out.shape[1];
   return r;
 }
 
@@ -388,28 +374,29 @@ void CudaBackend::linear(const Tensor& x, const Tensor& w, const Tensor* bias, T
   const GemmPrecision precision = impl_->fp32_gemm ? GemmPrecision::Fp32 : GemmPrecision::Fast;
   const int64_t m = x.shape[0], k = x.shape[1], n = w.shape[0];
   if (dtype_is_quantized(w.dtype)) {
-    // GGUF weights: decode batches take the fused dequantize-and-dot GEMV (fp32 in and out, so
-    // 16-bit activations go through small fp32 copies); larger batches dequantize tiles of weight
-    // rows to fp16 (at most ~32 MiB at a time) and run the fp16 GEMM on each tile.
+    // GGUF weights: decode batches take the fused dequantize-and-dot GEMV (reading the activations
+    // and writing the output in their own types); larger batches dequantize tiles of weight rows
+    // (at most ~32 MiB at a time) to the activations' 16-bit type (fp16 for fp32 activations) and run
+    // the tensor-core GEMM on each tile.
     const float* b = bias ? bias->as<float>() : nullptr;
     if (m <= kQuantGemvMaxRows) {
-      const Fp32Rows xs = fp32_input(x);
-      Fp32Rows ys = fp32_output(out);
-      quant_gemv_cuda(xs.data, m, k, xs.ld, w.data, w.dtype, n, b, ys.data, ys.ld, impl_->stream);
-      if (ys.copy.storage) convert_cuda(ys.data, DType::F32, m, n, n, out.data, out.dtype, row_stride(out), impl_->stream);
+      const GemvRows xs = gemv_rows(x);
+      quant_gemv_cuda(xs.data, x.dtype, m, k, xs.ld, w.data, w.dtype, n, b, out.data, out.dtype, row_stride(out),
+                      impl_->stream);
       return;
     }
+    const DType tile_dtype = x.dtype == DType::F32 ? DType::F16 : x.dtype;
     const int64_t tile = std::min<int64_t>(n, std::max<int64_t>(64, (int64_t{1} << 24) / k));
     const size_t tile_bytes = (static_cast<size_t>(tile * k) * 2 + 255) / 256 * 256;
-    const size_t gemm_bytes = gemm_scratch_bytes(m, k, tile, x.dtype, DType::F16, out.dtype, precision);
+    const size_t gemm_bytes = gemm_scratch_bytes(m, k, tile, x.dtype, tile_dtype, out.dtype, precision);
     DeviceTensor scratch = impl_->scratch(tile_bytes + gemm_bytes);
-    auto* tile_w = static_cast<uint16_t*>(scratch.view.data);
+    void* tile_w = scratch.view.data;
     void* gemm_scratch = gemm_bytes ? static_cast<char*>(scratch.view.data) + tile_bytes : nullptr;
     const size_t out_elem = dtype_size(out.dtype);
     for (int64_t n0 = 0; n0 < n; n0 += tile) {
       const int64_t nb = std::min(tile, n - n0);
-      quant_dequant_rows_f16_cuda(w.data, w.dtype, n0, nb, k, tile_w, impl_->stream);
-      gemm_xwt_cuda(impl_->cublas, x.data, x.dtype, m, k, row_stride(x), tile_w, DType::F16, nb,
+      quant_dequant_rows_cuda(w.data, w.dtype, n0, nb, k, tile_w, tile_dtype, impl_->stream);
+      gemm_xwt_cuda(impl_->cublas, x.data, x.dtype, m, k, row_stride(x), tile_w, tile_dtype, nb,
                     b ? b + n0 : nullptr, static_cast<char*>(out.data) + n0 * out_elem, out.dtype, row_stride(out),
                     gemm_scratch, precision, impl_->stream);
     }
@@ -437,19 +424,12 @@ void CudaBackend::grouped_linear(const Tensor& x, const std::vector<LinearGroup>
   const auto count = static_cast<int64_t>(live.size());
   if (dtype_is_quantized(wt)) {
     if (max_rows > kQuantGemvMaxRows) {
-      Backend::grouped_linear(x, groups, out);  // prefill: fp16 tiles + GEMM per expert
+      Backend::grouped_linear(x, groups, out);  // prefill: 16-bit tiles + GEMM per expert
       return;
     }
-    // fp32 in and out, as linear()'s quantized GEMV (one conversion of all rows, not one per group).
-    const Fp32Rows xs = fp32_input(x);
-    Fp32Rows ys = fp32_output(out);
-    quant_gemv_grouped_cuda(xs.data, k, xs.ld, live.data(), count, wt, n, ys.data, ys.ld, impl_->stream);
-    if (!ys.copy.storage) return;
-    for (const GemmGroup& g : live) {  // only the groups' rows: the others keep their values
-      convert_cuda(ys.data + g.first * n, DType::F32, g.rows, n, n,
-                   static_cast<char*>(out.data) + static_cast<size_t>(g.first * row_stride(out)) * dtype_size(out.dtype),
-                   out.dtype, row_stride(out), impl_->stream);
-    }
+    const GemvRows xs = gemv_rows(x);
+    quant_gemv_grouped_cuda(xs.data, x.dtype, k, xs.ld, live.data(), count, wt, n, out.data, out.dtype,
+                            row_stride(out), impl_->stream);
     return;
   }
   if (max_rows <= kGemvMaxRows && gemv_supported(x.dtype, wt, out.dtype)) {

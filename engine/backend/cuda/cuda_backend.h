@@ -84,14 +84,13 @@ class CudaBackend : public Backend {
   void* stream() const;
 
  private:
-  // fp32 rows for the quantized GEMV: the tensor itself or a copy (owned by `copy`).
-  struct Fp32Rows {
-    float* data = nullptr;
+  // x as the quantized GEMV reads it: itself or an aligned copy (owned by `copy`).
+  struct GemvRows {
+    const void* data = nullptr;
     int64_t ld = 0;
     DeviceTensor copy;
   };
-  Fp32Rows fp32_input(const Tensor& x);
-  Fp32Rows fp32_output(const Tensor& out);
+  GemvRows gemv_rows(const Tensor& x);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

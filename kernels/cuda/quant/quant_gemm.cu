@@ -31,6 +31,8 @@ namespace cypris {
 namespace {
 
 using namespace quant;
+using cuda_detail::from_float;
+using cuda_detail::load8;
 using cuda_detail::warp_sum;
 
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -152,10 +154,12 @@ __device__ __forceinline__ void dq_group_of_row(const uint8_t* row, int64_t g, f
 }
 
 // One warp: output column j of the m rows, y[r, j] = x[r, :] · dequantized w row j (+ bias[j]).
-template <DType T>
-__device__ __forceinline__ void quant_gemv_column(const float* __restrict__ x, int m, int64_t k, int64_t ldx,
+// x is fp32 or 16-bit (16 values per group: two 16-byte loads of 16-bit x, four of fp32), y fp32
+// or x's type; the products and sums are fp32 either way.
+template <DType T, typename TX, typename TY>
+__device__ __forceinline__ void quant_gemv_column(const TX* __restrict__ x, int m, int64_t k, int64_t ldx,
                                                   const uint8_t* __restrict__ w, int64_t j,
-                                                  const float* __restrict__ bias, float* __restrict__ y, int64_t ldy) {
+                                                  const float* __restrict__ bias, TY* __restrict__ y, int64_t ldy) {
   const int lane = threadIdx.x % 32;
   const uint8_t* row = w + j * (k / Traits<T>::kElems) * Traits<T>::kBytes;
   float acc[kQuantGemvMaxRows];
@@ -167,11 +171,13 @@ __device__ __forceinline__ void quant_gemv_column(const float* __restrict__ x, i
 #pragma unroll
     for (int r = 0; r < kQuantGemvMaxRows; ++r) {
       if (r < m) {
-        const float4* xr = reinterpret_cast<const float4*>(x + r * ldx + g * 16);
+        float v[16];
+        load8(x + r * ldx + g * 16, v);
+        load8(x + r * ldx + g * 16 + 8, v + 8);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const float4 v = xr[q];
-          acc[r] += wv[4 * q] * v.x + wv[4 * q + 1] * v.y + wv[4 * q + 2] * v.z + wv[4 * q + 3] * v.w;
+          acc[r] += wv[4 * q] * v[4 * q] + wv[4 * q + 1] * v[4 * q + 1] + wv[4 * q + 2] * v[4 * q + 2] +
+                    wv[4 * q + 3] * v[4 * q + 3];
         }
       }
     }
@@ -180,15 +186,15 @@ __device__ __forceinline__ void quant_gemv_column(const float* __restrict__ x, i
   for (int r = 0; r < kQuantGemvMaxRows; ++r) {
     if (r < m) {
       const float s = warp_sum(acc[r]);
-      if (lane == 0) y[r * ldy + j] = bias ? s + bias[j] : s;
+      if (lane == 0) y[r * ldy + j] = from_float<TY>(bias ? s + bias[j] : s);
     }
   }
 }
 
-template <DType T>
-static __global__ void quant_gemv_kernel(const float* __restrict__ x, int m, int64_t k, int64_t ldx,
+template <DType T, typename TX, typename TY>
+static __global__ void quant_gemv_kernel(const TX* __restrict__ x, int m, int64_t k, int64_t ldx,
                                          const uint8_t* __restrict__ w, int64_t n, const float* __restrict__ bias,
-                                         float* __restrict__ y, int64_t ldy) {
+                                         TY* __restrict__ y, int64_t ldy) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (j >= n) return;
   quant_gemv_column<T>(x, m, k, ldx, w, j, bias, y, ldy);
@@ -200,15 +206,53 @@ struct QuantGroupTable {
 };
 
 // blockIdx.y picks the group: its quantized weight over its own rows of x and y.
-template <DType T>
-static __global__ void quant_gemv_grouped_kernel(const float* __restrict__ x, int64_t k, int64_t ldx,
-                                                 const QuantGroupTable table, int64_t n, float* __restrict__ y,
+template <DType T, typename TX, typename TY>
+static __global__ void quant_gemv_grouped_kernel(const TX* __restrict__ x, int64_t k, int64_t ldx,
+                                                 const QuantGroupTable table, int64_t n, TY* __restrict__ y,
                                                  int64_t ldy) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (j >= n) return;
   const GemmGroup& g = table.g[blockIdx.y];
   quant_gemv_column<T>(x + g.first * ldx, static_cast<int>(g.rows), k, ldx, static_cast<const uint8_t*>(g.w), j,
                        nullptr, y + g.first * ldy, ldy);
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls launch(TypeTag<TX>, TypeTag<TY>) for the activation and output types the GEMV is built
+// for (quant_gemv_supported); false for any other pair.
+template <typename Launch>
+bool with_gemv_io(DType x_dtype, DType y_dtype, Launch launch) {
+  auto with_x = [&](auto tx) {
+    if (y_dtype == DType::F32) {
+      launch(tx, TypeTag<float>{});
+    } else {
+      launch(tx, tx);
+    }
+  };
+  if (!quant_gemv_supported(x_dtype, y_dtype)) return false;
+  switch (x_dtype) {
+    case DType::F32:
+      with_x(TypeTag<float>{});
+      break;
+    case DType::F16:
+      with_x(TypeTag<__half>{});
+      break;
+    default:
+      with_x(TypeTag<__nv_bfloat16>{});
+      break;
+  }
+  return true;
+}
+
+void check_gemv_x(const char* what, const void* x, DType x_dtype, DType y_dtype, int64_t ldx) {
+  CYPRIS_CHECK(quant_gemv_supported(x_dtype, y_dtype), "{}: {} activations -> {} output is not supported", what,
+               dtype_name(x_dtype), dtype_name(y_dtype));
+  CYPRIS_CHECK(quant_gemv_aligned(x, x_dtype, ldx),
+               "{}: x must be 16-byte aligned with rows a multiple of 16 bytes apart (row stride {})", what, ldx);
 }
 
 // One thread per group of 16: out row r = dequantized source row (ids ? ids[r] : row0 + r).
@@ -261,27 +305,39 @@ void check_row(DType t, int64_t k, const char* what) {
 
 }  // namespace
 
-void quant_gemv_cuda(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
-                     const float* bias, float* y, int64_t ldy, cudaStream_t stream) {
+bool quant_gemv_supported(DType x_dtype, DType y_dtype) {
+  const bool x_ok = x_dtype == DType::F32 || x_dtype == DType::F16 || x_dtype == DType::BF16;
+  return x_ok && (y_dtype == DType::F32 || y_dtype == x_dtype);
+}
+
+bool quant_gemv_aligned(const void* x, DType x_dtype, int64_t ldx) {
+  return reinterpret_cast<uintptr_t>(x) % 16 == 0 && (ldx * static_cast<int64_t>(dtype_size(x_dtype))) % 16 == 0;
+}
+
+void quant_gemv_cuda(const void* x, DType x_dtype, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype,
+                     int64_t n, const float* bias, void* y, DType y_dtype, int64_t ldy, cudaStream_t stream) {
   check_row(w_dtype, k, "quant_gemv_cuda");
   CYPRIS_CHECK(m >= 0 && m <= kQuantGemvMaxRows, "quant_gemv_cuda: {} rows (at most {})", m, kQuantGemvMaxRows);
-  CYPRIS_CHECK(ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0,
-               "quant_gemv_cuda: x must be 16-byte aligned with a row stride ({}) that is a multiple of 4", ldx);
+  check_gemv_x("quant_gemv_cuda", x, x_dtype, y_dtype, ldx);
   if (m == 0 || n == 0) return;
   constexpr int kWarps = 4;
   const unsigned grid = static_cast<unsigned>((n + kWarps - 1) / kWarps);
-  CYPRIS_QUANT_DISPATCH(w_dtype, "quant_gemv_cuda",
-                        (quant_gemv_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(
-                            x, static_cast<int>(m), k, ldx, static_cast<const uint8_t*>(w), n, bias, y, ldy)));
+  with_gemv_io(x_dtype, y_dtype, [&](auto tx, auto ty) {
+    using TX = typename decltype(tx)::type;
+    using TY = typename decltype(ty)::type;
+    CYPRIS_QUANT_DISPATCH(w_dtype, "quant_gemv_cuda",
+                          (quant_gemv_kernel<T, TX, TY><<<grid, 32 * kWarps, 0, stream>>>(
+                              static_cast<const TX*>(x), static_cast<int>(m), k, ldx, static_cast<const uint8_t*>(w),
+                              n, bias, static_cast<TY*>(y), ldy)));
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 
-void quant_gemv_grouped_cuda(const float* x, int64_t k, int64_t ldx, const GemmGroup* groups, int64_t num_groups,
-                             DType w_dtype, int64_t n, float* y, int64_t ldy, cudaStream_t stream) {
+void quant_gemv_grouped_cuda(const void* x, DType x_dtype, int64_t k, int64_t ldx, const GemmGroup* groups,
+                             int64_t num_groups, DType w_dtype, int64_t n, void* y, DType y_dtype, int64_t ldy,
+                             cudaStream_t stream) {
   check_row(w_dtype, k, "quant_gemv_grouped_cuda");
-  CYPRIS_CHECK(ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0,
-               "quant_gemv_grouped_cuda: x must be 16-byte aligned with a row stride ({}) that is a multiple of 4",
-               ldx);
+  check_gemv_x("quant_gemv_grouped_cuda", x, x_dtype, y_dtype, ldx);
   for (int64_t g = 0; g < num_groups; ++g) {
     CYPRIS_CHECK(groups[g].rows >= 1 && groups[g].rows <= kQuantGemvMaxRows && groups[g].first >= 0 && groups[g].w,
                  "quant_gemv_grouped_cuda: group {} has {} rows at {} (1 to {})", g, groups[g].rows, groups[g].first,
@@ -294,21 +350,35 @@ void quant_gemv_grouped_cuda(const float* x, int64_t k, int64_t ldx, const GemmG
     QuantGroupTable table{};
     for (int i = 0; i < count; ++i) table.g[i] = groups[g0 + i];
     const dim3 grid(static_cast<unsigned>((n + kWarps - 1) / kWarps), static_cast<unsigned>(count));
-    CYPRIS_QUANT_DISPATCH(w_dtype, "quant_gemv_grouped_cuda",
-                          (quant_gemv_grouped_kernel<T><<<grid, 32 * kWarps, 0, stream>>>(x, k, ldx, table, n, y, ldy)));
+    with_gemv_io(x_dtype, y_dtype, [&](auto tx, auto ty) {
+      using TX = typename decltype(tx)::type;
+      using TY = typename decltype(ty)::type;
+      CYPRIS_QUANT_DISPATCH(w_dtype, "quant_gemv_grouped_cuda",
+                            (quant_gemv_grouped_kernel<T, TX, TY><<<grid, 32 * kWarps, 0, stream>>>(
+                                static_cast<const TX*>(x), k, ldx, table, n, static_cast<TY*>(y), ldy)));
+    });
     CUDA_CHECK(cudaGetLastError());
   }
 }
 
-void quant_dequant_rows_f16_cuda(const void* w, DType w_dtype, int64_t row0, int64_t rows, int64_t k, uint16_t* out,
-                                 cudaStream_t stream) {
-  check_row(w_dtype, k, "quant_dequant_rows_f16_cuda");
+void quant_dequant_rows_cuda(const void* w, DType w_dtype, int64_t row0, int64_t rows, int64_t k, void* out,
+                             DType out_dtype, cudaStream_t stream) {
+  check_row(w_dtype, k, "quant_dequant_rows_cuda");
+  CYPRIS_CHECK(out_dtype == DType::F16 || out_dtype == DType::BF16,
+               "quant_dequant_rows_cuda: the tile must be float16 or bfloat16, not {}", dtype_name(out_dtype));
   if (rows <= 0) return;
   const int64_t threads = rows * (k / 16);
   const unsigned grid = static_cast<unsigned>((threads + 255) / 256);
-  CYPRIS_QUANT_DISPATCH(w_dtype, "quant_dequant_rows_f16_cuda",
-                        (quant_dequant_kernel<T, __half><<<grid, 256, 0, stream>>>(
-                            static_cast<const uint8_t*>(w), k, nullptr, 0, row0, rows, reinterpret_cast<__half*>(out))));
+  const auto* wb = static_cast<const uint8_t*>(w);
+  if (out_dtype == DType::F16) {
+    CYPRIS_QUANT_DISPATCH(w_dtype, "quant_dequant_rows_cuda",
+                          (quant_dequant_kernel<T, __half><<<grid, 256, 0, stream>>>(
+                              wb, k, nullptr, 0, row0, rows, static_cast<__half*>(out))));
+  } else {
+    CYPRIS_QUANT_DISPATCH(w_dtype, "quant_dequant_rows_cuda",
+                          (quant_dequant_kernel<T, __nv_bfloat16><<<grid, 256, 0, stream>>>(
+                              wb, k, nullptr, 0, row0, rows, static_cast<__nv_bfloat16*>(out))));
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -8,8 +8,8 @@
 //    GEMM, which rounds to 16 bits: normalised error < 1e-2).
 //  - the same with bf16 activations (the GPU default), and whole GGUF models of the test data on the
 //    GPU (quantized weights kept as they are) against the CPU backend's logits.
-// Skips itself without a GPU. The kernel tests passed on an H200 (2026-11-26); the bf16-activation
-// and whole-model tests were written after that GPU session and have not run yet.
+// Skips itself without a GPU. The fp32 kernel tests passed on an H200 (2026-11-26); the 16-bit
+// activation, 16-bit tile and whole-model tests were written after that GPU session and have not run yet.
 #include <gtest/gtest.h>
 
 #include "tests/gpu/cuda/gpu_test_util.h"
@@ -70,11 +70,20 @@ TEST_P(CudaQuant, DequantizedRowsEqualTheCpuReference) {
     }
   }
 
-  DevBuf<uint16_t> d_f16(5 * hidden);
-  d_f16.poison();
-  quant_dequant_rows_f16_cuda(d_table.get(), t, 3, 5, hidden, d_f16.get(), nullptr);
-  const auto f16 = d_f16.download();
-  for (int64_t i = 0; i < 5 * hidden; ++i) ASSERT_EQ(f16[i], f32_to_f16(want[3 * hidden + i])) << i;
+  // 16-bit tiles (prefill): the fp32 values rounded to nearest even.
+  for (DType tile : {DType::F16, DType::BF16}) {
+    DevBuf<uint16_t> d_tile(5 * hidden);
+    d_tile.poison();
+    quant_dequant_rows_cuda(d_table.get(), t, 3, 5, hidden, d_tile.get(), tile, nullptr);
+    const auto got16 = d_tile.download();
+    const Stored rounded =
+        store(std::vector<float>(want.begin() + 3 * hidden, want.begin() + 8 * hidden), tile);
+    for (int64_t i = 0; i < 5 * hidden; ++i) {
+      uint16_t expect;
+      std::memcpy(&expect, rounded.bytes.data() + 2 * i, 2);
+      ASSERT_EQ(got16[i], expect) << dtype_name(tile) << " " << i;
+    }
+  }
 }
 
 TEST_P(CudaQuant, FusedGemvMatchesFp64) {
@@ -100,8 +109,39 @@ TEST_P(CudaQuant, FusedGemvMatchesFp64) {
     DevBuf<float> d_x(x);
     DevBuf<float> d_y(m * n);
     d_y.poison();
-    quant_gemv_cuda(d_x.get(), m, k, k, d_w.get(), t, n, d_bias.get(), d_y.get(), n, nullptr);
+    quant_gemv_cuda(d_x.get(), DType::F32, m, k, k, d_w.get(), t, n, d_bias.get(), d_y.get(), DType::F32, n, nullptr);
     EXPECT_LT(norm_err(d_y.download(), ref), 1e-5) << dtype_name(t) << " m=" << m;
+  }
+}
+
+// 16-bit activations read as they are (what a GGUF model runs with on the GPU), output in fp32
+// (exact products: 1e-5) or in the activations' type (rounded: 1e-2).
+TEST_P(CudaQuant, FusedGemvReadsSixteenBitActivations) {
+  CYPRIS_REQUIRE_GPU();
+  const DType t = GetParam();
+  const int64_t n = 70, k = 512, m = 5;
+  const auto w = test::random_weights(t, n, k, 19);
+  std::vector<float> wd(n * k);
+  quant::dequantize_row(t, w.data(), wd.data(), n * k);
+  DevBuf<uint8_t> d_w(w);
+  for (DType act : {DType::BF16, DType::F16}) {
+    const Stored x = store(randn(m * k, 12), act);
+    std::vector<float> ref(m * n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t c = 0; c < k; ++c) s += double(x.values[i * k + c]) * wd[j * k + c];
+        ref[i * n + j] = static_cast<float>(s);
+      }
+    }
+    DevBuf<uint8_t> d_x(x.bytes);
+    for (DType out : {DType::F32, act}) {
+      DevBuf<uint8_t> d_y(m * n * dtype_size(out));
+      d_y.poison();
+      quant_gemv_cuda(d_x.get(), act, m, k, k, d_w.get(), t, n, nullptr, d_y.get(), out, n, nullptr);
+      EXPECT_LT(norm_err(to_f32(d_y.download(), out), ref), out == DType::F32 ? 1e-5 : 1e-2)
+          << dtype_name(t) << " " << dtype_name(act) << " -> " << dtype_name(out);
+    }
   }
 }
 
