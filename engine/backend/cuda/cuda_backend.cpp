@@ -336,15 +336,8 @@ void CudaBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out)
   backend_checks::check_embedding(kName, activation_dtype(), ids, table, out);
   require_device(table, "embedding table");
   if (dtype_is_quantized(table.dtype)) {
-    // The quantized lookup writes fp32 rows; other activation types convert them.
-    DeviceTensor f32 = out.dtype == DType::F32 ? DeviceTensor{} : empty(DType::F32, out.shape);
-    float* dst = out.dtype == DType::F32 ? out.as<float>() : f32.view.as<float>();
     quant_embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1],
-                         dst, impl_->stream);
-    if (out.dtype != DType::F32) {
-      convert_cuda(dst, DType::F32, out.shape[0], out.shape[1], out.shape[1], out.data, out.dtype, out.shape[1],
-                   impl_->stream);
-    }
+                         out.data, out.dtype, impl_->stream);
     return;
   }
   embedding_cuda(ids.as<int32_t>(), ids.shape[0], table.data, table.dtype, table.shape[0], table.shape[1], out.data,

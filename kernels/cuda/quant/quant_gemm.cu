@@ -383,14 +383,27 @@ void quant_dequant_rows_cuda(const void* w, DType w_dtype, int64_t row0, int64_t
 }
 
 void quant_embedding_cuda(const int32_t* ids, int64_t num_tokens, const void* table, DType dtype, int64_t vocab,
-                          int64_t hidden, float* out, cudaStream_t stream) {
+                          int64_t hidden, void* out, DType out_dtype, cudaStream_t stream) {
   check_row(dtype, hidden, "quant_embedding_cuda");
+  CYPRIS_CHECK(out_dtype == DType::F32 || out_dtype == DType::F16 || out_dtype == DType::BF16,
+               "quant_embedding_cuda: rows of {} are not supported (float32, float16, bfloat16)", dtype_name(out_dtype));
   if (num_tokens <= 0) return;
   const int64_t threads = num_tokens * (hidden / 16);
   const unsigned grid = static_cast<unsigned>((threads + 255) / 256);
-  CYPRIS_QUANT_DISPATCH(dtype, "quant_embedding_cuda",
-                        (quant_dequant_kernel<T, float><<<grid, 256, 0, stream>>>(
-                            static_cast<const uint8_t*>(table), hidden, ids, vocab, 0, num_tokens, out)));
+  const auto* tb = static_cast<const uint8_t*>(table);
+  if (out_dtype == DType::F32) {
+    CYPRIS_QUANT_DISPATCH(dtype, "quant_embedding_cuda",
+                          (quant_dequant_kernel<T, float><<<grid, 256, 0, stream>>>(tb, hidden, ids, vocab, 0, num_tokens,
+                                                                                    static_cast<float*>(out))));
+  } else if (out_dtype == DType::F16) {
+    CYPRIS_QUANT_DISPATCH(dtype, "quant_embedding_cuda",
+                          (quant_dequant_kernel<T, __half><<<grid, 256, 0, stream>>>(tb, hidden, ids, vocab, 0, num_tokens,
+                                                                                     static_cast<__half*>(out))));
+  } else {
+    CYPRIS_QUANT_DISPATCH(dtype, "quant_embedding_cuda",
+                          (quant_dequant_kernel<T, __nv_bfloat16><<<grid, 256, 0, stream>>>(
+                              tb, hidden, ids, vocab, 0, num_tokens, static_cast<__nv_bfloat16*>(out))));
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 

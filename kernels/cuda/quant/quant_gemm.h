@@ -42,9 +42,9 @@ void quant_gemv_grouped_cuda(const void* x, DType x_dtype, int64_t k, int64_t ld
 void quant_dequant_rows_cuda(const void* w, DType w_dtype, int64_t row0, int64_t rows, int64_t k, void* out,
                              DType out_dtype, cudaStream_t stream);
 
-// out[t, :] = dequantized table row ids[t] (fp32); an id outside [0, vocab) gives zeros, as
-// embedding_cuda.
+// out[t, :] = dequantized table row ids[t] in out_dtype (F32, F16 or BF16: the activations' type);
+// an id outside [0, vocab) gives zeros, as embedding_cuda.
 void quant_embedding_cuda(const int32_t* ids, int64_t num_tokens, const void* table, DType dtype, int64_t vocab,
-                          int64_t hidden, float* out, cudaStream_t stream);
+                          int64_t hidden, void* out, DType out_dtype, cudaStream_t stream);
 
 }  // namespace cypris

@@ -61,7 +61,7 @@ TEST_P(CudaQuant, DequantizedRowsEqualTheCpuReference) {
   DevBuf<float> d_out(ids.size() * hidden);
   d_out.poison();
   quant_embedding_cuda(d_ids.get(), static_cast<int64_t>(ids.size()), d_table.get(), t, vocab, hidden, d_out.get(),
-                       nullptr);
+                       DType::F32, nullptr);
   const auto got = d_out.download();
   for (size_t r = 0; r < ids.size(); ++r) {
     for (int64_t c = 0; c < hidden; ++c) {
@@ -69,6 +69,19 @@ TEST_P(CudaQuant, DequantizedRowsEqualTheCpuReference) {
       ASSERT_EQ(got[r * hidden + c], w) << dtype_name(t) << " row " << r << " col " << c;
     }
   }
+
+  // bf16 embedding rows (a bf16 model): the fp32 rows rounded to nearest even.
+  std::vector<float> want_rows;
+  for (int32_t id : ids) {
+    for (int64_t c = 0; c < hidden; ++c) want_rows.push_back(id < vocab ? want[id * hidden + c] : 0.0f);
+  }
+  DevBuf<uint16_t> d_bf16(ids.size() * hidden);
+  d_bf16.poison();
+  quant_embedding_cuda(d_ids.get(), static_cast<int64_t>(ids.size()), d_table.get(), t, vocab, hidden, d_bf16.get(),
+                       DType::BF16, nullptr);
+  const auto got_bf16 = d_bf16.download();
+  const Stored want_bf16 = store(want_rows, DType::BF16);
+  ASSERT_EQ(std::memcmp(got_bf16.data(), want_bf16.bytes.data(), want_bf16.bytes.size()), 0) << dtype_name(t);
 
   // 16-bit tiles (prefill): the fp32 values rounded to nearest even.
   for (DType tile : {DType::F16, DType::BF16}) {
