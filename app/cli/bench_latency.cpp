@@ -104,21 +104,17 @@ int bench(const Args& args) {
     decode_ms.push_back(1000.0 * (t2 - t1) / output_len);
     decode_cpu_ms.push_back(1000.0 * (c2 - c1) / output_len);
   }
-  double params = 0;
-  {
-    const double h = cfg.hidden_size, inter = cfg.intermediate_size, d = cfg.head_dim;
-    const double layer = h * d * (cfg.num_attention_heads + 2.0 * cfg.num_key_value_heads) +
-                         d * cfg.num_attention_heads * h + 3 * h * inter + 2 * h;
-    params = cfg.num_hidden_layers * layer + cfg.vocab_size * h * (cfg.tie_word_embeddings ? 1 : 2) + h;
-  }
+  const ModelConfig::ParameterCount params = cfg.approx_parameters();
   auto mean = [](const std::vector<double>& v) {
     double s = 0;
     for (double x : v) s += x;
     return s / v.size();
   };
   std::printf("| setting | value |\n|---|---|\n");
-  std::printf("| model | %s (%s, %.1fM parameters) |\n", opt.model_dir.string().c_str(), cfg.architectures[0].c_str(),
-              params / 1e6);
+  std::printf("| model | %s (%s, %.1fM parameters", opt.model_dir.string().c_str(), cfg.architectures[0].c_str(),
+              params.total / 1e6);
+  if (params.active < params.total) std::printf(", %.1fM active per token", params.active / 1e6);
+  std::printf(") |\n");
   std::printf("| weights | %s, %s |\n", std::string(dtype_name(runner.weight_dtype())).c_str(),
               opt.load.load_format.c_str());
   std::printf("| threads | %d |\n| batch size | 1 |\n| input / output len | %lld / %lld |\n", opt.threads,

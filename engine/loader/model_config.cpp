@@ -432,4 +432,32 @@ ModelConfig load_model_config(const std::filesystem::path& dir, const ConfigOver
   return parse_model_config(read_text(path), path.string(), overrides, gen);
 }
 
+ModelConfig::ParameterCount ModelConfig::approx_parameters() const {
+  const double h = static_cast<double>(hidden_size), d = static_cast<double>(head_dim);
+  const double attention = h * d * (num_attention_heads + 2.0 * num_key_value_heads) + d * num_attention_heads * h;
+  const double dense_mlp = 3.0 * h * static_cast<double>(intermediate_size);
+  ParameterCount c;
+  for (int l = 0; l < num_hidden_layers; ++l) {
+    const bool moe = num_experts > 0 && (layer_is_moe.empty() || layer_is_moe[static_cast<size_t>(l)]);
+    double total = attention + 2.0 * h, active = total;
+    if (moe) {
+      const double expert = 3.0 * h * static_cast<double>(moe_intermediate_size);
+      // Qwen2-MoE's shared expert and its [1, hidden] gate.
+      const double shared =
+          shared_expert_intermediate_size > 0 ? 3.0 * h * static_cast<double>(shared_expert_intermediate_size) + h : 0.0;
+      total += h * num_experts + num_experts * expert + shared;
+      active += h * num_experts + num_experts_per_tok * expert + shared;
+    } else {
+      total += dense_mlp;
+      active += dense_mlp;
+    }
+    c.total += total;
+    c.active += active;
+  }
+  const double embeddings = static_cast<double>(vocab_size) * h * (tie_word_embeddings ? 1 : 2) + h;
+  c.total += embeddings;
+  c.active += embeddings;
+  return c;
+}
+
 }  // namespace cypris

@@ -68,7 +68,7 @@ struct ModelConfig {
   int64_t shared_expert_intermediate_size = 0;
   bool norm_topk_prob = true;
   // Cohere / Cohere 2: LayerNorm (no bias) epsilon, the logits' scale, Command R+'s per-head q/k
-  // LayerNorm (not supported by the model yet).
+  // LayerNorm.
   double layer_norm_eps = 1e-5;
   double logit_scale = 0.0625;  // CohereConfig's default
   bool use_qk_norm = false;
@@ -78,6 +78,14 @@ struct ModelConfig {
   int64_t max_model_len = 0;           // resolved: --max-model-len or max_position_embeddings
 
   int rotary_dim() const { return static_cast<int>(head_dim * partial_rotary_factor); }
+  // Weight parameters from the shapes (attention, MLPs or experts with their routers, embeddings,
+  // norms; biases left out): all of them, and those one token uses (a MoE token runs top-k of its
+  // experts), for reports such as `cypris bench latency`.
+  struct ParameterCount {
+    double total = 0;
+    double active = 0;
+  };
+  ParameterCount approx_parameters() const;
 };
 
 struct ConfigOverrides {

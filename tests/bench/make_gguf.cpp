@@ -3,7 +3,11 @@
 // file. No model of a realistic size can be downloaded here, and speed does not depend on the
 // weights' values, only on their types and shapes.
 //
-//   bench_make_gguf OUT.gguf MIX [hidden ffn layers heads kv_heads vocab]
+//   bench_make_gguf OUT.gguf MIX [hidden ffn layers heads kv_heads vocab [experts top_k]]
+//
+// With experts > 0 every MLP is a Mixtral-style mixture of experts (llama architecture with
+// llama.expert_count / expert_used_count, merged ffn_{gate,up,down}_exps tensors, an F32 router
+// ffn_gate_inp as llama-quantize leaves it), each expert of width ffn.
 //
 // MIX: F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K (every 2-D tensor in that type), or Q4_K_M — llama.cpp's
 // mix: Q4_K everywhere except output.weight Q6_K and attn_v / ffn_down Q6_K in the layers
@@ -43,14 +47,17 @@ uint32_t ggml_type(DType t) {
 }
 
 std::string random_tensor(DType t, int64_t n, int64_t k, uint32_t seed) {
-  if (t == DType::F16 || t == DType::BF16) {
+  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
     std::mt19937 g(seed);
     std::normal_distribution<float> nd(0.0f, 0.02f);
-    std::string b(static_cast<size_t>(n * k) * 2, '\0');
-    auto* p = reinterpret_cast<uint16_t*>(b.data());
+    std::string b(static_cast<size_t>(n * k) * cypris::dtype_size(t), '\0');
     for (int64_t i = 0; i < n * k; ++i) {
       const float v = nd(g);
-      p[i] = t == DType::F16 ? cypris::f32_to_f16(v) : cypris::f32_to_bf16(v);
+      if (t == DType::F32) {
+        reinterpret_cast<float*>(b.data())[i] = v;
+      } else {
+        reinterpret_cast<uint16_t*>(b.data())[i] = t == DType::F16 ? cypris::f32_to_f16(v) : cypris::f32_to_bf16(v);
+      }
     }
     return b;
   }
@@ -61,16 +68,26 @@ std::string random_tensor(DType t, int64_t n, int64_t k, uint32_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 && argc != 9) {
-    std::fprintf(stderr, "usage: %s OUT.gguf F16|BF16|Q8_0|Q4_0|Q4_K|Q6_K|Q4_K_M [hidden ffn layers heads kv_heads vocab]\n",
+  if (argc != 3 && argc != 9 && argc != 11) {
+    std::fprintf(stderr,
+                 "usage: %s OUT.gguf F16|BF16|Q8_0|Q4_0|Q4_K|Q6_K|Q4_K_M [hidden ffn layers heads kv_heads vocab "
+                 "[experts top_k]]\n",
                  argv[0]);
     return 2;
   }
   const std::string out = argv[1], mix = argv[2];
   int64_t hidden = 768, ffn = 2048, layers = 12, heads = 12, kv_heads = 12, vocab = 32000;
-  if (argc == 9) {
+  int64_t experts = 0, top_k = 0;
+  if (argc >= 9) {
     hidden = std::atoll(argv[3]), ffn = std::atoll(argv[4]), layers = std::atoll(argv[5]);
     heads = std::atoll(argv[6]), kv_heads = std::atoll(argv[7]), vocab = std::atoll(argv[8]);
+  }
+  if (argc == 11) {
+    experts = std::atoll(argv[9]), top_k = std::atoll(argv[10]);
+    if (experts < 2 || top_k < 1 || top_k > experts) {
+      std::fprintf(stderr, "make_gguf: experts must be >= 2 and top_k in [1, experts]\n");
+      return 2;
+    }
   }
   if (hidden <= 0 || ffn <= 0 || layers <= 0 || heads <= 0 || kv_heads <= 0 || vocab < 260 ||
       hidden % heads != 0 || heads % kv_heads != 0) {
@@ -111,6 +128,10 @@ int main(int argc, char** argv) {
   w.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.kv_f32("llama.rope.freq_base", 10000.0f);
   w.kv_u32("llama.vocab_size", static_cast<uint32_t>(vocab));
+  if (experts > 0) {
+    w.kv_u32("llama.expert_count", static_cast<uint32_t>(experts));
+    w.kv_u32("llama.expert_used_count", static_cast<uint32_t>(top_k));
+  }
 
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<float> scores = {0.0f, 0.0f, 0.0f};
@@ -131,6 +152,12 @@ int main(int argc, char** argv) {
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
     w.tensor(name, {cols, rows}, ggml_type(t), random_tensor(t, rows, cols, seed++));
   };
+  // experts stacked matrices [rows, cols] of one type: ggml dims {cols, rows, experts}.
+  auto stacked = [&](const std::string& name, int64_t rows, int64_t cols, DType t) {
+    std::string bytes;
+    for (int64_t e = 0; e < experts; ++e) bytes += random_tensor(t, rows, cols, seed++);
+    w.tensor(name, {cols, rows, experts}, ggml_type(t), bytes);
+  };
   auto norm = [&](const std::string& name) {
     w.tensor(name, {hidden}, 0, GgufWriter::f32_bytes(std::vector<float>(static_cast<size_t>(hidden), 1.0f)));
   };
@@ -148,6 +175,13 @@ int main(int argc, char** argv) {
     matrix(p + "attn_v.weight", kv_dim, hidden, wide);
     matrix(p + "attn_output.weight", hidden, hidden, base);
     norm(p + "ffn_norm.weight");
+    if (experts > 0) {
+      matrix(p + "ffn_gate_inp.weight", experts, hidden, DType::F32);
+      stacked(p + "ffn_gate_exps.weight", ffn, hidden, base);
+      stacked(p + "ffn_up_exps.weight", ffn, hidden, base);
+      stacked(p + "ffn_down_exps.weight", hidden, ffn, wide);
+      continue;
+    }
     matrix(p + "ffn_gate.weight", ffn, hidden, base);
     matrix(p + "ffn_up.weight", ffn, hidden, base);
     matrix(p + "ffn_down.weight", hidden, ffn, wide);
@@ -155,8 +189,8 @@ int main(int argc, char** argv) {
   norm("output_norm.weight");
   matrix("output.weight", vocab, hidden, q4km ? DType::Q6_K : base);
   w.write(out);
-  std::printf("wrote %s (%s, hidden %lld, ffn %lld, %lld layers, vocab %lld)\n", out.c_str(), mix.c_str(),
-              static_cast<long long>(hidden), static_cast<long long>(ffn), static_cast<long long>(layers),
-              static_cast<long long>(vocab));
+  std::printf("wrote %s (%s, hidden %lld, ffn %lld, %lld layers, vocab %lld, experts %lld top-%lld)\n", out.c_str(),
+              mix.c_str(), static_cast<long long>(hidden), static_cast<long long>(ffn), static_cast<long long>(layers),
+              static_cast<long long>(vocab), static_cast<long long>(experts), static_cast<long long>(top_k));
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/common/error.h"
+#include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
 #include "models/rope.h"
 
@@ -170,6 +171,32 @@ TEST(Rope, DefaultAndLinearFrequencies) {
   o.rope_scaling_json = R"({"rope_type":"yarn","factor":4.0})";
   EXPECT_NEAR(compute_rope_parameters(parse_model_config(kLlama, "c", o)).attention_factor, 0.1 * std::log(4.0) + 1,
               1e-6);
+}
+
+// The parameter counts `cypris bench latency` reports, against the checkpoints themselves: the total
+// is the number of weight elements in the file (biases and the per-head q/k norms aside, which the
+// count leaves out), and the active count leaves out the experts a token does not run: (E - k) / E
+// of every expert tensor.
+TEST(ModelConfig, ParameterCountsMatchTheCheckpoints) {
+  for (const char* name : {"llama_gqa_tied", "qwen3_moe_top2_of_8", "mixtral_top2_of_8", "qwen2_moe_shared_expert"}) {
+    const auto dir = std::filesystem::path(CYPRIS_FIXTURES_DIR) / "models" / name;
+    const ModelConfig c = load_model_config(dir);
+    SafetensorsFile f(dir / "model.safetensors");
+    double total = 0, experts = 0;
+    for (const auto& [tensor, t] : f.tensors()) {
+      if (tensor.find("bias") != std::string::npos || tensor.find("q_norm") != std::string::npos ||
+          tensor.find("k_norm") != std::string::npos) {
+        continue;
+      }
+      total += static_cast<double>(t.numel());
+      if (tensor.find(".experts.") != std::string::npos) experts += static_cast<double>(t.numel());
+    }
+    const ModelConfig::ParameterCount n = c.approx_parameters();
+    EXPECT_DOUBLE_EQ(n.total, total) << name;
+    const double unused = c.num_experts > 0 ? experts * (c.num_experts - c.num_experts_per_tok) / c.num_experts : 0.0;
+    EXPECT_DOUBLE_EQ(n.active, total - unused) << name;
+    if (c.num_experts > 0) EXPECT_LT(n.active, n.total) << name;
+  }
 }
 
 }  // namespace
