@@ -4,6 +4,7 @@
 
 #include "engine/common/error.h"
 #include "engine/backend/backend_checks.h"
+#include "engine/backend/cpu/host_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dummy_fill.h"
 #include "kernels/cpu/gemm.h"
@@ -16,7 +17,12 @@ namespace cypris {
 using backend_checks::require_contiguous;
 constexpr const char* kName = "cpu backend";
 
-CpuBackend::CpuBackend(int threads) : pool_(std::make_unique<ThreadPool>(threads)) {
+// Free activation blocks kept for reuse (beyond what a step has in use).
+constexpr size_t kMaxCachedActivationBytes = size_t{1} << 30;
+
+CpuBackend::CpuBackend(int threads)
+    : pool_(std::make_unique<ThreadPool>(threads)),
+      memory_(std::make_shared<HostBlockPool>(kMaxCachedActivationBytes)) {
   init_blas_single_threaded();
 }
 CpuBackend::~CpuBackend() = default;
@@ -27,9 +33,9 @@ int CpuBackend::threads() const {
 
 DeviceTensor CpuBackend::empty(DType dtype, const std::vector<int64_t>& shape) {
   Tensor view(nullptr, dtype, shape);
-  auto buf = std::make_shared<Buffer>(view.nbytes());
-  view.data = buf->data();
-  return DeviceTensor{view, buf};
+  std::shared_ptr<void> block = memory_->get(view.nbytes());
+  view.data = block.get();
+  return DeviceTensor{view, std::move(block)};
 }
 
 DeviceTensor CpuBackend::zeros(DType dtype, const std::vector<int64_t>& shape) {

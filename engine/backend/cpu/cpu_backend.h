@@ -1,4 +1,5 @@
-// The CPU backend: host memory, the kernels of kernels/cpu/ and a thread pool of --threads.
+// The CPU backend: host memory (activations from a caching pool, host_pool.h), the kernels of
+// kernels/cpu/ and a thread pool of --threads.
 #pragma once
 
 #include <memory>
@@ -8,6 +9,7 @@
 namespace cypris {
 
 class ThreadPool;
+class HostBlockPool;
 
 class CpuBackend : public Backend {
  public:
@@ -54,6 +56,7 @@ class CpuBackend : public Backend {
 
  private:
   std::unique_ptr<ThreadPool> pool_;
+  std::shared_ptr<HostBlockPool> memory_;  // activation buffers (and the KV cache, which is allocated once)
 };
 
 }  // namespace cypris
