@@ -6,6 +6,7 @@
 #include "engine/common/error.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant/quant_gemm.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
@@ -94,13 +95,37 @@ void rotary_cpu(float* q, int64_t ldq, int num_q_heads, float* k, int64_t ldk, i
   });
 }
 
+#if defined(__x86_64__)
+// silu(g) * u for 16 lanes: sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e) below, with
+// e = exp(-|g|) <= 1 (simd::exp_nonpositive, relative error below 1e-7), so no lane overflows.
+CYPRIS_TARGET_AVX512 static void silu_mul_avx512(const float* g, const float* u, int64_t n, float* o) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i + 16 <= n; i += 16) {
+    const __m512 gv = _mm512_loadu_ps(g + i);
+    const __m512 neg_abs = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(gv));
+    const __m512 e = simd::exp_nonpositive(neg_abs);
+    const __mmask16 pos = _mm512_cmp_ps_mask(gv, _mm512_setzero_ps(), _CMP_GE_OQ);
+    const __m512 num = _mm512_mask_mov_ps(e, pos, one);
+    const __m512 sig = _mm512_div_ps(num, _mm512_add_ps(one, e));
+    _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_mul_ps(gv, sig), _mm512_loadu_ps(u + i)));
+  }
+}
+#endif
+
 void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool) {
   parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* g = x + t * 2 * inter;
       const float* u = g + inter;
       float* o = out + t * inter;
-      for (int64_t i = 0; i < inter; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      int64_t i = 0;
+#if defined(__x86_64__)
+      if (simd::has_avx512()) {
+        silu_mul_avx512(g, u, inter, o);
+        i = inter / 16 * 16;
+      }
+#endif
+      for (; i < inter; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     }
   });
 }

@@ -299,6 +299,30 @@ TEST(Ops, RotaryRotatesPairsHalfApart) {
                Error);
 }
 
+// Wide rows take the vectorised path (16 lanes, then a scalar tail): silu(g) * u against fp64 over
+// gates from -120 to 120 (exp(-g) overflows fp32 at the low end), zero and NaN.
+TEST(Ops, SiluAndMulMatchesFp64OnWideRowsAndExtremeGates) {
+  const int64_t inter = 100, tokens = 3;
+  std::vector<float> x = randn(tokens * 2 * inter, 21, 4.0f), out(tokens * inter, kPoison);
+  for (int64_t i = 0; i < inter; i += 7) x[i] = -120.0f + 2.4f * static_cast<float>(i);  // row 0's gates
+  x[2 * inter] = 0.0f;
+  x[2 * inter + 1] = std::numeric_limits<float>::quiet_NaN();
+  ThreadPool pool(2);
+  silu_and_mul_cpu(x.data(), tokens, inter, out.data(), &pool);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < inter; ++i) {
+      const double g = x[t * 2 * inter + i], u = x[t * 2 * inter + inter + i];
+      const double want = g / (1 + std::exp(-g)) * u;
+      const float got = out[t * inter + i];
+      if (std::isnan(g)) {
+        EXPECT_TRUE(std::isnan(got)) << i;
+        continue;
+      }
+      EXPECT_NEAR(got, want, 1e-6 * std::abs(want) + 1e-30) << "token " << t << " gate " << g;
+    }
+  }
+}
+
 TEST(Ops, SiluAndMulAndEmbedding) {
   std::vector<float> x = randn(2 * 2 * 10, 9), out(20, kPoison);
   silu_and_mul_cpu(x.data(), 2, 10, out.data(), nullptr);
