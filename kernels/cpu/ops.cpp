@@ -96,19 +96,32 @@ void rotary_cpu(float* q, int64_t ldq, int num_q_heads, float* k, int64_t ldk, i
 }
 
 #if defined(__x86_64__)
-// silu(g) * u for 16 lanes: sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e) below, with
-// e = exp(-|g|) <= 1 (simd::exp_nonpositive, relative error below 1e-7), so no lane overflows.
-CYPRIS_TARGET_AVX512 static void silu_mul_avx512(const float* g, const float* u, int64_t n, float* o) {
+// sigmoid(x) for 16 lanes: 1 / (1 + e) for x >= 0 and e / (1 + e) below, with e = exp(-|x|) <= 1
+// (simd::exp_nonpositive, relative error below 1e-7), so no lane overflows and there is no
+// cancellation; NaN stays NaN.
+CYPRIS_TARGET_AVX512 static inline __m512 sigmoid16(__m512 x) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  for (int64_t i = 0; i + 16 <= n; i += 16) {
+  const __m512 e = simd::exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+  const __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_div_ps(_mm512_mask_mov_ps(e, pos, one), _mm512_add_ps(one, e));
+}
+
+// o = act(g) * u over the whole 16-lane part of a row: silu(g) = g sigmoid(g); gelu_tanh(g) =
+// 0.5 g (1 + tanh(z)) = g sigmoid(2 z), z = sqrt(2 / pi) (g + 0.044715 g^3). Returns the count done.
+template <bool kGelu>
+CYPRIS_TARGET_AVX512 static int64_t act_mul_avx512(const float* g, const float* u, int64_t n, float* o) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
     const __m512 gv = _mm512_loadu_ps(g + i);
-    const __m512 neg_abs = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(gv));
-    const __m512 e = simd::exp_nonpositive(neg_abs);
-    const __mmask16 pos = _mm512_cmp_ps_mask(gv, _mm512_setzero_ps(), _CMP_GE_OQ);
-    const __m512 num = _mm512_mask_mov_ps(e, pos, one);
-    const __m512 sig = _mm512_div_ps(num, _mm512_add_ps(one, e));
-    _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_mul_ps(gv, sig), _mm512_loadu_ps(u + i)));
+    __m512 arg = gv;
+    if constexpr (kGelu) {
+      const __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(gv, gv), gv);
+      arg = _mm512_mul_ps(_mm512_set1_ps(2.0f * 0.7978845608028654f),
+                          _mm512_fmadd_ps(g3, _mm512_set1_ps(0.044715f), gv));
+    }
+    _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_mul_ps(gv, sigmoid16(arg)), _mm512_loadu_ps(u + i)));
   }
+  return i;
 }
 #endif
 
@@ -120,10 +133,7 @@ void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* 
       float* o = out + t * inter;
       int64_t i = 0;
 #if defined(__x86_64__)
-      if (simd::has_avx512()) {
-        silu_mul_avx512(g, u, inter, o);
-        i = inter / 16 * 16;
-      }
+      if (simd::has_avx512()) i = act_mul_avx512<false>(g, u, inter, o);
 #endif
       for (; i < inter; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
     }
@@ -169,7 +179,11 @@ void gelu_tanh_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, fl
       const float* g = x + t * 2 * inter;
       const float* u = g + inter;
       float* o = out + t * inter;
-      for (int64_t i = 0; i < inter; ++i) {
+      int64_t i = 0;
+#if defined(__x86_64__)
+      if (simd::has_avx512()) i = act_mul_avx512<true>(g, u, inter, o);
+#endif
+      for (; i < inter; ++i) {
         const float v = g[i];
         o[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v))) * u[i];
       }

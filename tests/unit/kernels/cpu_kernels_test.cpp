@@ -299,26 +299,38 @@ TEST(Ops, RotaryRotatesPairsHalfApart) {
                Error);
 }
 
-// Wide rows take the vectorised path (16 lanes, then a scalar tail): silu(g) * u against fp64 over
-// gates from -120 to 120 (exp(-g) overflows fp32 at the low end), zero and NaN.
-TEST(Ops, SiluAndMulMatchesFp64OnWideRowsAndExtremeGates) {
+// Wide rows take the vectorised path (16 lanes, then a scalar tail): silu(g) * u and
+// gelu_tanh(g) * u against fp64 over gates from -120 to 120 (exp(-g) overflows fp32 at the low
+// end), zero and NaN.
+TEST(Ops, GatedActivationsMatchFp64OnWideRowsAndExtremeGates) {
   const int64_t inter = 100, tokens = 3;
-  std::vector<float> x = randn(tokens * 2 * inter, 21, 4.0f), out(tokens * inter, kPoison);
+  std::vector<float> x = randn(tokens * 2 * inter, 21, 4.0f);
   for (int64_t i = 0; i < inter; i += 7) x[i] = -120.0f + 2.4f * static_cast<float>(i);  // row 0's gates
   x[2 * inter] = 0.0f;
   x[2 * inter + 1] = std::numeric_limits<float>::quiet_NaN();
   ThreadPool pool(2);
-  silu_and_mul_cpu(x.data(), tokens, inter, out.data(), &pool);
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t i = 0; i < inter; ++i) {
-      const double g = x[t * 2 * inter + i], u = x[t * 2 * inter + inter + i];
-      const double want = g / (1 + std::exp(-g)) * u;
-      const float got = out[t * inter + i];
-      if (std::isnan(g)) {
-        EXPECT_TRUE(std::isnan(got)) << i;
-        continue;
+  for (bool gelu : {false, true}) {
+    std::vector<float> out(tokens * inter, kPoison);
+    if (gelu) {
+      gelu_tanh_and_mul_cpu(x.data(), tokens, inter, out.data(), &pool);
+    } else {
+      silu_and_mul_cpu(x.data(), tokens, inter, out.data(), &pool);
+    }
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t i = 0; i < inter; ++i) {
+        const double g = x[t * 2 * inter + i], u = x[t * 2 * inter + inter + i];
+        const double z = 0.7978845608028654 * (g + 0.044715 * g * g * g);
+        const double want = gelu ? 0.5 * g * (1 + std::tanh(z)) * u : g / (1 + std::exp(-g)) * u;
+        const float got = out[t * inter + i];
+        if (std::isnan(g)) {
+          EXPECT_TRUE(std::isnan(got)) << i;
+          continue;
+        }
+        // The scalar tail of gelu loses 1 + tanh(z) to cancellation for very negative z (down to
+        // an absolute 1e-7 * |g u|); the vector part does not.
+        EXPECT_NEAR(got, want, 1e-6 * std::abs(want) + (gelu ? 1e-7 * std::abs(g * u) : 0.0) + 1e-30)
+            << (gelu ? "gelu" : "silu") << " token " << t << " gate " << g;
       }
-      EXPECT_NEAR(got, want, 1e-6 * std::abs(want) + 1e-30) << "token " << t << " gate " << g;
     }
   }
 }
