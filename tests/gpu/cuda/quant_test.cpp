@@ -47,6 +47,20 @@ DeviceTensor upload_quantized(CudaBackend& backend, DType t, const Bytes& w, int
   return backend.upload_weight(std::move(hw));
 }
 
+// ref[i, j] = x[i, :] · wd[j, :] (+ bias[j]) in fp64: the reference every product is held to.
+std::vector<float> reference_product(const std::vector<float>& x, const std::vector<float>& wd, int64_t m, int64_t n,
+                                     int64_t k, const std::vector<float>* bias = nullptr) {
+  std::vector<float> ref(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = bias ? (*bias)[j] : 0.0;
+      for (int64_t c = 0; c < k; ++c) s += double(x[i * k + c]) * wd[j * k + c];
+      ref[i * n + j] = static_cast<float>(s);
+    }
+  }
+  return ref;
+}
+
 TEST_P(CudaQuant, DequantizedRowsEqualTheCpuReference) {
   CYPRIS_REQUIRE_GPU();
   const DType t = GetParam();
@@ -111,14 +125,7 @@ TEST_P(CudaQuant, FusedGemvMatchesFp64) {
   DevBuf<float> d_bias(bias);
   for (int64_t m : {int64_t{1}, int64_t{3}, kQuantGemvMaxRows}) {
     const auto x = randn(m * k, 10 + static_cast<uint32_t>(m));
-    std::vector<float> ref(m * n);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double s = bias[j];
-        for (int64_t c = 0; c < k; ++c) s += double(x[i * k + c]) * wd[j * k + c];
-        ref[i * n + j] = static_cast<float>(s);
-      }
-    }
+    const std::vector<float> ref = reference_product(x, wd, m, n, k, &bias);
     DevBuf<float> d_x(x);
     DevBuf<float> d_y(m * n);
     d_y.poison();
@@ -139,14 +146,7 @@ TEST_P(CudaQuant, FusedGemvReadsSixteenBitActivations) {
   DevBuf<uint8_t> d_w(w);
   for (DType act : {DType::BF16, DType::F16}) {
     const Stored x = store(randn(m * k, 12), act);
-    std::vector<float> ref(m * n);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t c = 0; c < k; ++c) s += double(x.values[i * k + c]) * wd[j * k + c];
-        ref[i * n + j] = static_cast<float>(s);
-      }
-    }
+    const std::vector<float> ref = reference_product(x.values, wd, m, n, k);
     DevBuf<uint8_t> d_x(x.bytes);
     for (DType out : {DType::F32, act}) {
       DevBuf<uint8_t> d_y(m * n * dtype_size(out));
@@ -169,14 +169,7 @@ TEST_P(CudaQuant, BackendLinearDecodeAndPrefill) {
   DeviceTensor dw = upload_quantized(*backend, t, w, n, k);
   for (int64_t m : {int64_t{2}, int64_t{40}}) {
     const auto x = randn(m * k, 30 + static_cast<uint32_t>(m));
-    std::vector<float> ref(m * n);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t c = 0; c < k; ++c) s += double(x[i * k + c]) * wd[j * k + c];
-        ref[i * n + j] = static_cast<float>(s);
-      }
-    }
+    const std::vector<float> ref = reference_product(x, wd, m, n, k);
     DeviceTensor dx = backend->upload(x.data(), DType::F32, {m, k});
     std::vector<float> poison(m * n, NAN);
     DeviceTensor dy = backend->upload(poison.data(), DType::F32, {m, n});
@@ -203,14 +196,7 @@ TEST_P(CudaQuant, BackendLinearWithBf16Activations) {
   DeviceTensor dw = upload_quantized(*backend, t, w, n, k);
   for (int64_t m : {int64_t{3}, int64_t{40}}) {
     const Stored x = store(randn(m * k, 40 + static_cast<uint32_t>(m)), DType::BF16);
-    std::vector<float> ref(m * n);
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        double s = 0;
-        for (int64_t c = 0; c < k; ++c) s += double(x.values[i * k + c]) * wd[j * k + c];
-        ref[i * n + j] = static_cast<float>(s);
-      }
-    }
+    const std::vector<float> ref = reference_product(x.values, wd, m, n, k);
     DeviceTensor dx = backend->upload(x.bytes.data(), DType::BF16, {m, k});
     DeviceTensor dy = backend->zeros(DType::BF16, {m, n});
     backend->linear(dx.view, dw.view, nullptr, dy.view);
