@@ -135,6 +135,15 @@ class Backend {
   // (F32, F16, BF16, or F8E4M3 / F8E5M2 quantised with kv_scales).
   virtual void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                               Tensor& v_cache, const KvCacheScales& kv_scales = {}) = 0;
+  // rotary(q, k, positions, cos_sin, head_dim) then write_kv_cache(k, v, ...): what every rotary
+  // attention layer does before attention. The default runs the two ops; CUDA fuses them into one
+  // launch (the rotated k goes to the cache from registers).
+  virtual void rotary_and_write_kv_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions,
+                                         const Tensor& cos_sin, int head_dim, const AttentionMetadata& meta,
+                                         Tensor& k_cache, Tensor& v_cache, const KvCacheScales& kv_scales = {}) {
+    rotary(q, k, positions, cos_sin, head_dim);
+    write_kv_cache(k, v, meta, k_cache, v_cache, kv_scales);
+  }
   // Causal attention of q [T, Hq*D] over the cached context; out [T, Hq*D]. window 0 = full.
   // scale is the softmax scale; kv_scales dequantise an fp8 cache; softcap > 0 caps the scores
   // as softcap * tanh(score / softcap) before the softmax (Gemma 2).

@@ -5,10 +5,15 @@
 // move as 16-byte (or 8/4-byte for narrow types) vectors; otherwise elements go one by one. Any io type
 // (F32 / BF16 / F16) is converted to fp32 and stored as the cache type; fp8 uses kernels/common/fp8.h
 // (x / scale, round to nearest even, saturating) so the bytes equal the CPU reference's.
+// rotary_and_cache: the rotary of q and k fused with the K/V cache write, one launch instead of two
+// (see the kernel).
 // copy_blocks: one thread block per (cache, pair), copying 16 bytes per thread when the block size
 // allows, so that every layer's K and V move in a single launch instead of 2 x layers x pairs memcpys;
 // block copies and swaps move bytes and need no change for fp8 or 16-bit caches.
 #include "kernels/cuda/cache_ops.h"
+
+#include <algorithm>
+#include <climits>
 
 #include "engine/common/error.h"
 #include "kernels/common/fp8.h"
@@ -125,6 +130,67 @@ void dispatch_cache_type(const void* k, int64_t ldk, const void* v, int64_t ldv,
 #undef CYPRIS_RC_LAUNCH
 }
 
+// Rotary fused with the cache write. grid (num_tokens, Hq + 2 * Hkv): one block per head of one
+// token. A q head is rotated in place; a k head is rotated in place and the rotated values (as
+// rounded to the io type, so the cache equals rotary followed by reshape_and_cache) are stored at
+// the token's slot; a v head is stored as it is. A position outside the table leaves q and k
+// unrotated (as rotary_cuda does) and a slot outside the cache is not stored (as
+// reshape_and_cache_cuda does).
+template <typename T, typename Store>
+static __global__ void rotary_and_cache_kernel(RotaryCacheArgs a, float k_scale, float v_scale) {
+  using Out = typename Store::Elem;
+  const int64_t t = blockIdx.x;
+  const int h = blockIdx.y;
+  const int pos = a.positions[t];
+  const bool rotate = pos >= 0 && pos < a.max_pos;
+  const int64_t slot = a.slot_mapping[t];
+  const bool store = slot >= 0 && slot < a.num_slots;
+  const int d = a.head_dim, half = a.rot_dim / 2;
+  const int64_t kv_width = static_cast<int64_t>(a.num_kv_heads) * d;
+  const float* c = a.cos_sin + static_cast<int64_t>(rotate ? pos : 0) * a.rot_dim;
+  const float* s = c + half;
+  if (h < a.num_q_heads) {
+    if (!rotate) return;
+    T* head = static_cast<T*>(a.q) + t * a.ldq + static_cast<int64_t>(h) * d;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+      float r1, r2;
+      rotate_pair(to_float(head[i]), to_float(head[i + half]), c[i], s[i], &r1, &r2);
+      head[i] = from_float<T>(r1);
+      head[i + half] = from_float<T>(r2);
+    }
+    return;
+  }
+  if (h < a.num_q_heads + a.num_kv_heads) {
+    const int kh = h - a.num_q_heads;
+    T* head = static_cast<T*>(a.k) + t * a.ldk + static_cast<int64_t>(kh) * d;
+    Out* dst = static_cast<Out*>(a.k_cache) + slot * kv_width + static_cast<int64_t>(kh) * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      if (rotate && i < 2 * half) {
+        // Thread i < half owns the pair (i, i + half); the partner index is read, not written.
+        if (i >= half) continue;
+        float f1, f2;
+        rotate_pair(to_float(head[i]), to_float(head[i + half]), c[i], s[i], &f1, &f2);
+        const T r1 = from_float<T>(f1);
+        const T r2 = from_float<T>(f2);
+        head[i] = r1;
+        head[i + half] = r2;
+        if (store) {
+          dst[i] = Store::store(to_float(r1), k_scale);
+          dst[i + half] = Store::store(to_float(r2), k_scale);
+        }
+        continue;
+      }
+      if (store) dst[i] = Store::store(to_float(head[i]), k_scale);  // past the rotary part, or unrotated
+    }
+    return;
+  }
+  if (!store) return;
+  const int vh = h - a.num_q_heads - a.num_kv_heads;
+  const T* head = static_cast<const T*>(a.v) + t * a.ldv + static_cast<int64_t>(vh) * d;
+  Out* dst = static_cast<Out*>(a.v_cache) + slot * kv_width + static_cast<int64_t>(vh) * d;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) dst[i] = Store::store(to_float(head[i]), v_scale);
+}
+
 template <typename Word>
 static __global__ void copy_blocks_kernel(const uint64_t* __restrict__ cache_ptrs, const int64_t* __restrict__ pairs,
                                           int64_t words_per_block) {
@@ -163,6 +229,33 @@ void reshape_and_cache_cuda(const void* k, int64_t ldk, const void* v, int64_t l
     default:
       CYPRIS_FAIL("reshape_and_cache_cuda: K/V must be float32, bfloat16 or float16, got {}", dtype_name(io_dtype));
   }
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void rotary_and_cache_cuda(const RotaryCacheArgs& a, DType io_dtype, DType cache_dtype, float k_scale, float v_scale,
+                           cudaStream_t stream) {
+  CYPRIS_CHECK(a.rot_dim > 0 && a.rot_dim % 2 == 0 && a.rot_dim <= a.head_dim && a.num_q_heads >= 0 &&
+                   a.num_kv_heads > 0,
+               "rotary_and_cache_cuda: rot_dim {} head_dim {} heads {} / {}", a.rot_dim, a.head_dim, a.num_q_heads,
+               a.num_kv_heads);
+  const bool fp8 = cache_dtype == DType::F8E4M3 || cache_dtype == DType::F8E5M2;
+  CYPRIS_CHECK(!fp8 || (k_scale > 0.0f && v_scale > 0.0f),
+               "rotary_and_cache_cuda: fp8 scales must be positive (k_scale {}, v_scale {})", k_scale, v_scale);
+  if (a.num_tokens <= 0) return;
+  CYPRIS_CHECK(a.num_tokens <= INT32_MAX, "rotary_and_cache_cuda: {} tokens", a.num_tokens);
+  const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>(a.num_q_heads + 2 * a.num_kv_heads));
+  const int threads = std::min(128, std::max(32, (a.head_dim + 31) / 32 * 32));
+  dispatch_float(io_dtype, "rotary_and_cache_cuda", [&](auto tag) {
+    using T = decltype(tag);
+    switch (cache_dtype) {
+      case DType::F32: rotary_and_cache_kernel<T, StoreF32><<<grid, threads, 0, stream>>>(a, k_scale, v_scale); break;
+      case DType::F16: rotary_and_cache_kernel<T, StoreF16><<<grid, threads, 0, stream>>>(a, k_scale, v_scale); break;
+      case DType::BF16: rotary_and_cache_kernel<T, StoreBF16><<<grid, threads, 0, stream>>>(a, k_scale, v_scale); break;
+      case DType::F8E4M3: rotary_and_cache_kernel<T, StoreE4M3><<<grid, threads, 0, stream>>>(a, k_scale, v_scale); break;
+      case DType::F8E5M2: rotary_and_cache_kernel<T, StoreE5M2><<<grid, threads, 0, stream>>>(a, k_scale, v_scale); break;
+      default: CYPRIS_FAIL("rotary_and_cache_cuda: unsupported KV cache type {}", dtype_name(cache_dtype));
+    }
+  });
   CUDA_CHECK(cudaGetLastError());
 }
 

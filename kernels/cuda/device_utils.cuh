@@ -34,6 +34,14 @@ void dispatch_float(DType t, const char* what, F&& f) {
   }
 }
 
+// The rotary of one (x1, x2) pair: (x1 c - x2 s, x2 c + x1 s), with explicit round-to-nearest
+// products and sums (no FMA contraction), so every kernel that rotates gets the same bits as the
+// CPU reference (rotary_cpu), fused or not.
+__device__ __forceinline__ void rotate_pair(float x1, float x2, float c, float s, float* r1, float* r2) {
+  *r1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  *r2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }

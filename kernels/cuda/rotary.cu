@@ -37,10 +37,10 @@ static __global__ void rotary_kernel(T* __restrict__ q, int64_t ldq, int num_q_h
     const int i = idx % half;
     T* head = h < num_q_heads ? q + t * ldq + static_cast<int64_t>(h) * head_dim
                               : k + t * ldk + static_cast<int64_t>(h - num_q_heads) * head_dim;
-    const float x1 = to_float(head[i]);
-    const float x2 = to_float(head[i + half]);
-    head[i] = from_float<T>(x1 * c[i] - x2 * s[i]);
-    head[i + half] = from_float<T>(x2 * c[i] + x1 * s[i]);
+    float r1, r2;
+    rotate_pair(to_float(head[i]), to_float(head[i + half]), c[i], s[i], &r1, &r2);
+    head[i] = from_float<T>(r1);
+    head[i + half] = from_float<T>(r2);
   }
 }
 

@@ -88,11 +88,12 @@ void AttentionBlock::forward(Backend& b, const Tensor& x, const ForwardInputs& i
     dump("k_norm", k);
   }
   if (rope_) {
-    rope.apply(b, q, k, in.positions, layout_.head_dim);
+    rope.apply_and_cache(b, q, k, v, in.positions, layout_.head_dim, in.attn, kv.k.view, kv.v.view, kv.scales);
     dump("q_rot", q);
     dump("k_rot", k);
+  } else {
+    b.write_kv_cache(k, v, in.attn, kv.k.view, kv.v.view, kv.scales);
   }
-  b.write_kv_cache(k, v, in.attn, kv.k.view, kv.v.view, kv.scales);
   b.paged_attention(q, kv.k.view, kv.v.view, in.attn, scale_, sliding_window_, attn, kv.scales, softcap_);
   dump("attn", attn);
   o_.forward(b, attn, out, reduce);

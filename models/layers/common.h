@@ -53,6 +53,12 @@ class RotaryCache {
   void apply(Backend& b, Tensor& q, Tensor& k, const Tensor& positions, int head_dim) const {
     b.rotary(q, k, positions, cos_sin_.view, head_dim);
   }
+  // apply, then k and v stored in the layer's cache (one fused op on CUDA).
+  void apply_and_cache(Backend& b, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions, int head_dim,
+                       const AttentionMetadata& meta, Tensor& k_cache, Tensor& v_cache,
+                       const KvCacheScales& kv_scales) const {
+    b.rotary_and_write_kv_cache(q, k, v, positions, cos_sin_.view, head_dim, meta, k_cache, v_cache, kv_scales);
+  }
 
  private:
   DeviceTensor cos_sin_;  // F32 [max_model_len, rotary_dim]

@@ -467,6 +467,37 @@ void CudaBackend::write_kv_cache(const Tensor& k, const Tensor& v, const Attenti
                          k_cache.shape[0] * k_cache.shape[1], impl_->stream, k_cache.dtype, kv_scales.k, kv_scales.v);
 }
 
+void CudaBackend::rotary_and_write_kv_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions,
+                                            const Tensor& cos_sin, int head_dim, const AttentionMetadata& meta,
+                                            Tensor& k_cache, Tensor& v_cache, const KvCacheScales& kv_scales) {
+  backend_checks::check_rotary(kName, activation_dtype(), q, k, positions, cos_sin, head_dim);
+  backend_checks::check_write_kv_cache(kName, activation_dtype(), k, v, meta, k_cache, v_cache);
+  if (k_cache.shape[3] != head_dim || v.dtype != k.dtype) {  // not the layout the fused kernel writes
+    Backend::rotary_and_write_kv_cache(q, k, v, positions, cos_sin, head_dim, meta, k_cache, v_cache, kv_scales);
+    return;
+  }
+  RotaryCacheArgs a;
+  a.q = q.data;
+  a.ldq = row_stride(q);
+  a.k = k.data;
+  a.ldk = row_stride(k);
+  a.v = v.data;
+  a.ldv = row_stride(v);
+  a.num_q_heads = static_cast<int>(q.shape[1] / head_dim);
+  a.num_kv_heads = static_cast<int>(k.shape[1] / head_dim);
+  a.head_dim = head_dim;
+  a.rot_dim = static_cast<int>(cos_sin.shape[1]);
+  a.positions = positions.as<int32_t>();
+  a.cos_sin = cos_sin.as<float>();
+  a.max_pos = cos_sin.shape[0];
+  a.slot_mapping = meta.slot_mapping.as<int64_t>();
+  a.k_cache = k_cache.data;
+  a.v_cache = v_cache.data;
+  a.num_slots = k_cache.shape[0] * k_cache.shape[1];
+  a.num_tokens = q.shape[0];
+  rotary_and_cache_cuda(a, q.dtype, k_cache.dtype, kv_scales.k, kv_scales.v, impl_->stream);
+}
+
 void CudaBackend::paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                                   const AttentionMetadata& meta, float scale, int sliding_window, Tensor& out,
                                   const KvCacheScales& kv_scales, float softcap) {

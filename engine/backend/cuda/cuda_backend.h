@@ -53,6 +53,10 @@ class CudaBackend : public Backend {
   void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) override;
   void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                       Tensor& v_cache, const KvCacheScales& kv_scales = {}) override;
+  // One launch (kernels/cuda/cache_ops.h rotary_and_cache_cuda). Never ran on a GPU.
+  void rotary_and_write_kv_cache(Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& cos_sin,
+                                 int head_dim, const AttentionMetadata& meta, Tensor& k_cache, Tensor& v_cache,
+                                 const KvCacheScales& kv_scales = {}) override;
   void paged_attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const AttentionMetadata& meta,
                        float scale, int sliding_window, Tensor& out, const KvCacheScales& kv_scales = {},
                        float softcap = 0.0f) override;
