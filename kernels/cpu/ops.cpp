@@ -125,7 +125,13 @@ CYPRIS_TARGET_AVX512 static int64_t act_mul_avx512(const float* g, const float* 
 }
 #endif
 
-void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool) {
+namespace {
+
+// out[t, i] = act(x[t, i]) * x[t, inter + i]: AVX-512 over the 16-lane part of each row, the scalar
+// formula for the rest (and without AVX-512).
+template <bool kGelu>
+void gated_act_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
   parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* g = x + t * 2 * inter;
@@ -133,11 +139,24 @@ void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* 
       float* o = out + t * inter;
       int64_t i = 0;
 #if defined(__x86_64__)
-      if (simd::has_avx512()) i = act_mul_avx512<false>(g, u, inter, o);
+      if (simd::has_avx512()) i = act_mul_avx512<kGelu>(g, u, inter, o);
 #endif
-      for (; i < inter; ++i) o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+      for (; i < inter; ++i) {
+        const float v = g[i];
+        if constexpr (kGelu) {
+          o[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v))) * u[i];
+        } else {
+          o[i] = v / (1.0f + std::exp(-v)) * u[i];
+        }
+      }
     }
   });
+}
+
+}  // namespace
+
+void silu_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool) {
+  gated_act_cpu<false>(x, num_tokens, inter, out, pool);
 }
 
 namespace {
@@ -173,22 +192,7 @@ void layer_norm_heads_cpu(float* x, int64_t ld, int64_t rows, int heads, int hea
 }
 
 void gelu_tanh_and_mul_cpu(const float* x, int64_t num_tokens, int64_t inter, float* out, ThreadPool* pool) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  parallel(pool, num_tokens, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const float* g = x + t * 2 * inter;
-      const float* u = g + inter;
-      float* o = out + t * inter;
-      int64_t i = 0;
-#if defined(__x86_64__)
-      if (simd::has_avx512()) i = act_mul_avx512<true>(g, u, inter, o);
-#endif
-      for (; i < inter; ++i) {
-        const float v = g[i];
-        o[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v))) * u[i];
-      }
-    }
-  });
+  gated_act_cpu<true>(x, num_tokens, inter, out, pool);
 }
 
 void scale_and_cap_cpu(float* x, int64_t rows, int64_t cols, int64_t ld, float scale, float cap, ThreadPool* pool) {

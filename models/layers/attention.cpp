@@ -1,6 +1,5 @@
 #include "models/layers/attention.h"
 
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -41,12 +40,11 @@ AttentionBlock::AttentionBlock(const WeightLoader& w, const TpLayout& layout, co
     auto load = [&](const std::string& name, int64_t heads, const ShardSpec& shard) {
       HostTensor t = w.load_rows_f32_host({p + name, heads, shard}, d);
       if (spec.interleaved_rope) {
-        float* base = t.buffer.as<float>();
-        std::vector<float> row(static_cast<size_t>(d));
-        for (int64_t r = 0; r < t.shape[0]; ++r) {
-          std::copy_n(base + r * d, d, row.begin());
-          for (int64_t i = 0; i < d; ++i) base[r * d + i] = row[static_cast<size_t>(i < d / 2 ? 2 * i : 2 * (i - d / 2) + 1)];
-        }
+        // The [heads, d] values as heads * d one-value rows: the q/k rows' permutation per head.
+        const std::vector<int64_t> shape = t.shape;
+        t.shape = {shape[0] * d};
+        deinterleave_rows(t, t.shape[0], static_cast<int>(d));
+        t.shape = shape;
       }
       return w.backend().upload_weight(std::move(t));
     };

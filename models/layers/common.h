@@ -49,11 +49,8 @@ class RotaryCache {
  public:
   RotaryCache() = default;
   RotaryCache(Backend& b, const ModelConfig& cfg);
-  // Neox rotary in place on q [T, Hq*D] and k [T, Hkv*D].
-  void apply(Backend& b, Tensor& q, Tensor& k, const Tensor& positions, int head_dim) const {
-    b.rotary(q, k, positions, cos_sin_.view, head_dim);
-  }
-  // apply, then k and v stored in the layer's cache (one fused op on CUDA).
+  // Neox rotary in place on q [T, Hq*D] and k [T, Hkv*D], then k and v stored in the layer's
+  // cache (one fused op on CUDA).
   void apply_and_cache(Backend& b, Tensor& q, Tensor& k, const Tensor& v, const Tensor& positions, int head_dim,
                        const AttentionMetadata& meta, Tensor& k_cache, Tensor& v_cache,
                        const KvCacheScales& kv_scales) const {

@@ -32,10 +32,6 @@ ColumnParallelLinear::ColumnParallelLinear(const WeightLoader& w, const std::vec
   }
 }
 
-namespace {
-
-// Rows [0, rows) of t regrouped per head: new row h*D + i takes old row h*D + 2i (i < D/2) or
-// h*D + 2(i - D/2) + 1.
 void deinterleave_rows(HostTensor& t, int64_t rows, int head_dim) {
   const int64_t cols = t.shape.size() > 1 ? t.shape[1] : 1;
   const size_t row_bytes = dtype_nbytes(t.dtype, cols);
@@ -52,7 +48,6 @@ void deinterleave_rows(HostTensor& t, int64_t rows, int head_dim) {
   }
 }
 
-}  // namespace
 
 ColumnParallelLinear ColumnParallelLinear::interleaved_to_neox(const WeightLoader& w,
                                                                const std::vector<LinearPart>& parts,

@@ -58,6 +58,11 @@ class RowParallelLinear {
   const ModelBuildOptions* opt_ = nullptr;
 };
 
+// Rows [0, rows) of t (rows of a 2-D tensor, elements of a 1-D one) regrouped per head of head_dim
+// rows, from interleaved rotary pairs to [even | odd] halves: new row h*D + i takes old row h*D + 2i
+// (i < D/2) or h*D + 2(i - D/2) + 1.
+void deinterleave_rows(HostTensor& t, int64_t rows, int head_dim);
+
 // The bias name of a weight name: "x.weight" -> "x.bias".
 std::string bias_name(const std::string& weight_name);
 

@@ -62,11 +62,30 @@ double ms_per_token(const std::filesystem::path& dir, int steps, int threads, co
 
 }  // namespace
 
+namespace {
+int run(int argc, char** argv);
+}  // namespace
+
 int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_moe_decode: %s\n", e.what());
+    return 1;
+  }
+}
+
+namespace {
+
+int run(int argc, char** argv) {
   const int layers = argc > 1 ? std::atoi(argv[1]) : 4;
   const int steps = argc > 2 ? std::atoi(argv[2]) : 32;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
   const std::string device = argc > 4 ? argv[4] : "cpu";
+  if (layers < 1 || steps < 1 || threads < 1 || (device != "cpu" && device != "cuda")) {
+    std::fprintf(stderr, "usage: bench_moe_decode [layers >= 1] [steps >= 1] [threads >= 1] [cpu|cuda]\n");
+    return 2;
+  }
   const double attn = 4.0 * kHidden * kHeads * kHeadDim / 2 * 1.25;  // q, o full; k, v at 4 of 16 heads
   const double mlp_unit = 3.0 * kHidden;                             // gate, up, down per unit of width
   struct Case {
@@ -93,3 +112,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 }
+
+}  // namespace

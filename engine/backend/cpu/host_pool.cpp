@@ -25,7 +25,8 @@ size_t HostBlockPool::cached_bytes() const {
 }
 
 std::shared_ptr<void> HostBlockPool::get(size_t bytes) {
-  const size_t size = size_class(bytes == 0 ? 1 : bytes);
+  if (bytes == 0) return nullptr;  // an empty tensor has no memory
+  const size_t size = size_class(bytes);
   if (size < kMinPooled) {
     void* p = std::aligned_alloc(kAlignment, size);
     if (!p) throw std::bad_alloc();

@@ -27,7 +27,7 @@ class HostBlockPool : public std::enable_shared_from_this<HostBlockPool> {
   HostBlockPool& operator=(const HostBlockPool&) = delete;
 
   // At least `bytes` bytes, kAlignment-aligned, uninitialised; returned to the pool (or freed)
-  // when the last owner lets go. Throws std::bad_alloc when memory runs out.
+  // when the last owner lets go; null for 0 bytes. Throws std::bad_alloc when memory runs out.
   std::shared_ptr<void> get(size_t bytes);
 
   // The size a request of `bytes` is served with: steps of 1/16 of the enclosing power of two

@@ -49,8 +49,9 @@ TEST(HostBlockPool, FreedBlocksAreReusedUpToTheCap) {
   EXPECT_LE(pool->cached_bytes(), size_t{4} << 20);  // one of the two kept, the other freed
   b.reset();
   EXPECT_LE(pool->cached_bytes(), size_t{4} << 20);
-  // Small blocks bypass the pool.
+  // Small blocks bypass the pool; an empty request has no memory.
   { auto s = pool->get(100); }
+  EXPECT_EQ(pool->get(0), nullptr);
   EXPECT_LE(pool->cached_bytes(), size_t{4} << 20);
 }
 
