@@ -174,7 +174,6 @@ static int64_t gemma_query_scalar(const json& j, const std::string& arch) {
   return j.contains("head_dim") ? j.at("head_dim").get<int64_t>() : hidden / heads;
 }
 
-
 json gguf_hf_config(const GgufModel& m) {
   const GgufArchitecture& a = gguf_architecture(m);
   const std::string arch(a.gguf_arch);

@@ -195,24 +195,24 @@ CYPRIS_TARGET_AVX512 void gemm_rows_avx512(const float* x, int64_t m, int64_t k,
     const int64_t klen = std::min(kGemmKc, k - k0);
     const bool accumulate = k0 > 0;
     for (int64_t i0 = 0; i0 < m; i0 += kGemmMc) {
-    const int64_t i1 = std::min(m, i0 + kGemmMc);
-    for (int64_t j = n0; j < n1; j += kGemmNr) {
-      const int nr = static_cast<int>(std::min<int64_t>(kGemmNr, n1 - j));
-      const char* wj = static_cast<const char*>(w) + j * row_bytes + k0 * 2;
-      const float* bj = bias ? bias + j : nullptr;
-      for (int64_t i = i0; i < i1; i += kGemmMr) {
-        const float* xi = x + i * ldx + k0;
-        float* yi = y + i * ldy + j;
-        switch (std::min<int64_t>(kGemmMr, i1 - i)) {
-          case 6: gemm_tile_nr<DT, 6>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
-          case 5: gemm_tile_nr<DT, 5>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
-          case 4: gemm_tile_nr<DT, 4>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
-          case 3: gemm_tile_nr<DT, 3>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
-          case 2: gemm_tile_nr<DT, 2>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
-          default: gemm_tile_nr<DT, 1>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+      const int64_t i1 = std::min(m, i0 + kGemmMc);
+      for (int64_t j = n0; j < n1; j += kGemmNr) {
+        const int nr = static_cast<int>(std::min<int64_t>(kGemmNr, n1 - j));
+        const char* wj = static_cast<const char*>(w) + j * row_bytes + k0 * 2;
+        const float* bj = bias ? bias + j : nullptr;
+        for (int64_t i = i0; i < i1; i += kGemmMr) {
+          const float* xi = x + i * ldx + k0;
+          float* yi = y + i * ldy + j;
+          switch (std::min<int64_t>(kGemmMr, i1 - i)) {
+            case 6: gemm_tile_nr<DT, 6>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+            case 5: gemm_tile_nr<DT, 5>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+            case 4: gemm_tile_nr<DT, 4>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+            case 3: gemm_tile_nr<DT, 3>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+            case 2: gemm_tile_nr<DT, 2>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+            default: gemm_tile_nr<DT, 1>(nr, xi, ldx, wj, row_bytes, klen, yi, ldy, accumulate, bj); break;
+          }
         }
       }
-    }
     }
   }
 }
@@ -340,15 +340,10 @@ void gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, 
     return;
   }
   if (w_dtype != DType::F32 && simd::has_avx512()) {
-    if (w_dtype == DType::F16) {
-      for_weight_rows(w_dtype, n, pool, [&](auto, int64_t j0, int64_t j1) {
-        gemm_rows_avx512<DType::F16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
-      });
-    } else {
-      for_weight_rows(w_dtype, n, pool, [&](auto, int64_t j0, int64_t j1) {
-        gemm_rows_avx512<DType::BF16>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
-      });
-    }
+    for_weight_rows(w_dtype, n, pool, [&](auto dt, int64_t j0, int64_t j1) {
+      constexpr DType DT = decltype(dt)::value;
+      if constexpr (DT != DType::F32) gemm_rows_avx512<DT>(x, m, k, ldx, w, j0, j1, bias, y, ldy);
+    });
     return;
   }
   if (m <= kMaxGemvRows && simd::has_avx2_fma()) {
