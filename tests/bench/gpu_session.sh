@@ -2,7 +2,7 @@
 # One lent-GPU session in one call (see ../shared/gpu/README.md): correctness first, then the GPU-speed
 # issue's benchmarks on the Llama-3-8B shape with dummy bf16 weights. Run from the project root on the GPU
 # machine after packing a CUDA build here (../shared/gpu/pack.sh build-cuda):
-#   tests/bench/gpu_session.sh [tests|bench|serving|moe|profile|all] [gtest filter]
+#   tests/bench/gpu_session.sh [tests|sanitize|bench|serving|moe|profile|all] [gtest filter]
 # Writes full logs under $OUT (or /tmp/gpu-out; at most 7 files) and prints a short summary last.
 set -u
 MODE=${1:-all}
@@ -22,6 +22,17 @@ if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
   timeout 300 "$B/test_gpu_cuda" --gtest_filter="$FILTER" > "$OUT/test_gpu_cuda.txt" 2>&1
   note "test_gpu_cuda rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu_cuda.txt" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "$OUT/test_gpu_cuda.txt" | sort -u | head -40 | tee -a "$summary"
+fi
+
+if [ "$MODE" = sanitize ] || [ "$MODE" = all ]; then
+  # compute-sanitizer over every kernel-level test (whole-model, graph and engine tests are left out:
+  # they run the same kernels, many times over). Same filter as the ctest `sanitizer` label.
+  KFILTER='-*Fixture*:*GgufModel*:*Engine*:*Graph*:*Equivalence*:CudaModel.*:*WeightUpload*:*BackendMemory*:*DummyFill*'
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 1 "$B/test_gpu_cuda" --gtest_filter="$KFILTER" \
+      > "$OUT/sanitizer_$tool.txt" 2>&1
+    note "compute-sanitizer $tool rc=$? $(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.txt" | tr '\n' ' ')"
+  done
 fi
 
 if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
