@@ -10,6 +10,9 @@ FILTER=${2:-*}
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 . .gpu/env.sh
+# The reference GGUF files the CudaGgufModel tests read (the pack holds the models and tokenizers only):
+# copied into .gpu/gguf before the call when the test-data folder is not on the GPU machine.
+[ -d .gpu/gguf ] && [ ! -e "$SHR/testdata/gguf" ] && ln -s "$PWD/.gpu/gguf" "$SHR/testdata/gguf"
 M=tests/fixtures/configs/llama3-8b
 MODEL_ARGS="--model $M --load-format dummy --dtype bfloat16"
 summary="$OUT/summary.txt"
