@@ -11,7 +11,7 @@
 #include <mutex>
 
 #include "app/cli/commands.h"
-#include "engine/loader/hub/hub.h"
+#include "engine/hub/hub.h"
 
 namespace cypris::cli {
 namespace {

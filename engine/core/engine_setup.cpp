@@ -5,8 +5,8 @@
 #include <regex>
 
 #include "engine/common/error.h"
+#include "engine/hub/hub.h"
 #include "engine/loader/gguf.h"
-#include "engine/loader/hub/hub.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/runtime/kv_cache_scales.h"
 

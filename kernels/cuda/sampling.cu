@@ -37,6 +37,7 @@
 #include <climits>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
+#include <type_traits>
 
 #include "engine/common/error.h"
 #include "kernels/common/philox.h"
@@ -109,19 +110,15 @@ struct ArgMaxOp {
   }
 };
 
-using ReduceD = cub::BlockReduce<double, kSampleThreads>;
-using ReduceI = cub::BlockReduce<int, kSampleThreads>;
-using ReduceA = cub::BlockReduce<ArgMax, kSampleThreads>;
-using ScanI = cub::BlockScan<int, kSampleThreads>;
-using ScanD = cub::BlockScan<double, kSampleThreads>;
-
+// Shared memory of one row's block. The cub temporaries of every reduction and scan share one
+// buffer (each call ends with a barrier before the next may reuse it).
 struct Smem {
   union {
-    ReduceD::TempStorage d;
-    ReduceI::TempStorage i;
-    ReduceA::TempStorage a;
-    ScanI::TempStorage si;
-    ScanD::TempStorage sd;
+    cub::BlockReduce<double, kSampleThreads>::TempStorage reduce_d;
+    cub::BlockReduce<int, kSampleThreads>::TempStorage reduce_i;
+    cub::BlockReduce<ArgMax, kSampleThreads>::TempStorage reduce_a;
+    cub::BlockScan<int, kSampleThreads>::TempStorage scan_i;
+    cub::BlockScan<double, kSampleThreads>::TempStorage scan_d;
   } cub;
   uint32_t count[256];
   double mass[256];
@@ -136,40 +133,57 @@ struct Smem {
   int32_t top_i[kMaxGpuTopLogprobs];
 };
 
-// Block-wide results every thread receives (all threads must call).
-__device__ double block_sum(double v, Smem& sm) {
-  const double r = ReduceD(sm.cub.d).Sum(v);
-  if (threadIdx.x == 0) sm.bcast_d = r;
+// The shared slot that hands a block-wide result of type T to every thread.
+template <class T>
+__device__ T& bcast_slot(Smem& sm);
+template <>
+__device__ double& bcast_slot<double>(Smem& sm) {
+  return sm.bcast_d;
+}
+template <>
+__device__ int& bcast_slot<int>(Smem& sm) {
+  return sm.bcast_i;
+}
+template <>
+__device__ ArgMax& bcast_slot<ArgMax>(Smem& sm) {
+  return sm.bcast_a;
+}
+
+// A block-wide reduction whose result every thread receives (all threads must call): the sum by
+// default (cub's Sum), else with op.
+struct BlockSum {};
+template <class T, class Op = BlockSum>
+__device__ T block_reduce(T v, Smem& sm, Op op = {}) {
+  using Reduce = cub::BlockReduce<T, kSampleThreads>;
+  auto& tmp = reinterpret_cast<typename Reduce::TempStorage&>(sm.cub);
+  T r;
+  if constexpr (std::is_same_v<Op, BlockSum>) {
+    r = Reduce(tmp).Sum(v);
+  } else {
+    r = Reduce(tmp).Reduce(v, op);
+  }
+  if (threadIdx.x == 0) bcast_slot<T>(sm) = r;
   __syncthreads();
-  const double out = sm.bcast_d;
+  const T out = bcast_slot<T>(sm);
   __syncthreads();
   return out;
 }
-__device__ int block_count(int v, Smem& sm) {
-  const int r = ReduceI(sm.cub.i).Sum(v);
-  if (threadIdx.x == 0) sm.bcast_i = r;
-  __syncthreads();
-  const int out = sm.bcast_i;
-  __syncthreads();
-  return out;
-}
-__device__ ArgMax block_argmax(ArgMax v, Smem& sm) {
-  const ArgMax r = ReduceA(sm.cub.a).Reduce(v, ArgMaxOp());
-  if (threadIdx.x == 0) sm.bcast_a = r;
-  __syncthreads();
-  const ArgMax out = sm.bcast_a;
+
+// The sum of v over the threads before this one (all threads must call); total, when asked for,
+// receives the sum over all of them.
+template <class T>
+__device__ T block_exclusive_sum(T v, Smem& sm) {
+  using Scan = cub::BlockScan<T, kSampleThreads>;
+  T out;
+  Scan(reinterpret_cast<typename Scan::TempStorage&>(sm.cub)).ExclusiveSum(v, out);
   __syncthreads();
   return out;
 }
-__device__ int block_exclusive_count(int v, Smem& sm) {
-  int out;
-  ScanI(sm.cub.si).ExclusiveSum(v, out);
-  __syncthreads();
-  return out;
-}
-__device__ double block_exclusive_sum(double v, double& total, Smem& sm) {
-  double out;
-  ScanD(sm.cub.sd).ExclusiveSum(v, out, total);
+template <class T>
+__device__ T block_exclusive_sum(T v, Smem& sm, T& total) {
+  using Scan = cub::BlockScan<T, kSampleThreads>;
+  T out;
+  Scan(reinterpret_cast<typename Scan::TempStorage&>(sm.cub)).ExclusiveSum(v, out, total);
   __syncthreads();
   return out;
 }
@@ -288,14 +302,14 @@ static __global__ void __launch_bounds__(kSampleThreads)
     const float v = raw[i];
     if (!isnan(v) && (a.i < 0 || v > a.v)) a = ArgMax{v, i};
   }
-  const ArgMax raw_top = block_argmax(a, sm);
+  const ArgMax raw_top = block_reduce(a, sm, ArgMaxOp());
   const float m_raw = raw_top.i >= 0 ? raw_top.v : 0.0f;
   double zs = 0.0;
   for (int32_t i = tid; i < V; i += kSampleThreads) {
     const float v = raw[i];
     if (!isnan(v)) zs += exp(static_cast<double>(v - m_raw));
   }
-  const double log_z = log(block_sum(zs, sm));
+  const double log_z = log(block_reduce(zs, sm));
   const int32_t fallback = raw_top.i >= 0 ? raw_top.i : 0;
 
   // 2. processed logits: bias, penalties, temperature
@@ -346,7 +360,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
     const float v = x[i];
     if (is_live(v) && (q.i < 0 || v > q.v)) q = ArgMax{v, i};
   }
-  const ArgMax top = block_argmax(q, sm);
+  const ArgMax top = block_reduce(q, sm, ArgMaxOp());
 
   int32_t token;
   if (p.temperature == 0.0f || top.i < 0) {
@@ -359,7 +373,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
     if (p.top_k > 0 && p.top_k < V) {
       int nl = 0;
       for (int32_t i = tid; i < V; i += kSampleThreads) nl += is_live(x[i]);
-      if (block_count(nl, sm) >= p.top_k)
+      if (block_reduce(nl, sm) >= p.top_k)
         lo = select_kth_largest(
             V, p.top_k, get_x, [](float v) { return is_live(v); }, sm);
     }
@@ -373,7 +387,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
       for (int32_t i = tid; i < V; i += kSampleThreads) {
         if (live1(x[i])) z += exp(static_cast<double>(x[i] - m));
       }
-      const double target = static_cast<double>(p.top_p) * block_sum(z, sm);
+      const double target = static_cast<double>(p.top_p) * block_reduce(z, sm);
       tau = select_mass_threshold(V, target, m, get_x, live1, sm);
       double above = 0.0;
       int above_count = 0, ties = 0;
@@ -387,9 +401,9 @@ static __global__ void __launch_bounds__(kSampleThreads)
           ++ties;
         }
       }
-      above = block_sum(above, sm);
-      above_count = block_count(above_count, sm);
-      ties_total = block_count(ties, sm);
+      above = block_reduce(above, sm);
+      above_count = block_reduce(above_count, sm);
+      ties_total = block_reduce(ties, sm);
       ties_keep = top_p_ties_to_keep(above, above_count, exp(static_cast<double>(tau - m)), ties_total, target);
     }
     // 5. min-p
@@ -400,7 +414,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
     if (need_rank) {
       int nt = 0;
       for (int32_t i = cb; i < ce; ++i) nt += live1(x[i]) && x[i] == tau;
-      tie_base = block_exclusive_count(nt, sm);
+      tie_base = block_exclusive_sum(nt, sm);
     }
     auto keep = [&](float v, int32_t& tie_seen) {
       if (!live1(v) || v < thr) return false;
@@ -423,7 +437,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
       sm.last = -1;
     }
     double total;
-    const double before = block_exclusive_sum(mine, total, sm);
+    const double before = block_exclusive_sum(mine, sm, total);
     const double target = philox_uniform(p.seed, p.position) * total;
     if (last >= 0) atomicMax(&sm.last, last);
     if (target < before + mine) {
@@ -453,7 +467,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
   if (p.want_rank) {
     int c = 0;
     for (int32_t i = tid; i < V; i += kSampleThreads) c += raw[i] > tv;
-    rank = 1 + block_count(c, sm);
+    rank = 1 + block_reduce(c, sm);
   }
   if (tid == 0) {
     out.tokens[r] = token;
@@ -465,7 +479,7 @@ static __global__ void __launch_bounds__(kSampleThreads)
   if (n > 0) {
     int nn = 0;
     for (int32_t i = tid; i < V; i += kSampleThreads) nn += !isnan(raw[i]);
-    n = min(n, block_count(nn, sm));
+    n = min(n, block_reduce(nn, sm));
   }
   if (n > 0) {
     auto get_raw = [raw](int32_t i) { return raw[i]; };
@@ -474,8 +488,8 @@ static __global__ void __launch_bounds__(kSampleThreads)
     int g = 0, nt = 0;
     for (int32_t i = tid; i < V; i += kSampleThreads) g += raw[i] > kth;
     for (int32_t i = cb; i < ce; ++i) nt += raw[i] == kth;
-    const int need = n - block_count(g, sm);
-    const int base = block_exclusive_count(nt, sm);
+    const int need = n - block_reduce(g, sm);
+    const int base = block_exclusive_sum(nt, sm);
     if (tid == 0) sm.ntop = 0;
     __syncthreads();
     int seen = 0;

@@ -7,9 +7,9 @@
 
 #include "app/server/errors.h"
 #include "app/server/openai/chat_tools.h"
+#include "engine/chat/chat_template.h"
 #include "engine/common/error.h"
 #include "engine/common/log.h"
-#include "engine/tokenizer/chat_template.h"
 
 namespace cypris::server {
 

@@ -11,9 +11,9 @@
 #include "engine/common/error.h"
 #include "engine/config/options.h"
 #include "engine/core/async_engine.h"
+#include "engine/hub/cache.h"
+#include "engine/hub/hub.h"
 #include "engine/request/sampling_params.h"
-#include "engine/loader/hub/cache.h"
-#include "engine/loader/hub/hub.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace cypris {

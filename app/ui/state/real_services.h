@@ -1,5 +1,5 @@
 // RealServices: the desktop app's AppServices over the real parts of Cypris — the AsyncEngine,
-// the HTTP server (app/server), the Hugging Face hub client and cache (engine/loader/hub), the
+// the HTTP server (app/server), the Hugging Face hub client and cache (engine/hub), the
 // chat templates and the HTTP API's sampler-field parser.
 #pragma once
 

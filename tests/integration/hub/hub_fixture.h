@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "engine/loader/hub/hub.h"
+#include "engine/hub/hub.h"
 #include "tests/support/fake_hub.h"
 
 namespace cypris::test {

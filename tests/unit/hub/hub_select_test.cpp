@@ -8,10 +8,10 @@
 #include <fstream>
 #include <optional>
 
-#include "engine/loader/hub/cache.h"
-#include "engine/loader/hub/client_impl.h"
-#include "engine/loader/hub/hash.h"
-#include "engine/loader/hub/hub.h"
+#include "engine/hub/cache.h"
+#include "engine/hub/client_impl.h"
+#include "engine/hub/hash.h"
+#include "engine/hub/hub.h"
 
 namespace cypris::hub {
 namespace {

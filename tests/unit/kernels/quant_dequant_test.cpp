@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
-#include "engine/loader/hub/hash.h"
+#include "engine/hub/hash.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "tests/support/mini_gguf.h"

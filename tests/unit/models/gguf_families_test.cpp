@@ -18,7 +18,7 @@
 
 #include "engine/common/error.h"
 #include "tests/support/gguf_writer.h"
-#include "tests/unit/models/reference_fixture.h"
+#include "tests/support/reference_fixture.h"
 #include "tests/support/temp_dir.h"
 
 namespace cypris {

@@ -18,7 +18,7 @@
 #include "engine/runtime/debug_dump.h"
 #include "engine/runtime/model_runner.h"
 #include "models/registry/registry.h"
-#include "tests/unit/models/reference_fixture.h"
+#include "tests/support/reference_fixture.h"
 
 namespace cypris {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/loader/hub/http.h"
-#include "engine/loader/hub/hub.h"
+#include "engine/hub/http.h"
+#include "engine/hub/hub.h"
 
 namespace cypris::hub::detail {
 

@@ -2,13 +2,13 @@
 // tightest: inline if/else, or, and, not, comparisons (== != < <= > >= in, not in), + -, ~,
 // * / // %, **, unary - +, then primary with postfix (.attr [index] [slice] (call)) followed by
 // filters (|f), tests (is t) and calls.
-#include "engine/tokenizer/jinja/parser.h"
+#include "engine/chat/jinja/parser.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "engine/tokenizer/jinja/filters.h"
+#include "engine/chat/jinja/filters.h"
 
 namespace cypris::jinja {
 namespace {

@@ -1,5 +1,5 @@
 // sha256 / git-blob sha1 with OpenSSL's EVP interface (see hash.h).
-#include "engine/loader/hub/hash.h"
+#include "engine/hub/hash.h"
 
 #include <openssl/evp.h>
 
@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/loader/hub/cache.h"
-#include "engine/loader/hub/hub.h"
+#include "engine/hub/cache.h"
+#include "engine/hub/hub.h"
 
 namespace cypris::hub {
 namespace {

@@ -1,7 +1,7 @@
 // Statement execution and expression evaluation for the Jinja interpreter (see interpreter.h).
 // Scoping follows Jinja2: a for loop and a macro body get their own scope (a `set` inside them
 // is not visible outside), `if` does not; namespace() objects are shared by reference.
-#include "engine/tokenizer/jinja/interpreter.h"
+#include "engine/chat/jinja/interpreter.h"
 
 #include <fmt/format.h>
 
@@ -9,8 +9,8 @@
 #include <cmath>
 #include <memory>
 
-#include "engine/tokenizer/jinja/filters.h"
-#include "engine/tokenizer/jinja/lexer.h"
+#include "engine/chat/jinja/filters.h"
+#include "engine/chat/jinja/lexer.h"
 
 namespace cypris::jinja {
 namespace {

@@ -1,5 +1,5 @@
 // Python str operations for the chat-template interpreter (see strings.h).
-#include "engine/tokenizer/jinja/strings.h"
+#include "engine/chat/jinja/strings.h"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/chat/jinja/value.h"
 
 namespace cypris::jinja {
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/tokenizer/jinja/ast.h"
+#include "engine/chat/jinja/ast.h"
 
 namespace cypris::jinja {
 

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <thread>
 
+#include "engine/chat/chat_template.h"
 #include "engine/common/error.h"
-#include "engine/tokenizer/chat_template.h"
 
 namespace cypris {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <string>
 
+#include "engine/chat/chat_template.h"
 #include "engine/common/error.h"
-#include "engine/tokenizer/chat_template.h"
 
 namespace cypris {
 namespace {

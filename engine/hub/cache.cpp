@@ -1,5 +1,5 @@
 // Hugging Face cache layout and file helpers (see cache.h).
-#include "engine/loader/hub/cache.h"
+#include "engine/hub/cache.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/loader/hub/hub.h"
+#include "engine/hub/hub.h"
 
 namespace fs = std::filesystem;
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/chat/jinja/value.h"
 
 namespace cypris::jinja {
 

@@ -1,5 +1,5 @@
 // libcurl implementation of the hub's HTTP layer (see http.h).
-#include "engine/loader/hub/http.h"
+#include "engine/hub/http.h"
 
 #include <curl/curl.h>
 

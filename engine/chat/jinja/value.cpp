@@ -1,5 +1,5 @@
 // Value semantics for the chat-template interpreter (see value.h).
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/chat/jinja/value.h"
 
 #include <fmt/format.h>
 

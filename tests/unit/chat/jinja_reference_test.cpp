@@ -5,11 +5,11 @@
 
 #include <fstream>
 
+#include "engine/chat/chat_template.h"
+#include "engine/chat/jinja/globals.h"
+#include "engine/chat/jinja/interpreter.h"
+#include "engine/chat/jinja/parser.h"
 #include "engine/common/error.h"
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/jinja/globals.h"
-#include "engine/tokenizer/jinja/interpreter.h"
-#include "engine/tokenizer/jinja/parser.h"
 
 namespace cypris {
 namespace {

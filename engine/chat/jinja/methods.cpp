@@ -7,11 +7,11 @@
 #include <cmath>
 #include <set>
 
-#include "engine/tokenizer/jinja/filters.h"
-#include "engine/tokenizer/jinja/globals.h"
-#include "engine/tokenizer/jinja/interpreter.h"
-#include "engine/tokenizer/jinja/lexer.h"
-#include "engine/tokenizer/jinja/strings.h"
+#include "engine/chat/jinja/filters.h"
+#include "engine/chat/jinja/globals.h"
+#include "engine/chat/jinja/interpreter.h"
+#include "engine/chat/jinja/lexer.h"
+#include "engine/chat/jinja/strings.h"
 
 namespace cypris::jinja {
 namespace {

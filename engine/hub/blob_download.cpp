@@ -3,7 +3,7 @@
 // Partial data lives in <blob>.cypris-part (preallocated to the full size) with a sidecar
 // <blob>.cypris-state listing finished chunks, so an interrupted download resumes with only the
 // missing chunks. Python never reads these names (it uses .incomplete), so the two cannot mix.
-#include "engine/loader/hub/blob_download.h"
+#include "engine/hub/blob_download.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -18,10 +18,10 @@
 #include <thread>
 
 #include "engine/common/log.h"
-#include "engine/loader/hub/cache.h"
-#include "engine/loader/hub/client_impl.h"
-#include "engine/loader/hub/hash.h"
-#include "engine/loader/hub/http.h"
+#include "engine/hub/cache.h"
+#include "engine/hub/client_impl.h"
+#include "engine/hub/hash.h"
+#include "engine/hub/http.h"
 
 namespace fs = std::filesystem;
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "engine/loader/hub/hub.h"
+#include "engine/hub/hub.h"
 
 namespace cypris::hub {
 namespace {

@@ -1,7 +1,7 @@
 // Jinja lexer (see lexer.h). Whitespace rules follow Jinja2's lexer: `{%-` strips all whitespace
 // before the tag, `-%}` all whitespace after it; lstrip_blocks strips a line's leading spaces and
 // tabs before a block/comment tag; trim_blocks removes one newline after a block/comment tag.
-#include "engine/tokenizer/jinja/lexer.h"
+#include "engine/chat/jinja/lexer.h"
 
 #include <fmt/format.h>
 

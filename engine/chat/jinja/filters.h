@@ -6,7 +6,7 @@
 #include <optional>
 #include <string_view>
 
-#include "engine/tokenizer/jinja/ast.h"
+#include "engine/chat/jinja/ast.h"
 
 namespace cypris::jinja {
 

@@ -1,6 +1,6 @@
 // Jinja's built-in filters and tests, with Jinja2 3.1 behaviour (see filters.h). `tojson` is
 // transformers' version: json.dumps(ensure_ascii=False, sort_keys=False), no HTML escaping.
-#include "engine/tokenizer/jinja/filters.h"
+#include "engine/chat/jinja/filters.h"
 
 #include <fmt/format.h>
 
@@ -11,9 +11,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "engine/tokenizer/jinja/interpreter.h"
-#include "engine/tokenizer/jinja/lexer.h"
-#include "engine/tokenizer/jinja/strings.h"
+#include "engine/chat/jinja/interpreter.h"
+#include "engine/chat/jinja/lexer.h"
+#include "engine/chat/jinja/strings.h"
 
 namespace cypris::jinja {
 namespace {

@@ -5,8 +5,8 @@
 #include <memory>
 #include <string_view>
 
-#include "engine/tokenizer/jinja/ast.h"
-#include "engine/tokenizer/jinja/lexer.h"
+#include "engine/chat/jinja/ast.h"
+#include "engine/chat/jinja/lexer.h"
 
 namespace cypris::jinja {
 

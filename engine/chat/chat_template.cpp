@@ -1,5 +1,5 @@
 // Chat template rendering and selection (see chat_template.h).
-#include "engine/tokenizer/chat_template.h"
+#include "engine/chat/chat_template.h"
 
 #include <fmt/format.h>
 
@@ -8,12 +8,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/chat/jinja/ast.h"
+#include "engine/chat/jinja/globals.h"
+#include "engine/chat/jinja/interpreter.h"
+#include "engine/chat/jinja/parser.h"
 #include "engine/common/error.h"
 #include "engine/common/resources.h"
-#include "engine/tokenizer/jinja/ast.h"
-#include "engine/tokenizer/jinja/globals.h"
-#include "engine/tokenizer/jinja/interpreter.h"
-#include "engine/tokenizer/jinja/parser.h"
 
 namespace cypris {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/loader/hub/hub.h"
+#include "engine/hub/hub.h"
 
 namespace cypris::hub::detail {
 

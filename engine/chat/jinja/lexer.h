@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer/jinja/value.h"
+#include "engine/chat/jinja/value.h"
 
 namespace cypris::jinja {
 

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "engine/common/log.h"
-#include "engine/loader/hub/cache.h"
-#include "engine/loader/hub/client_impl.h"
+#include "engine/hub/cache.h"
+#include "engine/hub/client_impl.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
