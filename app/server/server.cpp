@@ -11,6 +11,7 @@
 #include "app/server/openai/chat_prompt.h"
 #include "app/server/router.h"
 #include "engine/common/error.h"
+#include "engine/common/json_depth.h"
 #include "engine/common/log.h"
 
 namespace cypris {
@@ -100,6 +101,11 @@ nlohmann::json parse_json_body(const httplib::Request& req, bool allow_empty) {
   if (blank) {
     if (allow_empty) return nlohmann::json::object();
     throw HttpError(400, "request body is empty; expected a JSON object");
+  }
+  // Parsing is iterative, but copying, comparing and printing the value recurse once per level.
+  if (json_nesting(req.body) > kMaxJsonNesting) {
+    throw HttpError(400, fmt::format("request body nests arrays and objects more than {} levels deep (the limit)",
+                                     kMaxJsonNesting));
   }
   nlohmann::json j;
   try {

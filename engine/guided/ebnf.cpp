@@ -83,6 +83,13 @@ class TextGrammarParser {
   [[noreturn]] void fail(const std::string& msg) const { fail_at(i_, msg); }
   bool eof() const { return i_ >= t_.size(); }
   char peek(size_t k = 0) const { return i_ + k < t_.size() ? t_[i_ + k] : '\0'; }
+  // Groups, brackets and stacked quantifiers nest at most kMaxNestingDepth levels: the parser
+  // recurses once per group and lowering once per level, so deeper text would overflow the stack.
+  void check_depth(int levels, size_t at) const {
+    if (levels <= kMaxNestingDepth) return;
+    fail_at(at, fmt::format("groups, brackets and quantifiers are nested more than {} levels deep (the limit)",
+                            kMaxNestingDepth));
+  }
 
   void skip_space() {
     while (!eof()) {
@@ -200,6 +207,7 @@ class TextGrammarParser {
   ExprPtr postfix(int depth) {
     ExprPtr x = primary(depth);
     for (;;) {
+      check_depth(depth + x->depth, i_);
       char c = peek();
       if (c == '*') {
         ++i_;
@@ -324,7 +332,7 @@ class TextGrammarParser {
         items.push_back(literal(utf8_encode(cp)));
       }
     }
-    return seq(std::move(items));
+    return flat(seq(std::move(items)));
   }
 
   ExprPtr char_class() {
@@ -385,6 +393,7 @@ class TextGrammarParser {
     if (c == '"') return string_literal();
     if (c == '(') {
       size_t at = i_;
+      check_depth(depth + 1, at);
       ++i_;
       ExprPtr e = alternatives(depth + 1);
       skip_space();
@@ -395,6 +404,7 @@ class TextGrammarParser {
     if (c == '[') {
       if (!lark_) return char_class();
       size_t at = i_;
+      check_depth(depth + 1, at);
       ++i_;
       ExprPtr e = alternatives(depth + 1);
       skip_space();

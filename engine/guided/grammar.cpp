@@ -10,9 +10,19 @@ namespace cypris::guided {
 
 namespace {
 
-ExprPtr make(Expr e) { return std::make_shared<const Expr>(std::move(e)); }
+ExprPtr make(Expr e) {
+  for (const ExprPtr& x : e.items) e.depth = std::max(e.depth, x->depth + 1);
+  return std::make_shared<const Expr>(std::move(e));
+}
 
 }  // namespace
+
+ExprPtr flat(ExprPtr x) {
+  if (x->depth == 1) return x;
+  Expr e = *x;
+  e.depth = 1;
+  return std::make_shared<const Expr>(std::move(e));
+}
 
 ExprPtr empty() { return make(Expr{}); }
 
@@ -33,7 +43,7 @@ ExprPtr literal(std::string_view text) {
   std::vector<ExprPtr> items;
   items.reserve(text.size());
   for (unsigned char c : text) items.push_back(byte(c));
-  return seq(std::move(items));
+  return flat(seq(std::move(items)));
 }
 
 ExprPtr seq(std::vector<ExprPtr> items) {
@@ -182,7 +192,7 @@ ExprPtr codepoints(const CodepointRanges& ranges) {
   }
   if (ascii.any()) alts.insert(alts.begin(), bytes(ascii));
   if (alts.empty()) return bytes(ByteSet{});  // matches nothing
-  return alt(std::move(alts));
+  return flat(alt(std::move(alts)));
 }
 
 ExprPtr any_char() { return codepoints({{0, 0x10FFFF}}); }
@@ -198,8 +208,12 @@ int GrammarBuilder::rule(const std::string& name) {
 }
 
 int GrammarBuilder::new_rule(const std::string& hint) {
-  std::string name = hint;
-  for (int k = 1; by_name_.count(name); ++k) name = hint + "-" + std::to_string(k);
+  // The next suffix per hint: a schema with n properties asks for the same hint n times, and
+  // probing "-1", "-2", ... from the start each time would cost n^2 lookups.
+  int& k = next_suffix_[hint];
+  std::string name = k == 0 ? hint : hint + "-" + std::to_string(k);
+  while (by_name_.count(name)) name = hint + "-" + std::to_string(++k);
+  ++k;
   return rule(name);
 }
 
@@ -217,7 +231,12 @@ class Lowerer {
 
   Grammar run(int root) {
     for (size_t r = 0; r < bodies_.size(); ++r) {
-      if (bodies_[r]) alts_[r] = alts_of(bodies_[r], names_[r]);
+      if (!bodies_[r]) continue;
+      // The front ends bound nesting as they parse; this guards lowering's recursion whatever
+      // built the rule (literals and classes count one level but hold a few).
+      CYPRIS_CHECK(bodies_[r]->depth <= 2 * kMaxNestingDepth + 8,
+                   "{}: rule '{}' is nested more than {} levels deep (the limit)", what_, names_[r], kMaxNestingDepth);
+      alts_[r] = alts_of(bodies_[r], names_[r]);
     }
     for (size_t r = 0; r < referenced_.size(); ++r) {
       if (referenced_[r] && r < bodies_.size() && !bodies_[r])
@@ -388,22 +407,36 @@ class Lowerer {
         if (!g_.nullable[e.arg]) return false;
       }
     };
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        for (int32_t a : g_.rule_alts[r]) {
-          ByteSet f = first[r];
-          bool nul = prefix(a, f);
-          if (f != first[r]) {
-            first[r] = f;
-            changed = true;
-          }
-          if (nul && !g_.nullable[r]) {
-            g_.nullable[r] = 1;
-            changed = true;
-          }
+    // FIRST and nullability by a worklist: a rule is re-evaluated only when a rule it refers to
+    // changed, and each rule changes at most 257 times (a byte more, or nullable), so a chain of
+    // rules n long costs O(n), not the n passes of a plain fixpoint loop (O(n^2)).
+    std::vector<std::vector<int32_t>> users(n);  // users[b]: the rules that refer to b
+    for (size_t r = 0; r < n; ++r)
+      for (int32_t a : g_.rule_alts[r])
+        for (int32_t pos = a; g_.elems[pos].type != Elem::Type::End; ++pos)
+          if (g_.elems[pos].type == Elem::Type::Ref) users[g_.elems[pos].arg].push_back(static_cast<int32_t>(r));
+    for (auto& u : users) {
+      std::sort(u.begin(), u.end());
+      u.erase(std::unique(u.begin(), u.end()), u.end());
+    }
+    std::vector<int32_t> work(n);
+    std::vector<uint8_t> queued(n, 1);
+    for (size_t r = 0; r < n; ++r) work[r] = static_cast<int32_t>(n - 1 - r);
+    while (!work.empty()) {
+      const int32_t r = work.back();
+      work.pop_back();
+      queued[r] = 0;
+      ByteSet f = first[r];
+      bool nul = g_.nullable[r];
+      for (int32_t a : g_.rule_alts[r]) nul = prefix(a, f) || nul;
+      if (f == first[r] && nul == static_cast<bool>(g_.nullable[r])) continue;
+      first[r] = f;
+      g_.nullable[r] = nul;
+      for (int32_t u : users[r])
+        if (!queued[u]) {
+          queued[u] = 1;
+          work.push_back(u);
         }
-      }
     }
     // Left recursion: A -> B when B can be reached in A without consuming a byte. A cycle of such
     // edges is harmless when every reference on it is a tail call (the matcher's stack does not
@@ -469,20 +502,34 @@ class Lowerer {
         }
       }
     }
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t r = 0; r < n; ++r) {
-        for (int32_t a : g_.rule_alts[r]) {
-          for (int32_t pos = a; g_.elems[pos].type != Elem::Type::End; ++pos) {
-            if (g_.elems[pos].type != Elem::Type::Ref) continue;
-            int32_t b = g_.elems[pos].arg;
-            ByteSet f = g_.follow[b];
-            if (prefix(pos + 1, f)) f |= g_.follow[r];
-            if (f != g_.follow[b]) {
-              g_.follow[b] = f;
-              changed = true;
-            }
-          }
+    // FOLLOW: a reference's fixed part (FIRST of what comes after it in its alternative) once,
+    // then follow[r] flows to every reference with a nullable rest in r's alternatives, by a
+    // worklist (each set grows at most 256 times).
+    std::vector<std::vector<int32_t>> flows(n);  // flows[r]: the rules whose FOLLOW includes FOLLOW(r)
+    for (size_t r = 0; r < n; ++r) {
+      for (int32_t a : g_.rule_alts[r]) {
+        for (int32_t pos = a; g_.elems[pos].type != Elem::Type::End; ++pos) {
+          if (g_.elems[pos].type != Elem::Type::Ref) continue;
+          const int32_t b = g_.elems[pos].arg;
+          if (prefix(pos + 1, g_.follow[b])) flows[r].push_back(b);
+        }
+      }
+    }
+    for (size_t r = 0; r < n; ++r) {
+      work.push_back(static_cast<int32_t>(r));
+      queued[r] = 1;
+    }
+    while (!work.empty()) {
+      const int32_t r = work.back();
+      work.pop_back();
+      queued[r] = 0;
+      for (int32_t b : flows[r]) {
+        const ByteSet f = g_.follow[b] | g_.follow[r];
+        if (f == g_.follow[b]) continue;
+        g_.follow[b] = f;
+        if (!queued[b]) {
+          queued[b] = 1;
+          work.push_back(b);
         }
       }
     }

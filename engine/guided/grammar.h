@@ -32,6 +32,10 @@ struct Expr {
   std::vector<ExprPtr> items;  // Seq, Alt; Repeat: items[0]
   int min = 0, max = -1;       // Repeat; max -1 = unbounded
   int rule = -1;               // Ref
+  // Nesting levels of groups and quantifiers: 1 for a leaf, a literal or a character class (their
+  // few internal levels are bounded), 1 + the deepest item otherwise. Lowering and destruction
+  // recurse over the tree, so the front ends keep it at most kMaxNestingDepth.
+  int depth = 1;
 };
 
 // Expression constructors.
@@ -46,6 +50,9 @@ inline ExprPtr star(ExprPtr x) { return repeat(std::move(x), 0, -1); }
 inline ExprPtr plus(ExprPtr x) { return repeat(std::move(x), 1, -1); }
 inline ExprPtr opt(ExprPtr x) { return repeat(std::move(x), 0, 1); }
 ExprPtr ref(int rule);
+// The same expression counted as one nesting level: for literals and character classes, whose
+// few internal levels are bounded and not the user's nesting.
+ExprPtr flat(ExprPtr x);
 
 // Code point ranges [lo, hi] (inclusive) of a character class; surrogates are never produced.
 using CodepointRanges = std::vector<std::pair<uint32_t, uint32_t>>;
@@ -97,10 +104,15 @@ class GrammarBuilder {
   std::vector<std::string> names_;
   std::vector<ExprPtr> bodies_;
   std::map<std::string, int> by_name_;
+  std::map<std::string, int> next_suffix_;  // new_rule: the next suffix to try per hint
 };
 
 // Size limits that keep a request from building an unbounded grammar.
 inline constexpr size_t kMaxGrammarElems = 2'000'000;
 inline constexpr int kMaxRepeatBound = 10'000;
+// The one nesting limit of every front end: groups, brackets and stacked quantifiers of a regex,
+// GBNF or Lark grammar; schemas inside schemas (properties, items, anyOf, $ref chains) of a JSON
+// Schema. Their parsers and compilers recurse once per level; deeper input is a named error.
+inline constexpr int kMaxNestingDepth = 256;
 
 }  // namespace cypris::guided

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
+#include "engine/common/json_depth.h"
 #include "engine/guided/ebnf.h"
 #include "engine/guided/json_schema.h"
 #include "engine/guided/regex_grammar.h"
@@ -29,6 +30,11 @@ Grammar build(const GuidedDecodingParams& p) {
   switch (p.kind) {
     case GuidedKind::JsonSchema: {
       nlohmann::json schema;
+      // Parsing is iterative, but the compiler copies, compares and prints parts of the schema
+      // (recursive operations): a nesting bound first.
+      CYPRIS_CHECK(json_nesting(p.text) <= kMaxJsonNesting,
+                   "guided_json: the schema nests arrays and objects more than {} levels deep (the limit)",
+                   kMaxJsonNesting);
       try {
         schema = nlohmann::json::parse(p.text);
       } catch (const nlohmann::json::parse_error& e) {

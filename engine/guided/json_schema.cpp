@@ -114,7 +114,11 @@ class SchemaCompiler {
 
  private:
   [[noreturn]] void fail(const std::string& path, const std::string& msg) const {
-    CYPRIS_FAIL("{}: {} (at schema path '{}')", o_.what, msg, path.empty() ? "/" : path);
+    // A deep path is quoted by its end: the message must stay short however deep the schema.
+    constexpr size_t kQuote = 160;
+    const std::string where =
+        path.empty() ? "/" : path.size() <= kQuote ? path : "..." + path.substr(path.size() - kQuote);
+    CYPRIS_FAIL("{}: {} (at schema path '{}')", o_.what, msg, where);
   }
 
   // Whitespace is a fresh rule at every site so each site knows what may follow it (the token
@@ -185,7 +189,7 @@ class SchemaCompiler {
     auto it = refs_.find(r);
     if (it != refs_.end()) return ref(it->second);
     const json& target = resolve(r, path);
-    int rule = b_.new_rule("ref" + r.substr(1));
+    int rule = b_.new_rule(hint("ref", r.substr(1)));
     refs_[r] = rule;  // before compiling: the target may refer to itself
     b_.define(rule, value(target, r.substr(1)));
     return ref(rule);
@@ -209,7 +213,41 @@ class SchemaCompiler {
     }
   }
 
+  // Counts the schemas being compiled inside each other: value() recurses once per level
+  // (properties, items, anyOf branches, $ref chains, allOf merges).
+  class Nesting {
+   public:
+    Nesting(SchemaCompiler& c, const std::string& path) : c_(c) {
+      if (++c_.depth_ > kMaxNestingDepth) {
+        --c_.depth_;
+        c_.fail(path, fmt::format("schemas are nested more than {} levels deep (the limit; properties, items, "
+                                  "anyOf/oneOf/allOf branches and chains of $ref each count a level)",
+                                  kMaxNestingDepth));
+      }
+    }
+    ~Nesting() { --c_.depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    SchemaCompiler& c_;
+  };
+
+  // A property name as a path segment: long names are shortened, so paths (and the rule names
+  // made from them) stay short however deep and wide the schema is.
+  static std::string segment(const std::string& name) {
+    constexpr size_t kMax = 48;
+    if (name.size() <= kMax) return name;
+    return name.substr(0, kMax / 2) + "..." + name.substr(name.size() - kMax / 2 + 3);
+  }
+  // A rule name from a path: its tail, for dumps and messages; uniqueness is new_rule's job.
+  static std::string hint(const char* prefix, const std::string& path) {
+    constexpr size_t kMax = 64;
+    return prefix + (path.size() <= kMax ? path : "..." + path.substr(path.size() - kMax));
+  }
+
   ExprPtr value(const json& s, const std::string& path) {
+    Nesting nesting(*this, path);
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail(path, "the schema 'false' allows no value");
       return ref(any_value_rule());
@@ -228,8 +266,13 @@ class SchemaCompiler {
       merged.erase("allOf");
       for (size_t i = 0; i < parts.size(); ++i) {
         json part = parts[i];
-        while (part.is_object() && part.contains("$ref")) {  // merge the referenced schema's keywords
-          json target = resolve(part["$ref"].get<std::string>(), path + "/allOf/" + std::to_string(i));
+        for (int hops = 0; part.is_object() && part.contains("$ref"); ++hops) {  // merge the referenced keywords
+          const std::string at = path + "/allOf/" + std::to_string(i);
+          if (hops >= kMaxNestingDepth)
+            fail(at, fmt::format("the chain of $ref is longer than {} (the limit), or refers to itself",
+                                 kMaxNestingDepth));
+          if (!part["$ref"].is_string()) fail(at + "/$ref", "'$ref' must be a string");
+          json target = resolve(part["$ref"].get<std::string>(), at);
           part.erase("$ref");
           merge_into(part, target, path, *this);
         }
@@ -431,7 +474,7 @@ class SchemaCompiler {
     if (max >= 0 && max < min) fail(path, "maxItems is below minItems");
     if (s.contains("items") && s["items"].is_array()) fail(path + "/items", "'items' as an array (tuple form) is not supported");
     // Each array's item schema gets its own rule so recursive schemas terminate.
-    int item_rule = b_.new_rule("item" + path);
+    int item_rule = b_.new_rule(hint("item", path));
     b_.define(item_rule, s.contains("items") ? value(s["items"], path + "/items") : ref(any_value_rule()));
     ExprPtr item = ref(item_rule);
     if (max == 0) return seq({byte('['), ws(), byte(']')});
@@ -462,8 +505,8 @@ class SchemaCompiler {
     if (s.contains("properties")) {
       if (!s["properties"].is_object()) fail(path + "/properties", "'properties' must be an object");
       for (auto& [name, sub] : s["properties"].items()) {
-        int r = b_.new_rule("prop" + path + "/" + name);
-        b_.define(r, value(sub, path + "/properties/" + name));
+        int r = b_.new_rule(hint("prop", path + "/" + segment(name)));
+        b_.define(r, value(sub, path + "/properties/" + segment(name)));
         props.push_back({name, member(name, ref(r)), required.count(name) != 0});
         seen.insert(name);
       }
@@ -474,7 +517,7 @@ class SchemaCompiler {
     if (s.contains("additionalProperties")) {
       const json& ap = s["additionalProperties"];
       if (ap.is_object() || (ap.is_boolean() && ap.get<bool>())) {
-        int r = b_.new_rule("extra" + path);
+        int r = b_.new_rule(hint("extra", path));
         b_.define(r, ap.is_object() ? value(ap, path + "/additionalProperties") : ref(any_value_rule()));
         extra = seq({any_string(), ws(), byte(':'), ws(), ref(r)});
       } else if (!ap.is_boolean()) {
@@ -485,8 +528,8 @@ class SchemaCompiler {
     size_t n = props.size();
     std::vector<int> F(n + 1), T(n + 1);
     for (size_t i = 0; i <= n; ++i) {
-      F[i] = b_.new_rule("first" + path);
-      T[i] = b_.new_rule("then" + path);
+      F[i] = b_.new_rule(hint("first", path));
+      T[i] = b_.new_rule(hint("then", path));
     }
     ExprPtr sep = seq({ws(), byte(','), ws()});
     if (extra) {
@@ -510,6 +553,7 @@ class SchemaCompiler {
   GrammarBuilder b_;
   std::map<std::string, int> refs_;
   int any_value_ = -1;
+  int depth_ = 0;  // schemas being compiled inside each other (Nesting)
 };
 
 }  // namespace

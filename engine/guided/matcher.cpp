@@ -30,34 +30,43 @@ int32_t StackArena::intern(int32_t pos, int32_t parent) {
   return it->second;
 }
 
-void Stepper::expand(int32_t pos, int32_t parent, MatchState& out) {
-  for (;;) {
-    if (!seen_.insert(key_of(pos, parent)).second) return;
-    const Elem& e = g_.elems[pos];
-    if (e.type == Elem::Type::End) {
-      if (parent == StackArena::kRoot) {
-        out.can_end = true;
-        return;
+void Stepper::expand(int32_t pos0, int32_t parent0, MatchState& out) {
+  // Iterative: a grammar may chain thousands of rules whose first alternatives start with another
+  // rule (r1 ::= r2 | "x", r2 ::= r3 | "x", ...), and recursing once per link would overflow the
+  // stack. The set of tops reached does not depend on the visiting order (seen_ de-duplicates).
+  work_.clear();
+  work_.push_back({pos0, parent0});
+  while (!work_.empty()) {
+    auto [pos, parent] = work_.back();
+    work_.pop_back();
+    for (;;) {
+      if (!seen_.insert(key_of(pos, parent)).second) break;
+      const Elem& e = g_.elems[pos];
+      if (e.type == Elem::Type::End) {
+        if (parent == StackArena::kRoot) {
+          out.can_end = true;
+          break;
+        }
+        if (parent == StackArena::kContext) {
+          out.reached_context = true;
+          break;
+        }
+        pos = arena_.pos(parent);
+        parent = arena_.parent(parent);
+        continue;  // pop: carry on after the rule reference
       }
-      if (parent == StackArena::kContext) {
-        out.reached_context = true;
-        return;
+      if (e.type == Elem::Type::Bytes) {
+        out.tops.push_back(arena_.intern(pos, parent));
+        break;
       }
-      pos = arena_.pos(parent);
-      parent = arena_.parent(parent);
-      continue;  // pop: carry on after the rule reference
+      // A reference in tail position does not push: the sub-rule returns straight to our parent.
+      int32_t ret = g_.elems[pos + 1].type == Elem::Type::End ? parent : arena_.intern(pos + 1, parent);
+      const auto& alts = g_.rule_alts[e.arg];
+      if (alts.empty()) break;
+      for (size_t i = alts.size() - 1; i-- > 0;) work_.push_back({alts[i], ret});
+      pos = alts.back();
+      parent = ret;
     }
-    if (e.type == Elem::Type::Bytes) {
-      out.tops.push_back(arena_.intern(pos, parent));
-      return;
-    }
-    // A reference in tail position does not push: the sub-rule returns straight to our parent.
-    int32_t ret = g_.elems[pos + 1].type == Elem::Type::End ? parent : arena_.intern(pos + 1, parent);
-    const auto& alts = g_.rule_alts[e.arg];
-    for (size_t i = 0; i + 1 < alts.size(); ++i) expand(alts[i], ret, out);
-    if (alts.empty()) return;
-    pos = alts.back();
-    parent = ret;
   }
 }
 

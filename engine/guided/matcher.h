@@ -70,6 +70,7 @@ class Stepper {
   StackArena& arena_;
   const Grammar& g_;
   std::unordered_set<uint64_t> seen_;
+  std::vector<std::pair<int32_t, int32_t>> work_;  // expand's pending (position, parent) pairs
 };
 
 }  // namespace cypris::guided

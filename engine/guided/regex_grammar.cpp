@@ -31,7 +31,7 @@ ExprPtr char_class_expr(const CodepointRanges& ranges, bool json_string) {
   plain = complement_ranges(plain);
   if (!plain.empty()) alts.insert(alts.begin(), codepoints(plain));
   if (alts.empty()) return bytes(ByteSet{});
-  return alt(std::move(alts));
+  return flat(alt(std::move(alts)));
 }
 
 namespace {
@@ -48,10 +48,21 @@ class RegexParser {
 
  private:
   [[noreturn]] void fail(const std::string& msg) const {
-    CYPRIS_FAIL("{}: {} at position {} of regex '{}'", what_, msg, i_, std::string(p_));
+    // A long pattern is quoted by its start only: the message must not echo megabytes back.
+    constexpr size_t kQuote = 80;
+    if (p_.size() <= kQuote) CYPRIS_FAIL("{}: {} at position {} of regex '{}'", what_, msg, i_, std::string(p_));
+    CYPRIS_FAIL("{}: {} at position {} of regex '{}...' ({} bytes)", what_, msg, i_, std::string(p_.substr(0, kQuote)),
+                p_.size());
   }
   bool eof() const { return i_ >= p_.size(); }
   char peek() const { return p_[i_]; }
+  // Groups and stacked quantifiers nest at most kMaxNestingDepth levels: the parser recurses once
+  // per group and lowering once per level, so deeper patterns would overflow the stack.
+  void check_depth(int levels, size_t at) {
+    if (levels <= kMaxNestingDepth) return;
+    i_ = at;
+    fail(fmt::format("groups and quantifiers are nested more than {} levels deep (the limit)", kMaxNestingDepth));
+  }
 
   ExprPtr alternation(int depth) {
     std::vector<ExprPtr> alts{concat(depth)};
@@ -124,6 +135,7 @@ class RegexParser {
       if (!eof() && peek() == '?') ++i_;  // lazy: same language
       else if (!eof() && peek() == '+') fail("possessive quantifiers are not supported");
       a = repeat(a, lo, hi);
+      check_depth(depth + a->depth, at);
     }
     return a;
   }
@@ -160,6 +172,7 @@ class RegexParser {
           fail("inline flags and special groups '(?...' are not supported");
         }
       }
+      check_depth(depth + 1, at);
       ExprPtr e = alternation(depth + 1);
       if (eof() || peek() != ')') {
         i_ = at;

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/regex.h"
+#include "tests/support/hostile_guided.h"
 #include "tests/support/stories_server.h"
 
 namespace cypris {
@@ -270,6 +271,23 @@ TEST_F(GuidedServer, BadSchemasGrammarsAndRegexesAre400WithThePosition) {
   auto [s4, b4] = post({{"guided_regex", "a"}, {"guided_choice", {"a"}}});
   EXPECT_EQ(s4, 400);
   EXPECT_NE(b4.find("give only one"), std::string::npos) << b4;
+}
+
+// Issue #26 item 1: the 25 nesting-depth requests that crashed the server (stack overflow) are
+// each a 400 stating the limit, and the server answers the next request.
+TEST_F(GuidedServer, HostileNestingIsA400StatingTheLimit) {
+  httplib::Client c("127.0.0.1", port_);
+  c.set_read_timeout(60);
+  for (const auto& hc : testing_support::hostile_guided_cases()) {
+    auto r = c.Post(hc.route, hc.body, "application/json");
+    ASSERT_TRUE(r) << hc.name << ": no response (the server died?)";
+    EXPECT_EQ(r->status, 400) << hc.name << ": " << r->body.substr(0, 300);
+    EXPECT_NE(r->body.find(testing_support::kNestingLimitPhrase), std::string::npos)
+        << hc.name << ": " << r->body.substr(0, 300);
+  }
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
 }
 
 }  // namespace
