@@ -30,7 +30,7 @@ packages=(
   build-essential cmake pkg-config git curl
   nlohmann-json3-dev libfmt-dev libspdlog-dev libyaml-cpp-dev
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev
-  libsentencepiece-dev libpcre2-dev libopenblas-dev
+  libsentencepiece-dev libpcre2-dev libutf8proc-dev libopenblas-dev
   libimgui-dev libglfw3-dev libgl-dev
   libgtest-dev libgmock-dev
   python3-jsonschema python3-lark

@@ -1,13 +1,8 @@
 #include "engine/loader/gguf.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -286,33 +281,10 @@ class GgufParser {
   std::string where_;
 };
 
-GgufFile::GgufFile(const std::filesystem::path& path) : path_(path) {
-  const std::string p = path.string();
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  CYPRIS_CHECK(fd >= 0, "{}: cannot open: {}", p, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    CYPRIS_FAIL("{}: not a regular file", p);
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ < 24) {
-    ::close(fd);
-    CYPRIS_FAIL("{}: truncated GGUF file ({} bytes; the header alone takes 24)", p, size_);
-  }
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    CYPRIS_FAIL("{}: mmap failed: {}", p, std::strerror(errno));
-  }
-  try {
-    GgufParser(*this, static_cast<const uint8_t*>(map_), size_).parse();
-  } catch (...) {
-    ::munmap(map_, size_);
-    map_ = nullptr;
-    throw;
-  }
+GgufFile::GgufFile(const std::filesystem::path& path) : path_(path), map_(path) {
+  size_ = map_.size();
+  CYPRIS_CHECK(size_ >= 24, "{}: truncated GGUF file ({} bytes; the header alone takes 24)", path_.string(), size_);
+  GgufParser(*this, map_.data(), size_).parse();
 }
 
 GgufFile::GgufFile(std::string name, const void* data, size_t size) : path_(std::move(name)), size_(size) {
@@ -320,9 +292,7 @@ GgufFile::GgufFile(std::string name, const void* data, size_t size) : path_(std:
   GgufParser(*this, static_cast<const uint8_t*>(data), size_).parse();
 }
 
-GgufFile::~GgufFile() {
-  if (map_) ::munmap(map_, size_);
-}
+GgufFile::~GgufFile() = default;
 
 const GgufValue* GgufFile::find(std::string_view key) const {
   auto it = kv_.find(key);

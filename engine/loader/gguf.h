@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/loader/mapped_file.h"
 #include "kernels/common/ggml_types.h"
 
 namespace cypris {
@@ -94,7 +95,7 @@ class GgufFile {
  private:
   friend class GgufParser;
   std::filesystem::path path_;
-  void* map_ = nullptr;  // owned mapping (nullptr for in-memory bytes)
+  MappedFile map_;  // empty for in-memory bytes
   size_t size_ = 0;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;

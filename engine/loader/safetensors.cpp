@@ -1,10 +1,5 @@
 #include "engine/loader/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -48,98 +43,73 @@ int64_t SafetensorsTensor::numel() const {
   return n;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path) {
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : path_(path), map_(path) {
   const std::string p = path.string();
-  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  CYPRIS_CHECK(fd >= 0, "{}: cannot open: {}", p, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    CYPRIS_FAIL("{}: cannot stat: {}", p, std::strerror(errno));
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ < 8) {
-    ::close(fd);
-    CYPRIS_FAIL("{}: truncated safetensors file ({} bytes; the 8-byte header length is missing)", p, size_);
-  }
-  map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    CYPRIS_FAIL("{}: mmap failed: {}", p, std::strerror(errno));
-  }
+  const size_t size = map_.size();
+  CYPRIS_CHECK(size >= 8, "{}: truncated safetensors file ({} bytes; the 8-byte header length is missing)", p, size);
+  const uint8_t* base = map_.data();
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];  // little-endian
+  CYPRIS_CHECK(header_len <= kMaxHeaderBytes, "{}: header length {} is too big (limit {} bytes)", p, header_len,
+               kMaxHeaderBytes);
+  CYPRIS_CHECK(8 + header_len <= size, "{}: header length {} runs past the end of the file ({} bytes): truncated?", p,
+               header_len, size);
+  json header;
   try {
-    const uint8_t* base = static_cast<const uint8_t*>(map_);
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];  // little-endian
-    CYPRIS_CHECK(header_len <= kMaxHeaderBytes, "{}: header length {} is too big (limit {} bytes)", p, header_len,
-                 kMaxHeaderBytes);
-    CYPRIS_CHECK(8 + header_len <= size_, "{}: header length {} runs past the end of the file ({} bytes): truncated?",
-                 p, header_len, size_);
-    json header;
-    try {
-      header =
-          json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
-    } catch (const json::exception& e) {
-      CYPRIS_FAIL("{}: malformed safetensors header JSON: {}", p, e.what());
+    header = json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
+  } catch (const json::exception& e) {
+    CYPRIS_FAIL("{}: malformed safetensors header JSON: {}", p, e.what());
+  }
+  CYPRIS_CHECK(header.is_object(), "{}: safetensors header must be a JSON object", p);
+  const uint8_t* data = base + 8 + header_len;
+  const uint64_t data_size = size - 8 - header_len;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") continue;
+    CYPRIS_CHECK(entry.is_object(), "{}: tensor '{}': header entry must be an object", p, name);
+    CYPRIS_CHECK(entry.contains("dtype") && entry["dtype"].is_string(), "{}: tensor '{}': missing dtype", p, name);
+    CYPRIS_CHECK(entry.contains("shape") && entry["shape"].is_array(), "{}: tensor '{}': missing shape", p, name);
+    CYPRIS_CHECK(
+        entry.contains("data_offsets") && entry["data_offsets"].is_array() && entry["data_offsets"].size() == 2,
+        "{}: tensor '{}': data_offsets must be [begin, end]", p, name);
+    SafetensorsTensor t;
+    t.name = name;
+    t.dtype_name = entry["dtype"].get<std::string>();
+    const DTypeInfo* info = find_dtype(t.dtype_name);
+    CYPRIS_CHECK(info != nullptr, "{}: tensor '{}': unknown dtype '{}'", p, name, t.dtype_name);
+    t.dtype = info->dtype;
+    CYPRIS_CHECK(entry["shape"].size() <= 16, "{}: tensor '{}': shape has {} dimensions (at most 16)", p, name,
+                 entry["shape"].size());
+    uint64_t numel = 1;
+    for (const auto& d : entry["shape"]) {
+      CYPRIS_CHECK(d.is_number_unsigned(), "{}: tensor '{}': shape entries must be non-negative integers", p, name);
+      const uint64_t v = d.get<uint64_t>();
+      CYPRIS_CHECK(v == 0 || numel <= (uint64_t{1} << 62) / v, "{}: tensor '{}': shape is too large", p, name);
+      numel *= v;
+      t.shape.push_back(static_cast<int64_t>(v));
     }
-    CYPRIS_CHECK(header.is_object(), "{}: safetensors header must be a JSON object", p);
-    const uint8_t* data = base + 8 + header_len;
-    const uint64_t data_size = size_ - 8 - header_len;
-    for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") continue;
-      CYPRIS_CHECK(entry.is_object(), "{}: tensor '{}': header entry must be an object", p, name);
-      CYPRIS_CHECK(entry.contains("dtype") && entry["dtype"].is_string(), "{}: tensor '{}': missing dtype", p, name);
-      CYPRIS_CHECK(entry.contains("shape") && entry["shape"].is_array(), "{}: tensor '{}': missing shape", p, name);
-      CYPRIS_CHECK(
-          entry.contains("data_offsets") && entry["data_offsets"].is_array() && entry["data_offsets"].size() == 2,
-          "{}: tensor '{}': data_offsets must be [begin, end]", p, name);
-      SafetensorsTensor t;
-      t.name = name;
-      t.dtype_name = entry["dtype"].get<std::string>();
-      const DTypeInfo* info = find_dtype(t.dtype_name);
-      CYPRIS_CHECK(info != nullptr, "{}: tensor '{}': unknown dtype '{}'", p, name, t.dtype_name);
-      t.dtype = info->dtype;
-      CYPRIS_CHECK(entry["shape"].size() <= 16, "{}: tensor '{}': shape has {} dimensions (at most 16)", p, name,
-                   entry["shape"].size());
-      uint64_t numel = 1;
-      for (const auto& d : entry["shape"]) {
-        CYPRIS_CHECK(d.is_number_unsigned(), "{}: tensor '{}': shape entries must be non-negative integers", p, name);
-        const uint64_t v = d.get<uint64_t>();
-        CYPRIS_CHECK(v == 0 || numel <= (uint64_t{1} << 62) / v, "{}: tensor '{}': shape is too large", p, name);
-        numel *= v;
-        t.shape.push_back(static_cast<int64_t>(v));
-      }
-      const auto& off = entry["data_offsets"];
-      CYPRIS_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(),
-                   "{}: tensor '{}': data_offsets must be non-negative integers", p, name);
-      const uint64_t begin = off[0].get<uint64_t>();
-      const uint64_t end = off[1].get<uint64_t>();
-      CYPRIS_CHECK(begin <= end && end <= data_size,
-                   "{}: tensor '{}': data_offsets [{}, {}] are outside the data section ({} bytes): truncated or "
-                   "corrupt file",
-                   p, name, begin, end, data_size);
-      // numel * size could wrap past 2^64 (shape [2^62] of F64 "needs" 0 bytes): compare by division.
-      CYPRIS_CHECK(numel <= data_size / info->size,
-                   "{}: tensor '{}': shape holds {} elements of {}, more than the data section ({} bytes) can", p, name,
-                   numel, t.dtype_name, data_size);
-      CYPRIS_CHECK(end - begin == numel * info->size,
-                   "{}: tensor '{}': shape and dtype {} need {} bytes but data_offsets give {}", p, name, t.dtype_name,
-                   numel * info->size, end - begin);
-      t.data = data + begin;
-      t.nbytes = static_cast<size_t>(end - begin);
-      tensors_.emplace(name, std::move(t));
-    }
-  } catch (...) {
-    ::munmap(map_, size_);
-    map_ = nullptr;
-    throw;
+    const auto& off = entry["data_offsets"];
+    CYPRIS_CHECK(off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                 "{}: tensor '{}': data_offsets must be non-negative integers", p, name);
+    const uint64_t begin = off[0].get<uint64_t>();
+    const uint64_t end = off[1].get<uint64_t>();
+    CYPRIS_CHECK(begin <= end && end <= data_size,
+                 "{}: tensor '{}': data_offsets [{}, {}] are outside the data section ({} bytes): truncated or "
+                 "corrupt file",
+                 p, name, begin, end, data_size);
+    // numel * size could wrap past 2^64 (shape [2^62] of F64 "needs" 0 bytes): compare by division.
+    CYPRIS_CHECK(numel <= data_size / info->size,
+                 "{}: tensor '{}': shape holds {} elements of {}, more than the data section ({} bytes) can", p, name,
+                 numel, t.dtype_name, data_size);
+    CYPRIS_CHECK(end - begin == numel * info->size,
+                 "{}: tensor '{}': shape and dtype {} need {} bytes but data_offsets give {}", p, name, t.dtype_name,
+                 numel * info->size, end - begin);
+    t.data = data + begin;
+    t.nbytes = static_cast<size_t>(end - begin);
+    tensors_.emplace(name, std::move(t));
   }
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(map_, size_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
   auto it = tensors_.find(name);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/common/dtype.h"
+#include "engine/loader/mapped_file.h"
 
 namespace cypris {
 
@@ -39,8 +40,7 @@ class SafetensorsFile {
 
  private:
   std::filesystem::path path_;
-  void* map_ = nullptr;
-  size_t size_ = 0;
+  MappedFile map_;
   std::map<std::string, SafetensorsTensor> tensors_;
 };
 

@@ -25,6 +25,14 @@ class NfdNormalizer : public Normalizer {
  public:
   std::string normalize(std::string s) const override { return unicode::nfd(s); }
 };
+class NfkcNormalizer : public Normalizer {
+ public:
+  std::string normalize(std::string s) const override { return unicode::nfkc(s); }
+};
+class NfkdNormalizer : public Normalizer {
+ public:
+  std::string normalize(std::string s) const override { return unicode::nfkd(s); }
+};
 class LowercaseNormalizer : public Normalizer {
  public:
   std::string normalize(std::string s) const override { return unicode::to_lower(s); }
@@ -337,6 +345,8 @@ std::unique_ptr<Normalizer> parse_normalizer(const json& j, const std::string& w
   std::string w = where + " " + type;
   if (type == "NFC") return std::make_unique<NfcNormalizer>();
   if (type == "NFD") return std::make_unique<NfdNormalizer>();
+  if (type == "NFKC") return std::make_unique<NfkcNormalizer>();
+  if (type == "NFKD") return std::make_unique<NfkdNormalizer>();
   if (type == "Lowercase") return std::make_unique<LowercaseNormalizer>();
   if (type == "Prepend") return std::make_unique<PrependNormalizer>(get_string(j, "prepend", w));
   if (type == "Replace") {
@@ -351,7 +361,7 @@ std::unique_ptr<Normalizer> parse_normalizer(const json& j, const std::string& w
       if (auto n = parse_normalizer(item, where)) parts.push_back(std::move(n));
     return std::make_unique<SequenceNormalizer>(std::move(parts));
   }
-  CYPRIS_FAIL("{} type '{}' is not supported; supported: NFC, NFD, Lowercase, Prepend, Replace, Strip, Sequence", where,
+  CYPRIS_FAIL("{} type '{}' is not supported; supported: NFC, NFD, NFKC, NFKD, Lowercase, Prepend, Replace, Strip, Sequence", where,
               type);
 }
 

@@ -1,86 +1,34 @@
-// UTF-8 helpers, NFC/NFD and the GPT-2 byte map. See unicode.h.
+// UTF-8 helpers, the Unicode properties and normalisation forms (from utf8proc) and the GPT-2 byte
+// map. See unicode.h.
 #include "engine/tokenizer/unicode.h"
 
-#include <algorithm>
+#include <utf8proc.h>
+
 #include <array>
-#include <vector>
+#include <cstdlib>
+#include <memory>
+
+#include "engine/common/error.h"
+#include "engine/tokenizer/regex.h"
 
 namespace cypris::unicode {
 namespace {
 
-struct CccEntry {
-  uint32_t cp;
-  uint8_t ccc;
-};
-struct DecompEntry {
-  uint32_t cp, first, second;  // second == 0: a singleton decomposition
-};
-struct CompEntry {
-  uint32_t first, second, composite;
-};
-struct RangeEntry {
-  uint32_t lo, hi;
-};
-#include "engine/tokenizer/unicode_nfc_data.inc"
-
-constexpr uint32_t kSBase = 0xAC00, kLBase = 0x1100, kVBase = 0x1161, kTBase = 0x11A7;
-constexpr uint32_t kLCount = 19, kVCount = 21, kTCount = 28, kNCount = kVCount * kTCount, kSCount = kLCount * kNCount;
-
-uint8_t ccc_of(uint32_t cp) {
-  if (cp < 0x300) return 0;
-  auto it =
-      std::lower_bound(std::begin(kCcc), std::end(kCcc), cp, [](const CccEntry& e, uint32_t v) { return e.cp < v; });
-  return (it != std::end(kCcc) && it->cp == cp) ? it->ccc : 0;
-}
-
-void decompose(uint32_t cp, std::vector<uint32_t>& out) {
-  if (cp >= kSBase && cp < kSBase + kSCount) {
-    uint32_t s = cp - kSBase;
-    out.push_back(kLBase + s / kNCount);
-    out.push_back(kVBase + (s % kNCount) / kTCount);
-    if (s % kTCount) out.push_back(kTBase + s % kTCount);
-    return;
+// utf8proc_map over s with `options`; the result is malloc'ed by utf8proc. Text that is not valid
+// UTF-8 is repaired first (as everywhere in the tokenizers: maximal invalid subparts -> U+FFFD).
+std::string utf8proc_apply(std::string_view s, int options) {
+  std::string repaired;
+  if (!is_valid_utf8(s)) {
+    repaired = to_valid_utf8(s);
+    s = repaired;
   }
-  if (cp >= 0xC0) {
-    auto it = std::lower_bound(std::begin(kDecomp), std::end(kDecomp), cp,
-                               [](const DecompEntry& e, uint32_t v) { return e.cp < v; });
-    if (it != std::end(kDecomp) && it->cp == cp) {
-      decompose(it->first, out);
-      if (it->second) decompose(it->second, out);
-      return;
-    }
-  }
-  out.push_back(cp);
-}
-
-uint32_t compose_pair(uint32_t a, uint32_t b) {
-  if (a >= kLBase && a < kLBase + kLCount && b >= kVBase && b < kVBase + kVCount)
-    return kSBase + ((a - kLBase) * kVCount + (b - kVBase)) * kTCount;
-  if (a >= kSBase && a < kSBase + kSCount && (a - kSBase) % kTCount == 0 && b > kTBase && b < kTBase + kTCount)
-    return a + (b - kTBase);
-  uint64_t key = (uint64_t(a) << 32) | b;
-  auto it = std::lower_bound(std::begin(kComp), std::end(kComp), key,
-                             [](const CompEntry& e, uint64_t v) { return ((uint64_t(e.first) << 32) | e.second) < v; });
-  if (it != std::end(kComp) && it->first == a && it->second == b) return it->composite;
-  return 0;
-}
-
-std::vector<uint32_t> decompose_all(std::string_view s) {
-  std::vector<uint32_t> d;
-  d.reserve(s.size());
-  for (size_t i = 0; i < s.size();) decompose(next_cp(s, i), d);
-  // Canonical ordering: stable sort of each run of non-starters by combining class.
-  for (size_t i = 0; i < d.size();) {
-    if (ccc_of(d[i]) == 0) {
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j < d.size() && ccc_of(d[j]) != 0) ++j;
-    std::stable_sort(d.begin() + i, d.begin() + j, [](uint32_t a, uint32_t b) { return ccc_of(a) < ccc_of(b); });
-    i = j;
-  }
-  return d;
+  utf8proc_uint8_t* out = nullptr;
+  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                    static_cast<utf8proc_ssize_t>(s.size()), &out,
+                                    static_cast<utf8proc_option_t>(options));
+  std::unique_ptr<utf8proc_uint8_t, decltype(&std::free)> owned(out, &std::free);
+  CYPRIS_CHECK(n >= 0, "Unicode normalisation of a {}-byte text failed: {}", s.size(), utf8proc_errmsg(n));
+  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
 }
 
 std::array<std::string, 256> make_byte_chars() {
@@ -247,47 +195,39 @@ bool is_nfc_quick(std::string_view s) {
     }
     uint32_t cp = next_cp(s, i);
     if (cp < 0x300) continue;
-    auto it = std::upper_bound(std::begin(kNotNfcQcYes), std::end(kNotNfcQcYes), cp,
-                               [](uint32_t v, const RangeEntry& e) { return v < e.lo; });
-    if (it != std::begin(kNotNfcQcYes) && cp <= std::prev(it)->hi) return false;
+    // Not certainly NFC: a code point with a canonical decomposition, a mark (every NFC_QC=Maybe
+    // code point is a mark or a Hangul vowel or trailing jamo, and every non-zero combining class
+    // is a mark), or one of those jamo.
+    if ((cp >= 0x1161 && cp <= 0x1175) || (cp >= 0x11A8 && cp <= 0x11C2)) return false;
+    const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp));
+    if (p->combining_class != 0) return false;
+    if (p->category == UTF8PROC_CATEGORY_MN || p->category == UTF8PROC_CATEGORY_MC ||
+        p->category == UTF8PROC_CATEGORY_ME)
+      return false;
+    if (p->decomp_seqindex != UINT16_MAX && p->decomp_type == 0) return false;  // canonical decomposition
   }
   return true;
 }
 
 std::string nfc(std::string_view s) {
-  if (is_nfc_quick(s)) return std::string(s);
-  std::vector<uint32_t> d = decompose_all(s);
-  std::vector<uint32_t> out;
-  out.reserve(d.size());
-  long starter = -1;
-  uint8_t last_ccc = 0;
-  for (uint32_t cp : d) {
-    uint8_t cc = ccc_of(cp);
-    if (starter >= 0) {
-      bool adjacent = size_t(starter) + 1 == out.size();
-      bool blocked = !adjacent && (last_ccc == 0 || last_ccc >= cc);
-      if (!blocked) {
-        if (uint32_t c = compose_pair(out[starter], cp)) {
-          out[starter] = c;
-          continue;
-        }
-      }
-    }
-    if (cc == 0) starter = long(out.size());
-    last_ccc = cc;
-    out.push_back(cp);
-  }
-  std::string r;
-  r.reserve(s.size());
-  for (uint32_t cp : out) append_utf8(r, cp);
-  return r;
+  if (is_valid_utf8(s) && is_nfc_quick(s)) return std::string(s);
+  return utf8proc_apply(s, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
 }
 
 std::string nfd(std::string_view s) {
-  std::string r;
-  r.reserve(s.size());
-  for (uint32_t cp : decompose_all(s)) append_utf8(r, cp);
-  return r;
+  return utf8proc_apply(s, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE);
+}
+
+std::string nfkc(std::string_view s) {
+  return utf8proc_apply(s, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+}
+
+std::string nfkd(std::string_view s) {
+  return utf8proc_apply(s, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+}
+
+std::string case_fold(std::string_view s) {
+  return utf8proc_apply(s, UTF8PROC_CASEFOLD);
 }
 
 bool is_whitespace(uint32_t cp) {
@@ -297,17 +237,30 @@ bool is_whitespace(uint32_t cp) {
 
 bool is_word_char(uint32_t cp) {
   if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || cp == '_';
-  // Approximation of Unicode Alphabetic|Numeric without tables: everything outside whitespace, the
-  // Latin-1 symbols and the general/CJK punctuation blocks.
-  if (is_whitespace(cp)) return false;
-  if (cp < 0xC0)
-    return cp == 0xAA || cp == 0xB5 || cp == 0xBA || (cp >= 0xB2 && cp <= 0xB3) || cp == 0xB9 ||
-           (cp >= 0xBC && cp <= 0xBE);
-  if (cp == 0xD7 || cp == 0xF7) return false;
-  if ((cp >= 0x2000 && cp <= 0x2BFF) || (cp >= 0x3000 && cp <= 0x303F) || (cp >= 0xFF00 && cp <= 0xFF0F) ||
-      (cp >= 0x1F000 && cp <= 0x1FAFF))
-    return false;
-  return true;
+  if (cp > 0x10FFFF) return false;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO:
+      return true;
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_SO: {
+      // Alphabetic also holds Other_Alphabetic, which are marks (vowel signs) and symbols (circled
+      // letters); utf8proc has no such property, PCRE2 has it from its Unicode tables.
+      static const Regex alphabetic("\\p{Alphabetic}", false, "the Unicode Alphabetic property");
+      std::string c;
+      append_utf8(c, cp);
+      return alphabetic.matches_at(c, 0);
+    }
+    default:
+      return false;
+  }
 }
 
 std::string to_lower(std::string_view s) {
@@ -315,20 +268,13 @@ std::string to_lower(std::string_view s) {
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     uint32_t cp = next_cp(s, i);
-    if ((cp >= 'A' && cp <= 'Z') || (cp >= 0xC0 && cp <= 0xDE && cp != 0xD7)) {
-      cp += 32;
-    } else if (cp >= 0x100 && cp <= 0x17F && cp != 0x130 && cp != 0x131 && cp != 0x138 && cp != 0x149 && cp != 0x17F) {
-      // Latin Extended-A alternates upper/lower, with the parity flipped in 0x139..0x148 and 0x179..0x17E.
-      bool odd_upper = (cp >= 0x139 && cp <= 0x148) || (cp >= 0x179 && cp <= 0x17E);
-      if ((cp % 2 == 1) == odd_upper) cp += 1;
-    } else if (cp >= 0x391 && cp <= 0x3AB && cp != 0x3A2) {
-      cp += 32;
-    } else if (cp >= 0x410 && cp <= 0x42F) {
-      cp += 32;
-    } else if (cp >= 0x400 && cp <= 0x40F) {
-      cp += 80;
+    if (cp < 0x80) {
+      out.push_back(cp >= 'A' && cp <= 'Z' ? char(cp + 32) : char(cp));
+    } else if (cp == 0x130) {
+      out += "i\xCC\x87";  // the one unconditional multi-character lower-case mapping (SpecialCasing.txt)
+    } else {
+      append_utf8(out, static_cast<uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
     }
-    append_utf8(out, cp);
   }
   return out;
 }

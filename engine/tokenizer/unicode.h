@@ -1,6 +1,7 @@
-// UTF-8 and Unicode helpers the tokenizers need: decoding/encoding code points, repairing invalid
-// UTF-8, NFC normalisation (full canonical algorithm from generated tables), the GPT-2 byte<->char
-// map, and a streaming lossy UTF-8 decoder that matches Rust's String::from_utf8_lossy.
+// UTF-8 and Unicode helpers the tokenizers (and guided decoding) need: decoding/encoding code points,
+// repairing invalid UTF-8, the normalisation forms, case folding and lower-casing and the character
+// classes (Unicode data from utf8proc), the GPT-2 byte<->char map, and a streaming lossy UTF-8
+// decoder that matches Rust's String::from_utf8_lossy.
 #pragma once
 
 #include <cstdint>
@@ -19,18 +20,25 @@ bool is_valid_utf8(std::string_view s);
 // s with every maximal invalid subsequence replaced by U+FFFD (as Rust's from_utf8_lossy does).
 std::string to_valid_utf8(std::string_view s);
 
-// Unicode NFC. Text already in NFC (checked with the NFC_QC property) is returned unchanged.
+// The Unicode normalisation forms. Text that is not valid UTF-8 is repaired first (to_valid_utf8).
 std::string nfc(std::string_view s);
-bool is_nfc_quick(std::string_view s);
-// NFD (canonical decomposition and ordering).
 std::string nfd(std::string_view s);
+std::string nfkc(std::string_view s);
+std::string nfkd(std::string_view s);
+// True only when s is certainly in NFC (no code point that decomposes canonically, no mark, no
+// Hangul vowel or trailing jamo); false does not mean it is not.
+bool is_nfc_quick(std::string_view s);
+// Full case folding (CaseFolding.txt, statuses C and F: "ß" -> "ss"), as Python's str.casefold;
+// for caseless matching.
+std::string case_fold(std::string_view s);
 
 // Unicode White_Space property (Rust char::is_whitespace).
 bool is_whitespace(uint32_t cp);
-// Rust's char::is_alphanumeric or '_', used for added tokens' single_word.
+// Rust's char::is_alphanumeric (Alphabetic or Numeric) or '_', used for added tokens' single_word.
 bool is_word_char(uint32_t cp);
 
-// Simple lower-casing: ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic basic ranges.
+// Each code point's full lower-case mapping, context-free (Rust's char::to_lowercase, which the
+// Hugging Face Lowercase normalizer applies: "İ" -> "i̇", no final-sigma rule).
 std::string to_lower(std::string_view s);
 
 // GPT-2 bytes_to_unicode: each byte's printable stand-in character, UTF-8 encoded.

@@ -11,6 +11,7 @@
 #include "app/server/errors.h"
 #include "app/server/openai/chat_prompt.h"
 #include "app/server/openai/chat_tools.h"
+#include "app/server/openai/choices.h"
 #include "app/server/openai/routes.h"
 #include "app/server/openai/sampling_from_json.h"
 #include "app/server/openai/tool_parsers.h"
@@ -27,13 +28,6 @@ namespace {
 json opt_json(const std::optional<std::string>& s) {
   return s ? json(*s) : json(nullptr);
 }
-
-struct ChatChoice {
-  std::string text;
-  std::vector<PositionLogprobs> logprobs;
-  std::optional<std::string> finish_reason, stop_reason;
-  bool role_sent = false;
-};
 
 // Streams one output of a choice whose text is read for tool calls: content deltas, a call's first
 // delta (index, id, type, name), its arguments pieces, and with the finish its reason ("tool_calls"
@@ -165,19 +159,12 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   const std::string model = ctx.served_name();
   auto sub = std::make_shared<Submitted>(
       submit_prompts(ctx, *engine, id, {prompt}, std::make_shared<const SamplingParams>(std::move(params))));
-  auto choices = std::make_shared<std::vector<ChatChoice>>(static_cast<size_t>(n));
+  auto choices = std::make_shared<Choices>(1, n);
   const int top_n = static_cast<int>(top_logprobs);
 
   if (!stream) {
-    const DrainResult r = drain_outputs(ctx, *sub, connection_probe(req), [&](size_t, const RequestOutput& out) {
-      for (auto& d : out.outputs) {
-        if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
-        ChatChoice& c = (*choices)[size_t(d.index)];
-        c.text += d.text;
-        c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-        if (d.finish_reason) c.finish_reason = d.finish_reason;
-        if (d.stop_reason) c.stop_reason = d.stop_reason;
-      }
+    const DrainResult r = drain_outputs(ctx, *sub, connection_probe(req), [&](size_t si, const RequestOutput& out) {
+      choices->add(si, out);
       return true;
     });
     untrack_all(ctx, *sub);
@@ -185,7 +172,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     const int64_t prompt_tokens = r.prompt_tokens, completion_tokens = r.completion_tokens;
     json jc = json::array();
     for (size_t i = 0; i < choices->size(); ++i) {
-      ChatChoice& c = (*choices)[i];
+      ChoiceState& c = (*choices)[i];
       json lp = nullptr;
       if (want_logprobs) lp = {{"content", chat_logprobs_content(tok, c.logprobs, top_n)}};
       json message = {{"role", role}, {"content", echo_text + c.text}, {"tool_calls", json::array()}};
@@ -244,7 +231,6 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
         for (size_t i = 0; i < choices->size(); ++i) {
           json delta = {{"role", role}};
           if (!echo_text.empty()) delta["content"] = echo_text;
-          (*choices)[i].role_sent = true;
           if (!write(chunk(
                   json::array({{{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}}),
                   nullptr))) {
@@ -254,9 +240,10 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
         // An empty write probes the client while the engine is busy.
         const DrainResult r = drain_outputs(
             *c, *sub, [&] { return write(""); },
-            [&](size_t, const RequestOutput& out) {
+            [&](size_t si, const RequestOutput& out) {
               for (auto& d : out.outputs) {
-                if (d.index < 0 || size_t(d.index) >= choices->size()) continue;
+                const std::optional<size_t> at = choices->index_of(si, d);
+                if (!at) continue;
                 if (!parsers->empty()) {
                   const json lp =
                       want_logprobs ? json{{"content", chat_logprobs_content(tok, d.logprobs, top_n)}} : json();
@@ -265,8 +252,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
                     return false;
                   continue;
                 }
-                // As in completions: without a tokenizer every new token still gets its (empty) chunk.
-                if (d.text.empty() && !d.finish_reason && d.logprobs.empty() && (tok || d.token_ids.empty())) continue;
+                if (!worth_a_chunk(d.text, d, tok != nullptr)) continue;
                 json delta = json::object();
                 if (!d.text.empty() || !d.finish_reason) delta["content"] = d.text;
                 json lp = nullptr;
@@ -276,7 +262,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
                             {"logprobs", lp},
                             {"finish_reason", opt_json(d.finish_reason)}};
                 if (d.finish_reason) one["stop_reason"] = opt_json(d.stop_reason);
-                if (d.finish_reason) (*choices)[size_t(d.index)].finish_reason = d.finish_reason;
+                if (d.finish_reason) (*choices)[*at].finish_reason = d.finish_reason;
                 if (!write(chunk(json::array({one}), nullptr))) return false;
               }
               return true;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "app/server/errors.h"
+#include "app/server/openai/choices.h"
 #include "app/server/route_util.h"
 #include "app/server/openai/routes.h"
 #include "app/server/openai/sampling_from_json.h"
@@ -14,15 +15,6 @@ namespace cypris::server {
 using nlohmann::json;
 
 namespace {
-
-struct Choice {
-  std::string text;
-  std::vector<PositionLogprobs> logprobs;
-  std::optional<std::string> finish_reason;
-  std::optional<std::string> stop_reason;
-  size_t offset = 0;     // text_offset of the next token
-  bool started = false;  // echo sent
-};
 
 json opt_json(const std::optional<std::string>& s) {
   return s ? json(*s) : json(nullptr);
@@ -85,21 +77,14 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   auto sub = std::make_shared<Submitted>(submit_prompts(ctx, *engine, id, prompts, shared_params));
   (void)top_n;
 
-  auto choices = std::make_shared<std::vector<Choice>>(prompts.size() * static_cast<size_t>(n));
+  auto choices = std::make_shared<Choices>(prompts.size(), n);
   auto prompt_text = [prompts](size_t choice_idx, int n_) { return prompts[choice_idx / size_t(n_)].text; };
 
   if (!stream) {
     std::vector<std::vector<PositionLogprobs>> prompt_lps(prompts.size());
     const DrainResult r = drain_outputs(ctx, *sub, connection_probe(req), [&](size_t si, const RequestOutput& out) {
       if (!out.prompt_logprobs.empty()) prompt_lps[si] = out.prompt_logprobs;
-      for (auto& d : out.outputs) {
-        if (d.index < 0 || d.index >= n) continue;  // not one of ours: never index out of range
-        Choice& c = (*choices)[si * size_t(n) + size_t(d.index)];
-        c.text += d.text;
-        c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-        if (d.finish_reason) c.finish_reason = d.finish_reason;
-        if (d.stop_reason) c.stop_reason = d.stop_reason;
-      }
+      choices->add(si, out);
       return true;
     });
     untrack_all(ctx, *sub);
@@ -107,7 +92,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     const int64_t prompt_tokens = r.prompt_tokens, completion_tokens = r.completion_tokens;
     json jchoices = json::array();
     for (size_t i = 0; i < choices->size(); ++i) {
-      Choice& c = (*choices)[i];
+      ChoiceState& c = (*choices)[i];
       const size_t pi = i / size_t(n);
       std::string text = echo ? prompts[pi].text + c.text : c.text;
       json lp = nullptr;
@@ -172,23 +157,22 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
         const DrainResult r = drain_outputs(*c, *sub, [&] { return write(""); }, [&](size_t si, const RequestOutput& out) {
           json together = json::array();  // one_event: this output's choices in one chunk
           for (auto& d : out.outputs) {
-            if (d.index < 0 || d.index >= n) continue;
-            const size_t ci = si * size_t(n) + size_t(d.index);
-            Choice& ch = (*choices)[ci];
+            const std::optional<size_t> at = choices->index_of(si, d);
+            if (!at) continue;
+            const size_t ci = *at;
+            ChoiceState& ch = (*choices)[ci];
             std::string text = d.text;
             if (!ch.started) {
               ch.started = true;
               if (echo) {
                 text = prompt_text(ci, n) + text;
-                ch.offset = prompt_text(ci, n).size();
+                ch.text_offset = prompt_text(ci, n).size();
               }
             }
-            // Nothing to say (a held-back stop string) and not the end: skip the chunk. Without a
-            // tokenizer (--skip-tokenizer-init) text is always empty: each new token still gets its
-            // chunk, or a streaming client would see nothing until the end.
-            if (text.empty() && !d.finish_reason && d.logprobs.empty() && (tok || d.token_ids.empty())) continue;
+            // Nothing to say (a held-back stop string) and not the end: no chunk.
+            if (!worth_a_chunk(text, d, tok != nullptr)) continue;
             json lp = nullptr;
-            if (want_logprobs) lp = completion_logprobs(tok, d.logprobs, ch.offset);
+            if (want_logprobs) lp = completion_logprobs(tok, d.logprobs, ch.text_offset);
             json one = {{"index", ci},
                         {"text", text},
                         {"logprobs", lp},

@@ -13,6 +13,7 @@
 
 #include "engine/chat/jinja/interpreter.h"
 #include "engine/chat/jinja/lexer.h"
+#include "engine/chat/jinja/methods.h"
 #include "engine/chat/jinja/strings.h"
 
 namespace cypris::jinja {

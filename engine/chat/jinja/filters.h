@@ -1,9 +1,7 @@
-// Jinja filters ({{ x | trim }}), tests ({% if x is defined %}), methods of str/dict/list values
-// (x.strip(), d.items()) and the global functions (range, dict, namespace, raise_exception,
-// strftime_now) of the chat-template interpreter.
+// Jinja filters ({{ x | trim }}) and tests ({% if x is defined %}) of the chat-template
+// interpreter; the parser resolves them by name (methods.h has the methods of values).
 #pragma once
 
-#include <optional>
 #include <string_view>
 
 #include "engine/chat/jinja/ast.h"
@@ -13,16 +11,5 @@ namespace cypris::jinja {
 // nullptr when there is no such filter / test.
 FilterFn find_filter(std::string_view name);
 TestFn find_test(std::string_view name);
-
-// Calls method `name` of `self` (str, dict or list methods Python templates use); nullopt when
-// `self` has no such method.
-std::optional<Value> call_method(Interpreter& interp, const Value& self, std::string_view name, CallArgs& args,
-                                 const SourcePos& pos);
-bool has_method(const Value& self, std::string_view name);
-
-// The Python-compatible JSON text of a value (transformers' tojson: json.dumps with
-// ensure_ascii=False; indent < 0 means no indent).
-std::string to_json(const Value& v, int indent, bool ensure_ascii, bool sort_keys, const SourcePos& pos,
-                    std::string_view item_sep = ", ", std::string_view key_sep = ": ");
 
 }  // namespace cypris::jinja

@@ -10,7 +10,8 @@ namespace cypris::jinja {
 
 class Interpreter;
 
-// Registers range, dict, namespace, raise_exception and strftime_now as globals.
+// Registers range, dict, namespace, raise_exception and strftime_now as globals, and the methods of
+// str, dict and list values (methods.h) with the interpreter.
 void install_globals(Interpreter& interp);
 
 // strftime with C-locale (English) names, independent of the process locale; supports

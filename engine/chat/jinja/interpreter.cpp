@@ -9,7 +9,6 @@
 #include <cmath>
 #include <memory>
 
-#include "engine/chat/jinja/filters.h"
 #include "engine/chat/jinja/lexer.h"
 
 namespace cypris::jinja {
@@ -23,7 +22,7 @@ class BoundMethod : public Callable {
   BoundMethod(Value self, std::string name) : self_(std::move(self)), name_(std::move(name)) {}
   std::string name() const override { return name_; }
   Value call(Interpreter& interp, CallArgs& args, const SourcePos& pos) override {
-    auto r = call_method(interp, self_, name_, args, pos);
+    auto r = interp.call_method(self_, name_, args, pos);
     if (!r) throw_template_error(pos, fmt::format("'{}' object has no attribute '{}'", self_.type_name(), name_));
     return std::move(*r);
   }
@@ -469,7 +468,7 @@ Value Interpreter::eval_call(const Expr& e, Scope& scope) {
     if ((self.is_string() || self.is_dict() || self.is_list()) && has_method(self, target.name)) {
       CallArgs args;
       eval_args(e, scope, args);
-      auto r = call_method(*this, self, target.name, args, e.pos);
+      auto r = call_method(self, target.name, args, e.pos);
       if (r) return std::move(*r);
     }
     Value callee = get_attr(self, target.name);

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -23,6 +24,15 @@ struct RenderLimits {
   int max_call_depth = 64;              // nested macro calls
 };
 
+// The methods of str, dict and list values (x.strip(), d.items()). The interpreter knows them only
+// through this table, which install_globals (globals.h) fills from methods.h, so the method library
+// can use the interpreter without the interpreter depending on it.
+struct ValueMethods {
+  bool (*has)(const Value& self, std::string_view name) = nullptr;
+  std::optional<Value> (*call)(Interpreter& interp, const Value& self, std::string_view name, CallArgs& args,
+                               const SourcePos& pos) = nullptr;
+};
+
 class Interpreter {
  public:
   Interpreter(const Template& tmpl, RenderLimits limits = {});
@@ -33,6 +43,7 @@ class Interpreter {
   // Variables and functions visible to the whole template (messages, bos_token, range, ...).
   void set_global(std::string name, Value value);
   void set_clock(std::function<std::tm()> clock) { clock_ = std::move(clock); }
+  void set_methods(ValueMethods methods) { methods_ = methods; }
 
   // Renders once; throws cypris::Error ("chat template: line L, column C: ...").
   std::string render();
@@ -46,6 +57,12 @@ class Interpreter {
   void check_string_size(size_t bytes, const SourcePos& pos) const;
   void check_list_size(size_t items, const SourcePos& pos) const;
   std::tm now() const;
+  // Method `name` of `self` through the installed table; nullopt when there is no such method.
+  bool has_method(const Value& self, std::string_view name) const { return methods_.has && methods_.has(self, name); }
+  std::optional<Value> call_method(const Value& self, std::string_view name, CallArgs& args, const SourcePos& pos) {
+    if (!methods_.call) return std::nullopt;
+    return methods_.call(*this, self, name, args, pos);
+  }
   // namespace() objects are the only mutable values, so the only way to build a reference cycle;
   // the interpreter breaks such cycles when it is destroyed.
   void track_namespace(const std::shared_ptr<DictData>& ns) { namespaces_.push_back(ns); }
@@ -87,6 +104,7 @@ class Interpreter {
   int call_depth_ = 0;
   int eval_depth_ = 0;
   std::function<std::tm()> clock_;
+  ValueMethods methods_;
   std::vector<std::weak_ptr<DictData>> namespaces_;
 };
 

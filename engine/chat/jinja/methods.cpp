@@ -1,13 +1,14 @@
 // Methods of str and dict values (x.strip(), d.get()), the global functions templates call
 // (range, dict, namespace, raise_exception, strftime_now) and Python-compatible JSON output.
 // Lists have no methods: transformers renders in an immutable sandbox, so append() fails there too.
+#include "engine/chat/jinja/methods.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-#include "engine/chat/jinja/filters.h"
 #include "engine/chat/jinja/globals.h"
 #include "engine/chat/jinja/interpreter.h"
 #include "engine/chat/jinja/lexer.h"
@@ -496,6 +497,7 @@ std::string format_time(std::string_view f, const std::tm& tm) {
 }
 
 void install_globals(Interpreter& interp) {
+  interp.set_methods({has_method, call_method});
   interp.set_global("range", Value::callable(std::make_shared<Builtin>("range", g_range)));
   interp.set_global("dict", Value::callable(std::make_shared<Builtin>("dict", g_dict)));
   interp.set_global("namespace", Value::callable(std::make_shared<Builtin>("namespace", g_namespace)));

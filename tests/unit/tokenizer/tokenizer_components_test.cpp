@@ -66,6 +66,20 @@ class ComponentsTest : public ::testing::Test {
 
 using Ids = std::vector<int32_t>;
 
+TEST_F(ComponentsTest, UnicodeNormalizers) {
+  json j = toy();
+  // Fullwidth "ａｂ" and the circled digits "①②" are compatibility characters: NFKC and NFKD make
+  // them "ab" and "12" (NFC leaves them alone).
+  const std::string text = "\xEF\xBD\x81\xEF\xBD\x82\xE2\x91\xA0\xE2\x91\xA1";
+  for (const char* type : {"NFKC", "NFKD"}) {
+    j["normalizer"] = {{"type", type}};
+    EXPECT_EQ(load(j)->encode(text, false), (Ids{3, 11})) << type;
+  }
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", json::array({json{{"type", "NFKC"}}, json{{"type", "Lowercase"}}})}};
+  EXPECT_EQ(load(j)->encode("\xEF\xBC\xA1" "B", false), (Ids{3})) << "fullwidth A, then lower case";
+}
+
 TEST_F(ComponentsTest, SplitBehaviours) {
   json j = toy();
   EXPECT_EQ(load(j)->encode("a-b", false), (Ids{4, 1})) << "no pre-tokenizer: merges run over the whole text";
