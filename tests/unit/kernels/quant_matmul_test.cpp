@@ -17,6 +17,7 @@
 
 #include "engine/common/error.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/quant_dot.h"
 #include "kernels/cpu/quant/quant_gemm.h"
 #include "kernels/cpu/quant/quant_ref.h"
@@ -140,7 +141,8 @@ TEST_P(QuantKernels, SimdDotEqualsScalarReference) {
 }
 
 // The quantized linear against fp64 on the exact activations. With x_i = d_b q_i + e_i and
-// |e_i| <= d_b / 2 (round to nearest; d_b = max|x| / 127 over x's block b), the kernels compute
+// |e_i| <= d_b / 2 (round to nearest; d_b = max|x| / 127 over x's block b, / 32767 for Q8_0 weights,
+// whose activations take 16 bits: q8_0_acts16.h), the kernels compute
 // sum_i w_i (x_i - e_i) up to fp32 rounding, so
 //   |y - sum_i w_i x_i| <= sum_i |w_i| d_b(i) / 2  +  1e-5 * sum_i |w_i x_i|
 // (the second term covers fp32 accumulation over k <= 4096 and the rounding of x / d).
@@ -158,7 +160,7 @@ void check_linear(DType t, int64_t m, int64_t n, int64_t k, QuantPath path, Thre
     for (int64_t b = 0; b < k / be; ++b) {
       double amax = 0;
       for (int64_t c = 0; c < be; ++c) amax = std::max(amax, double(std::abs(x[i * k + b * be + c])));
-      step[b] = amax / 127.0;
+      step[b] = amax / (t == DType::Q8_0 ? 32767.0 : 127.0);
     }
     for (int64_t j = 0; j < n; ++j) {
       double exact = with_bias ? bias[j] : 0.0, bound = 0, mag = std::abs(exact);
@@ -257,6 +259,41 @@ TEST(QuantKernelsGguf, RealRowsAgreeAcrossIsas) {
         const quant::ActRow ar = a.row();
         quant::dot_fn(dt, isa)(row, &ar, 1, k, &got);
         EXPECT_NEAR(got, ref, 1e-5 * std::abs(ref) + 1e-4) << name << " " << quant::isa_name(isa);
+      }
+    }
+  }
+}
+
+// Q8_0 with 16-bit activations: the quantizer's step is 1/32767 of the block's largest value (each
+// value within half a step, the largest exact), and every SIMD kernel equals the scalar reference
+// on rows llama.cpp quantized, for 1 to 4 activation rows at once.
+TEST(QuantActs16, QuantizerIsWithinHalfAStepAndKernelsEqualTheReference) {
+  const int64_t k = 512;
+  const auto x = randn(4 * k, 21);
+  std::vector<int16_t> qs(4 * k);
+  std::vector<float> d(4 * k / 32);
+  for (int r = 0; r < 4; ++r) quant::quantize_acts16(x.data() + r * k, k, qs.data() + r * k, d.data() + r * k / 32);
+  for (int64_t i = 0; i < 4 * k; ++i) {
+    double amax = 0;
+    for (int64_t c = i / 32 * 32; c < i / 32 * 32 + 32; ++c) amax = std::max(amax, double(std::abs(x[c])));
+    ASSERT_NEAR(d[i / 32], amax / 32767.0, amax * 1e-7);
+    ASSERT_LE(std::abs(double(qs[i]) * d[i / 32] - x[i]), d[i / 32] * 0.5001) << i;
+  }
+  const test::MiniGguf file(std::string(CYPRIS_TESTDATA_DIR) + "/gguf/tiny-random-Q8_0.gguf");
+  const test::GgufTensor& t = file.tensor("blk.0.ffn_down.weight");  // [256 rows, 512]
+  ASSERT_EQ(t.ne[0], uint64_t(k));
+  quant::ActRow16 rows[4];
+  for (int r = 0; r < 4; ++r) rows[r] = {qs.data() + r * k, d.data() + r * k / 32};
+  for (int64_t j = 0; j < 16; ++j) {
+    const uint8_t* wrow = file.data(t) + j * dtype_nbytes(DType::Q8_0, k);
+    for (Isa isa : simd_isas()) {
+      for (int nr = 1; nr <= 4; ++nr) {
+        std::vector<float> got(4, kNaN());
+        quant::dot_q8_0_acts16_fn(isa)(wrow, rows, nr, k, got.data());
+        for (int r = 0; r < nr; ++r) {
+          const float ref = quant::dot_q8_0_acts16_ref(wrow, rows[r], k);
+          EXPECT_NEAR(got[r], ref, 1e-5 * std::abs(ref) + 1e-4) << quant::isa_name(isa) << " rows " << nr;
+        }
       }
     }
   }
