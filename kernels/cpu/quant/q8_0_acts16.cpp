@@ -27,27 +27,33 @@ namespace cypris {
 namespace quant {
 
 void quantize_acts16(const float* x, int64_t k, int16_t* qs, float* d) {
-  for (int64_t b = 0; b < k / kQK; ++b) {
-    const float* xb = x + b * kQK;
+  for (int64_t g0 = 0; g0 < k; g0 += kActs16Group) {
+    const int64_t n = std::min<int64_t>(kActs16Group, k - g0);
     float amax = 0.0f;
-    for (int i = 0; i < kQK; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
-    const float db = amax / 32767.0f;
-    const float id = db != 0.0f ? 1.0f / db : 0.0f;
-    d[b] = db;
-    for (int i = 0; i < kQK; ++i) {
-      const float v = std::nearbyint(xb[i] * id);  // round half to even
-      qs[b * kQK + i] = static_cast<int16_t>(std::fmax(-32767.0f, std::fmin(32767.0f, v)));
+    for (int64_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[g0 + i]));
+    const float dg = amax / 32767.0f;
+    const float id = dg != 0.0f ? 1.0f / dg : 0.0f;
+    d[g0 / kActs16Group] = dg;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = std::nearbyint(x[g0 + i] * id);  // round half to even
+      qs[g0 + i] = static_cast<int16_t>(std::fmax(-32767.0f, std::fmin(32767.0f, v)));
     }
   }
 }
 
 float dot_q8_0_acts16_ref(const void* w_row, const ActRow16& a, int64_t k) {
   const auto* w = static_cast<const BlockQ8_0*>(w_row);
+  constexpr int kGroupBlocks = kActs16Group / kQK;
+  const int64_t nb = k / kQK;
   float sum = 0.0f;
-  for (int64_t b = 0; b < k / kQK; ++b) {
-    int32_t isum = 0;
-    for (int i = 0; i < kQK; ++i) isum += w[b].qs[i] * a.qs[b * kQK + i];
-    sum += f16_to_f32(w[b].d) * a.d[b] * static_cast<float>(isum);
+  for (int64_t g0 = 0; g0 < nb; g0 += kGroupBlocks) {
+    float gsum = 0.0f;
+    for (int64_t b = g0; b < std::min<int64_t>(g0 + kGroupBlocks, nb); ++b) {
+      int32_t isum = 0;
+      for (int i = 0; i < kQK; ++i) isum += w[b].qs[i] * a.qs[b * kQK + i];
+      gsum += f16_to_f32(w[b].d) * static_cast<float>(isum);
+    }
+    sum += a.d[g0 / kGroupBlocks] * gsum;
   }
   return sum;
 }
@@ -62,22 +68,30 @@ void rows_ref(const void* w_row, const ActRow16* a, int nrows, int64_t k, float*
 #define CYPRIS_A16_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define CYPRIS_A16_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
+constexpr int kGroupBlocks = kActs16Group / kQK;
+
 // Per block: the 32 weights widened to int16 once, vpmaddwd with each row's activations (pairs of
-// products summed in int32: at most 2 * 127 * 32767 < 2^24, exact as float), then one fmadd by
-// d_w * d_x per lane.
+// products summed in int32: at most 2 * 127 * 32767 < 2^24, exact as float), then one fmadd by the
+// block's d_w (a register shared by the rows); each row's d_x once per group of 8 blocks.
 template <int NR>
 CYPRIS_A16_AVX512 void rows_avx512(const void* w_row, const ActRow16* a, int64_t k, float* out) {
   const auto* w = static_cast<const BlockQ8_0*>(w_row);
   const int64_t nb = k / kQK;
   __m512 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m512i w16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)));
-    const float wd = _cvtsh_ss(w[b].d);
-    for (int r = 0; r < NR; ++r) {
-      const __m512i p = _mm512_madd_epi16(w16, _mm512_loadu_si512(a[r].qs + b * kQK));
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(wd * a[r].d[b]), acc[r]);
+  for (int64_t g0 = 0; g0 < nb; g0 += kGroupBlocks) {
+    const int64_t g1 = std::min<int64_t>(g0 + kGroupBlocks, nb);
+    __m512 t[NR];
+    for (int r = 0; r < NR; ++r) t[r] = _mm512_setzero_ps();
+    for (int64_t b = g0; b < g1; ++b) {
+      const __m512i w16 = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)));
+      const __m512 wd = _mm512_set1_ps(_cvtsh_ss(w[b].d));
+      for (int r = 0; r < NR; ++r) {
+        const __m512i p = _mm512_madd_epi16(w16, _mm512_loadu_si512(a[r].qs + b * kQK));
+        t[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), wd, t[r]);
+      }
     }
+    for (int r = 0; r < NR; ++r) acc[r] = _mm512_fmadd_ps(t[r], _mm512_set1_ps(a[r].d[g0 / kGroupBlocks]), acc[r]);
   }
   for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
 }
@@ -90,17 +104,23 @@ CYPRIS_A16_AVX2 void rows_avx2(const void* w_row, const ActRow16* a, int64_t k, 
   const int64_t nb = k / kQK;
   __m256 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs)));
-    const __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs + 16)));
-    const float wd = _cvtsh_ss(w[b].d);
-    for (int r = 0; r < NR; ++r) {
-      const int16_t* x = a[r].qs + b * kQK;
-      const __m256i p =
-          _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
-                           _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * a[r].d[b]), acc[r]);
+  for (int64_t g0 = 0; g0 < nb; g0 += kGroupBlocks) {
+    const int64_t g1 = std::min<int64_t>(g0 + kGroupBlocks, nb);
+    __m256 t[NR];
+    for (int r = 0; r < NR; ++r) t[r] = _mm256_setzero_ps();
+    for (int64_t b = g0; b < g1; ++b) {
+      const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs)));
+      const __m256i hi = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs + 16)));
+      const __m256 wd = _mm256_set1_ps(_cvtsh_ss(w[b].d));
+      for (int r = 0; r < NR; ++r) {
+        const int16_t* x = a[r].qs + b * kQK;
+        const __m256i p =
+            _mm256_add_epi32(_mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
+                             _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16))));
+        t[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), wd, t[r]);
+      }
     }
+    for (int r = 0; r < NR; ++r) acc[r] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a[r].d[g0 / kGroupBlocks]), acc[r]);
   }
   for (int r = 0; r < NR; ++r) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
@@ -149,7 +169,7 @@ struct Acts16 {
   std::vector<int16_t>* qs;
   std::vector<float>* ds;
   int64_t k;
-  quant::ActRow16 row(int64_t i) const { return {qs->data() + i * k, ds->data() + i * (k / kQK)}; }
+  quant::ActRow16 row(int64_t i) const { return {qs->data() + i * k, ds->data() + i * quant::acts16_groups(k)}; }
 };
 
 void run(ThreadPool* pool, int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
@@ -164,11 +184,11 @@ Acts16 quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, ThreadPo
   thread_local std::vector<int16_t> qs;
   thread_local std::vector<float> ds;
   qs.resize(static_cast<size_t>(m * k));
-  ds.resize(static_cast<size_t>(m * (k / kQK)));
+  ds.resize(static_cast<size_t>(m * quant::acts16_groups(k)));
   int16_t* q = qs.data();
   float* d = ds.data();
   run(pool, m, 4, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) quant::quantize_acts16(x + i * ldx, k, q + i * k, d + i * (k / kQK));
+    for (int64_t i = i0; i < i1; ++i) quant::quantize_acts16(x + i * ldx, k, q + i * k, d + i * quant::acts16_groups(k));
   });
   return {&qs, &ds, k};
 }
