@@ -1,6 +1,8 @@
 // `cypris bench latency`: batch-1 prefill and decode speed of one sequence (random prompt of
 // --input-len tokens, then --output-len greedy decode steps), averaged over --num-iters runs.
-// Works with --load-format dummy and a folder holding only config.json.
+// Works with --load-format dummy and a folder holding only config.json. Also prints the weight bytes
+// one decode step reads and how many per second that makes, to compare with the machine's copy
+// bandwidth (a batch-1 decode is bound by it).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,8 +11,9 @@
 
 #include "app/cli/bench.h"
 #include "app/cli/options_cli.h"
-#include "engine/core/engine_setup.h"
 #include "engine/common/error.h"
+#include "engine/core/engine_setup.h"
+#include "engine/loader/gguf.h"
 
 namespace cypris::cli {
 namespace {
@@ -34,6 +37,33 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Weight bytes one batch-1 decode step reads: every layer's weights once (of a MoE layer the
+// experts a token uses), the LM head, not the embedding table (one row) unless it is the LM head.
+// A GGUF file gives each tensor's bytes as stored (quantized types stay so in memory; float
+// matrices take the runner's weight dtype); other models count parameters at the weight dtype.
+double decode_weight_bytes(const std::filesystem::path& model, const ModelConfig& cfg, DType weight_dtype) {
+  const double expert_share =
+      cfg.num_experts > 0 ? static_cast<double>(cfg.num_experts_per_tok) / cfg.num_experts : 1.0;
+  if (is_gguf_path(model)) {
+    const GgufModel gguf(model);
+    const bool tied = gguf.tensor("output.weight") == nullptr;
+    double bytes = 0;
+    for (const auto& [name, info] : gguf.tensors()) {
+      const GgufTensorInfo& t = *info.first;
+      if (name == "token_embd.weight" && !tied) continue;
+      const bool float_matrix = t.ne.size() >= 2 && (t.type == GgmlType::F32 || t.type == GgmlType::F16 ||
+                                                     t.type == GgmlType::BF16);
+      double b = float_matrix ? static_cast<double>(t.numel()) * dtype_size(weight_dtype) : static_cast<double>(t.nbytes);
+      if (name.find("_exps") != std::string::npos) b *= expert_share;
+      bytes += b;
+    }
+    return bytes;
+  }
+  const ModelConfig::ParameterCount params = cfg.approx_parameters();
+  const double lookup_only = cfg.tie_word_embeddings ? 0.0 : static_cast<double>(cfg.vocab_size) * cfg.hidden_size;
+  return (params.active - lookup_only) * dtype_size(weight_dtype);
 }
 
 struct LatencyFlags {
@@ -105,6 +135,9 @@ int bench(const Args& args) {
     decode_cpu_ms.push_back(1000.0 * (c2 - c1) / output_len);
   }
   const ModelConfig::ParameterCount params = cfg.approx_parameters();
+  const double weight_bytes = decode_weight_bytes(opt.model_dir, cfg, runner.weight_dtype());
+  std::vector<double> weight_gbps;
+  for (double tps : decode_tps) weight_gbps.push_back(weight_bytes * tps / 1e9);
   auto mean = [](const std::vector<double>& v) {
     double s = 0;
     for (double x : v) s += x;
@@ -117,6 +150,7 @@ int bench(const Args& args) {
   std::printf(") |\n");
   std::printf("| weights | %s, %s |\n", std::string(dtype_name(runner.weight_dtype())).c_str(),
               opt.load.load_format.c_str());
+  std::printf("| weights read per decode step | %.1f MB |\n", weight_bytes / 1e6);
   std::printf("| threads | %d |\n| batch size | 1 |\n| input / output len | %lld / %lld |\n", opt.threads,
               static_cast<long long>(input_len), static_cast<long long>(output_len));
   std::printf("| iterations (warmup) | %lld (%lld) |\n| load time | %.2f s |\n\n", static_cast<long long>(iters),
@@ -125,6 +159,7 @@ int bench(const Args& args) {
   std::printf("| prefill tokens/s | %.1f | %.1f |\n", mean(prefill_tps), median(prefill_tps));
   std::printf("| decode tokens/s (batch 1) | %.2f | %.2f |\n", mean(decode_tps), median(decode_tps));
   std::printf("| decode latency ms/token | %.2f | %.2f |\n", mean(decode_ms), median(decode_ms));
+  std::printf("| decode weight bytes read GB/s | %.2f | %.2f |\n", mean(weight_gbps), median(weight_gbps));
   std::printf("| decode CPU time ms/token (all threads) | %.2f | %.2f |\n", mean(decode_cpu_ms), median(decode_cpu_ms));
   return 0;
 }

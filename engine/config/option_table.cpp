@@ -165,12 +165,14 @@ std::vector<OptionSpec> build_table() {
           "in-process one between CPU ranks)."));
 
   group = "Quantization Options";
-  add(Opt("kv-cache-dtype", bind_field(FIELD(quant.kv_cache_dtype)), "{auto,fp8,fp8_e5m2,fp8_e4m3}",
-          "The data type for KV cache. \"auto\" uses the activation dtype: the model dtype (bfloat16 or float16) "
-          "on a GPU, float32 on the CPU; \"fp8\" (= fp8_e4m3) and \"fp8_e5m2\" store it in 8 bits, twice the "
-          "blocks of a 16-bit cache in the same memory, with per-layer scales from the checkpoint or "
+  add(Opt("kv-cache-dtype", bind_field(FIELD(quant.kv_cache_dtype)),
+          "{auto,fp8,fp8_e5m2,fp8_e4m3,float16,bfloat16,float32}",
+          "The data type for KV cache. \"auto\" uses the model dtype (bfloat16 or float16) on a GPU and "
+          "float16 on the CPU (as llama.cpp); \"float16\", \"bfloat16\" and \"float32\" choose one on any "
+          "device (16 bits: twice the blocks of float32); \"fp8\" (= fp8_e4m3) and \"fp8_e5m2\" store it in 8 bits, "
+          "twice the blocks of a 16-bit cache in the same memory, with per-layer scales from the checkpoint or "
           "--quantization-param-path.")
-          .choices({"auto", "fp8", "fp8_e5m2", "fp8_e4m3"}));
+          .choices({"auto", "fp8", "fp8_e5m2", "fp8_e4m3", "float16", "bfloat16", "float32"}));
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
           "The method used to quantize the weights. Inferred from the model when possible. Cypris supports "
           "gguf (llama.cpp's quantization types, read from a .gguf --model); the others are not supported yet.")

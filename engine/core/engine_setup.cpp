@@ -95,6 +95,9 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   ro.enforce_eager = mo.enforce_eager;
   ro.max_seq_len_to_capture = mo.max_context_len_to_capture.value_or(mo.max_seq_len_to_capture);
   ro.kv_cache_dtype = parse_kv_cache_dtype(cfg.quant.kv_cache_dtype);
+  // "auto" on the CPU: a float16 cache, as llama.cpp's default: half the bytes of float32 per token
+  // (twice the context in --cpu-kvcache-space, half the reads per decoded token at long contexts).
+  if (!ro.kv_cache_dtype && ro.device == "cpu") ro.kv_cache_dtype = DType::F16;
   ro.quantization_param_path = cfg.quant.quantization_param_path.value_or("");
   return ro;
 }

@@ -15,9 +15,10 @@ namespace cypris {
 
 class WeightSource;
 
-// "auto" -> nullopt (the activation dtype: the model dtype on a GPU, float32 on the CPU, as
-// Aphrodite/vLLM), "fp8" and "fp8_e4m3" -> F8E4M3 (as vLLM), "fp8_e5m2" -> F8E5M2. Throws Error
-// naming --kv-cache-dtype and the choices otherwise.
+// "auto" -> nullopt (the runner's default: the activation dtype; the engine makes it float16 on the
+// CPU, engine_setup.cpp), "fp8" and "fp8_e4m3" -> F8E4M3 (as vLLM), "fp8_e5m2" -> F8E5M2; "float16",
+// "bfloat16" and "float32" name a cache of that type on any device. Throws Error naming
+// --kv-cache-dtype and the choices otherwise.
 std::optional<DType> parse_kv_cache_dtype(const std::string& name);
 
 struct ResolvedKvScales {

@@ -112,9 +112,11 @@ AttentionItem attention_item(const PagedAttentionParams& p, const std::vector<in
 }
 
 #if defined(__x86_64__)
-// The AVX-512 path for 32- and 16-bit caches and head dims that are multiples of 16: per work item
+// The AVX-512 path for every cache type and head dims that are multiples of 16: per work item
 // (token, KV head) every cached row is read once for all the query heads of its group, converted
-// in registers (no fp32 scratch copy), with H heads' 16-wide accumulators held in registers.
+// in registers (no fp32 scratch copy), with H heads' 16-wide accumulators held in registers. fp8
+// rows widen to fp16 with integer shifts and then to fp32 (simd::load16_fp8), times the layer's
+// scale: the same values as the scalar path's table, and half the bytes of a 16-bit cache.
 struct GroupAttention {
   const float* q;          // first query head of the group; heads d apart
   float* out;              // same layout
@@ -126,16 +128,29 @@ struct GroupAttention {
   float scale;
   float softcap;
   float* scores;  // [group, n]
+  float k_mul;    // fp8 only: the factor simd::load16_fp8 applies to K and V rows
+  float v_mul;
 };
+
+// 16 cached elements from index i as fp32 (fp8: times mul).
+template <DType CT>
+CYPRIS_TARGET_AVX512 inline __m512 load_cached(const void* base, int64_t i, __m512 mul) {
+  if constexpr (CT == DType::F8E4M3 || CT == DType::F8E5M2) {
+    return simd::load16_fp8<CT>(base, i, mul);
+  } else {
+    return simd::load16<CT>(base, i);
+  }
+}
 
 template <DType CT, int H>
 CYPRIS_TARGET_AVX512 void group_scores(const GroupAttention& a, int h0) {
   const int chunks = a.d / 16;
+  const __m512 mul = _mm512_set1_ps(a.k_mul);
   for (int64_t j = 0; j < a.n; ++j) {
     __m512 acc[H];
     for (int h = 0; h < H; ++h) acc[h] = _mm512_setzero_ps();
     for (int c = 0; c < chunks; ++c) {
-      const __m512 k = simd::load16<CT>(a.k_cache, a.offsets[j] + c * 16);
+      const __m512 k = load_cached<CT>(a.k_cache, a.offsets[j] + c * 16, mul);
       for (int h = 0; h < H; ++h) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(a.q + (h0 + h) * a.d + c * 16), k, acc[h]);
     }
     for (int h = 0; h < H; ++h) {
@@ -172,11 +187,12 @@ CYPRIS_TARGET_AVX512 float softmax_unnormalised(float* s, int64_t n) {
 template <DType CT, int H>
 CYPRIS_TARGET_AVX512 void group_values(const GroupAttention& a, int h0, const float* inv_sum) {
   const int chunks = a.d / 16;
+  const __m512 mul = _mm512_set1_ps(a.v_mul);
   for (int c = 0; c < chunks; ++c) {
     __m512 acc[H];
     for (int h = 0; h < H; ++h) acc[h] = _mm512_setzero_ps();
     for (int64_t j = 0; j < a.n; ++j) {
-      const __m512 v = simd::load16<CT>(a.v_cache, a.offsets[j] + c * 16);
+      const __m512 v = load_cached<CT>(a.v_cache, a.offsets[j] + c * 16, mul);
       for (int h = 0; h < H; ++h) acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(a.scores[(h0 + h) * a.n + j]), v, acc[h]);
     }
     for (int h = 0; h < H; ++h) {
@@ -233,8 +249,8 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
   const int d = p.head_dim;
   const int64_t kv_row = static_cast<int64_t>(p.num_kv_heads) * d;  // elements per cached token
   const int64_t block_stride = kv_row * p.block_size;
-  // fp8 / 16-bit: each work item decodes the rows it reads into fp32 scratch once and then runs the fp32
-  // code, so the fp32 path stays exactly as it was.
+  // Without AVX-512 (or with a head dim that is not a multiple of 16), fp8 / 16-bit: each work item
+  // decodes the rows it reads into fp32 scratch once and then runs the fp32 code.
   const bool fp8 = is_fp8(p.cache_dtype);
   const bool decode_rows = p.cache_dtype != DType::F32;
   const bool bf16 = p.cache_dtype == DType::BF16;
@@ -247,7 +263,9 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
   }
 
 #if defined(__x86_64__)
-  if (simd::has_avx512() && d % 16 == 0 && !fp8) {
+  if (simd::has_avx512() && d % 16 == 0) {
+    const float k_mul = fp8 ? simd::fp8_load_factor(p.cache_dtype) * p.k_scale : 1.0f;
+    const float v_mul = fp8 ? simd::fp8_load_factor(p.cache_dtype) * p.v_scale : 1.0f;
     auto fast = [&](int64_t i0, int64_t i1) {
       thread_local std::vector<float> scores;
       thread_local std::vector<int64_t> offsets;
@@ -263,10 +281,13 @@ void paged_attention_cpu(const PagedAttentionParams& p, ThreadPool* pool) {
         scores.resize(static_cast<size_t>(n * group));
         GroupAttention a{q_base + t * p.ldq + static_cast<int64_t>(g) * group * d,
                          out_base + t * p.ldo + static_cast<int64_t>(g) * group * d,
-                         p.k_cache, p.v_cache, offsets.data(), n, d, p.scale, p.softcap, scores.data()};
+                         p.k_cache, p.v_cache, offsets.data(), n, d, p.scale, p.softcap, scores.data(),
+                         k_mul, v_mul};
         switch (p.cache_dtype) {
           case DType::F32: attend_group_avx512<DType::F32>(a, group, inv_sum.data()); break;
           case DType::F16: attend_group_avx512<DType::F16>(a, group, inv_sum.data()); break;
+          case DType::F8E4M3: attend_group_avx512<DType::F8E4M3>(a, group, inv_sum.data()); break;
+          case DType::F8E5M2: attend_group_avx512<DType::F8E5M2>(a, group, inv_sum.data()); break;
           default: attend_group_avx512<DType::BF16>(a, group, inv_sum.data()); break;
         }
       }

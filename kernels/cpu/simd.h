@@ -49,6 +49,29 @@ CYPRIS_TARGET_AVX512 inline __m512 load16(const void* base, int64_t i) {
   }
 }
 
+// fp8 codes widened in registers: e5m2 is the high byte of an fp16 with the same value; e4m3's
+// sign, exponent and mantissa shifted into fp16 positions give its value times 2^-8 (the exponent
+// bias is 7, not 15; subnormals land on fp16 subnormals), so the caller multiplies by 2^8. Both
+// are exact, and folding the layer's scale into that factor (a power of two times the scale)
+// rounds once, as fp32(code) * scale does.
+inline float fp8_load_factor(DType t) { return t == DType::F8E4M3 ? 256.0f : 1.0f; }
+
+// 16 fp8 codes (F8E4M3 or F8E5M2) from index i as fp32, times mul = fp8_load_factor * scale.
+// e4m3's NaN codes (0x7F, 0xFF) read as 480 * scale: the cache writer saturates, never stores them.
+template <DType DT>
+CYPRIS_TARGET_AVX512 inline __m512 load16_fp8(const void* base, int64_t i, __m512 mul) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + i));
+  __m256i h = _mm256_cvtepu8_epi16(b);
+  if constexpr (DT == DType::F8E5M2) {
+    h = _mm256_slli_epi16(h, 8);
+  } else {
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x80)), 8);
+    const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7F)), 7);
+    h = _mm256_or_si256(sign, mag);
+  }
+  return _mm512_mul_ps(_mm512_cvtph_ps(h), mul);
+}
+
 // e^x for x <= 0 (softmax after the max is subtracted), relative error below 1e-7; x below -87
 // gives 0 (as expf underflows), NaN stays NaN.
 CYPRIS_TARGET_AVX512 inline __m512 exp_nonpositive(__m512 x) {

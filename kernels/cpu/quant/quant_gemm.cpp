@@ -13,6 +13,7 @@
 
 #include "engine/common/error.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -131,6 +132,10 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
   if (path == QuantPath::Int8Avx2) isa = quant::Isa::Avx2;
   if (path == QuantPath::Int8Avx512) isa = quant::Isa::Avx512;
   CYPRIS_CHECK(quant::isa_available(isa), "quantized linear: this CPU has no {}", quant::isa_name(isa));
+  if (w_dtype == DType::Q8_0) {  // 16-bit activations for 8-bit weights (q8_0_acts16.h)
+    q8_0_gemm_acts16(x, m, k, ldx, w, n, bias, y, ldy, pool, isa);
+    return;
+  }
   const QuantizedActs acts = quantize_acts(x, m, k, ldx, w_dtype, isa, pool);
   const quant::DotFn dot = quant::dot_fn(w_dtype, isa);
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -148,6 +153,10 @@ void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGr
     m = std::max(m, groups[g].first + groups[g].rows);
   }
   if (live.empty() || n == 0) return;
+  if (w_dtype == DType::Q8_0) {
+    q8_0_gemm_acts16_grouped(x, m, k, ldx, live.data(), static_cast<int64_t>(live.size()), n, y, ldy, pool);
+    return;
+  }
   const quant::Isa isa = quant::best_isa();
   const QuantizedActs acts = quantize_acts(x, m, k, ldx, w_dtype, isa, pool);
   const quant::DotFn dot = quant::dot_fn(w_dtype, isa);

@@ -3,8 +3,10 @@
 //
 // y = x · Wᵀ (+ bias): the activations are quantized to 8 bits per block (one fp32 scale per 32 or
 // 256 values, as the weight type's block) and each output is an integer dot product per block
-// (quant_dot.h), parallel over weight rows. The alternative path dequantizes tiles of weight rows
-// to fp32 and uses the fp32 GEMM: exact in the activations, used as a reference and selectable.
+// (quant_dot.h), parallel over weight rows. Q8_0 weights take 16-bit activations instead
+// (q8_0_acts16.h): 8-bit ones would double the error of an 8-bit format. The alternative path
+// dequantizes tiles of weight rows to fp32 and uses the fp32 GEMM: exact in the activations, used
+// as a reference and selectable.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +21,9 @@ class ThreadPool;
 
 enum class QuantPath {
   Auto,           // 8-bit activations, best ISA
-  Int8Scalar,     // 8-bit activations, scalar reference kernels
-  Int8Avx2,       // 8-bit activations, AVX2 kernels
-  Int8Avx512,     // 8-bit activations, AVX-512 VNNI kernels
+  Int8Scalar,     // 8-bit activations (16-bit for Q8_0), scalar reference kernels
+  Int8Avx2,       // 8-bit activations (16-bit for Q8_0), AVX2 kernels
+  Int8Avx512,     // 8-bit activations (16-bit for Q8_0), AVX-512 VNNI kernels
   DequantGemm,    // fp32 tiles of dequantized weights + fp32 GEMM
 };
 

@@ -197,7 +197,7 @@ TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
 }
 
 TEST(Validate, Fp8KvCacheDtypesAreAcceptedAndBadOnesNameTheChoices) {
-  for (const char* v : {"fp8", "fp8_e4m3", "fp8_e5m2", "auto"}) {
+  for (const char* v : {"fp8", "fp8_e4m3", "fp8_e5m2", "auto", "float16", "bfloat16", "float32"}) {
     EngineConfig cfg;
     parse({"--kv-cache-dtype", v, "--quantization-param-path", "/tmp/scales.json"}, cfg);
     EXPECT_NO_THROW(validate_options(cfg)) << v;

@@ -327,10 +327,13 @@ TEST_F(ScalesFile, EachTensorParallelRankReadsItsOwnScales) {
 }
 
 TEST(KvCacheDtype, NamesMapToTypesAndBadNamesListTheChoices) {
-  EXPECT_FALSE(parse_kv_cache_dtype("auto").has_value());  // auto: the activation dtype (fp32 on the CPU)
+  EXPECT_FALSE(parse_kv_cache_dtype("auto").has_value());  // auto: the engine's default (float16 on the CPU)
   EXPECT_EQ(parse_kv_cache_dtype("fp8"), DType::F8E4M3);  // as vLLM: fp8 means e4m3
   EXPECT_EQ(parse_kv_cache_dtype("fp8_e4m3"), DType::F8E4M3);
   EXPECT_EQ(parse_kv_cache_dtype("fp8_e5m2"), DType::F8E5M2);
+  EXPECT_EQ(parse_kv_cache_dtype("float16"), DType::F16);
+  EXPECT_EQ(parse_kv_cache_dtype("bfloat16"), DType::BF16);
+  EXPECT_EQ(parse_kv_cache_dtype("float32"), DType::F32);
   try {
     parse_kv_cache_dtype("int8");
     FAIL() << "int8 accepted";
@@ -341,7 +344,8 @@ TEST(KvCacheDtype, NamesMapToTypesAndBadNamesListTheChoices) {
 
 // Through the Engine: generation runs with each fp8 type and starts like the fp32 engine's (exact
 // equality of all 20 tokens does not hold for stories260k, see Fp8Stories), and the same
-// --cpu-kvcache-space holds 4x the blocks (one request fills a quarter of the share).
+// --cpu-kvcache-space holds 4x the blocks (one request fills a quarter of the share). "auto" on the
+// CPU is a float16 cache: 2x the blocks of float32, the same 20 tokens.
 TEST(EngineKvCacheDtype, Fp8RunsAndHoldsFourTimesTheBlocks) {
   auto run = [](const std::string& kv, double* usage) {
     EngineConfig cfg = testing_support::stories_config();
@@ -364,9 +368,11 @@ TEST(EngineKvCacheDtype, Fp8RunsAndHoldsFourTimesTheBlocks) {
     }
     return ids;
   };
-  double u32 = 0, u_e4m3 = 0, u_e5m2 = 0;
-  const std::vector<int32_t> ref = run("auto", &u32);
+  double u32 = 0, u_e4m3 = 0, u_e5m2 = 0, u_auto = 0;
+  const std::vector<int32_t> ref = run("float32", &u32);
   ASSERT_EQ(ref.size(), 20u);
+  EXPECT_EQ(run("auto", &u_auto), ref);
+  EXPECT_NEAR(u32 / u_auto, 2.0, 0.05);
   const std::vector<int32_t> e4m3 = run("fp8", &u_e4m3), e5m2 = run("fp8_e5m2", &u_e5m2);
   ASSERT_EQ(e4m3.size(), 20u);
   ASSERT_EQ(e5m2.size(), 20u);

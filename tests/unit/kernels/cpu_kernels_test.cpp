@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "kernels/common/fp8.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
@@ -432,9 +433,10 @@ TEST_P(Attention, MatchesNaiveCausalAttention) {
 
 INSTANTIATE_TEST_SUITE_P(Windows, Attention, ::testing::Values(0, 3, 100));
 
-// The model shapes the kernel meets: head dims 64-256 (and 40, not a multiple of 16), query heads
-// per KV head from 1 to 12 (blocks of 8, 4, 2 and 1 heads), contexts past 16 keys with ragged
-// tails, softcap, and 32- and 16-bit caches, each against fp64 attention over the same values.
+// The model shapes the kernel meets: head dims 64-256 (and 40, not a multiple of 16: the scalar
+// path), query heads per KV head from 1 to 12 (blocks of 8, 4, 2 and 1 heads), contexts past 16 keys
+// with ragged tails, softcap, and 32-, 16- and 8-bit caches (fp8 with scales that are not powers of
+// two), each against fp64 attention over the values the cache holds.
 struct AttentionShape {
   int head_dim, num_heads, num_kv_heads;
   float softcap;
@@ -452,10 +454,23 @@ TEST_P(AttentionShapes, MatchFp64ForEveryCacheType) {
   const std::vector<float> q = randn(b.num_tokens * q_w, 43);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ThreadPool pool(2);
-  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2}) {
     std::vector<float> kr = k, vr = v;  // the values the cache holds, as fp32
     std::vector<uint16_t> k16(k.size()), v16(v.size());
-    if (dt != DType::F32) {
+    std::vector<uint8_t> k8(k.size()), v8(v.size());
+    const bool fp8 = dt == DType::F8E4M3 || dt == DType::F8E5M2;
+    const float k_scale = 0.013f, v_scale = 0.7f;
+    if (fp8) {
+      std::vector<int64_t> slots(b.num_slots());
+      for (int64_t i = 0; i < b.num_slots(); ++i) slots[i] = i;
+      write_kv_cache_cpu(k.data(), kv_w, v.data(), kv_w, b.num_slots(), slots.data(), kv_w, k8.data(), v8.data(),
+                         b.num_slots(), dt, k_scale, v_scale);
+      for (size_t i = 0; i < k.size(); ++i) {
+        const auto decode = [dt](uint8_t c) { return dt == DType::F8E4M3 ? fp8_e4m3_to_f32(c) : fp8_e5m2_to_f32(c); };
+        kr[i] = decode(k8[i]) * k_scale;
+        vr[i] = decode(v8[i]) * v_scale;
+      }
+    } else if (dt != DType::F32) {
       for (size_t i = 0; i < k.size(); ++i) {
         k16[i] = dt == DType::BF16 ? f32_to_bf16(k[i]) : f32_to_f16(k[i]);
         v16[i] = dt == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
@@ -468,9 +483,15 @@ TEST_P(AttentionShapes, MatchFp64ForEveryCacheType) {
     PagedAttentionParams p;
     p.q = q.data();
     p.ldq = q_w;
-    p.k_cache = dt == DType::F32 ? static_cast<const void*>(k.data()) : k16.data();
-    p.v_cache = dt == DType::F32 ? static_cast<const void*>(v.data()) : v16.data();
+    p.k_cache = dt == DType::F32 ? static_cast<const void*>(k.data())
+                : fp8              ? static_cast<const void*>(k8.data())
+                                   : static_cast<const void*>(k16.data());
+    p.v_cache = dt == DType::F32 ? static_cast<const void*>(v.data())
+                : fp8              ? static_cast<const void*>(v8.data())
+                                   : static_cast<const void*>(v16.data());
     p.cache_dtype = dt;
+    p.k_scale = k_scale;  // ignored by 32- and 16-bit caches
+    p.v_scale = v_scale;
     testing_support::set_paged_batch(p, b);
     p.scale = scale;
     p.sliding_window = c.window;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "kernels/common/fp8.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/support/attention_cases.h"
@@ -157,6 +158,63 @@ TEST(Fp8Attention, WithoutAScaleOutliersSaturate) {
   // 2000 / 8 = 250, between 240 (1.875 * 2^7, 0.1110.111) and 256 (2^8, 0.1111.000), nearer 256: read back
   // as 256 * 8 = 2048.
   EXPECT_EQ(kc[0], 0x78);
+}
+
+// Every fp8 code reads back as fp32(code) * scale, bit for bit, on the vectorised path (head dim a
+// multiple of 16) and the scalar one (head dim 40): with one cached key the softmax weight is
+// exactly 1, so the output is the cached V row as the kernel decoded it. e4m3's NaN codes are left
+// out (the writer never stores them).
+TEST(Fp8Attention, EveryCodeReadsBackAsItsValueTimesTheScale) {
+  for (DType dt : {DType::F8E4M3, DType::F8E5M2}) {
+    for (int d : {256, 40}) {
+      std::vector<uint8_t> kc(static_cast<size_t>(d), 0x38), vc(static_cast<size_t>(d));
+      std::vector<float> want(static_cast<size_t>(d));
+      const float v_scale = 0.37f;
+      for (int x = 0; x < d; ++x) {
+        const int code = (x * 41 + (d == 40 ? 7 : 0)) % 256;  // d = 256: every code once
+        vc[x] = (dt == DType::F8E4M3 && (code & 0x7F) == 0x7F) ? 0 : static_cast<uint8_t>(code);
+        const bool e4m3 = dt == DType::F8E4M3;
+        if (e4m3 || (vc[x] & 0x7C) != 0x7C) {  // e5m2's inf / NaN codes: compared below by class
+          want[x] = (e4m3 ? fp8_e4m3_to_f32(vc[x]) : fp8_e5m2_to_f32(vc[x])) * v_scale;
+        } else {
+          want[x] = fp8_e5m2_to_f32(vc[x]);
+        }
+      }
+      const std::vector<float> q(static_cast<size_t>(d), 0.5f);
+      std::vector<float> out(static_cast<size_t>(d), -1.0f);
+      const int32_t qsl[] = {0, 1}, lens[] = {1}, table[] = {0};
+      PagedAttentionParams p;
+      p.q = q.data();
+      p.ldq = d;
+      p.k_cache = kc.data();
+      p.v_cache = vc.data();
+      p.cache_dtype = dt;
+      p.k_scale = 0.5f;
+      p.v_scale = v_scale;
+      p.num_blocks = 1;
+      p.block_size = 1;
+      p.num_heads = 1;
+      p.num_kv_heads = 1;
+      p.head_dim = d;
+      p.query_start_loc = qsl;
+      p.seq_lens = lens;
+      p.block_tables = table;
+      p.max_blocks_per_seq = 1;
+      p.num_seqs = 1;
+      p.out = out.data();
+      p.ldo = d;
+      paged_attention_cpu(p, nullptr);
+      for (int x = 0; x < d; ++x) {
+        if (std::isnan(want[x])) {
+          EXPECT_TRUE(std::isnan(out[x])) << dtype_name(dt) << " code " << int(vc[x]);
+        } else if (std::isinf(want[x])) {
+          EXPECT_EQ(out[x], want[x] * v_scale) << dtype_name(dt) << " code " << int(vc[x]);
+        } else {
+          EXPECT_EQ(out[x], want[x]) << dtype_name(dt) << " d " << d << " code " << int(vc[x]);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -9,7 +9,9 @@
 // tiny-random GGUF files. Outputs are poisoned with NaN before each run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -17,6 +19,7 @@
 
 #include "engine/common/error.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/quant_dot.h"
 #include "kernels/cpu/quant/quant_gemm.h"
 #include "kernels/cpu/quant/quant_ref.h"
@@ -140,7 +143,8 @@ TEST_P(QuantKernels, SimdDotEqualsScalarReference) {
 }
 
 // The quantized linear against fp64 on the exact activations. With x_i = d_b q_i + e_i and
-// |e_i| <= d_b / 2 (round to nearest; d_b = max|x| / 127 over x's block b), the kernels compute
+// |e_i| <= d_b / 2 (round to nearest; d_b = max|x| / 127 over x's block b; for Q8_0 weights, whose
+// activations take 16 bits, max|x| / 32767 over x's group of 256: q8_0_acts16.h), the kernels compute
 // sum_i w_i (x_i - e_i) up to fp32 rounding, so
 //   |y - sum_i w_i x_i| <= sum_i |w_i| d_b(i) / 2  +  1e-5 * sum_i |w_i x_i|
 // (the second term covers fp32 accumulation over k <= 4096 and the rounding of x / d).
@@ -154,11 +158,12 @@ void check_linear(DType t, int64_t m, int64_t n, int64_t k, QuantPath path, Thre
   std::vector<float> y(m * n, kNaN());
   quant_gemm_xwt(x.data(), m, k, k, w.data(), t, n, with_bias ? bias.data() : nullptr, y.data(), n, pool, path);
   for (int64_t i = 0; i < m; ++i) {
-    std::vector<double> step(k / be);
-    for (int64_t b = 0; b < k / be; ++b) {
+    const int64_t ab = t == DType::Q8_0 ? quant::kActs16Group : be;  // values per activation scale
+    std::vector<double> step((k + ab - 1) / ab);
+    for (int64_t b = 0; b < (k + ab - 1) / ab; ++b) {
       double amax = 0;
-      for (int64_t c = 0; c < be; ++c) amax = std::max(amax, double(std::abs(x[i * k + b * be + c])));
-      step[b] = amax / 127.0;
+      for (int64_t c = b * ab; c < std::min(k, (b + 1) * ab); ++c) amax = std::max(amax, double(std::abs(x[i * k + c])));
+      step[b] = amax / (t == DType::Q8_0 ? 32767.0 : 127.0);
     }
     for (int64_t j = 0; j < n; ++j) {
       double exact = with_bias ? bias[j] : 0.0, bound = 0, mag = std::abs(exact);
@@ -166,7 +171,7 @@ void check_linear(DType t, int64_t m, int64_t n, int64_t k, QuantPath path, Thre
         const double wv = wd[j * k + c], xv = x[i * k + c];
         exact += wv * xv;
         mag += std::abs(wv * xv);
-        bound += std::abs(wv) * step[c / be] / 2;
+        bound += std::abs(wv) * step[c / ab] / 2;
       }
       if (path == QuantPath::DequantGemm) bound = 0;  // exact activations: fp32 rounding only
       const double tol = bound * 1.0001 + 1e-5 * mag + 1e-6;
@@ -257,6 +262,49 @@ TEST(QuantKernelsGguf, RealRowsAgreeAcrossIsas) {
         const quant::ActRow ar = a.row();
         quant::dot_fn(dt, isa)(row, &ar, 1, k, &got);
         EXPECT_NEAR(got, ref, 1e-5 * std::abs(ref) + 1e-4) << name << " " << quant::isa_name(isa);
+      }
+    }
+  }
+}
+
+// Q8_0 with 16-bit activations: the quantizer's step is 1/32767 of the largest value of each group
+// of 256 (a short last group included: k = 544 is 2 groups and 32), each value within half a step,
+// and every SIMD kernel equals the scalar reference on rows llama.cpp quantized (their first 512
+// columns, and a weight row of 544 made from them), for 1 to 4 activation rows at once.
+TEST(QuantActs16, QuantizerIsWithinHalfAStepAndKernelsEqualTheReference) {
+  const int64_t k = 544, groups = quant::acts16_groups(k);
+  ASSERT_EQ(groups, 3);
+  const auto x = randn(4 * k, 21);
+  std::vector<int16_t> qs(4 * k);
+  std::vector<float> d(4 * groups);
+  for (int r = 0; r < 4; ++r) quant::quantize_acts16(x.data() + r * k, k, qs.data() + r * k, d.data() + r * groups);
+  for (int64_t i = 0; i < 4 * k; ++i) {
+    const int64_t r = i / k, g = (i % k) / 256;
+    double amax = 0;
+    for (int64_t c = g * 256; c < std::min(k, (g + 1) * 256); ++c) amax = std::max(amax, double(std::abs(x[r * k + c])));
+    const float dg = d[r * groups + g];
+    ASSERT_NEAR(dg, amax / 32767.0, amax * 1e-7);
+    ASSERT_LE(std::abs(double(qs[i]) * dg - x[i]), dg * 0.5001) << i;
+  }
+  const test::MiniGguf file(std::string(CYPRIS_TESTDATA_DIR) + "/gguf/tiny-random-Q8_0.gguf");
+  const test::GgufTensor& t = file.tensor("blk.0.ffn_down.weight");  // [256 rows, 512]
+  ASSERT_EQ(t.ne[0], 512u);
+  const size_t src_bytes = dtype_nbytes(DType::Q8_0, 512), row_bytes = dtype_nbytes(DType::Q8_0, k);
+  quant::ActRow16 rows[4];
+  for (int r = 0; r < 4; ++r) rows[r] = {qs.data() + r * k, d.data() + r * groups};
+  for (int64_t j = 0; j < 16; ++j) {
+    std::vector<uint8_t> w(row_bytes);  // 512 real columns, then the first 32 again
+    std::memcpy(w.data(), file.data(t) + j * src_bytes, src_bytes);
+    std::memcpy(w.data() + src_bytes, file.data(t) + j * src_bytes, row_bytes - src_bytes);
+    const uint8_t* wrow = w.data();
+    for (Isa isa : simd_isas()) {
+      for (int nr = 1; nr <= 4; ++nr) {
+        std::vector<float> got(4, kNaN());
+        quant::dot_q8_0_acts16_fn(isa)(wrow, rows, nr, k, got.data());
+        for (int r = 0; r < nr; ++r) {
+          const float ref = quant::dot_q8_0_acts16_ref(wrow, rows[r], k);
+          EXPECT_NEAR(got[r], ref, 1e-5 * std::abs(ref) + 1e-4) << quant::isa_name(isa) << " rows " << nr;
+        }
       }
     }
   }
