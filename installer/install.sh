@@ -33,7 +33,7 @@ packages=(
   libsentencepiece-dev libpcre2-dev libutf8proc-dev libopenblas-dev
   libimgui-dev libglfw3-dev libgl-dev
   libgtest-dev libgmock-dev
-  python3-jsonschema python3-lark
+  python3-jsonschema python3-lark python3-numpy
   xvfb xauth xdotool fonts-dejavu-core
 )
 

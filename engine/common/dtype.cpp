@@ -46,15 +46,27 @@ std::optional<GgmlType> ggml_type_of(DType t) {
     default: return std::nullopt;
   }
 }
+
+// The repacked checkpoint types (kernels/common/wq_blocks.h): 4-byte header + values.
+std::optional<DTypeBlock> wq_block(DType t) {
+  switch (t) {
+    case DType::W4G32: return DTypeBlock{32, 4 + 16};
+    case DType::W4G128: return DTypeBlock{128, 4 + 64};
+    case DType::W8G32: return DTypeBlock{32, 4 + 32};
+    case DType::W8G128: return DTypeBlock{128, 4 + 128};
+    default: return std::nullopt;
+  }
+}
 }  // namespace
 
-bool dtype_is_quantized(DType t) { return ggml_type_of(t).has_value(); }
+bool dtype_is_quantized(DType t) { return ggml_type_of(t).has_value() || wq_block(t).has_value(); }
 
 DTypeBlock dtype_block(DType t) {
   if (auto g = ggml_type_of(t)) {
     const auto& tr = ggml_traits(*g);
     return {tr.block_elems, tr.block_bytes};
   }
+  if (auto b = wq_block(t)) return *b;
   return {1, static_cast<uint32_t>(dtype_size(t))};
 }
 
@@ -74,6 +86,10 @@ std::string_view dtype_name(DType t) {
     case DType::I8: return "int8";
     case DType::F8E4M3: return "fp8_e4m3";
     case DType::F8E5M2: return "fp8_e5m2";
+    case DType::W4G32: return "W4G32";
+    case DType::W4G128: return "W4G128";
+    case DType::W8G32: return "W8G32";
+    case DType::W8G128: return "W8G128";
     default:
       if (auto g = ggml_type_of(t)) return ggml_traits(*g).name;
   }

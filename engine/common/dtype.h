@@ -10,11 +10,15 @@
 
 namespace cypris {
 
-// The plain types, then llama.cpp's block-quantized weight types (GGUF). A quantized tensor's shape
+// The plain types, then llama.cpp's block-quantized weight types (GGUF), then the repacked
+// integer types of quantized Hub checkpoints. A quantized tensor's shape
 // is its logical [rows, row_length]; its bytes come in blocks along each row (kernels/common/ggml_types.h).
 enum class DType : uint8_t {
   F32, F16, BF16, I32, I64, U8, I8, F8E4M3, F8E5M2,
   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS,
+  // Integer weights with a zero point, one fp16 scale per block of 32 or 128 values: what GPTQ and
+  // AWQ checkpoints are repacked into at load (kernels/common/wq_blocks.h).
+  W4G32, W4G128, W8G32, W8G128,
 };
 
 // Bytes of one element of a plain type; 0 for a block-quantized type (use dtype_nbytes).

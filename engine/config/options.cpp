@@ -445,10 +445,13 @@ std::vector<std::string> validate_options(const EngineConfig& cfg) {
       warnings.push_back(fmt::format("{} has no effect: {}", s.flag(), s.note));
     }
   }
-  if (cfg.quant.quantization && *cfg.quant.quantization != "gguf") {
-    CYPRIS_FAIL("--quantization {}: not supported yet in Cypris; supported: gguf (pass a .gguf file as --model, or "
-                "--gguf-file NAME)",
-                *cfg.quant.quantization);
+  if (cfg.quant.quantization) {
+    const std::string& q = *cfg.quant.quantization;
+    CYPRIS_CHECK(q == "gguf" || q == "gptq" || q == "gptq_marlin" || q == "awq",
+                 "--quantization {}: not supported yet in Cypris; supported: gptq (also gptq_marlin), awq (read from "
+                 "the checkpoint's quantization_config, so -q may be left out) and gguf (a .gguf --model or "
+                 "--gguf-file NAME)",
+                 q);
   }
   const auto& d = cfg.device.device;
   if (d == "neuron" || d == "tpu") {

@@ -8,7 +8,10 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "engine/common/log.h"
 #include "engine/loader/gguf_model.h"
+#include "engine/loader/quant_config.h"
+#include "engine/loader/quant_weights.h"
 #include "engine/loader/safetensors.h"
 #include "kernels/cpu/dummy_fill.h"
 #include "kernels/cpu/gemm.h"
@@ -205,6 +208,9 @@ std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& di
   if (f == "dummy") return make_dummy_weight_source(options.seed);
   if (is_gguf_path(dir)) {
     CYPRIS_CHECK(f == "auto" || f == "gguf", "--load-format {}: {} is a GGUF file (use auto or gguf)", f, dir.string());
+    CYPRIS_CHECK(!options.quantization || *options.quantization == "gguf",
+                 "--quantization {}: {} is a GGUF file (its quantization is gguf; leave -q out or pass -q gguf)",
+                 *options.quantization, dir.string());
     return make_gguf_weight_source(std::make_shared<GgufModel>(dir));
   }
   CYPRIS_CHECK(f != "gguf", "--load-format gguf: {} is not a .gguf file; pass the file as --model (or --gguf-file NAME)",
@@ -225,7 +231,11 @@ std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& di
       }
     }
   }
-  return std::make_unique<CheckpointWeightSource>(dir);
+  const std::optional<QuantConfig> q = resolve_quantization(read_quant_config(dir), options.quantization, dir.string());
+  auto plain = std::make_unique<CheckpointWeightSource>(dir);
+  if (!q) return plain;
+  LOG_INFO("{}: quantized checkpoint, {} (layers kept quantized)", dir.string(), q->summary());
+  return make_quantized_weight_source(dir, *q, std::move(plain));
 }
 
 }  // namespace cypris

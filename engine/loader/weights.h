@@ -69,6 +69,7 @@ struct LoadOptions {
   std::string dtype = "auto";        // auto, half/float16, bfloat16, float/float32
   std::string load_format = "auto";  // auto, safetensors, gguf, dummy ('pt', 'npcache': not supported yet)
   uint64_t seed = 0;                 // for dummy weights
+  std::optional<std::string> quantization;  // -q / --quantization: must agree with the checkpoint's
   ConfigOverrides overrides;         // --rope-scaling, --rope-theta, --max-model-len
 };
 
@@ -76,7 +77,8 @@ struct LoadOptions {
 // Throws Error for an unknown name.
 DType resolve_dtype(const std::string& requested, const std::string& torch_dtype);
 
-// Opens the weights of a model folder (or a .gguf file) according to options.load_format.
+// Opens the weights of a model folder (or a .gguf file) according to options.load_format; a GPTQ or
+// AWQ checkpoint (quantization_config, engine/loader/quant_config.h) keeps its layers quantized.
 std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& dir, const ModelConfig& cfg,
                                                  const LoadOptions& options);
 

@@ -8,6 +8,7 @@
 
 #include "engine/common/dtype.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/common/wq_blocks.h"
 
 namespace cypris::test {
 
@@ -37,6 +38,9 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t n, int64_t k, uint32
       case DType::Q6_K: set(&reinterpret_cast<quant::BlockQ6_K*>(p)->d); break;
       case DType::IQ4_NL: set(&reinterpret_cast<quant::BlockIQ4_NL*>(p)->d); break;
       case DType::IQ4_XS: set(&reinterpret_cast<quant::BlockIQ4_XS*>(p)->d); break;
+      // GPTQ/AWQ repacked blocks: a zero point in the range of their bits (4-bit v1: 0..16; 8-bit: -128..128).
+      case DType::W4G32: case DType::W4G128: set(reinterpret_cast<uint16_t*>(p)), reinterpret_cast<int16_t*>(p)[1] = static_cast<int16_t>(g() % 17); break;
+      case DType::W8G32: case DType::W8G128: set(reinterpret_cast<uint16_t*>(p)), reinterpret_cast<int16_t*>(p)[1] = static_cast<int16_t>(static_cast<int>(g() % 257) - 128); break;
       default: break;
     }
   }

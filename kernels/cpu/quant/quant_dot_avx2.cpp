@@ -8,6 +8,7 @@
 // unsigned and corrected with the activation group sums. The other types decode a block to the
 // common form with the scalar unpack and then use the same integer dot (dot_generic).
 #include "kernels/cpu/quant/quant_dot.h"
+#include "kernels/cpu/quant/wq_kernels.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -187,7 +188,7 @@ DotFn dot_fn_avx2(DType t) {
     case DType::Q3_K: return rows_of<dot_generic<DType::Q3_K>>;
     case DType::Q5_K: return rows_of<dot_generic<DType::Q5_K>>;
     case DType::IQ4_XS: return rows_of<dot_generic<DType::IQ4_XS>>;
-    default: return nullptr;
+    default: return dot_fn_wq_avx2(t);  // GPTQ/AWQ repacked types: wq_dot_avx2.cpp
   }
 }
 

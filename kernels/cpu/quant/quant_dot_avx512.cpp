@@ -8,6 +8,7 @@
 // activations with w's sign folded in (a masked negate), as vpdpbusd needs one unsigned operand.
 // Other types: scalar unpack to the common form, then an integer dot (dot_generic).
 #include "kernels/cpu/quant/quant_dot.h"
+#include "kernels/cpu/quant/wq_kernels.h"
 
 #if defined(__x86_64__)
 // GCC 12's AVX-512 headers build reductions from _mm256_undefined_si256(), which trips
@@ -309,7 +310,7 @@ DotFn dot_fn_avx512(DType t) {
     case DType::Q3_K: return rows_of<dot_generic<DType::Q3_K>>;
     case DType::Q5_K: return rows_of<dot_generic<DType::Q5_K>>;
     case DType::IQ4_XS: return rows_of<dot_generic<DType::IQ4_XS>>;
-    default: return nullptr;
+    default: return dot_fn_wq_avx2(t);  // GPTQ/AWQ repacked types: wq_dot_avx2.cpp
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "engine/common/error.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/wq_kernels.h"
 
 namespace cypris::quant {
 namespace {
@@ -39,7 +40,7 @@ int block_elems(DType t) {
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_XS:
       return kQKK;
     default:
-      return 0;
+      return wq_block_elems(t);  // the repacked checkpoint types (wq_kernels.h), else 0
   }
 }
 
@@ -170,7 +171,9 @@ void unpack_block(DType t, const void* block, QuantUnpacked& u) {
       return;
     }
     default:
-      CYPRIS_FAIL("quantized kernels: {} is not a supported quantized type", dtype_name(t));
+      CYPRIS_CHECK(is_wq(t), "quantized kernels: {} is not a supported quantized type", dtype_name(t));
+      unpack_wq_block(t, block, u);
+      return;
   }
 }
 

@@ -24,6 +24,7 @@
 
 #include "engine/common/error.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/common/wq_blocks.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_utils.cuh"
 
@@ -59,10 +60,26 @@ template <> struct Traits<DType::Q4_K> { static constexpr int kElems = 256, kByt
 template <> struct Traits<DType::Q5_K> { static constexpr int kElems = 256, kBytes = 176; };
 template <> struct Traits<DType::Q6_K> { static constexpr int kElems = 256, kBytes = 210; };
 template <> struct Traits<DType::IQ4_XS> { static constexpr int kElems = 256, kBytes = 136; };
+// The repacked GPTQ/AWQ blocks (kernels/common/wq_blocks.h): w = d * q - d * z.
+template <> struct Traits<DType::W4G32> { static constexpr int kElems = 32, kBytes = 20; };
+template <> struct Traits<DType::W4G128> { static constexpr int kElems = 128, kBytes = 68; };
+template <> struct Traits<DType::W8G32> { static constexpr int kElems = 32, kBytes = 36; };
+template <> struct Traits<DType::W8G128> { static constexpr int kElems = 128, kBytes = 132; };
 
 template <DType T>
 __device__ __forceinline__ void dq_group(const uint8_t* blk, int g, float w[16]) {
-  if constexpr (T == DType::Q4_0 || T == DType::IQ4_NL) {
+  if constexpr (T == DType::W4G32 || T == DType::W4G128) {
+    const auto* b = reinterpret_cast<const BlockW4<Traits<T>::kElems>*>(blk);
+    const float d = h2f(b->d), ml = __fmul_rn(d, static_cast<float>(b->z));
+    const uint8_t* qs = b->qs + 16 * (g / 2);
+#pragma unroll
+    for (int l = 0; l < 16; ++l) w[l] = wval(d, g % 2 == 0 ? qs[l] & 0xF : qs[l] >> 4, ml);
+  } else if constexpr (T == DType::W8G32 || T == DType::W8G128) {
+    const auto* b = reinterpret_cast<const BlockW8<Traits<T>::kElems>*>(blk);
+    const float d = h2f(b->d), ml = __fmul_rn(d, static_cast<float>(b->z));
+#pragma unroll
+    for (int l = 0; l < 16; ++l) w[l] = wval(d, b->qs[16 * g + l], ml);
+  } else if constexpr (T == DType::Q4_0 || T == DType::IQ4_NL) {
     const auto* b = reinterpret_cast<const BlockQ4_0*>(blk);
     const float d = h2f(b->d);
 #pragma unroll
@@ -293,6 +310,10 @@ static __global__ void quant_dequant_kernel(const uint8_t* __restrict__ w, int64
     case DType::Q5_K: { constexpr DType T = DType::Q5_K; BODY; } break;                  \
     case DType::Q6_K: { constexpr DType T = DType::Q6_K; BODY; } break;                  \
     case DType::IQ4_XS: { constexpr DType T = DType::IQ4_XS; BODY; } break;              \
+    case DType::W4G32: { constexpr DType T = DType::W4G32; BODY; } break;                \
+    case DType::W4G128: { constexpr DType T = DType::W4G128; BODY; } break;              \
+    case DType::W8G32: { constexpr DType T = DType::W8G32; BODY; } break;                \
+    case DType::W8G128: { constexpr DType T = DType::W8G128; BODY; } break;              \
     default: CYPRIS_FAIL("{}: {} is not a supported quantized type", what, dtype_name(dtype)); \
   }
 

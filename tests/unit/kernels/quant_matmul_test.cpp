@@ -36,7 +36,9 @@ using test::random_weights;
 float kNaN() { return std::numeric_limits<float>::quiet_NaN(); }
 
 const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,  DType::Q2_K,
-                        DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS};
+                        DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS,
+                        // GPTQ/AWQ layers repacked at load (kernels/common/wq_blocks.h)
+                        DType::W4G32, DType::W4G128, DType::W8G32, DType::W8G128};
 
 std::string type_name(const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); }
 

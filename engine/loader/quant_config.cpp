@@ -1,0 +1,164 @@
+#include "engine/loader/quant_config.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/common/error.h"
+
+namespace cypris {
+namespace {
+
+using json = nlohmann::json;
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  CYPRIS_CHECK(in.good(), "{}: cannot open the file", p.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json parse(const std::string& text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    CYPRIS_FAIL("{}: not valid JSON ({})", source, e.what());
+  }
+}
+
+int64_t int_field(const json& j, const char* key, const std::string& source, int64_t def) {
+  if (!j.contains(key) || j.at(key).is_null()) return def;
+  const json& v = j.at(key);
+  CYPRIS_CHECK(v.is_number_integer(), "{}: quantization_config.{} must be an integer, got {}", source, key, v.dump());
+  return v.get<int64_t>();
+}
+
+bool bool_field(const json& j, const char* key, const std::string& source, bool def) {
+  if (!j.contains(key) || j.at(key).is_null()) return def;
+  const json& v = j.at(key);
+  CYPRIS_CHECK(v.is_boolean(), "{}: quantization_config.{} must be true or false, got {}", source, key, v.dump());
+  return v.get<bool>();
+}
+
+std::string string_field(const json& j, const char* key, const std::string& source, const std::string& def) {
+  if (!j.contains(key) || j.at(key).is_null()) return def;
+  const json& v = j.at(key);
+  CYPRIS_CHECK(v.is_string(), "{}: quantization_config.{} must be a string, got {}", source, key, v.dump());
+  return v.get<std::string>();
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+void check_group_size(const QuantConfig& q) {
+  CYPRIS_CHECK(q.group_size == -1 || (q.group_size > 0 && q.group_size % 32 == 0),
+               "{}: quantization_config.group_size {} is not supported; allowed: -1 (one group per row) or a "
+               "multiple of 32 (32, 64, 128, ...)",
+               q.source, q.group_size);
+}
+
+QuantConfig from_json(const json& j, const std::string& source) {
+  CYPRIS_CHECK(j.is_object(), "{}: quantization_config must be an object, got {}", source, j.dump());
+  QuantConfig q;
+  q.source = source;
+  // AutoGPTQ's quantize_config.json has no quant_method: it is GPTQ.
+  q.method = lower(string_field(j, "quant_method", source, "gptq"));
+  if (q.method == "gptq") {
+    q.bits = static_cast<int>(int_field(j, "bits", source, 4));
+    q.group_size = int_field(j, "group_size", source, -1);
+    q.desc_act = bool_field(j, "desc_act", source, false);
+    q.sym = bool_field(j, "sym", source, true);
+    q.checkpoint_format = string_field(j, "checkpoint_format", source, "gptq");
+    if (bool_field(j, "is_marlin_format", source, false)) q.checkpoint_format = "marlin";
+    CYPRIS_CHECK(q.checkpoint_format != "marlin",
+                 "{}: quantization_config: a Marlin-format GPTQ checkpoint (checkpoint_format marlin) is not "
+                 "supported yet; Cypris loads checkpoint_format gptq and gptq_v2",
+                 source);
+    CYPRIS_CHECK(q.checkpoint_format == "gptq" || q.checkpoint_format == "gptq_v2",
+                 "{}: quantization_config.checkpoint_format '{}' is not a GPTQ format; allowed: gptq, gptq_v2", source,
+                 q.checkpoint_format);
+    q.zero_point_plus_one = q.checkpoint_format == "gptq";
+    CYPRIS_CHECK(q.bits != 3,
+                 "{}: quantization_config.bits 3: 3-bit GPTQ is not supported yet; Cypris loads 2, 4 and 8 bits",
+                 source);
+    CYPRIS_CHECK(q.bits == 2 || q.bits == 4 || q.bits == 8,
+                 "{}: quantization_config.bits {} is not a GPTQ bit width; allowed: 2, 4, 8 (3: not supported yet)",
+                 source, q.bits);
+    check_group_size(q);
+  } else if (q.method == "awq") {
+    q.bits = static_cast<int>(int_field(j, "bits", source, int_field(j, "w_bit", source, 4)));
+    q.group_size = int_field(j, "group_size", source, int_field(j, "q_group_size", source, 128));
+    q.checkpoint_format = lower(string_field(j, "version", source, "gemm"));
+    q.sym = !bool_field(j, "zero_point", source, true);
+    q.zero_point_plus_one = false;
+    CYPRIS_CHECK(q.checkpoint_format == "gemm",
+                 "{}: quantization_config.version '{}': only AWQ's GEMM layout is supported (version gemm); gemv and "
+                 "others are not supported yet",
+                 source, q.checkpoint_format);
+    CYPRIS_CHECK(q.bits == 4, "{}: quantization_config.bits {}: AWQ checkpoints are 4-bit; allowed: 4", source,
+                 q.bits);
+    CYPRIS_CHECK(!q.sym, "{}: quantization_config.zero_point false: AWQ without zero points is not supported yet",
+                 source);
+    CYPRIS_CHECK(q.group_size > 0, "{}: quantization_config.group_size {}: AWQ needs a positive group size", source,
+                 q.group_size);
+    check_group_size(q);
+  } else {
+    CYPRIS_FAIL("{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq and awq "
+                "checkpoints (and GGUF files)",
+                source, q.method);
+  }
+  return q;
+}
+
+}  // namespace
+
+std::string QuantConfig::summary() const {
+  if (method == "awq") {
+    return fmt::format("awq {}-bit, group size {}, zero points, version {}", bits, group_size, checkpoint_format);
+  }
+  return fmt::format("{} {}-bit, group size {}, desc_act {}, sym {}, format {}", method, bits, group_size, desc_act,
+                     sym, checkpoint_format);
+}
+
+QuantConfig parse_quant_config(const std::string& json_text, const std::string& source) {
+  return from_json(parse(json_text, source), source);
+}
+
+std::optional<QuantConfig> read_quant_config(const std::filesystem::path& dir) {
+  const auto cfg_path = dir / "config.json";
+  if (std::filesystem::is_regular_file(cfg_path)) {
+    const json j = parse(read_file(cfg_path), cfg_path.string());
+    if (j.is_object() && j.contains("quantization_config") && !j.at("quantization_config").is_null()) {
+      return from_json(j.at("quantization_config"), cfg_path.string());
+    }
+  }
+  const auto qpath = dir / "quantize_config.json";
+  if (std::filesystem::is_regular_file(qpath)) return from_json(parse(read_file(qpath), qpath.string()), qpath.string());
+  return std::nullopt;
+}
+
+std::optional<QuantConfig> resolve_quantization(const std::optional<QuantConfig>& checkpoint,
+                                                const std::optional<std::string>& requested,
+                                                const std::string& model) {
+  if (!requested) return checkpoint;
+  const std::string r = lower(*requested);
+  CYPRIS_CHECK(checkpoint.has_value(),
+               "--quantization {}: {} is not a quantized checkpoint (no quantization_config in config.json and no "
+               "quantize_config.json); leave -q out to load it as it is",
+               r, model);
+  // gptq_marlin is Aphrodite's faster kernel choice for the same GPTQ checkpoints; here the same
+  // CPU/CUDA kernels serve both.
+  const bool same = r == checkpoint->method || (r == "gptq_marlin" && checkpoint->method == "gptq");
+  CYPRIS_CHECK(same,
+               "--quantization {}: the checkpoint is quantized with {} ({}: quantization_config.quant_method); pass "
+               "-q {} or leave -q out",
+               r, checkpoint->method, checkpoint->source, checkpoint->method);
+  return checkpoint;
+}
+
+}  // namespace cypris

@@ -1,0 +1,178 @@
+#include "engine/loader/quant_weights.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <vector>
+
+#include "engine/common/error.h"
+#include "engine/loader/safetensors.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant/wq_pack.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace cypris {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+// The layer prefix of a linear weight name ("...q_proj.weight" -> "...q_proj"), or "".
+std::string layer_prefix(const std::string& name) {
+  static const std::string kSuffix = ".weight";
+  if (name.size() <= kSuffix.size() || name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
+    return "";
+  }
+  return name.substr(0, name.size() - kSuffix.size());
+}
+
+class QuantizedWeightSource : public WeightSource {
+ public:
+  QuantizedWeightSource(const std::filesystem::path& dir, const QuantConfig& q, std::unique_ptr<WeightSource> plain)
+      : dir_(dir), q_(q), plain_(std::move(plain)), ckpt_(dir) {}
+
+  std::string describe() const override { return plain_->describe(); }
+
+  bool contains(const std::string& name) const override { return is_quantized(name) || plain_->contains(name); }
+
+  std::optional<DType> native_dtype(const std::string& name) const override {
+    if (!is_quantized(name)) return plain_->native_dtype(name);
+    const auto shape = qweight_logical_shape(name);
+    return quant::wq_repack_type(q_.bits, group_of(shape[1]), shape[1]);
+  }
+
+  void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype, const ShardSpec& shard,
+                 void* dst) const override {
+    if (!is_quantized(name)) return plain_->read_into(name, full_shape, dtype, shard, dst);
+    CYPRIS_CHECK(full_shape.size() == 2, "{}: quantized layer '{}' read with shape {}; it is a matrix",
+                 dir_.string(), name, shape_str(full_shape));
+    const quant::WqLayer l = open_layer(name, full_shape[0], full_shape[1]);
+    const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
+    int64_t n0 = 0, k0 = 0;
+    if (shard.dim == 0) n0 = shard.rank * local[0];
+    if (shard.dim == 1) k0 = shard.rank * local[1];
+    const int64_t n1 = n0 + local[0], k1 = k0 + local[1];
+    const int64_t row_bytes = static_cast<int64_t>(dtype_nbytes(dtype, local[1]));
+    if (dtype_is_quantized(dtype)) {
+      const std::optional<DType> native = native_dtype(name);
+      CYPRIS_CHECK(dtype == *native, "{}: quantized layer '{}' is kept as {}, not {}", dir_.string(), name,
+                   dtype_name(*native), dtype_name(dtype));
+      const int block = static_cast<int>(dtype_block(dtype).elems);
+      const int64_t mixed = quant::wq_first_mixed_block(l, block);
+      CYPRIS_CHECK(mixed < 0,
+                   "{}: tensor '{}.g_idx': input columns {}..{} belong to different groups (act-order, desc_act "
+                   "true); act-order GPTQ checkpoints are not supported yet",
+                   file_of(prefix(name) + ".g_idx"), prefix(name), mixed, mixed + block - 1);
+      shared_thread_pool().parallel_for(n1 - n0, [&](int64_t r0, int64_t r1) {
+        quant::wq_repack(l, dtype, n0 + r0, n0 + r1, k0, k1, static_cast<char*>(dst) + r0 * row_bytes);
+      }, 16);
+      return;
+    }
+    CYPRIS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
+                 "{}: quantized layer '{}' cannot be read as {}", dir_.string(), name, dtype_name(dtype));
+    shared_thread_pool().parallel_for(n1 - n0, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(static_cast<size_t>(k1 - k0));
+      for (int64_t r = r0; r < r1; ++r) {
+        quant::wq_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row.data());
+        convert_from_f32(row.data(), dtype, static_cast<char*>(dst) + r * row_bytes, k1 - k0);
+      }
+    }, 16);
+  }
+
+ private:
+  std::string prefix(const std::string& name) const { return layer_prefix(name); }
+
+  bool is_quantized(const std::string& name) const {
+    const std::string p = layer_prefix(name);
+    return !p.empty() && ckpt_.find(p + ".qweight") != nullptr;
+  }
+
+  std::string file_of(const std::string& tensor) const {
+    const SafetensorsFile* f = nullptr;
+    ckpt_.find(tensor, &f);
+    return f ? f->path().string() : dir_.string();
+  }
+
+  int64_t group_of(int64_t in) const { return q_.group_size > 0 ? q_.group_size : in; }
+
+  // [out, in] of a quantized layer from its qweight alone (before the config's shape is known).
+  std::vector<int64_t> qweight_logical_shape(const std::string& name) const {
+    const SafetensorsTensor* t = ckpt_.find(prefix(name) + ".qweight");
+    CYPRIS_CHECK(t->shape.size() == 2, "{}: tensor '{}.qweight' has shape {}; it must be a matrix",
+                 file_of(prefix(name) + ".qweight"), prefix(name), shape_str(t->shape));
+    if (q_.method == "awq") return {t->shape[1] * 8, t->shape[0]};
+    return {t->shape[1], t->shape[0] * (32 / q_.bits)};
+  }
+
+  const SafetensorsTensor& tensor(const std::string& name, const std::string& dtype_name,
+                                  const std::vector<int64_t>& shape, const std::string& why) const {
+    const SafetensorsFile* f = nullptr;
+    const SafetensorsTensor* t = ckpt_.find(name, &f);
+    CYPRIS_CHECK(t != nullptr, "{}: tensor '{}' not found; a {} layer needs it ({})", dir_.string(), name, q_.method,
+                 why);
+    CYPRIS_CHECK(t->dtype_name == dtype_name, "{}: tensor '{}' has dtype {}; {} needs {}", f->path().string(), name,
+                 t->dtype_name, q_.summary(), dtype_name);
+    CYPRIS_CHECK(t->shape == shape, "{}: tensor '{}' has shape {} but {} needs {} ({})", f->path().string(), name,
+                 shape_str(t->shape), q_.summary(), shape_str(shape), why);
+    return *t;
+  }
+
+  // The layer's tensors, checked against the config and the [out, in] the model expects.
+  quant::WqLayer open_layer(const std::string& name, int64_t out, int64_t in) const {
+    const std::string p = prefix(name);
+    const std::string what = fmt::format("a [{}, {}] layer", out, in);
+    quant::WqLayer l;
+    l.layout = q_.method == "awq" ? quant::WqLayout::Awq : quant::WqLayout::Gptq;
+    l.bits = q_.bits;
+    l.in = in;
+    l.out = out;
+    l.group = group_of(in);
+    l.zero_plus_one = q_.zero_point_plus_one;
+    const int per = 32 / q_.bits;
+    CYPRIS_CHECK(in % l.group == 0,
+                 "{}: layer '{}' has {} input columns, not a whole number of groups of {} ({}: group_size)",
+                 file_of(p + ".qweight"), p, in, l.group, q_.source);
+    const int64_t groups = in / l.group;
+    if (l.layout == quant::WqLayout::Awq) {
+      CYPRIS_CHECK(out % 8 == 0, "{}: AWQ layer '{}' has {} outputs; AWQ packs 8 per int32", file_of(p + ".qweight"),
+                   p, out);
+      l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".qweight", "I32", {in, out / 8}, what).data);
+      l.qzeros = reinterpret_cast<const int32_t*>(tensor(p + ".qzeros", "I32", {groups, out / 8}, what).data);
+    } else {
+      CYPRIS_CHECK(in % per == 0 && out % per == 0,
+                   "{}: GPTQ layer '{}' is [{}, {}]; {}-bit GPTQ packs {} values per int32 along both", file_of(p + ".qweight"),
+                   p, out, in, q_.bits, per);
+      l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".qweight", "I32", {in / per, out}, what).data);
+      l.qzeros = reinterpret_cast<const int32_t*>(tensor(p + ".qzeros", "I32", {groups, out / per}, what).data);
+    }
+    l.scales = reinterpret_cast<const uint16_t*>(tensor(p + ".scales", "F16", {groups, out}, what).data);
+    if (l.layout == quant::WqLayout::Gptq && ckpt_.find(p + ".g_idx") != nullptr) {
+      const SafetensorsTensor& g = tensor(p + ".g_idx", "I32", {in}, what);
+      l.g_idx = reinterpret_cast<const int32_t*>(g.data);
+      for (int64_t k = 0; k < in; ++k) {
+        CYPRIS_CHECK(l.g_idx[k] >= 0 && l.g_idx[k] < groups,
+                     "{}: tensor '{}.g_idx'[{}] = {} is not a group of the layer (0..{})", file_of(p + ".g_idx"), p, k,
+                     l.g_idx[k], groups - 1);
+      }
+      // Without act-order g_idx is k / group: read it as that (the same values, no lookup).
+      bool plain = true;
+      for (int64_t k = 0; k < in && plain; ++k) plain = l.g_idx[k] == k / l.group;
+      if (plain) l.g_idx = nullptr;
+    }
+    return l;
+  }
+
+  std::filesystem::path dir_;
+  QuantConfig q_;
+  std::unique_ptr<WeightSource> plain_;
+  SafetensorsCheckpoint ckpt_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> make_quantized_weight_source(const std::filesystem::path& dir, const QuantConfig& q,
+                                                           std::unique_ptr<WeightSource> plain) {
+  return std::make_unique<QuantizedWeightSource>(dir, q, std::move(plain));
+}
+
+}  // namespace cypris

@@ -1,0 +1,116 @@
+#include "kernels/cpu/quant/wq_pack.h"
+
+#include <cstring>
+
+#include "engine/common/error.h"
+#include "kernels/common/wq_blocks.h"
+
+namespace cypris::quant {
+namespace {
+
+// AutoAWQ packs column order[i] of each 8 at nibble i; column j is therefore at nibble kAwqPos[j].
+constexpr int kAwqPos[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+
+template <int N>
+void repack_w4(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1, void* dst) {
+  auto* out = static_cast<BlockW4<N>*>(dst);
+  const int64_t per_row = (k1 - k0) / N;
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t b = 0; b < per_row; ++b) {
+      BlockW4<N>& blk = out[(n - n0) * per_row + b];
+      const int64_t kb = k0 + b * N;
+      const int64_t g = l.group_of(kb);
+      blk.d = l.scale(g, n);
+      blk.z = static_cast<int16_t>(l.zero(g, n));
+      for (int s = 0; s < N / 32; ++s) {
+        for (int j = 0; j < 16; ++j) {
+          const int lo = l.value(n, kb + 32 * s + j), hi = l.value(n, kb + 32 * s + 16 + j);
+          blk.qs[16 * s + j] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
+    }
+  }
+}
+
+template <int N>
+void repack_w8(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1, void* dst) {
+  auto* out = static_cast<BlockW8<N>*>(dst);
+  const int64_t per_row = (k1 - k0) / N;
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t b = 0; b < per_row; ++b) {
+      BlockW8<N>& blk = out[(n - n0) * per_row + b];
+      const int64_t kb = k0 + b * N;
+      const int64_t g = l.group_of(kb);
+      blk.d = l.scale(g, n);
+      blk.z = static_cast<int16_t>(l.zero(g, n) - 128);
+      for (int i = 0; i < N; ++i) blk.qs[i] = static_cast<int8_t>(l.value(n, kb + i) - 128);
+    }
+  }
+}
+
+}  // namespace
+
+int WqLayer::value(int64_t n, int64_t k) const {
+  const uint32_t mask = (1u << bits) - 1;
+  if (layout == WqLayout::Awq) {
+    const uint32_t word = static_cast<uint32_t>(qweight[k * (out / 8) + n / 8]);
+    return static_cast<int>((word >> (4 * kAwqPos[n % 8])) & mask);
+  }
+  const int per = 32 / bits;
+  const uint32_t word = static_cast<uint32_t>(qweight[(k / per) * out + n]);
+  return static_cast<int>((word >> (bits * (k % per))) & mask);
+}
+
+int WqLayer::zero(int64_t g, int64_t n) const {
+  const uint32_t mask = (1u << bits) - 1;
+  if (layout == WqLayout::Awq) {
+    const uint32_t word = static_cast<uint32_t>(qzeros[g * (out / 8) + n / 8]);
+    return static_cast<int>((word >> (4 * kAwqPos[n % 8])) & mask);
+  }
+  const int per = 32 / bits;
+  const uint32_t word = static_cast<uint32_t>(qzeros[g * (out / per) + n / per]);
+  return static_cast<int>((word >> (bits * (n % per))) & mask) + (zero_plus_one ? 1 : 0);
+}
+
+DType wq_repack_type(int bits, int64_t group, int64_t in) {
+  CYPRIS_CHECK(group > 0 && group % 32 == 0, "quantized layer: group size {} is not a multiple of 32", group);
+  const bool big = group % 128 == 0 && in % 128 == 0;
+  if (bits == 8) return big ? DType::W8G128 : DType::W8G32;
+  CYPRIS_CHECK(bits == 2 || bits == 4, "quantized layer: {} bits are not supported (2, 4, 8)", bits);
+  return big ? DType::W4G128 : DType::W4G32;
+}
+
+int64_t wq_first_mixed_block(const WqLayer& l, int block) {
+  if (!l.g_idx) return -1;
+  for (int64_t k = 0; k < l.in; k += block) {
+    for (int64_t i = 1; i < block && k + i < l.in; ++i) {
+      if (l.g_idx[k + i] != l.g_idx[k]) return k;
+    }
+  }
+  return -1;
+}
+
+void wq_repack(const WqLayer& l, DType type, int64_t n0, int64_t n1, int64_t k0, int64_t k1, void* dst) {
+  const int be = static_cast<int>(dtype_block(type).elems);
+  CYPRIS_CHECK(k0 % be == 0 && (k1 - k0) % be == 0 && k1 <= l.in && n1 <= l.out,
+               "quantized layer: columns [{}, {}) are not whole {} blocks of a row of {}", k0, k1, dtype_name(type), l.in);
+  switch (type) {
+    case DType::W4G32: return repack_w4<32>(l, n0, n1, k0, k1, dst);
+    case DType::W4G128: return repack_w4<128>(l, n0, n1, k0, k1, dst);
+    case DType::W8G32: return repack_w8<32>(l, n0, n1, k0, k1, dst);
+    case DType::W8G128: return repack_w8<128>(l, n0, n1, k0, k1, dst);
+    default: CYPRIS_FAIL("quantized layer: {} is not a repacked checkpoint type", dtype_name(type));
+  }
+}
+
+void wq_dequantize(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1, float* dst) {
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t g = l.group_of(k);
+      // q - zero is a small integer and the fp16 scale has 11 significant bits: exact in fp32.
+      dst[(n - n0) * (k1 - k0) + (k - k0)] = f16_to_f32(l.scale(g, n)) * static_cast<float>(l.value(n, k) - l.zero(g, n));
+    }
+  }
+}
+
+}  // namespace cypris::quant

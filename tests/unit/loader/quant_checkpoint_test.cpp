@@ -1,0 +1,308 @@
+// GPTQ and AWQ checkpoints (tests/fixtures/quant, written by tests/tools/gen_quant_fixtures.py as
+// AutoGPTQ and AutoAWQ pack them): every layer dequantizes to the float64 reference bit for bit,
+// the repacked blocks the kernels read hold the same values, tensor-parallel slices are slices of
+// the whole, and malformed files are errors naming the file, the tensor and the expected shape.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/common/error.h"
+#include "engine/loader/model_config.h"
+#include "engine/loader/safetensors.h"
+#include "engine/loader/weights.h"
+#include "kernels/cpu/quant/quant_ref.h"
+#include "tests/support/temp_dir.h"
+
+namespace cypris {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
+
+nlohmann::json expected(const std::string& name) {
+  std::ifstream in(kQuant + name + "/expected.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+std::unique_ptr<WeightSource> open(const fs::path& dir, std::optional<std::string> q = std::nullopt) {
+  LoadOptions o;
+  o.quantization = std::move(q);
+  return open_weight_source(dir, load_model_config(dir), o);
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// [out, in] of each linear layer of the fixtures' Llama (hidden 128, 2 KV heads of 32, MLP 128).
+std::vector<int64_t> layer_shape(const std::string& layer) {
+  if (layer.find("k_proj") != std::string::npos || layer.find("v_proj") != std::string::npos) return {64, 128};
+  return {128, 128};
+}
+
+// FNV-1a 64 of the values' little-endian bytes, as the generator hashes its reference.
+std::string hash_of(const std::vector<float>& v) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return fmt::format("{:016x}", h);
+}
+
+const std::vector<std::string> kReadable = {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
+                                            "awq_w4_g128", "awq_w4_g64"};
+
+class QuantCheckpoint : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QuantCheckpoint, LayersDequantizeToTheReferenceBitForBit) {
+  const auto w = open(kQuant + GetParam());
+  const auto want = expected(GetParam())["dequant_fnv1a64"];
+  ASSERT_EQ(want.size(), 7u);
+  for (const auto& [layer, hash] : want.items()) {
+    const HostTensor t = w->load(layer + ".weight", layer_shape(layer), DType::F32);
+    const float* p = t.buffer.as<float>();
+    EXPECT_EQ(hash_of(std::vector<float>(p, p + t.view().numel())), hash.get<std::string>()) << layer;
+  }
+}
+
+// What the kernels read: the layer in its repacked block type, decoded by the kernels' reference,
+// equals the reference too (so the zero offset, the AWQ column order and the nibble order are right
+// where it matters).
+TEST_P(QuantCheckpoint, RepackedBlocksHoldTheReferenceValues) {
+  const auto w = open(kQuant + GetParam());
+  const auto want = expected(GetParam())["dequant_fnv1a64"];
+  ASSERT_EQ(want.size(), 7u);
+  for (const auto& [layer, hash] : want.items()) {
+    const std::optional<DType> native = w->native_dtype(layer + ".weight");
+    ASSERT_TRUE(native.has_value()) << layer;
+    ASSERT_TRUE(quant::supported(*native)) << dtype_name(*native);
+    const auto shape = layer_shape(layer);
+    const HostTensor t = w->load(layer + ".weight", shape, *native);
+    EXPECT_EQ(t.buffer.size(), dtype_nbytes(*native, shape[0] * shape[1]));
+    std::vector<float> deq(static_cast<size_t>(shape[0] * shape[1]));
+    quant::dequantize_row(*native, t.buffer.data(), deq.data(), shape[0] * shape[1]);
+    EXPECT_EQ(hash_of(deq), hash.get<std::string>()) << layer << " as " << dtype_name(*native);
+  }
+}
+
+// Column- and row-parallel slices of two ranks are the rows / the blocks of the whole layer.
+TEST_P(QuantCheckpoint, TensorParallelSlicesAreSlicesOfTheWhole) {
+  const auto w = open(kQuant + GetParam());
+  const std::string name = "model.layers.0.mlp.down_proj.weight";
+  const DType t = *w->native_dtype(name);
+  const std::vector<int64_t> full = {128, 128};
+  const HostTensor whole = w->load(name, full, t);
+  const size_t row_bytes = dtype_nbytes(t, 128);
+  for (int rank = 0; rank < 2; ++rank) {
+    const HostTensor rows = w->load(name, full, t, ShardSpec::split(0, rank, 2));
+    EXPECT_EQ(std::memcmp(rows.buffer.data(), static_cast<const char*>(whole.buffer.data()) + rank * 64 * row_bytes,
+                          64 * row_bytes),
+              0);
+    if (dtype_block(t).elems > 64) continue;  // a 128-value block does not split over two ranks of 64 columns
+    const HostTensor cols = w->load(name, full, t, ShardSpec::split(1, rank, 2));
+    const size_t half = row_bytes / 2;
+    for (int r = 0; r < 128; ++r) {
+      ASSERT_EQ(std::memcmp(static_cast<const char*>(cols.buffer.data()) + r * half,
+                            static_cast<const char*>(whole.buffer.data()) + r * row_bytes + rank * half, half),
+                0)
+          << "row " << r << " rank " << rank;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, QuantCheckpoint, ::testing::ValuesIn(kReadable));
+
+TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
+  const std::string layer = "model.layers.0.self_attn.q_proj.weight";
+  EXPECT_EQ(open(kQuant + "gptq_w4_g128_v1")->native_dtype(layer), DType::W4G128);
+  EXPECT_EQ(open(kQuant + "gptq_w8_g32_sym_v2")->native_dtype(layer), DType::W8G32);
+  EXPECT_EQ(open(kQuant + "gptq_w2_rowgroup_v1")->native_dtype(layer), DType::W4G128);  // a row of 128 is one group
+  EXPECT_EQ(open(kQuant + "awq_w4_g64")->native_dtype(layer), DType::W4G32);
+  // Unquantized tensors stay plain.
+  EXPECT_FALSE(open(kQuant + "awq_w4_g64")->native_dtype("lm_head.weight").has_value());
+}
+
+// Weights stay quantized: the repacked layers take at most 1.1x the bytes of the checkpoint's
+// qweight, qzeros, scales and g_idx (32-value blocks of a 64-value group repeat its scale: 1.16x,
+// not asserted here; docs/quantization.md).
+TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
+  for (const std::string name : {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "awq_w4_g128"}) {
+    const auto w = open(kQuant + name);
+    SafetensorsFile f(kQuant + name + "/model.safetensors");
+    double ours = 0, theirs = 0;
+    const auto layers = expected(name)["dequant_fnv1a64"];
+    ASSERT_EQ(layers.size(), 7u);
+    for (const auto& [layer, hash] : layers.items()) {
+      const auto shape = layer_shape(layer);
+      ours += static_cast<double>(dtype_nbytes(*w->native_dtype(layer + ".weight"), shape[0] * shape[1]));
+      for (const char* part : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
+        if (const SafetensorsTensor* t = f.find(layer + part)) theirs += static_cast<double>(t->nbytes);
+      }
+    }
+    EXPECT_LE(ours, 1.1 * theirs) << name;
+    EXPECT_GE(ours, 0.9 * theirs) << name;  // and not a smaller, lossy form
+  }
+}
+
+TEST(QuantCheckpointTypes, ActOrderIsRefusedNamingGIdx) {
+  const auto w = open(kQuant + "gptq_w4_g64_act_order");
+  const std::string layer = "model.layers.0.self_attn.q_proj.weight";
+  EXPECT_THAT(error_of([&] { w->load(layer, {128, 128}, *w->native_dtype(layer)); }),
+              AllOf(HasSubstr("model.safetensors"), HasSubstr("q_proj.g_idx"), HasSubstr("act-order"),
+                    HasSubstr("not supported yet")));
+}
+
+TEST(QuantCheckpointTypes, MethodMismatchNamesBoth) {
+  EXPECT_THAT(error_of([&] { open(kQuant + "awq_w4_g64", "gptq"); }),
+              AllOf(HasSubstr("--quantization gptq"), HasSubstr("quantized with awq")));
+}
+
+// ---- malformed checkpoints: a copy of a fixture with one thing changed ----
+
+struct RawTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+std::map<std::string, RawTensor> read_all(const fs::path& file) {
+  SafetensorsFile f(file);
+  std::map<std::string, RawTensor> out;
+  for (const auto& [name, t] : f.tensors()) {
+    out[name] = {t.dtype_name, t.shape, std::string(reinterpret_cast<const char*>(t.data), t.nbytes)};
+  }
+  return out;
+}
+
+void write_all(const fs::path& file, const std::map<std::string, RawTensor>& tensors) {
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  for (const auto& [name, t] : tensors) {
+    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    data += t.bytes;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  std::ofstream out(file, std::ios::binary);
+  const uint64_t len = h.size();
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out << h << data;
+}
+
+class MalformedQuant : public ::testing::Test {
+ protected:
+  // A copy of `fixture` in a temp folder, its tensors in tensors_.
+  void copy(const std::string& fixture) {
+    for (const auto& e : fs::directory_iterator(dir_.path())) fs::remove(e.path());
+    for (const auto& e : fs::directory_iterator(kQuant + fixture)) fs::copy(e.path(), dir_.path() / e.path().filename());
+    tensors_ = read_all(dir_.path() / "model.safetensors");
+  }
+  void save() { write_all(dir_.path() / "model.safetensors", tensors_); }
+  void set_config(const std::string& key, const nlohmann::json& value) {
+    std::ifstream in(dir_.path() / "config.json");
+    nlohmann::json c = nlohmann::json::parse(in);
+    c["quantization_config"][key] = value;
+    std::ofstream(dir_.path() / "config.json") << c.dump();
+  }
+  // The error of loading q_proj in its native type.
+  std::string load_error() {
+    return error_of([&] {
+      const auto w = open(dir_.path());
+      const std::string layer = "model.layers.0.self_attn.q_proj.weight";
+      w->load(layer, {128, 128}, *w->native_dtype(layer));
+    });
+  }
+  test::TempDir dir_{"malformed_quant"};
+  std::map<std::string, RawTensor> tensors_;
+  const std::string q_ = "model.layers.0.self_attn.q_proj";
+};
+
+TEST_F(MalformedQuant, MisShapedQweightNamesFileTensorAndExpectedShape) {
+  copy("gptq_w4_g128_v1");
+  RawTensor& t = tensors_[q_ + ".qweight"];
+  t.shape = {8, 256};  // same bytes, wrong shape
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr("model.safetensors"), HasSubstr(q_ + ".qweight"), HasSubstr("[8, 256]"),
+                                  HasSubstr("needs [16, 128]")));
+}
+
+TEST_F(MalformedQuant, MisShapedQzerosAndScalesAndGIdx) {
+  copy("gptq_w4_g128_v1");
+  tensors_[q_ + ".qzeros"].shape = {2, 8};  // the same 16 words
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".qzeros"), HasSubstr("needs [1, 16]")));
+  copy("awq_w4_g64");
+  tensors_[q_ + ".scales"].shape = {1, 256};
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".scales"), HasSubstr("needs [2, 128]")));
+  copy("gptq_w8_g32_sym_v2");
+  tensors_[q_ + ".g_idx"].shape = {64};
+  tensors_[q_ + ".g_idx"].bytes.resize(64 * 4);
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".g_idx"), HasSubstr("needs [128]")));
+}
+
+TEST_F(MalformedQuant, GIdxOutsideTheGroupsIsAnError) {
+  copy("gptq_w8_g32_sym_v2");
+  int32_t bad = 9;  // 4 groups of 32
+  std::memcpy(tensors_[q_ + ".g_idx"].bytes.data() + 4 * 5, &bad, 4);
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".g_idx'[5] = 9"), HasSubstr("0..3")));
+}
+
+TEST_F(MalformedQuant, WrongDtypesAreErrors) {
+  copy("gptq_w4_g128_v1");
+  tensors_[q_ + ".scales"].dtype = "BF16";
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".scales"), HasSubstr("dtype BF16"), HasSubstr("needs F16")));
+  copy("awq_w4_g128");
+  tensors_[q_ + ".qweight"].dtype = "F32";
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".qweight"), HasSubstr("dtype F32"), HasSubstr("needs I32")));
+}
+
+TEST_F(MalformedQuant, MissingTensorIsNamed) {
+  copy("awq_w4_g128");
+  tensors_.erase(q_ + ".qzeros");
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".qzeros"), HasSubstr("not found")));
+}
+
+TEST_F(MalformedQuant, TruncatedFileNamesTheFile) {
+  copy("gptq_w4_g128_v1");
+  const fs::path f = dir_.path() / "model.safetensors";
+  fs::resize_file(f, fs::file_size(f) - 1000);
+  EXPECT_THAT(load_error(), HasSubstr("model.safetensors"));
+}
+
+// The config says 8 bits, the tensors were packed with 4: the shapes disagree, and the error says so.
+TEST_F(MalformedQuant, ConfigContradictingTheTensors) {
+  copy("gptq_w4_g128_v1");
+  set_config("bits", 8);
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".qweight"), HasSubstr("[16, 128]"), HasSubstr("needs [32, 128]"),
+                                  HasSubstr("gptq 8-bit")));
+  copy("gptq_w4_g128_v1");
+  set_config("group_size", 256);  // a 128-column layer is not a whole number of groups of 256
+  EXPECT_THAT(load_error(), AllOf(HasSubstr("self_attn.q_proj"), HasSubstr("group"), HasSubstr("256")));
+  copy("gptq_w4_g128_v1");
+  set_config("bits", 6);
+  EXPECT_THAT(load_error(), AllOf(HasSubstr("bits 6"), HasSubstr("allowed")));
+}
+
+}  // namespace
+}  // namespace cypris

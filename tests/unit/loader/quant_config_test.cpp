@@ -1,0 +1,121 @@
+// Reading a checkpoint's quantization_config (config.json or quantize_config.json), choosing the
+// method, -q agreeing with it, and the refusals by name of what is not implemented.
+#include "engine/loader/quant_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "engine/common/error.h"
+#include "tests/support/temp_dir.h"
+
+namespace cypris {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string parse_error(const std::string& json) {
+  return error_of([&] { parse_quant_config(json, "config.json"); });
+}
+
+TEST(QuantConfig, ReadsGptqFromConfigJson) {
+  const auto q = read_quant_config(kQuant + "gptq_w4_g128_v1");
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->method, "gptq");
+  EXPECT_EQ(q->bits, 4);
+  EXPECT_EQ(q->group_size, 128);
+  EXPECT_FALSE(q->sym);
+  EXPECT_TRUE(q->zero_point_plus_one);  // checkpoint_format gptq: zeros stored minus one
+  EXPECT_THAT(q->summary(), AllOf(HasSubstr("gptq 4-bit"), HasSubstr("group size 128")));
+}
+
+TEST(QuantConfig, ReadsQuantizeConfigJsonBesideConfig) {
+  const auto q = read_quant_config(kQuant + "gptq_w8_g32_sym_v2");
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->method, "gptq");  // AutoGPTQ's file has no quant_method
+  EXPECT_EQ(q->bits, 8);
+  EXPECT_EQ(q->group_size, 32);
+  EXPECT_TRUE(q->sym);
+  EXPECT_FALSE(q->zero_point_plus_one);  // gptq_v2
+  EXPECT_NE(q->source.find("quantize_config.json"), std::string::npos);
+}
+
+TEST(QuantConfig, ReadsAwq) {
+  const auto q = read_quant_config(kQuant + "awq_w4_g64");
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->method, "awq");
+  EXPECT_EQ(q->bits, 4);
+  EXPECT_EQ(q->group_size, 64);
+  EXPECT_FALSE(q->zero_point_plus_one);
+  // AutoAWQ's own spelling of the fields.
+  const QuantConfig old = parse_quant_config(R"({"quant_method":"awq","w_bit":4,"q_group_size":128,"zero_point":true,"version":"GEMM"})", "c");
+  EXPECT_EQ(old.group_size, 128);
+  EXPECT_EQ(old.checkpoint_format, "gemm");
+}
+
+TEST(QuantConfig, PlainCheckpointHasNone) {
+  EXPECT_FALSE(read_quant_config(std::string(CYPRIS_FIXTURES_DIR) + "/models/llama_linear").has_value());
+}
+
+TEST(QuantConfig, UnimplementedMethodsAndVariantsAreRefusedByName) {
+  EXPECT_THAT(parse_error(R"({"quant_method":"fp8","activation_scheme":"dynamic"})"),
+              AllOf(HasSubstr("config.json"), HasSubstr("quant_method 'fp8'"), HasSubstr("not supported yet")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"pack-quantized"})"),
+              AllOf(HasSubstr("compressed-tensors"), HasSubstr("not supported yet")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true})"), HasSubstr("bitsandbytes"));
+  EXPECT_THAT(parse_error(R"({"quant_method":"exl2"})"), HasSubstr("exl2"));
+  EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":3,"group_size":128})"),
+              AllOf(HasSubstr("bits 3"), HasSubstr("not supported yet")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":5,"group_size":128})"),
+              AllOf(HasSubstr("bits 5"), HasSubstr("allowed: 2, 4, 8")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":4,"group_size":128,"checkpoint_format":"marlin"})"),
+              AllOf(HasSubstr("Marlin"), HasSubstr("not supported yet")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":4,"group_size":128,"is_marlin_format":true})"),
+              HasSubstr("Marlin"));
+  EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":4,"group_size":16})"),
+              AllOf(HasSubstr("group_size 16"), HasSubstr("multiple of 32")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"awq","bits":4,"group_size":128,"version":"gemv"})"),
+              AllOf(HasSubstr("version 'gemv'"), HasSubstr("gemm")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"awq","bits":4,"group_size":128,"zero_point":false})"),
+              HasSubstr("zero_point false"));
+  EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":"4"})"), AllOf(HasSubstr("bits"), HasSubstr("integer")));
+  EXPECT_THAT(parse_error(R"([1, 2])"), HasSubstr("must be an object"));
+  EXPECT_THAT(parse_error(R"({"quant_method":)"), HasSubstr("not valid JSON"));
+}
+
+TEST(QuantConfig, RequestedMethodMustAgreeWithTheCheckpoint) {
+  const auto gptq = read_quant_config(kQuant + "gptq_w4_g128_v1");
+  EXPECT_EQ(resolve_quantization(gptq, std::nullopt, "m")->method, "gptq");  // chosen automatically
+  EXPECT_EQ(resolve_quantization(gptq, "gptq", "m")->method, "gptq");
+  EXPECT_EQ(resolve_quantization(gptq, "gptq_marlin", "m")->method, "gptq");
+  // A mismatch names both methods.
+  EXPECT_THAT(error_of([&] { resolve_quantization(gptq, "awq", "m"); }),
+              AllOf(HasSubstr("--quantization awq"), HasSubstr("quantized with gptq"), HasSubstr("config.json")));
+  // -q on a plain checkpoint.
+  EXPECT_THAT(error_of([&] { resolve_quantization(std::nullopt, "gptq", "/models/plain"); }),
+              AllOf(HasSubstr("--quantization gptq"), HasSubstr("/models/plain"), HasSubstr("not a quantized")));
+  EXPECT_FALSE(resolve_quantization(std::nullopt, std::nullopt, "m").has_value());
+}
+
+TEST(QuantConfig, MalformedQuantizeConfigJsonNamesTheFile) {
+  test::TempDir d("quant_config");
+  std::ofstream(d.path() / "quantize_config.json") << R"({"bits": 4, "group_size": "x"})";
+  EXPECT_THAT(error_of([&] { read_quant_config(d.path()); }),
+              AllOf(HasSubstr("quantize_config.json"), HasSubstr("group_size")));
+}
+
+}  // namespace
+}  // namespace cypris
