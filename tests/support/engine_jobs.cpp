@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "engine/request/sampling_params.h"
@@ -169,6 +171,43 @@ void expect_same_outputs(const std::vector<Job>& jobs, const Outputs& expected, 
     ASSERT_EQ(got.at(j.id).size(), static_cast<size_t>(j.max_tokens)) << j.id;
     EXPECT_EQ(got.at(j.id), expected.at(j.id)) << j.id << " (prompt " << j.prompt.size() << " tokens)";
   }
+}
+
+EngineConfig with_chunked_prefill(EngineConfig cfg) {
+  cfg.scheduler.enable_chunked_prefill = true;
+  cfg.scheduler.max_num_batched_tokens = 64;
+  cfg.scheduler.max_num_seqs = 16;
+  return cfg;
+}
+
+EngineConfig with_preemption(EngineConfig cfg, const std::string& mode) {
+  cfg.cache.num_gpu_blocks_override = 40;
+  cfg.scheduler.preemption_mode = mode;
+  if (mode == "swap") cfg.cache.swap_space = 0.01;
+  return cfg;
+}
+
+std::string greedy_story(Engine& engine) {
+  auto p = std::make_shared<SamplingParams>();
+  p->temperature = 0.0f;
+  p->max_tokens = 200;
+  p->ignore_eos = true;
+  auto stream = std::make_shared<RequestStream>("s");
+  engine.add_request(GenerateRequest{"s", {1}, "", p, 0}, stream);
+  while (engine.has_unfinished_requests()) engine.step();
+  std::string text;
+  while (auto o = stream->next(std::chrono::milliseconds(0))) {
+    for (const auto& d : o->outputs) text += d.text;
+  }
+  return text;
+}
+
+std::string expected_greedy_story() {
+  std::ifstream in(std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k/expected_greedy_200_from_bos.txt");
+  EXPECT_TRUE(in) << "missing stories260k/expected_greedy_200_from_bos.txt";
+  std::string expected((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!expected.empty() && expected.back() == '\n') expected.pop_back();
+  return expected;
 }
 
 }  // namespace cypris::testing_support

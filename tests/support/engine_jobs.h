@@ -1,7 +1,10 @@
 // Test support for the engine equivalence tests (CPU, tensor-parallel and GPU): a set of greedy
 // jobs with mixed prompt lengths and staggered arrivals, run batched through one Engine or one at
-// a time, collecting each job's generated ids.
+// a time, collecting each job's generated ids; the configurations the batch runs under; the suite
+// that runs the jobs alone once; stories260k's known greedy story.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <map>
@@ -53,5 +56,41 @@ GenerateRequest make_prompt_logprobs_request(const Job& job, const std::string& 
 
 // Every job got exactly max_tokens tokens, the same as in expected (its solo run).
 void expect_same_outputs(const std::vector<Job>& jobs, const Outputs& expected, const Outputs& got);
+
+// cfg changed so that the jobs' batch exercises one mechanism: long prompts split over several
+// steps (a 64-token budget, 16 sequences); preemption of running requests, by recompute or by swap
+// (40 KV blocks, 640 tokens: far less than the batch wants).
+EngineConfig with_chunked_prefill(EngineConfig cfg);
+EngineConfig with_preemption(EngineConfig cfg, const std::string& mode);
+
+// A suite whose tests run a batch of jobs and compare it with the jobs run one at a time, which the
+// suite does once: Derived gives `static EngineConfig solo_config()` and may hide kJobs and
+// available() (false: no set-up; the tests skip themselves).
+template <class Derived>
+class EquivalenceSuite : public ::testing::Test {
+ protected:
+  static constexpr int kJobs = 64;
+  static bool available() { return true; }
+  static void SetUpTestSuite() {
+    if (!Derived::available()) return;
+    jobs_ = new std::vector<Job>(make_jobs(Derived::kJobs, 1234));
+    solo_ = new Outputs(run_solo(Derived::solo_config(), *jobs_));
+  }
+  static void TearDownTestSuite() {
+    delete jobs_;
+    delete solo_;
+    jobs_ = nullptr;
+    solo_ = nullptr;
+  }
+  // The jobs batched through engine give their solo outputs.
+  void expect_batch_like_solo(Engine& engine) { expect_same_outputs(*jobs_, *solo_, run_batched(engine, *jobs_)); }
+  static inline std::vector<Job>* jobs_ = nullptr;
+  static inline Outputs* solo_ = nullptr;
+};
+
+// The text of stories260k's greedy continuation of BOS, 200 tokens (ignore_eos), on engine; and
+// the known answer (testdata's expected_greedy_200_from_bos.txt).
+std::string greedy_story(Engine& engine);
+std::string expected_greedy_story();
 
 }  // namespace cypris::testing_support

@@ -1,6 +1,7 @@
 // The torch-reference model fixtures (tests/fixtures/models/*/expected.json, written by
-// tests/tools/gen_llama_fixtures.py and gen_family_fixtures.py) and the helpers the reference tests
-// compare them with: one full prefill with logits for every position, the row error.
+// tests/tools/gen_llama_fixtures.py and gen_family_fixtures.py) and the set-up the model tests
+// share (reference, tensor-parallel and GGUF logits): runner options for a fixture, one full
+// prefill with logits for every position, the row error, the argmax.
 #pragma once
 
 #include <algorithm>
@@ -47,6 +48,26 @@ inline double rel_err(const float* a, const float* b, int64_t n) {
 
 inline double rel_err(const float* a, const std::vector<float>& b) {
   return rel_err(a, b.data(), static_cast<int64_t>(b.size()));
+}
+
+inline int32_t argmax(const float* row, int64_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+// A runner on the CPU for the model at path (a fixture folder, a .gguf file): 2 threads in all,
+// weights in dtype, num_blocks KV blocks of block_size tokens (0: the runner's default), tp ranks.
+// llama_dynamic runs past its max_position_embeddings (12), where its dynamic NTK scaling acts.
+inline ModelRunnerOptions fixture_options(const std::string& path, const std::string& dtype = "float32",
+                                          int block_size = 16, int64_t num_blocks = 0, int tp = 1) {
+  ModelRunnerOptions o;
+  o.model_dir = path;
+  o.load.dtype = dtype;
+  o.threads = 2;
+  o.block_size = block_size;
+  o.num_blocks = num_blocks;
+  o.parallel.world_size = tp;
+  if (path.ends_with("llama_dynamic")) o.load.overrides.max_model_len = 24;
+  return o;
 }
 
 // One prefill of ids with the logits of every position.

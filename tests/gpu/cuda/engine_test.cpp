@@ -32,25 +32,12 @@ Outputs run_solo(const std::string& device, const std::vector<Job>& jobs) {
   return testing_support::run_solo(config(device), jobs);
 }
 
-class CudaEquivalence : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (cuda_device_count() == 0) return;
-    jobs_ = new std::vector<Job>(make_jobs(48, 1234));
-    solo_ = new Outputs(run_solo("cuda", *jobs_));
-  }
-  static void TearDownTestSuite() {
-    delete jobs_;
-    delete solo_;
-    jobs_ = nullptr;
-    solo_ = nullptr;
-  }
-  void expect_same(const Outputs& got) { expect_same_outputs(*jobs_, *solo_, got); }
-  static std::vector<Job>* jobs_;
-  static Outputs* solo_;
+class CudaEquivalence : public EquivalenceSuite<CudaEquivalence> {
+ public:
+  static constexpr int kJobs = 48;
+  static bool available() { return cuda_device_count() > 0; }
+  static EngineConfig solo_config() { return config("cuda"); }
 };
-std::vector<Job>* CudaEquivalence::jobs_ = nullptr;
-Outputs* CudaEquivalence::solo_ = nullptr;
 
 TEST_F(CudaEquivalence, SoloOnGpuEqualsSoloOnCpu) {
   CYPRIS_REQUIRE_GPU();
@@ -62,37 +49,26 @@ TEST_F(CudaEquivalence, ContinuousBatching) {
   CYPRIS_REQUIRE_GPU();
   Engine engine(config("cuda"));
   EXPECT_EQ(engine.model_info().device, "cuda");
-  expect_same(run_batched(engine, *jobs_));
+  expect_batch_like_solo(engine);
 }
 
 TEST_F(CudaEquivalence, ChunkedPrefill) {
   CYPRIS_REQUIRE_GPU();
-  EngineConfig cfg = config("cuda");
-  cfg.scheduler.enable_chunked_prefill = true;
-  cfg.scheduler.max_num_batched_tokens = 64;
-  cfg.scheduler.max_num_seqs = 16;
-  Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  Engine engine(with_chunked_prefill(config("cuda")));
+  expect_batch_like_solo(engine);
 }
 
 TEST_F(CudaEquivalence, PreemptionByRecompute) {
   CYPRIS_REQUIRE_GPU();
-  EngineConfig cfg = config("cuda");
-  cfg.cache.num_gpu_blocks_override = 40;
-  cfg.scheduler.preemption_mode = "recompute";
-  Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  Engine engine(with_preemption(config("cuda"), "recompute"));
+  expect_batch_like_solo(engine);
   EXPECT_GT(engine.stats().num_preemptions_total, 0);
 }
 
 TEST_F(CudaEquivalence, PreemptionBySwap) {
   CYPRIS_REQUIRE_GPU();
-  EngineConfig cfg = config("cuda");
-  cfg.cache.num_gpu_blocks_override = 40;
-  cfg.scheduler.preemption_mode = "swap";
-  cfg.cache.swap_space = 0.01;
-  Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  Engine engine(with_preemption(config("cuda"), "swap"));
+  expect_batch_like_solo(engine);
   EXPECT_GT(engine.stats().num_swap_outs_total, 0);
 }
 
@@ -102,7 +78,7 @@ TEST_F(CudaEquivalence, CudaGraphsGiveTheEagerOutputs) {
   cfg.model.enforce_eager = false;  // decode steps replay CUDA graphs; the solo reference ran eagerly
   cfg.scheduler.max_num_seqs = 24;
   Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  expect_batch_like_solo(engine);
 }
 
 TEST(CudaEngine, SizesTheKvCacheFromGpuMemory) {

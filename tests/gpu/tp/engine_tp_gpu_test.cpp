@@ -8,6 +8,7 @@
 #include "engine/common/error.h"
 #include "engine/core/engine.h"
 #include "engine/request/sampling_params.h"
+#include "tests/support/engine_jobs.h"
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/backend/cuda/nccl_communicator.h"
 #endif
@@ -37,21 +38,7 @@ TEST(EngineTpGpu, StoriesGreedyTextWithTwoGpus) {
     }
     throw;
   }
-  auto p = std::make_shared<SamplingParams>();
-  p->temperature = 0.0f;
-  p->max_tokens = 200;
-  p->ignore_eos = true;
-  auto stream = std::make_shared<RequestStream>("s");
-  engine->add_request(GenerateRequest{"s", {1}, "", p, 0}, stream);
-  while (engine->has_unfinished_requests()) engine->step();
-  std::string text;
-  while (auto o = stream->next(std::chrono::milliseconds(0))) {
-    for (const auto& d : o->outputs) text += d.text;
-  }
-  std::ifstream in(model + "/expected_greedy_200_from_bos.txt");
-  std::string expected((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!expected.empty() && expected.back() == '\n') expected.pop_back();
-  EXPECT_EQ(text, expected);
+  EXPECT_EQ(testing_support::greedy_story(*engine), testing_support::expected_greedy_story());
 #endif
 }
 

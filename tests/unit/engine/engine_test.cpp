@@ -24,53 +24,30 @@ using namespace testing_support;
 // The CPU engine; tests/gpu/cuda/engine_test.cpp runs the same on a GPU.
 EngineConfig base_config() { return stories_config(); }
 
-class Equivalence : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    jobs_ = new std::vector<Job>(make_jobs(64, 1234));
-    solo_ = new Outputs(run_solo(base_config(), *jobs_));
-  }
-  static void TearDownTestSuite() {
-    delete jobs_;
-    delete solo_;
-  }
-  void expect_same(const Outputs& got) { expect_same_outputs(*jobs_, *solo_, got); }
-  static std::vector<Job>* jobs_;
-  static Outputs* solo_;
+class Equivalence : public EquivalenceSuite<Equivalence> {
+ public:
+  static EngineConfig solo_config() { return base_config(); }
 };
-std::vector<Job>* Equivalence::jobs_ = nullptr;
-Outputs* Equivalence::solo_ = nullptr;
 
 TEST_F(Equivalence, ContinuousBatching) {
   Engine engine(base_config());
-  expect_same(run_batched(engine, *jobs_));
+  expect_batch_like_solo(engine);
 }
 
 TEST_F(Equivalence, ChunkedPrefill) {
-  EngineConfig cfg = base_config();
-  cfg.scheduler.enable_chunked_prefill = true;
-  cfg.scheduler.max_num_batched_tokens = 64;  // long prompts split over several steps
-  cfg.scheduler.max_num_seqs = 16;
-  Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  Engine engine(with_chunked_prefill(base_config()));
+  expect_batch_like_solo(engine);
 }
 
 TEST_F(Equivalence, PreemptionByRecompute) {
-  EngineConfig cfg = base_config();
-  cfg.cache.num_gpu_blocks_override = 40;  // 640 tokens: far less than the batch wants
-  cfg.scheduler.preemption_mode = "recompute";
-  Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  Engine engine(with_preemption(base_config(), "recompute"));
+  expect_batch_like_solo(engine);
   EXPECT_GT(engine.stats().num_preemptions_total, 0);
 }
 
 TEST_F(Equivalence, PreemptionBySwap) {
-  EngineConfig cfg = base_config();
-  cfg.cache.num_gpu_blocks_override = 40;
-  cfg.scheduler.preemption_mode = "swap";
-  cfg.cache.swap_space = 0.01;
-  Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  Engine engine(with_preemption(base_config(), "swap"));
+  expect_batch_like_solo(engine);
   EXPECT_GT(engine.stats().num_swap_outs_total, 0);
 }
 
@@ -89,21 +66,7 @@ TEST(EngineOutputs, StoriesGreedyTextFromBos) {
   // The whole path (scheduler, paged attention, sampler, detokenizer) reproduces the model's
   // known greedy story.
   Engine engine(base_config());
-  auto p = std::make_shared<SamplingParams>();
-  p->temperature = 0.0f;
-  p->max_tokens = 200;
-  p->ignore_eos = true;
-  auto stream = std::make_shared<RequestStream>("s");
-  engine.add_request(GenerateRequest{"s", {1}, "", p, 0}, stream);
-  std::string text;
-  while (engine.has_unfinished_requests()) engine.step();
-  while (auto o = stream->next(std::chrono::milliseconds(0))) {
-    for (const auto& d : o->outputs) text += d.text;
-  }
-  std::ifstream in(std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k/expected_greedy_200_from_bos.txt");
-  std::string expected((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!expected.empty() && expected.back() == '\n') expected.pop_back();
-  EXPECT_EQ(text, expected);
+  EXPECT_EQ(greedy_story(engine), expected_greedy_story());
 }
 
 TEST(EngineOutputs, StopStringsNAndLimits) {

@@ -20,74 +20,38 @@ using namespace testing_support;
 
 EngineConfig config(int tp) { return stories_config(tp); }
 
-class TpEquivalence : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    jobs_ = new std::vector<Job>(make_jobs(64, 1234));
-    solo_ = new Outputs(run_solo(config(1), *jobs_));  // the unsplit model, one request at a time
-  }
-  static void TearDownTestSuite() {
-    delete jobs_;
-    delete solo_;
-  }
-  void expect_same(const Outputs& got) { expect_same_outputs(*jobs_, *solo_, got); }
-  static std::vector<Job>* jobs_;
-  static Outputs* solo_;
+// The unsplit model, one request at a time, is the reference.
+class TpEquivalence : public EquivalenceSuite<TpEquivalence> {
+ public:
+  static EngineConfig solo_config() { return config(1); }
 };
-std::vector<Job>* TpEquivalence::jobs_ = nullptr;
-Outputs* TpEquivalence::solo_ = nullptr;
 
 TEST_F(TpEquivalence, ContinuousBatchingTp2) {
   Engine engine(config(2));
-  expect_same(run_batched(engine, *jobs_));
+  expect_batch_like_solo(engine);
 }
 
 TEST_F(TpEquivalence, ChunkedPrefillTp2) {
-  EngineConfig cfg = config(2);
-  cfg.scheduler.enable_chunked_prefill = true;
-  cfg.scheduler.max_num_batched_tokens = 64;
-  cfg.scheduler.max_num_seqs = 16;
-  Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  Engine engine(with_chunked_prefill(config(2)));
+  expect_batch_like_solo(engine);
 }
 
 TEST_F(TpEquivalence, PreemptionBySwapTp2) {
-  EngineConfig cfg = config(2);
-  cfg.cache.num_gpu_blocks_override = 40;
-  cfg.scheduler.preemption_mode = "swap";
-  cfg.cache.swap_space = 0.01;
-  Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  Engine engine(with_preemption(config(2), "swap"));
+  expect_batch_like_solo(engine);
   EXPECT_GT(engine.stats().num_swap_outs_total, 0);
 }
 
 TEST_F(TpEquivalence, PreemptionByRecomputeTp4) {
-  EngineConfig cfg = config(4);
-  cfg.cache.num_gpu_blocks_override = 40;
-  cfg.scheduler.preemption_mode = "recompute";
-  Engine engine(cfg);
-  expect_same(run_batched(engine, *jobs_));
+  Engine engine(with_preemption(config(4), "recompute"));
+  expect_batch_like_solo(engine);
   EXPECT_GT(engine.stats().num_preemptions_total, 0);
 }
 
 TEST(TpEngine, StoriesGreedyTextFromBos) {
-  std::ifstream in(std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k/expected_greedy_200_from_bos.txt");
-  std::string expected((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  while (!expected.empty() && expected.back() == '\n') expected.pop_back();
   for (int tp : {2, 4}) {
     Engine engine(config(tp));
-    auto p = std::make_shared<SamplingParams>();
-    p->temperature = 0.0f;
-    p->max_tokens = 200;
-    p->ignore_eos = true;
-    auto stream = std::make_shared<RequestStream>("s");
-    engine.add_request(GenerateRequest{"s", {1}, "", p, 0}, stream);
-    while (engine.has_unfinished_requests()) engine.step();
-    std::string text;
-    while (auto o = stream->next(std::chrono::milliseconds(0))) {
-      for (const auto& d : o->outputs) text += d.text;
-    }
-    EXPECT_EQ(text, expected) << "tp " << tp;
+    EXPECT_EQ(greedy_story(engine), expected_greedy_story()) << "tp " << tp;
   }
 }
 

@@ -25,14 +25,7 @@ namespace {
 using namespace reference_fixture;
 
 ModelRunnerOptions options(const std::string& name, int tp = 1, int block_size = 4) {
-  ModelRunnerOptions o;
-  o.model_dir = kFixtures + name;
-  o.load.dtype = "float32";
-  o.threads = 2;
-  o.block_size = block_size;
-  o.num_blocks = 16;
-  o.parallel.world_size = tp;
-  return o;
+  return fixture_options(kFixtures + name, "float32", block_size, 16, tp);
 }
 
 class Families : public ::testing::TestWithParam<std::string> {};

@@ -28,12 +28,16 @@
 
 #include "engine/loader/gguf.h"
 #include "engine/runtime/model_runner.h"
+#include "tests/support/reference_fixture.h"
 
 namespace cypris {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using reference_fixture::argmax;
+using reference_fixture::fixture_options;
+using reference_fixture::full_prefill;
 
 const fs::path kDir = fs::path(CYPRIS_TESTDATA_DIR) / "gguf";
 
@@ -60,23 +64,8 @@ Ref load_ref(const std::string& name) {
 }
 
 ModelRunnerOptions options(const std::string& name, const std::string& dtype, int tp = 1) {
-  ModelRunnerOptions o;
-  o.model_dir = kDir / (name + ".gguf");
-  o.load.dtype = dtype;
-  o.threads = 2;
-  o.parallel.world_size = tp;
-  o.num_blocks = 16;
-  return o;
+  return fixture_options((kDir / (name + ".gguf")).string(), dtype, 16, 16, tp);
 }
-
-Logits full_prefill(ModelRunner& runner, const std::vector<int32_t>& ids) {
-  BatchContext b = make_single_sequence_batch(ids, 0, runner.block_size());
-  b.logits_indices.clear();
-  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) b.logits_indices.push_back(i);
-  return runner.execute(b);
-}
-
-int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
 
 std::vector<int32_t> greedy(ModelRunner& runner, std::vector<int32_t> ids, int steps) {
   std::vector<int32_t> out;

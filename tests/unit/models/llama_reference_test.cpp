@@ -27,14 +27,7 @@ using namespace reference_fixture;
 
 ModelRunnerOptions options(const std::string& name, const std::string& dtype, int block_size = 16,
                            int64_t num_blocks = 0) {
-  ModelRunnerOptions o;
-  o.model_dir = kFixtures + name;
-  o.load.dtype = dtype;
-  o.threads = 2;
-  o.block_size = block_size;
-  o.num_blocks = num_blocks;
-  if (name == "llama_dynamic") o.load.overrides.max_model_len = 24;  // past max_position_embeddings 12
-  return o;
+  return fixture_options(kFixtures + name, dtype, block_size, num_blocks);
 }
 
 class ReferenceLogits : public ::testing::TestWithParam<std::string> {};

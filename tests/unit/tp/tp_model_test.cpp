@@ -15,58 +15,18 @@
 
 #include "engine/common/error.h"
 #include "engine/runtime/model_runner.h"
+#include "tests/support/reference_fixture.h"
 
 namespace cypris {
 namespace {
 
-const std::string kFixtures = std::string(CYPRIS_FIXTURES_DIR) + "/models/";
+using namespace reference_fixture;
+
 const std::string kStories = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
-
-struct Expected {
-  std::vector<int32_t> ids;
-  std::vector<std::vector<float>> logits;  // [T][vocab], from tests/tools/gen_llama_fixtures.py
-};
-
-Expected load_expected(const std::string& name) {
-  std::ifstream in(kFixtures + name + "/expected.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const auto j = nlohmann::json::parse(ss.str());
-  return {j["input_ids"].get<std::vector<int32_t>>(), j["logits"].get<std::vector<std::vector<float>>>()};
-}
-
-// max |a - b| / max |b| over a row.
-double rel_err(const float* a, const float* b, int64_t n) {
-  double diff = 0, mag = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    mag = std::max(mag, std::abs(static_cast<double>(b[i])));
-  }
-  return diff / mag;
-}
-
-int32_t argmax(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);
-}
 
 ModelRunnerOptions options(const std::string& dir, int tp, const std::string& dtype = "float32", int block_size = 16,
                            int64_t num_blocks = 0) {
-  ModelRunnerOptions o;
-  o.model_dir = dir;
-  o.load.dtype = dtype;
-  o.threads = 2;
-  o.block_size = block_size;
-  o.num_blocks = num_blocks;
-  o.parallel.world_size = tp;
-  if (dir.ends_with("llama_dynamic")) o.load.overrides.max_model_len = 24;
-  return o;
-}
-
-Logits full_prefill(ModelRunner& runner, const std::vector<int32_t>& ids) {
-  BatchContext b = make_single_sequence_batch(ids, 0, runner.block_size());
-  b.logits_indices.clear();
-  for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) b.logits_indices.push_back(i);
-  return runner.execute(b);
+  return fixture_options(dir, dtype, block_size, num_blocks, tp);
 }
 
 void expect_same_logits(const Logits& got, const Logits& ref, const std::string& what) {
