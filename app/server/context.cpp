@@ -137,30 +137,46 @@ void ServerContext::cancel_all() {
   for (auto& s : all) s->cancel();
 }
 
-std::optional<std::pair<size_t, RequestOutput>> StreamSet::next(std::chrono::milliseconds timeout) {
-  const size_t n = streams_.size();
-  for (size_t k = 0; k < n; ++k) {
-    size_t i = (rr_ + k) % n;
-    if (streams_[i]->done()) continue;
-    if (auto out = streams_[i]->next(std::chrono::milliseconds(0))) {
-      rr_ = (i + 1) % n;
-      return std::make_pair(i, std::move(*out));
+struct StreamSet::Ready final : StreamListener {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<size_t> indices;  // one entry per output pushed and not yet taken
+
+  void notify(size_t index) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      indices.push_back(index);
+    }
+    cv.notify_one();
+  }
+};
+
+StreamSet::StreamSet(std::vector<std::shared_ptr<RequestStream>> streams)
+    : streams_(std::move(streams)), ready_(std::make_shared<Ready>()) {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i]->done()) {
+      ++num_done_;
+    } else {
+      streams_[i]->set_listener(ready_, i);
     }
   }
-  // Nothing ready: wait on the first unfinished stream (the common case is a single stream).
-  for (size_t i = 0; i < n; ++i) {
-    if (streams_[i]->done()) continue;
-    if (auto out = streams_[i]->next(timeout)) return std::make_pair(i, std::move(*out));
-    return std::nullopt;
-  }
-  return std::nullopt;
 }
 
-bool StreamSet::all_done() const {
-  for (auto& s : streams_) {
-    if (!s->done()) return false;
+std::optional<std::pair<size_t, RequestOutput>> StreamSet::next(std::chrono::milliseconds timeout) {
+  for (;;) {
+    size_t i = 0;
+    {
+      std::unique_lock<std::mutex> lock(ready_->mu);
+      if (!ready_->cv.wait_for(lock, timeout, [&] { return !ready_->indices.empty(); })) return std::nullopt;
+      i = ready_->indices.front();
+      ready_->indices.pop_front();
+    }
+    if (i >= streams_.size()) continue;
+    auto out = streams_[i]->next(std::chrono::milliseconds(0));
+    if (!out) continue;  // taken elsewhere (not through this set)
+    if (out->finished) ++num_done_;
+    return std::make_pair(i, std::move(*out));
   }
-  return true;
 }
 
 void StreamSet::cancel_all() {

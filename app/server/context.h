@@ -2,6 +2,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -83,19 +86,23 @@ class ServerContext {
   std::set<std::shared_ptr<RequestStream>> active_;
 };
 
-// Pulls outputs from several RequestStreams at once (one per prompt of a request).
+// Pulls outputs from several RequestStreams at once (one per prompt of a request). The streams
+// tell it which of them has an output (StreamListener), so each output costs the same however
+// many prompts the request has: draining a list of prompts is linear in its outputs.
 class StreamSet {
  public:
-  explicit StreamSet(std::vector<std::shared_ptr<RequestStream>> streams) : streams_(std::move(streams)) {}
+  explicit StreamSet(std::vector<std::shared_ptr<RequestStream>> streams);
   // The next output of any stream, with that stream's index; nullopt when the timeout passed.
   std::optional<std::pair<size_t, RequestOutput>> next(std::chrono::milliseconds timeout);
-  bool all_done() const;
+  bool all_done() const { return num_done_ == streams_.size(); }
   void cancel_all();
   const std::vector<std::shared_ptr<RequestStream>>& streams() const { return streams_; }
 
  private:
+  struct Ready;  // the listener: indices of streams with an output, in push order
   std::vector<std::shared_ptr<RequestStream>> streams_;
-  size_t rr_ = 0;
+  std::shared_ptr<Ready> ready_;
+  size_t num_done_ = 0;
 };
 
 }  // namespace cypris::server

@@ -104,6 +104,58 @@ void check_text_size(const ServerContext& ctx, const EngineClient& engine, const
   }
 }
 
+int64_t max_request_tokens(const ServerContext& ctx, const EngineClient& engine) {
+  if (ctx.cfg().server.max_request_tokens > 0) return ctx.cfg().server.max_request_tokens;
+  const int64_t len = engine.model_info().max_model_len;
+  return len > 0 ? 16 * len : int64_t{1} << 20;
+}
+
+void check_prompt_list(const ServerContext& ctx, const EngineClient& engine, const json& prompt) {
+  if (!prompt.is_array() || prompt.empty() || prompt[0].is_number()) return;  // one prompt
+  const int64_t max_prompts = ctx.cfg().server.max_prompts_per_request;
+  if (static_cast<int64_t>(prompt.size()) > max_prompts) {
+    throw HttpError(400,
+                    fmt::format("'prompt' is a list of {} prompts; this server takes at most {} in one request "
+                                "(--max-prompts-per-request)",
+                                prompt.size(), max_prompts),
+                    "prompt");
+  }
+  const int64_t max_tokens = max_request_tokens(ctx, engine);
+  const size_t max_bytes = static_cast<size_t>(max_tokens) * 16;
+  size_t bytes = 0;
+  int64_t ids = 0;
+  for (const auto& e : prompt) {
+    if (e.is_string()) {
+      check_text_size(ctx, engine, e.get_ref<const std::string&>(), "prompt");
+      bytes += e.get_ref<const std::string&>().size();
+    } else if (e.is_array()) {
+      ids += static_cast<int64_t>(e.size());
+    }
+  }
+  if (bytes > max_bytes || ids > max_tokens) {
+    throw HttpError(400,
+                    fmt::format("'prompt' holds {} in all; this server takes at most {} prompt tokens per request "
+                                "(--max-request-tokens {}{})",
+                                bytes > max_bytes ? fmt::format("{} bytes of text", bytes) : fmt::format("{} token ids", ids),
+                                max_tokens, max_tokens, bytes > max_bytes ? ", 16 bytes of text per token" : ""),
+                    "prompt");
+  }
+}
+
+void check_request_tokens(const ServerContext& ctx, const EngineClient& engine,
+                          const std::vector<PreparedPrompt>& prompts) {
+  const int64_t limit = max_request_tokens(ctx, engine);
+  int64_t total = 0;
+  for (const auto& p : prompts) total += static_cast<int64_t>(p.ids.size());
+  if (total > limit) {
+    throw HttpError(400,
+                    fmt::format("'prompt' is {} tokens in all; this server takes at most {} prompt tokens per "
+                                "request (--max-request-tokens)",
+                                total, limit),
+                    "prompt");
+  }
+}
+
 void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClient& engine) {
   const ModelInfo info = engine.model_info();
   const Tokenizer* tok = engine.tokenizer();
@@ -129,6 +181,9 @@ Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::st
   // From the moment the request's head began to arrive, so time to first token counts the
   // server's own work (parsing, tokenizing) too.
   s.arrival = current_connection().fd >= 0 ? current_connection().arrival : std::chrono::steady_clock::now();
+  if (ctx.stopping()) throw HttpError(503, "the server is shutting down");
+  std::vector<GenerateRequest> reqs;
+  reqs.reserve(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateRequest req;
     req.request_id = prompts.size() == 1 ? base_id : fmt::format("{}-{}", base_id, i);
@@ -137,22 +192,21 @@ Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::st
     req.params = params;
     // Not logged here: the engine logs each request it accepts, once, as a --max-log-len excerpt
     // (logging here too printed every request twice, and rejected ones in full).
-    try {
-      auto stream = engine.submit(std::move(req));
-      if (!stream) throw cypris::Error("the engine did not accept the request");
-      ctx.track(stream);
-      s.streams.push_back(std::move(stream));
-      s.prompt_lens.push_back(static_cast<int64_t>(prompts[i].ids.size()));
-    } catch (const cypris::Error& e) {
-      for (auto& st : s.streams) st->cancel();
-      untrack_all(ctx, s);
-      throw HttpError(400, e.what());
-    } catch (const std::exception& e) {
-      for (auto& st : s.streams) st->cancel();
-      untrack_all(ctx, s);
-      throw HttpError(500, std::string("the engine failed to queue the request: ") + e.what());
-    }
+    reqs.push_back(std::move(req));
+    s.prompt_lens.push_back(static_cast<int64_t>(prompts[i].ids.size()));
   }
+  try {
+    s.streams = engine.submit_all(std::move(reqs));
+  } catch (const cypris::Error& e) {
+    throw HttpError(ctx.stopping() ? 503 : 400, e.what());
+  } catch (const std::exception& e) {
+    throw HttpError(500, std::string("the engine failed to queue the request: ") + e.what());
+  }
+  if (s.streams.size() != prompts.size()) {
+    for (auto& st : s.streams) st->cancel();
+    throw HttpError(500, "the engine did not accept the request");
+  }
+  for (auto& st : s.streams) ctx.track(st);
   return s;
 }
 
@@ -172,13 +226,24 @@ DrainResult drain_outputs(ServerContext& ctx, const Submitted& sub, const std::f
     set.cancel_all();
     for (auto& t : timers) t.finish("abort");
   };
+  std::chrono::steady_clock::time_point stop_seen{};
   while (!set.all_done()) {
     if (ctx.stopping() && !r.server_stopping) {
       r.server_stopping = true;
+      stop_seen = std::chrono::steady_clock::now();
       set.cancel_all();
     }
     auto got = set.next(kPollInterval);
     if (!got) {
+      if (r.server_stopping) {
+        // Cancelled already: the connection is closing with the server, the engine's last outputs
+        // may never come (it stopped answering). Answer 503 after a short grace whatever it does.
+        if (std::chrono::steady_clock::now() - stop_seen > kShutdownDrainGrace) {
+          for (auto& t : timers) t.finish("abort");
+          break;
+        }
+        continue;
+      }
       if (!client_alive()) {  // nobody to answer: stop generating
         give_up();
         break;
@@ -189,6 +254,7 @@ DrainResult drain_outputs(ServerContext& ctx, const Submitted& sub, const std::f
     const RequestOutput& out = got->second;
     if (out.error) {
       r.error = out.error;
+      r.client_error = out.client_error;
       timers[si].finish("error");
       set.cancel_all();
       break;
@@ -229,7 +295,15 @@ static std::string shutdown_message(const DrainResult& r) {
                      r.completion_tokens);
 }
 
+// The sampling parameter an engine error names first ("banned_strings: ..."), if any.
+static std::optional<std::string> param_named_by(const std::string& msg) {
+  std::string first = msg.substr(0, msg.find_first_of(" :'"));
+  if (find_sampling_param(first)) return first;
+  return std::nullopt;
+}
+
 void throw_if_failed(const DrainResult& r) {
+  if (r.error && r.client_error) throw HttpError(400, *r.error, param_named_by(*r.error));
   if (r.error) throw HttpError(500, *r.error);
   // A partial answer must not look like a complete one.
   if (r.server_stopping) throw HttpError(503, shutdown_message(r));
@@ -237,7 +311,9 @@ void throw_if_failed(const DrainResult& r) {
 
 bool write_openai_stream_error(const std::function<bool(const std::string&)>& write, const DrainResult& r) {
   if (!r.error && !r.server_stopping) return false;
-  const std::string err = r.error ? error_object(500, *r.error) : error_object(503, shutdown_message(r));
+  const std::string err = r.error && r.client_error ? error_object(400, *r.error, param_named_by(*r.error))
+                          : r.error                 ? error_object(500, *r.error)
+                                                    : error_object(503, shutdown_message(r));
   write(sse_data("{\"error\":" + err + "}"));
   write(std::string(kSseDone));
   return true;

@@ -37,6 +37,16 @@ size_t max_text_bytes(const ServerContext& ctx, const EngineClient& engine);
 // HttpError 400 naming field and the limit when text is longer than max_text_bytes().
 void check_text_size(const ServerContext& ctx, const EngineClient& engine, const std::string& text, const char* field);
 
+// A request's list of prompts (issue #26): at most --max-prompts-per-request of them, and at most
+// --max-request-tokens prompt tokens in all (16 bytes of text per token before tokenizing).
+int64_t max_request_tokens(const ServerContext& ctx, const EngineClient& engine);
+// Before tokenizing: HttpError 400 naming 'prompt' and the limit for too many prompts or too
+// many bytes of text in all.
+void check_prompt_list(const ServerContext& ctx, const EngineClient& engine, const nlohmann::json& prompt);
+// After: HttpError 400 naming 'prompt' and the limit when the prompts hold too many tokens.
+void check_request_tokens(const ServerContext& ctx, const EngineClient& engine,
+                          const std::vector<PreparedPrompt>& prompts);
+
 // Checks the parameters (HttpError 400 naming the parameter) and fills what needs the tokenizer.
 void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClient& engine);
 
@@ -46,9 +56,10 @@ struct Submitted {
   std::chrono::steady_clock::time_point arrival;  // when the request arrived (time to first token)
 };
 
-// Submits one engine request per prompt (ids "<base_id>-<i>"); engine rejections (context length,
-// invalid values) become HttpError 400 after cancelling what was already submitted. Every stream
-// is tracked by ctx until untrack_all().
+// Submits one engine request per prompt (ids "<base_id>-<i>"), all in one hand-over
+// (EngineClient::submit_all); engine rejections (context length, invalid values) become HttpError
+// 400 and nothing stays queued; a server that is stopping answers 503. Every stream is tracked by
+// ctx until untrack_all().
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
                          const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params);
 void untrack_all(ServerContext& ctx, const Submitted& s);
@@ -87,7 +98,13 @@ struct DrainResult {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   bool client_gone = false;  // the client went away (or on_output said stop): everything was cancelled
   bool server_stopping = false;  // the server is shutting down: the request was cut off
+  bool client_error = false;     // with error: the request's parameters caused it (answered 400)
 };
+
+// How long a drain waits, once the server is stopping, for the engine's last outputs of the
+// cancelled request before it answers 503 anyway (an engine that no longer answers must not hold
+// the shutdown; the connections give writes 1 s after the stop).
+inline constexpr std::chrono::milliseconds kShutdownDrainGrace{500};
 
 // Called with (stream index, output) for every output of a request; false stops the request (the
 // client is gone, e.g. a write failed).
@@ -102,7 +119,8 @@ using OnOutput = std::function<bool(size_t, const RequestOutput&)>;
 DrainResult drain_outputs(ServerContext& ctx, const Submitted& sub, const std::function<bool()>& client_alive,
                           const OnOutput& on_output);
 
-// Non-streaming routes: HttpError 500 with the engine's error when the drain ended with one.
+// Non-streaming routes: HttpError 500 with the engine's error when the drain ended with one (400
+// when the request's own parameters caused it), 503 when the shutdown cut it off.
 void throw_if_failed(const DrainResult& r);
 // OpenAI streaming routes: when the drain ended with an error, writes it as an error event and
 // data: [DONE] and returns true.

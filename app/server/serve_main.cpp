@@ -3,12 +3,39 @@
 #include <pthread.h>
 
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "engine/common/error.h"
+#include "engine/common/heap.h"
 #include "engine/common/log.h"
 #include "engine/core/engine_client.h"
 
 namespace cypris {
+
+namespace {
+
+// The shutdown ends in-flight requests within kShutdownDrainGrace; should something still hold it
+// (a model load, an engine that no longer answers), the process exits anyway after this long, or
+// at once on a second SIGINT/SIGTERM.
+constexpr int kShutdownDeadlineSeconds = 10;
+
+void start_shutdown_watchdog(sigset_t set) {
+  std::thread([set] {
+    timespec deadline{kShutdownDeadlineSeconds, 0};
+    const int sig = sigtimedwait(&set, nullptr, &deadline);
+    if (sig > 0) {
+      LOG_ERROR("received a second {}: exiting now", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    } else {
+      LOG_ERROR("the shutdown did not finish within {} s: exiting now", kShutdownDeadlineSeconds);
+    }
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }).detach();
+}
+
+}  // namespace
 
 int serve_forever(const EngineConfig& cfg,
                   std::function<std::shared_ptr<EngineClient>(const EngineConfig&)> make_engine) {
@@ -20,6 +47,7 @@ int serve_forever(const EngineConfig& cfg,
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects must not kill the server
+  limit_malloc_arenas(kServerMallocArenas);  // before the engine's and the server's threads exist
 
   try {
     std::shared_ptr<EngineClient> engine;
@@ -31,6 +59,7 @@ int serve_forever(const EngineConfig& cfg,
     int sig = 0;
     sigwait(&set, &sig);
     LOG_INFO("received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    start_shutdown_watchdog(set);
     server.stop();
     return 0;
   } catch (const cypris::Error& e) {

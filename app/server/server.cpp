@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "app/server/auth.h"
@@ -11,6 +12,7 @@
 #include "app/server/openai/chat_prompt.h"
 #include "app/server/router.h"
 #include "engine/common/error.h"
+#include "engine/common/heap.h"
 #include "engine/common/json_depth.h"
 #include "engine/common/log.h"
 
@@ -50,8 +52,27 @@ static std::string regex_escape(const std::string& s) {
   return o;
 }
 
+namespace {
+
+// A request whose body was at least this large leaves its parsed copies (JSON, prompts, token
+// ids) in the heap when it ends: the heap is trimmed after it, by one thread at a time.
+constexpr size_t kTrimAfterBodyBytes = size_t{1} << 20;
+std::atomic<bool> g_trimming{false};
+
+void trim_after_large_request(const httplib::Request& req) {
+  if (req.body.size() < kTrimAfterBodyBytes || g_trimming.exchange(true)) return;
+  release_free_heap();
+  g_trimming = false;
+}
+
+}  // namespace
+
 Handler Router::wrap(Handler h) {
   return [h = std::move(h)](const httplib::Request& req, httplib::Response& res) {
+    struct TrimAtEnd {
+      const httplib::Request& req;
+      ~TrimAtEnd() { trim_after_large_request(req); }
+    } trim{req};
     try {
       h(req, res);
     } catch (const HttpError& e) {
@@ -370,6 +391,8 @@ void Server::set_access_log(std::function<void(const std::string&)> log) { impl_
 
 int Server::start() {
   CYPRIS_CHECK(!impl_->started, "the server is already started");
+  // Hundreds of HTTP threads must not each get a malloc arena that keeps its freed memory.
+  limit_malloc_arenas(kServerMallocArenas);
   impl_->configure();
   if (impl_->access_log) {
     impl_->http->set_logger([log = impl_->access_log](const httplib::Request& req, const httplib::Response& res) {

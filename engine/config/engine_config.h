@@ -139,6 +139,8 @@ struct ServerOptions {
   int64_t max_connections_per_client = 0;  // 0: three quarters of max_connections
   double request_head_timeout = 10.0;      // seconds for a request's whole head
   int64_t max_tokenize_tokens = 0;         // 0: 4 x max_model_len
+  int64_t max_prompts_per_request = 1024;  // prompts in one request's `prompt` list
+  int64_t max_request_tokens = 0;          // prompt tokens of one request, all its prompts; 0: 16 x max_model_len
 };
 
 struct VisionOptions {

@@ -406,6 +406,15 @@ std::vector<OptionSpec> build_table() {
           "The most tokens /v1/tokenize, /v1/token/encode and /api/extra/tokencount return for one "
           "request; longer texts are refused with 400. 0: 4 times the model's context length.")
           .range(0, std::nullopt));
+  add(Opt("max-prompts-per-request", bind_field(FIELD(server.max_prompts_per_request)), "NUM",
+          "The most prompts one /v1/completions request may send as a list; longer lists are refused with "
+          "400. Each prompt is a request of its own to the engine.")
+          .range(1, 1000000));
+  add(Opt("max-request-tokens", bind_field(FIELD(server.max_request_tokens)), "NUM",
+          "The most prompt tokens one request may send, over all its prompts; more are refused with 400 "
+          "(texts longer than 16 bytes per token before they are tokenized). 0: 16 times the model's "
+          "context length.")
+          .range(0, std::nullopt));
 
   group = "Vision Language Options";
   add(Opt("image-input-type", bind_field(FIELD(vision.image_input_type)), "{pixel_values,image_features}",

@@ -202,15 +202,32 @@ bool looks_like_flag(const std::string& a) {
 }
 
 // Options files are small: a file that expands past these (YAML aliases can repeat one node many
-// times over, a "billion laughs" of 300 bytes became 86 MB) is refused instead of expanded.
+// times over, a "billion laughs" of 300 bytes became 86 MB; one 1 MB string referenced 5000 times
+// became 4.6 GB) is refused instead of expanded. Values are counted, and so are the bytes of the
+// text they expand to: at most the file's own size plus kMaxYamlExtraBytes.
 constexpr size_t kMaxYamlValues = 10000;
+constexpr size_t kMaxYamlExtraBytes = size_t{1} << 20;
 constexpr int kMaxYamlDepth = 32;
 
-json yaml_to_json(const YAML::Node& n, const std::string& source, size_t& budget, int depth = 0) {
-  CYPRIS_CHECK(budget > 0, "{}: more than {} values (YAML aliases expand to too much); options files are small",
-               source, kMaxYamlValues);
+struct YamlBudget {
+  size_t values = kMaxYamlValues;
+  size_t bytes = 0;   // left to expand
+  size_t limit = 0;   // the bytes allowed in all (for the message)
+};
+
+void spend_yaml_bytes(YamlBudget& budget, size_t n, const std::string& source) {
+  CYPRIS_CHECK(n <= budget.bytes,
+               "{}: expands to more than {} bytes of text (YAML aliases repeat too much); options files are small",
+               source, budget.limit);
+  budget.bytes -= n;
+}
+
+json yaml_to_json(const YAML::Node& n, const std::string& source, YamlBudget& budget, int depth = 0) {
+  CYPRIS_CHECK(budget.values > 0,
+               "{}: more than {} values (YAML aliases expand to too much); options files are small", source,
+               kMaxYamlValues);
   CYPRIS_CHECK(depth < kMaxYamlDepth, "{}: nested deeper than {} levels", source, kMaxYamlDepth);
-  --budget;
+  --budget.values;
   switch (n.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -224,12 +241,14 @@ json yaml_to_json(const YAML::Node& n, const std::string& source, size_t& budget
       json o = json::object();
       for (const auto& kv : n) {
         CYPRIS_CHECK(kv.first.IsScalar(), "{}: option names must be plain words", source);
+        spend_yaml_bytes(budget, kv.first.Scalar().size(), source);
         o[kv.first.Scalar()] = yaml_to_json(kv.second, source, budget, depth + 1);
       }
       return o;
     }
     case YAML::NodeType::Scalar: {
       const std::string& s = n.Scalar();
+      spend_yaml_bytes(budget, s.size(), source);
       if (n.Tag() == "!") return s;  // quoted: always a string
       bool b;
       if (s == "true" || s == "True" || s == "false" || s == "False") return parse_bool_text(s, b) && b;
@@ -532,7 +551,8 @@ void load_options_text(const std::string& text, const std::string& source, Engin
       YAML::Node n = YAML::Load(text);
       if (n.IsNull()) return;  // empty file: nothing to set
       CYPRIS_CHECK(n.IsMap(), "{}: expected a mapping of option names to values", source);
-      size_t budget = kMaxYamlValues;
+      YamlBudget budget;
+      budget.limit = budget.bytes = text.size() + kMaxYamlExtraBytes;
       j = yaml_to_json(n, source, budget);
     } catch (const YAML::Exception& e) {
       CYPRIS_FAIL("{}: not valid YAML: line {}, column {}: {}", source, e.mark.line + 1, e.mark.column + 1, e.msg);

@@ -1,6 +1,9 @@
 #include "engine/core/async_engine.h"
 
+#include <algorithm>
+
 #include "engine/common/error.h"
+#include "engine/common/heap.h"
 #include "engine/common/log.h"
 
 namespace cypris {
@@ -23,18 +26,38 @@ AsyncEngine::~AsyncEngine() {
 }
 
 std::shared_ptr<RequestStream> AsyncEngine::submit(GenerateRequest req) {
-  auto stream = std::make_shared<RequestStream>(req.request_id, [this](const std::string& id) { abort(id); });
-  std::future<void> accepted;
+  std::vector<GenerateRequest> one;
+  one.push_back(std::move(req));
+  return submit_all(std::move(one)).front();
+}
+
+std::vector<std::shared_ptr<RequestStream>> AsyncEngine::submit_all(std::vector<GenerateRequest> reqs) {
+  if (reqs.empty()) return {};
+  Submit s;
+  for (const auto& r : reqs) {
+    s.streams.push_back(std::make_shared<RequestStream>(r.request_id, [this](const std::string& id) { abort(id); }));
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams = s.streams;
+  s.reqs = std::move(reqs);
+  std::future<void> accepted = s.accepted.get_future();
   {
     std::lock_guard<std::mutex> lock(mu_);
     CYPRIS_CHECK(!stop_, "the engine is shutting down");
-    Submit s{std::move(req), stream, {}};
-    accepted = s.accepted.get_future();
     commands_.emplace_back(std::move(s));
   }
   cv_.notify_all();
   accepted.get();  // rethrows the engine's Error for a request that can never run
-  return stream;
+  return streams;
+}
+
+void AsyncEngine::add_all(Submit& s) {
+  size_t added = 0;
+  try {
+    for (; added < s.reqs.size(); ++added) engine_->add_request(std::move(s.reqs[added]), s.streams[added]);
+  } catch (...) {
+    for (size_t i = 0; i < added; ++i) engine_->abort_request(s.streams[i]->request_id());
+    throw;
+  }
 }
 
 void AsyncEngine::abort(const std::string& request_id) {
@@ -52,6 +75,8 @@ EngineStats AsyncEngine::stats() const {
 
 void AsyncEngine::loop() {
   std::vector<std::shared_ptr<RequestStream>> live;  // to fail them at shutdown
+  size_t live_after_prune = 64;
+  bool busy = false;  // requests ran since the last time the engine was idle
   for (;;) {
     std::deque<Command> cmds;
     {
@@ -65,8 +90,8 @@ void AsyncEngine::loop() {
     for (auto& c : cmds) {
       if (auto* s = std::get_if<Submit>(&c)) {
         try {
-          engine_->add_request(std::move(s->req), s->stream);
-          live.push_back(s->stream);
+          add_all(*s);
+          live.insert(live.end(), s->streams.begin(), s->streams.end());
           s->accepted.set_value();
         } catch (...) {
           s->accepted.set_exception(std::current_exception());
@@ -76,13 +101,25 @@ void AsyncEngine::loop() {
       }
     }
     if (engine_->has_unfinished_requests()) {
+      busy = true;
       try {
         engine_->step();
       } catch (const std::exception& e) {
         LOG_ERROR("engine step failed: {}", e.what());
       }
     }
-    std::erase_if(live, [](const auto& s) { return s.use_count() == 1 || s->done(); });
+    if (busy && !engine_->has_unfinished_requests()) {
+      // Gone idle: what the finished requests held (prompts, outputs, grammars) goes back to the
+      // system instead of staying in the heap's free lists.
+      busy = false;
+      release_free_heap();
+      idle_trims_.fetch_add(1);
+    }
+    // Pruned when it has doubled since the last pruning: linear over a run, not per step.
+    if (live.size() >= 2 * live_after_prune) {
+      std::erase_if(live, [](const auto& s) { return s.use_count() == 1 || s->done(); });
+      live_after_prune = std::max<size_t>(64, live.size());
+    }
     EngineStats st = engine_->stats();
     std::lock_guard<std::mutex> lock(mu_);
     snapshot_ = st;

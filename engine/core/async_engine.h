@@ -2,6 +2,7 @@
 // HTTP and UI threads only submit, abort and read snapshots; the engine thread owns the Engine.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -25,15 +26,19 @@ class AsyncEngine : public EngineClient {
   ~AsyncEngine() override;
 
   std::shared_ptr<RequestStream> submit(GenerateRequest req) override;
+  std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerateRequest> reqs) override;
   void abort(const std::string& request_id) override;
   EngineStats stats() const override;
   ModelInfo model_info() const override { return info_; }
   const Tokenizer* tokenizer() const override { return engine_->tokenizer(); }
+  // How many times the engine went idle and gave the heap's free memory back (release_free_heap).
+  int64_t idle_trims() const { return idle_trims_.load(); }
 
  private:
+  // One client request's prompts (one or more), added in one go: all or none.
   struct Submit {
-    GenerateRequest req;
-    std::shared_ptr<RequestStream> stream;
+    std::vector<GenerateRequest> reqs;
+    std::vector<std::shared_ptr<RequestStream>> streams;
     std::promise<void> accepted;
   };
   struct Abort {
@@ -42,6 +47,8 @@ class AsyncEngine : public EngineClient {
   using Command = std::variant<Submit, Abort>;
 
   void loop();
+  // Adds every request of s to the engine, or none of them (rethrows the first refusal).
+  void add_all(Submit& s);
 
   std::unique_ptr<Engine> engine_;
   ModelInfo info_;
@@ -49,6 +56,7 @@ class AsyncEngine : public EngineClient {
   std::condition_variable cv_;
   std::deque<Command> commands_;
   bool stop_ = false;
+  std::atomic<int64_t> idle_trims_{0};
   EngineStats snapshot_;
   std::unique_ptr<StatsLogger> stats_logger_;
   std::thread thread_;

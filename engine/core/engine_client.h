@@ -40,6 +40,21 @@ class EngineClient {
   // Queues a request. Throws cypris::Error for a request that can never run (prompt plus
   // max_tokens over max_model_len, invalid sampling parameters); the message is for the user.
   virtual std::shared_ptr<RequestStream> submit(GenerateRequest req) = 0;
+  // Queues the prompts of one client request together: all of them are accepted or none (the
+  // Error of the first that can never run; those queued before it are aborted). Its cost is linear
+  // in the number of requests: AsyncEngine hands them all to its engine thread at once, where
+  // one submit() each would wait for an engine step each. The default calls submit() in turn.
+  virtual std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerateRequest> reqs) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    streams.reserve(reqs.size());
+    try {
+      for (auto& r : reqs) streams.push_back(submit(std::move(r)));
+    } catch (...) {
+      for (auto& s : streams) s->cancel();
+      throw;
+    }
+    return streams;
+  }
   virtual void abort(const std::string& request_id) = 0;
 
   virtual EngineStats stats() const = 0;

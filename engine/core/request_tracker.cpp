@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
@@ -27,6 +28,23 @@ namespace {
 // banned_strings: a sequence that keeps running into banned phrases ends with an error after this
 // many rewinds rather than spend the server's time forever.
 constexpr int kMaxBannedStringRewinds = 4096;
+
+// True when the sampler has no token left at a position: the banned-string bans there, the
+// request's custom_token_bans and, with allowed_token_ids, every token outside them cover the
+// vocabulary. Checked only once the bans could cover it (a rewind stays cheap).
+bool every_token_banned(const SamplingParams& p, std::span<const int32_t> position_bans, int64_t vocab_size) {
+  const size_t candidates = p.allowed_token_ids ? p.allowed_token_ids->size() : static_cast<size_t>(vocab_size);
+  if (position_bans.size() + p.custom_token_bans.size() < candidates) return false;
+  std::unordered_set<int32_t> banned(position_bans.begin(), position_bans.end());
+  banned.insert(p.custom_token_bans.begin(), p.custom_token_bans.end());
+  if (p.allowed_token_ids) {
+    for (int32_t id : *p.allowed_token_ids) {
+      if (!banned.count(id)) return false;
+    }
+    return true;
+  }
+  return static_cast<int64_t>(banned.size()) >= vocab_size;
+}
 
 }  // namespace
 
@@ -63,13 +81,26 @@ std::unique_ptr<IncrementalDetokenizer> RequestTracker::make_detokenizer(const S
 void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> stream) {
   CYPRIS_CHECK(req.params != nullptr, "request {} has no sampling parameters", req.request_id);
   CYPRIS_CHECK(!groups_.count(req.request_id), "request id '{}' is already in use", req.request_id);
-  auto params = std::make_shared<SamplingParams>(*req.params);
-  params->validate(cfg_.max_log_probs, static_cast<int32_t>(cfg_.vocab_size));
-  CYPRIS_CHECK(!(params->use_beam_search && !params->banned_strings.empty()),
-               "banned_strings cannot be combined with use_beam_search: give one or the other");
-  CYPRIS_CHECK(!params->use_beam_search || params->effective_best_of() <= cfg_.max_num_seqs,
-               "use_beam_search: best_of (the beam width) is {}, more than --max-num-seqs {}",
-               params->effective_best_of(), cfg_.max_num_seqs);
+  // The prompts of one client request share their parameters: they are checked, copied and their
+  // banned-string automaton built once, not once per prompt.
+  if (req.params != prepared_.source) {
+    prepared_ = {};
+    auto p = std::make_shared<SamplingParams>(*req.params);
+    p->validate(cfg_.max_log_probs, static_cast<int32_t>(cfg_.vocab_size));
+    CYPRIS_CHECK(!(p->use_beam_search && !p->banned_strings.empty()),
+                 "banned_strings cannot be combined with use_beam_search: give one or the other");
+    CYPRIS_CHECK(!p->use_beam_search || p->effective_best_of() <= cfg_.max_num_seqs,
+                 "use_beam_search: best_of (the beam width) is {}, more than --max-num-seqs {}",
+                 p->effective_best_of(), cfg_.max_num_seqs);
+    if (tokenizer_ && p->dry_multiplier > 0.0f && p->dry_sequence_breaker_ids.empty()) {
+      p->resolve_dry_sequence_breakers(
+          [this](const std::string& s) { return tokenizer_->encode(s, /*add_special_tokens=*/false); });
+    }
+    std::shared_ptr<const BannedStrings> banned;
+    if (!p->banned_strings.empty()) banned = std::make_shared<const BannedStrings>(p->banned_strings);
+    prepared_ = {req.params, std::move(p), std::move(banned)};
+  }
+  const std::shared_ptr<SamplingParams> params = prepared_.params;
   CYPRIS_CHECK(!req.prompt_token_ids.empty(), "the prompt is empty: give at least one token");
   for (int32_t id : req.prompt_token_ids) {
     CYPRIS_CHECK(id >= 0 && id < cfg_.vocab_size,
@@ -81,10 +112,6 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
       static_cast<int64_t>(req.prompt_token_ids.size()) > *params->truncate_prompt_tokens) {
     req.prompt_token_ids.erase(req.prompt_token_ids.begin(),
                                req.prompt_token_ids.end() - *params->truncate_prompt_tokens);
-  }
-  if (tokenizer_ && params->dry_multiplier > 0.0f && params->dry_sequence_breaker_ids.empty()) {
-    params->resolve_dry_sequence_breakers(
-        [this](const std::string& s) { return tokenizer_->encode(s, /*add_special_tokens=*/false); });
   }
   const int64_t prompt_len = static_cast<int64_t>(req.prompt_token_ids.size());
   const int64_t max_tokens = params->max_tokens.value_or(cfg_.max_model_len - prompt_len);
@@ -103,7 +130,7 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
   g->stream = std::move(stream);
   g->req = std::move(req);
   g->req.params = params;
-  if (!params->banned_strings.empty()) g->banned = std::make_shared<const BannedStrings>(params->banned_strings);
+  g->banned = prepared_.banned;
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   if (params->use_beam_search) {
     add_beam_request(*g, params, now);
@@ -224,9 +251,11 @@ void RequestTracker::rewind_banned(Seq& s, const BannedStringHit& hit, RequestOu
   if (++s.num_rewinds > kMaxBannedStringRewinds) {
     LOG_WARN("request {}: banned_strings: gave up after {} rewinds", s.group->req.request_id, kMaxBannedStringRewinds);
     end_group(*s.group,
-              fmt::format("banned_strings: the model kept producing banned phrases; gave up after {} rewinds",
+              fmt::format("banned_strings: the model kept producing banned phrases; gave up after {} rewinds "
+                          "(fewer or longer phrases leave it a way around them)",
                           kMaxBannedStringRewinds),
               out);
+    out.client_error = true;  // the phrases asked for the impossible: the client's doing
     return;
   }
   // The sampled token is in the matcher and the sampler state but not in the request.
@@ -245,6 +274,17 @@ void RequestTracker::rewind_banned(Seq& s, const BannedStringHit& hit, RequestOu
   const SamplingParams& p = *s.group->req.params;
   s.detok = make_detokenizer(p, s.req->prompt_token_ids());
   if (s.detok) s.detok->push(s.req->output_token_ids());
+  if (every_token_banned(p, s.sampling.next_position_bans(), cfg_.vocab_size)) {
+    // Every token is banned here: no continuation can avoid the phrases, say so now rather than
+    // after the rest of the rewind budget.
+    const size_t pos = s.sampling.output_ids().size();
+    end_group(*s.group,
+              fmt::format("banned_strings: every token of the vocabulary leads into a banned phrase at output "
+                          "position {}; no continuation avoids them",
+                          pos),
+              out);
+    out.client_error = true;
+  }
 }
 
 void RequestTracker::emit(Group& g, RequestOutput& out) {

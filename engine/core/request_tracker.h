@@ -124,6 +124,14 @@ class RequestTracker {
   // banned_strings hits of the step between check_sampled and emit_outputs.
   std::vector<std::pair<Seq*, BannedStringHit>> rewinds_;
   int64_t num_generated_tokens_ = 0;
+  // The last request's parameters as add() prepared them (validated copy, banned-string
+  // automaton): the next prompt of the same client request (the same params object) reuses them.
+  struct Prepared {
+    std::shared_ptr<const SamplingParams> source;
+    std::shared_ptr<SamplingParams> params;
+    std::shared_ptr<const BannedStrings> banned;
+  };
+  Prepared prepared_;
   // Structured output (engine/guided): made on the first request that asks for it.
   std::unique_ptr<guided::GuidedDecoder> guided_;
 };

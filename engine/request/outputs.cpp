@@ -12,13 +12,30 @@ CompletionDelta& RequestOutput::delta(int index) {
 }
 
 void RequestStream::push(RequestOutput out) {
+  std::shared_ptr<StreamListener> listener;
+  size_t index = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_pushed_) return;  // nothing follows the last output
     finished_pushed_ = out.finished;
     queue_.push_back(std::move(out));
+    listener = listener_;
+    index = listener_index_;
   }
   cv_.notify_all();
+  if (listener) listener->notify(index);
+}
+
+void RequestStream::set_listener(std::shared_ptr<StreamListener> listener, size_t index) {
+  size_t queued = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener_ = listener;
+    listener_index_ = index;
+    queued = queue_.size();
+  }
+  // A push after the lock above notifies by itself; the outputs before it are notified here.
+  for (size_t i = 0; i < queued && listener; ++i) listener->notify(index);
 }
 
 std::optional<RequestOutput> RequestStream::next(std::optional<std::chrono::milliseconds> timeout) {

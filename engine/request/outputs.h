@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -48,8 +49,20 @@ struct RequestOutput {
   // With the first output, when asked for: prompt tokens 1..P-1 (the first token has none).
   std::vector<PositionLogprobs> prompt_logprobs;
   std::optional<std::string> error;      // the request failed; finished is true
+  // With error: the request's own parameters made it fail (e.g. banned_strings that no
+  // continuation avoids), so front ends answer it as the client's mistake (4xx), not a fault.
+  bool client_error = false;
   // The delta of output `index`, added when there is none yet.
   CompletionDelta& delta(int index);
+};
+
+// Told which stream has a new output (StreamSet: one consumer draining many streams without
+// polling each of them). notify() runs on the engine thread once per pushed output; it must not
+// call back into the stream.
+class StreamListener {
+ public:
+  virtual ~StreamListener() = default;
+  virtual void notify(size_t index) = 0;
 };
 
 // One request's outputs, in order. The engine thread pushes; one consumer pops.
@@ -68,6 +81,9 @@ class RequestStream {
   // or when the timeout passes (check done() to tell them apart).
   std::optional<RequestOutput> next(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   bool done() const;
+  // From now on every push() calls listener->notify(index); outputs already queued are notified
+  // at once. One listener per stream.
+  void set_listener(std::shared_ptr<StreamListener> listener, size_t index);
   // Aborts the request (client went away, user pressed stop). Idempotent.
   void cancel();
   bool cancelled() const;
@@ -75,6 +91,8 @@ class RequestStream {
  private:
   std::string request_id_;
   std::function<void(const std::string&)> on_cancel_;
+  std::shared_ptr<StreamListener> listener_;
+  size_t listener_index_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;

@@ -539,9 +539,18 @@ void SamplingParams::validate(int max_log_probs, int32_t vocab_size) const {
   for (int32_t id : stop_token_ids) check_token_id(id, vocab_size, "stop_token_ids");
   for (int32_t id : dry_sequence_breaker_ids) check_token_id(id, vocab_size, "dry_sequence_breakers");
   for (const std::string& s : stop) CYPRIS_CHECK(!s.empty(), "stop must not contain an empty string");
+  // Bounded before the automaton is built (100k phrases of 200 bytes cost seconds and 1.45 GB).
+  CYPRIS_CHECK(banned_strings.size() <= kMaxBannedStrings,
+               "banned_strings has {} phrases; at most {} are allowed in one request", banned_strings.size(),
+               kMaxBannedStrings);
+  size_t banned_bytes = 0;
   for (const std::string& s : banned_strings) {
     CYPRIS_CHECK(!s.empty(), "banned_strings must not contain an empty string");
+    banned_bytes += s.size();
   }
+  CYPRIS_CHECK(banned_bytes <= kMaxBannedStringsBytes,
+               "banned_strings holds {} bytes in all; at most {} bytes ({} KiB) are allowed in one request",
+               banned_bytes, kMaxBannedStringsBytes, kMaxBannedStringsBytes / 1024);
 }
 
 void SamplingParams::resolve_dry_sequence_breakers(

@@ -122,6 +122,11 @@ struct GuidedDecodingParams {
   std::string cache_key() const;
 };
 
+// banned_strings per request: every phrase is a path in the request's Aho-Corasick automaton
+// (tens of bytes per phrase byte), so the phrases are bounded in number and in bytes.
+inline constexpr size_t kMaxBannedStrings = 2048;
+inline constexpr size_t kMaxBannedStringsBytes = 64 * 1024;
+
 struct SamplingParams {
   // --- outputs ---
   int n = 1;
@@ -169,7 +174,7 @@ struct SamplingParams {
   std::map<int32_t, float> logit_bias;
   std::vector<int32_t> custom_token_bans;
   std::optional<std::vector<int32_t>> allowed_token_ids;
-  std::vector<std::string> banned_strings;
+  std::vector<std::string> banned_strings;  // at most kMaxBannedStrings, kMaxBannedStringsBytes in all
   GuidedDecodingParams guided;  // structured output; the row then samples on the CPU
   // --- length and stopping ---
   int min_tokens = 0;

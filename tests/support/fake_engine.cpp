@@ -24,6 +24,7 @@ struct FakeRequest {
   std::vector<FakeChoice> choices;
   int max_tokens = 0;
   bool fail = false;
+  bool client_fail = false;
   bool first = true;
   int64_t generated_total = 0;
   std::chrono::steady_clock::time_point ready_at;  // no tokens before (a long prefill)
@@ -38,6 +39,7 @@ struct FakeEngine::Core {
   std::vector<std::string> aborted;
   std::vector<GenerateRequest> submitted;
   int64_t prompt_total = 0, gen_total = 0;
+  int submit_all_calls = 0;
   bool stop = false;
   std::thread thread;
 
@@ -131,6 +133,10 @@ void FakeEngine::Core::step() {
       if (r.fail) {
         out.error = "simulated engine failure";
         all_done = true;
+      } else if (r.client_fail) {
+        out.error = "banned_strings: the model kept producing banned phrases (simulated)";
+        out.client_error = true;
+        all_done = true;
       }
       out.finished = all_done;
       outs.emplace_back(r.stream, std::move(out));
@@ -221,6 +227,7 @@ std::shared_ptr<RequestStream> FakeEngine::submit(GenerateRequest req) {
     core_->prompt_total += plen;
     FakeRequest r;
     r.fail = req.prompt.find("FAIL_NOW") != std::string::npos;
+    r.client_fail = req.prompt.find("CLIENT_FAIL") != std::string::npos;
     r.max_tokens = static_cast<int>(max_tokens);
     r.ready_at = std::chrono::steady_clock::now() + core_->opts.first_token_delay;
     r.choices.resize(static_cast<size_t>(std::max(1, p.n)));
@@ -231,6 +238,14 @@ std::shared_ptr<RequestStream> FakeEngine::submit(GenerateRequest req) {
   }
   core_->cv.notify_all();
   return stream;
+}
+
+std::vector<std::shared_ptr<RequestStream>> FakeEngine::submit_all(std::vector<GenerateRequest> reqs) {
+  {
+    std::lock_guard<std::mutex> lock(core_->mu);
+    ++core_->submit_all_calls;
+  }
+  return EngineClient::submit_all(std::move(reqs));
 }
 
 void FakeEngine::abort(const std::string& id) {
@@ -272,6 +287,16 @@ std::vector<std::string> FakeEngine::aborted() const {
 std::vector<GenerateRequest> FakeEngine::submitted() const {
   std::lock_guard<std::mutex> lock(core_->mu);
   return core_->submitted;
+}
+
+size_t FakeEngine::num_submitted() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->submitted.size();
+}
+
+int FakeEngine::submit_all_calls() const {
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->submit_all_calls;
 }
 
 bool FakeEngine::wait_for_abort(const std::string& prefix, std::chrono::milliseconds timeout) const {

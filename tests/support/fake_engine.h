@@ -5,7 +5,8 @@
 // string, the string itself left out unless include_stop_str_in_output), stop_token_ids, n,
 // logprobs (each token logprob -0.5; the top list is the token then ids+1.. at -1.5, -2.5, ...),
 // prompt_logprobs, and abort (recorded in aborted()). A prompt containing "FAIL_NOW" ends with an
-// error output after its first token. submit() throws cypris::Error when prompt + max_tokens
+// error output after its first token; one containing "CLIENT_FAIL" ends likewise with an error the
+// request's parameters caused ("banned_strings: ...", RequestOutput::client_error). submit() throws cypris::Error when prompt + max_tokens
 // exceeds max_model_len, with the engine's message.
 #pragma once
 
@@ -37,6 +38,8 @@ class FakeEngine : public EngineClient {
   ~FakeEngine() override;
 
   std::shared_ptr<RequestStream> submit(GenerateRequest req) override;
+  // Counted (submit_all_calls()), then submit() for each.
+  std::vector<std::shared_ptr<RequestStream>> submit_all(std::vector<GenerateRequest> reqs) override;
   void abort(const std::string& request_id) override;
   EngineStats stats() const override;
   ModelInfo model_info() const override;
@@ -46,6 +49,9 @@ class FakeEngine : public EngineClient {
   std::vector<std::string> aborted() const;
   // Every request submitted so far (copies).
   std::vector<GenerateRequest> submitted() const;
+  size_t num_submitted() const;
+  // How many times submit_all() was called.
+  int submit_all_calls() const;
   // Waits (up to timeout) until an abort of a request id starting with prefix is recorded.
   bool wait_for_abort(const std::string& prefix, std::chrono::milliseconds timeout) const;
 

@@ -47,16 +47,12 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   const bool add_special = get_bool(body, "add_special_tokens", false);  // Aphrodite adds no BOS by default
   if (echo && params.logprobs && !params.prompt_logprobs) params.prompt_logprobs = params.logprobs;
 
-  // Each text within what the server tokenizes, before any is tokenized.
-  auto check_size = [&](const json& e) {
-    if (e.is_string()) check_text_size(ctx, *engine, e.get_ref<const std::string&>(), "prompt");
-  };
-  if (body["prompt"].is_array()) {
-    for (const auto& e : body["prompt"]) check_size(e);
-  } else {
-    check_size(body["prompt"]);
-  }
+  // Each text, the number of prompts and their bytes within what the server takes, before any is
+  // tokenized; then their tokens in all.
+  if (body["prompt"].is_string()) check_text_size(ctx, *engine, body["prompt"].get_ref<const std::string&>(), "prompt");
+  check_prompt_list(ctx, *engine, body["prompt"]);
   std::vector<PreparedPrompt> prompts = prompts_from_json(body["prompt"], tok, add_special);
+  check_request_tokens(ctx, *engine, prompts);
   if (params.truncate_prompt_tokens) {
     for (auto& p : prompts) {
       const size_t k = static_cast<size_t>(*params.truncate_prompt_tokens);

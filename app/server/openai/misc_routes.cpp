@@ -165,6 +165,19 @@ EngineConfig config_from_load_body(const httplib::Request& req, const EngineConf
   return cfg;
 }
 
+// The model path the admin gave, when it is a local path that cannot be resolved (a symlink loop,
+// a component that is not a folder, no permission): HttpError 400 naming it and what is wrong.
+// Paths that do not exist pass (the loader says what it looked for, or takes a Hub repo id).
+void check_model_path_resolves(const std::string& model) {
+  std::error_code ec;
+  std::filesystem::status(model, ec);
+  if (!ec || ec == std::errc::no_such_file_or_directory) return;
+  const std::string why = ec == std::errc::too_many_symbolic_link_levels
+                              ? "it is a loop of symbolic links"
+                              : ec.message();
+  throw HttpError(400, fmt::format("'model' {} cannot be resolved: {}", model, why), "model");
+}
+
 // Serialises /v1/model/load: one load at a time, the others answered 409 at once. (Process-wide:
 // a process serves one Server, the desktop app's or the headless one.)
 std::mutex g_load_mu;
@@ -245,9 +258,18 @@ void register_openai_routes(Router& r) {
     if (!loading.owns_lock()) throw HttpError(409, "another model load is in progress; try again when it is done");
     if (ctx.engine()) throw HttpError(400, "a model is already loaded; unload it first (/v1/model/unload)");
     EngineConfig cfg = config_from_load_body(req, ctx.engine_config());
+    check_model_path_resolves(cfg.model.model);
     std::shared_ptr<EngineClient> e;
     try {
       e = ctx.factory()(cfg);
+    } catch (const std::filesystem::filesystem_error& err) {
+      // A file the model folder holds or names cannot be read (a symlink loop, a permission):
+      // the admin's doing, said with the path they gave, not the file system's.
+      LOG_ERROR("/v1/model/load failed: {}", err.what());
+      throw HttpError(400,
+                      fmt::format("cannot load the model '{}': a file it needs cannot be read ({})", cfg.model.model,
+                                  err.code().message()),
+                      "model");
     } catch (const std::bad_alloc&) {
       throw HttpError(400,
                       "cannot load the model: the options ask for more memory than this machine can allocate (see "

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "engine/common/error.h"
 #include "tests/integration/server/server_fixture.h"
 #include "tests/support/fake_tokenizer.h"
+#include "tests/support/temp_dir.h"
 
 using namespace cypris;
 using namespace cypris::test;
@@ -302,6 +304,44 @@ TEST(AdminLoad, ErrorsLeakNoPathsOrFileContents) {
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(r.body.find("/tmp/"), std::string::npos) << r.body;
   EXPECT_NE(r.body.find("load options"), std::string::npos) << r.body;
+}
+
+// issue #26 item 5: an admin load of a symlink loop answered 500 with the file system's path.
+TEST(AdminLoad, ASymlinkLoopIsA400NamingTheGivenPath) {
+  AdminServer a;
+  TempDir dir("symloop");
+  const auto loop_a = dir.path() / "a", loop_b = dir.path() / "b";
+  std::filesystem::create_symlink(loop_b, loop_a);
+  std::filesystem::create_symlink(loop_a, loop_b);
+  Reply r = a.load("model: " + loop_a.string() + "\n");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json["error"]["param"], "model") << r.body;
+  EXPECT_NE(r.body.find(loop_a.string()), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("loop of symbolic links"), std::string::npos) << r.body;
+  EXPECT_EQ(a.calls, 0);
+  // A loop further in (a file the model folder holds) is the same 400, naming the given model.
+  a.on_load = [](const EngineConfig&) {
+    throw std::filesystem::filesystem_error("status", "/srv/models/m/config.json",
+                                            std::make_error_code(std::errc::too_many_symbolic_link_levels));
+  };
+  r = a.load("model: /srv/models/m\n");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("'/srv/models/m'"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("config.json"), std::string::npos) << r.body;
+}
+
+// issue #26 item 4: a 1 MB anchor referenced 5000 times cost 8.75 s and 4.6 GB before its 400.
+TEST(AdminLoad, YamlAliasesOfALongStringAreANamed400) {
+  AdminServer a;
+  std::string yaml = "model: &big " + std::string(1 << 20, 'm') + "\nserved-model-name: [";
+  for (int i = 0; i < 5000; ++i) yaml += std::string(i ? ", " : "") + "*big";
+  yaml += "]\n";
+  const size_t before = current_rss();
+  Reply r = a.load(yaml);
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_NE(r.body.find("bytes of text"), std::string::npos) << r.body.substr(0, 300);
+  EXPECT_EQ(a.calls, 0);
+  EXPECT_LT(current_rss(), before + (256u << 20));
 }
 
 TEST(AdminLoad, OptionsALoadCannotApplyAreRefusedByName) {

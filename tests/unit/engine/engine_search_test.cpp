@@ -40,6 +40,7 @@ struct Result {
   std::map<int, std::string> reason;
   std::map<int, double> cumulative;
   std::optional<std::string> error;
+  bool client_error = false;
   int64_t num_generated = 0;
   int num_outputs_with_data = 0;  // stream items that carried tokens
   bool finished = false;
@@ -57,6 +58,7 @@ Result collect(RequestStream& stream) {
       if (!d.token_ids.empty()) ++r.num_outputs_with_data;
     }
     if (o->error) r.error = o->error;
+    if (o->error) r.client_error = o->client_error;
     r.num_generated = o->num_generated_tokens;
     r.finished = o->finished;
   }
@@ -451,6 +453,37 @@ TEST(EngineBannedStrings, EveryRewindWithinTheLengthLimitKeepsMaxTokens) {
   EXPECT_EQ(r.ids.at(0).size(), 30u);
   EXPECT_GT(r.text.at(0).size(), 30u);
   EXPECT_EQ(r.text.at(0).find('e'), std::string::npos) << r.text.at(0);
+}
+
+// issue #26 item 5: phrases no continuation avoids answered 500 (an engine fault) after 4096
+// rewinds. Here every byte is banned and the request allows only 40 word pieces (all show text):
+// each is tried at the first position, rewound and banned there; once all are, the request ends at
+// once, as the client's error, after no more steps than allowed tokens.
+TEST(EngineBannedStrings, PhrasesNothingAvoidsEndAsTheClientsErrorOnceEveryTokenIsBanned) {
+  Engine engine(stories_config());
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 20;
+  p.ignore_eos = true;
+  for (int b = 0; b < 256; ++b) p.banned_strings.push_back(std::string(1, static_cast<char>(b)));
+  std::vector<int32_t> allowed;
+  for (int32_t id = 300; id < 340; ++id) allowed.push_back(id);  // word pieces of stories260k
+  p.allowed_token_ids = allowed;
+  auto stream = std::make_shared<RequestStream>("all");
+  engine.add_request(GenerateRequest{"all", {1}, "", std::make_shared<SamplingParams>(p), 0}, stream);
+  int steps = 0;
+  while (engine.has_unfinished_requests() && steps <= 4200) {
+    engine.step();
+    ++steps;
+  }
+  EXPECT_LE(steps, static_cast<int>(allowed.size()) + 1);
+  const Result r = collect(*stream);
+  ASSERT_TRUE(r.finished);
+  ASSERT_TRUE(r.error.has_value()) << ::testing::PrintToString(r.ids) << " steps " << steps;
+  EXPECT_TRUE(r.client_error) << *r.error;
+  EXPECT_EQ(r.error->rfind("banned_strings", 0), 0u) << *r.error;
+  EXPECT_NE(r.error->find("position 0"), std::string::npos) << *r.error;
+  EXPECT_TRUE(r.text.empty() || r.text.at(0).empty()) << r.text.at(0);
 }
 
 }  // namespace

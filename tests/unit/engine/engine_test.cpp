@@ -8,6 +8,7 @@
 #include <map>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "engine/common/error.h"
 #include "engine/core/async_engine.h"
@@ -137,6 +138,75 @@ TEST(AsyncEngineTest, StreamsAbortsAndShutsDown) {
   }
   EXPECT_EQ(tokens, 300u);
   EXPECT_THROW(engine.submit(GenerateRequest{"c", std::vector<int32_t>(600, 5), "", p, 0}), Error);
+}
+
+// Waits until the engine's snapshot shows nothing running or waiting; false when it did not.
+bool wait_idle(const AsyncEngine& engine) {
+  for (int i = 0; i < 500; ++i) {
+    const EngineStats st = engine.stats();
+    if (st.num_running == 0 && st.num_waiting == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// issue #26 item 2: the prompts of one request are handed over together, all or none.
+TEST(AsyncEngineTest, SubmitAllQueuesEveryPromptOrNone) {
+  AsyncEngine engine(base_config());
+  auto p = std::make_shared<SamplingParams>();
+  p->temperature = 0.0f;
+  p->max_tokens = 200;
+  p->ignore_eos = true;
+  // The third prompt can never run: the first two must not stay queued either.
+  std::vector<GenerateRequest> bad = {{"x-0", {1}, "", p, 0}, {"x-1", {1, 2}, "", p, 0},
+                                      {"x-2", std::vector<int32_t>(600, 5), "", p, 0}};
+  EXPECT_THROW(engine.submit_all(std::move(bad)), Error);
+  EXPECT_TRUE(wait_idle(engine));
+  // The same ids are free again, and 300 prompts in one go all finish with their tokens.
+  auto q = std::make_shared<SamplingParams>(*p);
+  q->max_tokens = 2;
+  std::vector<GenerateRequest> many;
+  for (int i = 0; i < 300; ++i) many.push_back({"x-" + std::to_string(i), {1, 5 + i % 50}, "", q, 0});
+  auto streams = engine.submit_all(std::move(many));
+  ASSERT_EQ(streams.size(), 300u);
+  for (auto& st : streams) {
+    size_t tokens = 0;
+    std::optional<std::string> error;
+    while (auto o = st->next()) {
+      for (const auto& d : o->outputs) tokens += d.token_ids.size();
+      if (o->error) error = o->error;
+    }
+    EXPECT_FALSE(error) << *error;
+    EXPECT_EQ(tokens, 2u) << st->request_id();
+  }
+  // Going idle gave the heap's free memory back.
+  for (int i = 0; i < 500 && engine.idle_trims() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GE(engine.idle_trims(), 1);
+}
+
+// Cancelling every stream of a list ends every sequence (n = 2 each) of every prompt.
+TEST(AsyncEngineTest, CancellingAListEndsEverySequenceOfEveryPrompt) {
+  AsyncEngine engine(base_config());
+  auto p = std::make_shared<SamplingParams>();
+  p->temperature = 1.0f;
+  p->n = 2;
+  p->max_tokens = 400;
+  p->ignore_eos = true;
+  std::vector<GenerateRequest> list;
+  for (int i = 0; i < 40; ++i) list.push_back({"c-" + std::to_string(i), {1, 7 + i}, "", p, 0});
+  auto streams = engine.submit_all(std::move(list));
+  ASSERT_TRUE(streams.front()->next().has_value());  // generating
+  for (auto& st : streams) st->cancel();
+  for (auto& st : streams) {
+    std::map<int, std::string> reason;
+    while (auto o = st->next()) {
+      for (const auto& d : o->outputs) {
+        if (d.finish_reason) reason[d.index] = *d.finish_reason;
+      }
+    }
+    EXPECT_EQ(reason.size(), 2u) << st->request_id();
+  }
+  EXPECT_TRUE(wait_idle(engine));
 }
 
 }  // namespace

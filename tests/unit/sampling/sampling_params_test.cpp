@@ -105,6 +105,11 @@ TEST(SamplingParams, ValidationNamesTheParameterAndTheAllowedRange) {
        },
        "stop must not contain an empty string"},
       {[](auto& p) { p.banned_strings = {""}; }, "banned_strings must not contain an empty string"},
+      // issue #26: 100k phrases of 200 bytes built a 1.45 GB automaton.
+      {[](auto& p) { p.banned_strings = std::vector<std::string>(kMaxBannedStrings + 1, "x"); },
+       "banned_strings has 2049 phrases; at most 2048"},
+      {[](auto& p) { p.banned_strings = std::vector<std::string>(17, std::string(4000, 'x')); },
+       "banned_strings holds 68000 bytes in all; at most 65536 bytes"},
       {[](auto& p) { p.sampler_priority = std::vector<SamplerId>{SamplerId::Temperature}; },
        "sampler_priority must list all 14 samplers; missing: TOP_P_TOP_K (0)"},
   };
@@ -112,6 +117,11 @@ TEST(SamplingParams, ValidationNamesTheParameterAndTheAllowedRange) {
     const std::string got = validation_error(c.change);
     EXPECT_NE(got.find(c.want), std::string::npos) << "want: " << c.want << "\n got: " << got;
   }
+}
+
+TEST(SamplingParams, BannedStringsAtTheirLimitsAreValid) {
+  EXPECT_EQ(validation_error([](auto& p) { p.banned_strings = std::vector<std::string>(kMaxBannedStrings, "x"); }), "");
+  EXPECT_EQ(validation_error([](auto& p) { p.banned_strings = {std::string(kMaxBannedStringsBytes, 'x')}; }), "");
 }
 
 TEST(SamplingParams, LenientValues) {
