@@ -175,6 +175,24 @@ void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClie
   }
 }
 
+void check_fits_context(const EngineClient& engine, size_t prompt_len, const SamplingParams& p) {
+  const int64_t max_len = engine.model_info().max_model_len;
+  if (max_len <= 0) return;
+  const auto len = static_cast<int64_t>(prompt_len);
+  const int64_t max_tokens = p.max_tokens.value_or(max_len - len);
+  if (len + max_tokens > max_len) {
+    throw HttpError(400, fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
+                                     "tokens ({} in the prompt, {} for the completion). Please reduce the prompt or "
+                                     "the completion length.",
+                                     max_len, len + max_tokens, len, max_tokens));
+  }
+  if (max_tokens < 1) {
+    throw HttpError(400, fmt::format("This model's maximum context length is {} tokens and the prompt has {}: no room "
+                                     "is left for a completion.",
+                                     max_len, len));
+  }
+}
+
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
                          const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params) {
   Submitted s;

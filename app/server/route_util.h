@@ -50,6 +50,11 @@ void check_request_tokens(const ServerContext& ctx, const EngineClient& engine,
 // Checks the parameters (HttpError 400 naming the parameter) and fills what needs the tokenizer.
 void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClient& engine);
 
+// The engine's context-length check (prompt + max_tokens within max_model_len), made by the route
+// before costly work such as compiling a grammar, so a request the engine would refuse anyway is
+// refused first (400, the engine's message).
+void check_fits_context(const EngineClient& engine, size_t prompt_len, const SamplingParams& p);
+
 struct Submitted {
   std::vector<std::shared_ptr<RequestStream>> streams;  // one per prompt
   std::vector<int64_t> prompt_lens;

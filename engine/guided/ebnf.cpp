@@ -499,12 +499,17 @@ class TextGrammarParser {
 
 }  // namespace
 
-Grammar gbnf_grammar(std::string_view text, const std::string& what) {
-  return TextGrammarParser(text, false, what).parse();
+namespace {
+Grammar parse_text_grammar(std::string_view text, bool lark, const std::string& what) {
+  CYPRIS_CHECK(text.size() <= kMaxGrammarTextBytes, "{}: the grammar is {} bytes long; at most {} (the limit)", what,
+               text.size(), kMaxGrammarTextBytes);
+  CompileBudget budget(what);
+  return TextGrammarParser(text, lark, what).parse();
 }
+}  // namespace
 
-Grammar lark_grammar(std::string_view text, const std::string& what) {
-  return TextGrammarParser(text, true, what).parse();
-}
+Grammar gbnf_grammar(std::string_view text, const std::string& what) { return parse_text_grammar(text, false, what); }
+
+Grammar lark_grammar(std::string_view text, const std::string& what) { return parse_text_grammar(text, true, what); }
 
 }  // namespace cypris::guided

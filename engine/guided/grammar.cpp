@@ -3,6 +3,7 @@
 #include "engine/guided/grammar.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "engine/common/error.h"
 
@@ -10,12 +11,38 @@ namespace cypris::guided {
 
 namespace {
 
+thread_local CompileBudget* g_budget = nullptr;
+
 ExprPtr make(Expr e) {
+  CompileBudget::charge(1 + e.items.size());
   for (const ExprPtr& x : e.items) e.depth = std::max(e.depth, x->depth + 1);
   return std::make_shared<const Expr>(std::move(e));
 }
 
 }  // namespace
+
+CompileBudget::CompileBudget(std::string what, uint64_t steps) : what_(std::move(what)), limit_(steps) {
+  if (g_budget) return;  // an outer compile is running: share its budget
+  g_budget = this;
+  owner_ = true;
+}
+
+CompileBudget::~CompileBudget() {
+  if (owner_) g_budget = nullptr;
+}
+
+void CompileBudget::charge(uint64_t steps) {
+  CompileBudget* b = g_budget;
+  if (!b) return;
+  b->used_ += steps;
+  if (b->used_ <= b->limit_) return;
+  b->used_ = 0;  // the error ends this compile; a caller that catches it may go on
+  CYPRIS_FAIL("{}: compiling this grammar takes more than {} steps (the limit); make it smaller (fewer properties, "
+              "alternatives, repetitions or allOf merges)",
+              b->what_, b->limit_);
+}
+
+uint64_t CompileBudget::used() { return g_budget ? g_budget->used_ : 0; }
 
 ExprPtr flat(ExprPtr x) {
   if (x->depth == 1) return x;
@@ -275,16 +302,13 @@ class Lowerer {
   }
 
   int32_t set_index(const ByteSet& s) {
-    std::string key = s.to_string();
-    auto it = set_ids_.find(key);
-    if (it != set_ids_.end()) return it->second;
-    int32_t id = static_cast<int32_t>(g_.sets.size());
-    g_.sets.push_back(s);
-    set_ids_[key] = id;
-    return id;
+    auto [it, inserted] = set_ids_.try_emplace(s, static_cast<int32_t>(g_.sets.size()));
+    if (inserted) g_.sets.push_back(s);
+    return it->second;
   }
 
   void count(size_t n) {
+    CompileBudget::charge(n);
     total_ += n;
     CYPRIS_CHECK(total_ <= kMaxGrammarElems, "{}: the grammar is too large (more than {} elements)", what_,
                  kMaxGrammarElems);
@@ -294,10 +318,12 @@ class Lowerer {
     Alts out;
     if (e->kind == Expr::Kind::Alt) {
       for (auto& item : e->items) {
+        count(1);  // its End
         out.emplace_back();
         emit(item, out.back(), hint);
       }
     } else {
+      count(1);
       out.emplace_back();
       emit(e, out.back(), hint);
     }
@@ -365,6 +391,7 @@ class Lowerer {
     std::vector<Elem> body;
     emit(x, body, hint);
     body.push_back({Elem::Type::Ref, r});
+    count(2);  // the two Ends
     alts_[r] = {std::move(body), {}};
     return r;
   }
@@ -384,6 +411,7 @@ class Lowerer {
       std::vector<Elem> body;
       emit(x, body, hint);
       if (prev >= 0) body.push_back({Elem::Type::Ref, prev});
+      count(2);
       alts_[r] = {std::move(body), {}};
       prev = r;
     }
@@ -426,6 +454,7 @@ class Lowerer {
       const int32_t r = work.back();
       work.pop_back();
       queued[r] = 0;
+      CompileBudget::charge(1 + g_.rule_alts[r].size());
       ByteSet f = first[r];
       bool nul = g_.nullable[r];
       for (int32_t a : g_.rule_alts[r]) nul = prefix(a, f) || nul;
@@ -523,6 +552,7 @@ class Lowerer {
       const int32_t r = work.back();
       work.pop_back();
       queued[r] = 0;
+      CompileBudget::charge(1 + flows[r].size());
       for (int32_t b : flows[r]) {
         const ByteSet f = g_.follow[b] | g_.follow[r];
         if (f == g_.follow[b]) continue;
@@ -547,9 +577,9 @@ class Lowerer {
   Grammar g_;
   std::vector<Alts> alts_;
   std::vector<uint8_t> referenced_;
-  std::map<const Expr*, int> alt_rules_;
+  std::unordered_map<const Expr*, int> alt_rules_;
   std::map<std::pair<const Expr*, int>, int> rep_rules_;
-  std::map<std::string, int32_t> set_ids_;
+  std::unordered_map<ByteSet, int32_t> set_ids_;
   size_t total_ = 0;
 };
 
@@ -568,7 +598,10 @@ std::string set_text(const ByteSet& s) {
                                                             : fmt::format("x{:02X}", c);
     };
     out += one(b);
-    if (e > b) out += "-" + one(e);
+    if (e > b) {
+      out += '-';
+      out += one(e);
+    }
     b = e;
   }
   return out + "]";
@@ -577,6 +610,7 @@ std::string set_text(const ByteSet& s) {
 }  // namespace
 
 Grammar GrammarBuilder::build(int root, const std::string& what) const {
+  CompileBudget budget(what);
   return Lowerer(names_, bodies_, what).run(root);
 }
 

@@ -114,5 +114,36 @@ inline constexpr int kMaxRepeatBound = 10'000;
 // GBNF or Lark grammar; schemas inside schemas (properties, items, anyOf, $ref chains) of a JSON
 // Schema. Their parsers and compilers recurse once per level; deeper input is a named error.
 inline constexpr int kMaxNestingDepth = 256;
+// Sizes checked before anything is built.
+inline constexpr size_t kMaxPatternBytes = 64 * 1024;        // one regex (guided_regex, pattern, ...)
+inline constexpr size_t kMaxGrammarTextBytes = 256 * 1024;   // a GBNF or Lark grammar
+inline constexpr size_t kMaxSchemaNodes = 100'000;           // JSON values in a schema
+inline constexpr size_t kMaxChoices = 16'384;                // guided_choice entries
+inline constexpr size_t kMaxChoiceBytes = 256 * 1024;        // guided_choice, all entries together
+// The work one compilation may do: expressions built, elements lowered, analysis steps, schema
+// values visited and copied. A grammar within the size limits can still be expensive (a large
+// repetition of a large group, allOf merging big definitions many times); past the budget the
+// compile stops with a named error instead of holding a server thread.
+// About 2 s of one core on the 2-core CI machine for the heaviest kinds (a 10,000-property
+// schema takes ~2.9M steps, 1.8 s); compile() also runs at most kMaxConcurrentCompiles at once.
+inline constexpr uint64_t kMaxCompileSteps = 4'000'000;
+
+// The budget of the compile running on this thread. The outermost CompileBudget opens it (the
+// front-end entry points and compile() each make one; inner ones share the outer), charge() spends
+// it and throws cypris::Error naming `what` and the limit when it runs out.
+class CompileBudget {
+ public:
+  explicit CompileBudget(std::string what, uint64_t steps = kMaxCompileSteps);
+  ~CompileBudget();
+  CompileBudget(const CompileBudget&) = delete;
+  CompileBudget& operator=(const CompileBudget&) = delete;
+  static void charge(uint64_t steps = 1);
+  static uint64_t used();  // steps spent by the open budget (0 when none is open)
+
+ private:
+  std::string what_;
+  uint64_t limit_ = 0, used_ = 0;
+  bool owner_ = false;
+};
 
 }  // namespace cypris::guided

@@ -2,6 +2,9 @@
 #include "engine/guided/guided_decoding.h"
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <condition_variable>
+#include <thread>
 
 #include "engine/common/error.h"
 #include "engine/common/json_depth.h"
@@ -48,6 +51,13 @@ Grammar build(const GuidedDecodingParams& p) {
       return regex_grammar(p.text, "guided_regex");
     case GuidedKind::Choice: {
       CYPRIS_CHECK(!p.choices.empty(), "guided_choice: give at least one choice");
+      CYPRIS_CHECK(p.choices.size() <= kMaxChoices, "guided_choice: {} choices; at most {} (the limit)",
+                   p.choices.size(), kMaxChoices);
+      size_t bytes = 0;
+      for (const auto& c : p.choices) bytes += c.size();
+      CYPRIS_CHECK(bytes <= kMaxChoiceBytes, "guided_choice: the choices hold {} bytes; at most {} (the limit)", bytes,
+                   kMaxChoiceBytes);
+      CompileBudget budget("guided_choice");
       GrammarBuilder b;
       int root = b.rule("root");
       std::vector<ExprPtr> alts;
@@ -79,6 +89,43 @@ GrammarCache& grammar_cache() {
   return c;
 }
 
+// At most kMaxConcurrentCompiles compiles run at once; the others wait their turn.
+class CompileSlot {
+ public:
+  CompileSlot() {
+    std::unique_lock<std::mutex> lock(mu());
+    cv().wait(lock, [] { return running() < max_running(); });
+    ++running();
+  }
+  ~CompileSlot() {
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      --running();
+    }
+    cv().notify_one();
+  }
+  CompileSlot(const CompileSlot&) = delete;
+  CompileSlot& operator=(const CompileSlot&) = delete;
+
+ private:
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::condition_variable& cv() {
+    static std::condition_variable c;
+    return c;
+  }
+  static int& running() {
+    static int n = 0;
+    return n;
+  }
+  static int max_running() {
+    static const int n = std::max(kMaxConcurrentCompiles, static_cast<int>(std::thread::hardware_concurrency() / 4));
+    return n;
+  }
+};
+
 }  // namespace
 
 std::shared_ptr<const Grammar> compile(const GuidedDecodingParams& p) {
@@ -92,7 +139,13 @@ std::shared_ptr<const Grammar> compile(const GuidedDecodingParams& p) {
       return it->second->second;
     }
   }
-  auto g = std::make_shared<const Grammar>(build(p));  // outside the lock: compiling may take a while
+  std::shared_ptr<const Grammar> g;
+  {
+    // Outside the cache lock (compiling may take a while), and at most a few at once: each may use
+    // up to its step budget of CPU and a few hundred MB while it builds.
+    CompileSlot slot;
+    g = std::make_shared<const Grammar>(build(p));
+  }
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.index.find(key);
   if (it != c.index.end()) return it->second->second;

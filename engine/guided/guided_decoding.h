@@ -19,8 +19,12 @@
 
 namespace cypris::guided {
 
+// Compiles beyond this many at once wait (more on machines with over 8 cores: a quarter of them).
+inline constexpr int kMaxConcurrentCompiles = 2;
+
 // Compiles (or finds in the process-wide cache) the grammar of a request. Throws cypris::Error with
-// the field name and position for bad schemas, regexes and grammars.
+// the field name and position for bad schemas, regexes and grammars, and for grammars past the
+// size limits or the compile step budget (grammar.h).
 std::shared_ptr<const Grammar> compile(const GuidedDecodingParams& p);
 
 // The grammar-only part of GuidedDecodingParams as a name for logs ("json_schema", "regex", ...).

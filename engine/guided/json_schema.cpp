@@ -96,6 +96,20 @@ ExprPtr digits_plus() { return plus(digit_range('0', '9')); }
 ExprPtr frac() { return seq({byte('.'), digits_plus()}); }
 ExprPtr zero_frac() { return opt(seq({byte('.'), plus(byte('0'))})); }
 
+// The number of JSON values in v (counting stops above `stop_above`), without recursion.
+size_t json_nodes(const json& v, size_t stop_above) {
+  size_t n = 0;
+  std::vector<const json*> stack{&v};
+  while (!stack.empty() && n <= stop_above) {
+    const json* x = stack.back();
+    stack.pop_back();
+    ++n;
+    if (x->is_structured())
+      for (const auto& c : *x) stack.push_back(&c);
+  }
+  return n;
+}
+
 class SchemaCompiler {
  public:
   SchemaCompiler(const json& root, const JsonSchemaOptions& o) : root_(root), o_(o) {}
@@ -134,7 +148,13 @@ class SchemaCompiler {
     return repeat(bytes(s), 0, kDefaultWhitespaceMax);
   }
 
+  // One expression for every string of the schema: lowering then makes one rule (and one
+  // repetition rule) of it instead of ~60 elements per string.
   ExprPtr json_char() {
+    if (!json_char_) json_char_ = make_json_char();
+    return json_char_;
+  }
+  ExprPtr make_json_char() {
     ByteSet esc;
     for (char c : std::string("\"\\/bfnrt")) esc.set(static_cast<uint8_t>(c));
     ExprPtr hex = codepoints({{'0', '9'}, {'A', 'F'}, {'a', 'f'}});
@@ -248,6 +268,7 @@ class SchemaCompiler {
 
   ExprPtr value(const json& s, const std::string& path) {
     Nesting nesting(*this, path);
+    CompileBudget::charge(1 + s.size());
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail(path, "the schema 'false' allows no value");
       return ref(any_value_rule());
@@ -272,7 +293,9 @@ class SchemaCompiler {
             fail(at, fmt::format("the chain of $ref is longer than {} (the limit), or refers to itself",
                                  kMaxNestingDepth));
           if (!part["$ref"].is_string()) fail(at + "/$ref", "'$ref' must be a string");
-          json target = resolve(part["$ref"].get<std::string>(), at);
+          const json& ref_target = resolve(part["$ref"].get<std::string>(), at);
+          CompileBudget::charge(json_nodes(ref_target, kMaxSchemaNodes));  // the copy below
+          json target = ref_target;
           part.erase("$ref");
           merge_into(part, target, path, *this);
         }
@@ -554,15 +577,21 @@ class SchemaCompiler {
   std::map<std::string, int> refs_;
   int any_value_ = -1;
   int depth_ = 0;  // schemas being compiled inside each other (Nesting)
+  ExprPtr json_char_;
 };
 
 }  // namespace
 
 Grammar json_schema_grammar(const json& schema, const JsonSchemaOptions& opts) {
+  const size_t nodes = json_nodes(schema, kMaxSchemaNodes);
+  CYPRIS_CHECK(nodes <= kMaxSchemaNodes, "{}: the schema has more than {} JSON values (the limit)", opts.what,
+               kMaxSchemaNodes);
+  CompileBudget budget(opts.what);
   return SchemaCompiler(schema, opts).compile_root();
 }
 
 Grammar json_object_grammar(const JsonSchemaOptions& opts) {
+  CompileBudget budget(opts.what);
   json empty_schema = json::object();
   return SchemaCompiler(empty_schema, opts).compile_any_object();
 }

@@ -355,10 +355,14 @@ class RegexParser {
 }  // namespace
 
 ExprPtr regex_to_expr(std::string_view pattern, const std::string& what, RegexOptions opts) {
+  CYPRIS_CHECK(pattern.size() <= kMaxPatternBytes, "{}: the regex is {} bytes long; at most {} (the limit)", what,
+               pattern.size(), kMaxPatternBytes);
+  CompileBudget budget(what);
   return RegexParser(pattern, what, opts).parse();
 }
 
 Grammar regex_grammar(std::string_view pattern, const std::string& what) {
+  CompileBudget budget(what);
   GrammarBuilder b;
   int root = b.rule("root");
   b.define(root, regex_to_expr(pattern, what));

@@ -18,7 +18,12 @@ struct HostileGuidedCase {
 // Kobold grammar), at the sizes the issue reported.
 std::vector<HostileGuidedCase> hostile_guided_cases();
 
-// What every refusal says: "... levels deep (the limit)".
-inline constexpr const char* kNestingLimitPhrase = "levels deep (the limit";
+// What every refusal says: "... levels deep (the limit)" from the grammar front ends and the body
+// check, or the chat template's own bound on its input ("JSON nested more than 256 levels"), which
+// the chat route meets first when the tools' parameters nest deeply.
+inline bool states_nesting_limit(const std::string& message) {
+  return message.find("levels deep (the limit") != std::string::npos ||
+         message.find("nested more than 256 levels") != std::string::npos;
+}
 
 }  // namespace cypris::testing_support

@@ -49,7 +49,7 @@ KoboldRequest kobold_request_from_json(const json& body, int64_t default_max_len
   s = sampling_from_json(body, SamplingDefaults{static_cast<int>(r.max_length), 1.0f});
   s.max_tokens = static_cast<int>(r.max_length);
   // KoboldCpp's "grammar" (GBNF); the OpenAI-side guided_* fields work here too.
-  s.guided = guided_from_json(body);
+  s.guided = guided_fields_from_json(body, &r.guided_field);
   r.grammar_retain_state = get_bool(body, "grammar_retain_state", false);
   if (auto it = body.find("sampler_seed"); it != body.end() && !it->is_null()) {
     const int64_t seed = get_int(body, "sampler_seed", -1);

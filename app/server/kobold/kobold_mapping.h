@@ -29,6 +29,9 @@ struct KoboldRequest {
   // behaviour with false, its default); the route logs that once when a request asks for true.
   bool grammar_retain_state = false;
   SamplingParams params;
+  // The field that gave params.guided: its grammar is not compiled here (the route compiles it
+  // after the cheap checks, compile_guided).
+  std::string guided_field;
 };
 
 // default_max_length: --max-length; default_context: the model's max_model_len. Throws HttpError

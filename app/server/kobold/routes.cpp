@@ -9,6 +9,7 @@
 #include "app/server/auth.h"
 #include "app/server/errors.h"
 #include "app/server/kobold/kobold_mapping.h"
+#include "app/server/openai/sampling_from_json.h"
 #include "app/server/route_util.h"
 #include "app/server/router.h"
 #include "app/server/sse.h"
@@ -89,6 +90,7 @@ KoboldJob start_generation(ServerContext& ctx, const httplib::Request& req) {
   p.text = kr.prompt;
   p.ids = truncate_kobold_prompt(encode_text(tok, kr.prompt, true), kr.max_context_length, kr.max_length, model_len);
   finish_params(kr.params, ctx, *engine);
+  compile_guided(kr.params.guided, kr.guided_field);
   KoboldJob job;
   job.owner = owner_of(req);
   // Random when the client names none: a genkey is what /check and /abort act on.

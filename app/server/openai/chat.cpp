@@ -94,10 +94,13 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   const json body = parse_json_body(req);
   const ServerOptions& sopts = ctx.cfg().server;
   const ChatTools tools = tools_from_json(nlohmann::ordered_json::parse(req.body, nullptr, false), sopts);
-  GuidedDecodingParams guided = guided_from_json(body);
+  std::string guided_field;
+  GuidedDecodingParams guided = guided_fields_from_json(body, &guided_field);  // compiled below, after cheap checks
   std::optional<std::string> ws_pattern;
   if (const std::string w = get_string(body, "guided_whitespace_pattern", ""); !w.empty()) ws_pattern = w;
-  if (GuidedDecodingParams tg = tool_guided_params(tools, ws_pattern); tg.active()) {
+  bool tool_grammar = false;
+  if (GuidedDecodingParams tg = tool_guided_params(tools, ws_pattern, /*compile=*/false); tg.active()) {
+    tool_grammar = true;
     if (guided.active()) {
       throw HttpError(400,
                       "'tool_choice' \"required\" or a named function is enforced by a grammar; it cannot be "
@@ -142,6 +145,14 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     params.max_tokens = static_cast<int>(std::max<int64_t>(1, max_len - static_cast<int64_t>(prompt.ids.size())));
   }
   finish_params(params, ctx, *engine);
+  if (params.guided.active()) {
+    check_fits_context(*engine, prompt.ids.size(), params);
+    if (tool_grammar) {
+      tool_guided_params(tools, ws_pattern);  // compiles: a 400 naming 'tools'
+    } else {
+      compile_guided(params.guided, guided_field);
+    }
+  }
   const int n = params.n;
 
   // echo: the last message's content when it is the assistant's (continuing a reply).

@@ -122,7 +122,8 @@ ChatTools tools_from_json(const ordered_json& body, const ServerOptions& opts) {
   return t;
 }
 
-GuidedDecodingParams tool_guided_params(const ChatTools& t, std::optional<std::string> whitespace_pattern) {
+GuidedDecodingParams tool_guided_params(const ChatTools& t, std::optional<std::string> whitespace_pattern,
+                                        bool compile) {
   GuidedDecodingParams g;
   if (t.choice != ChatTools::Choice::Required && t.choice != ChatTools::Choice::Named) return g;
   g.kind = GuidedKind::JsonSchema;
@@ -165,6 +166,7 @@ GuidedDecodingParams tool_guided_params(const ChatTools& t, std::optional<std::s
     }
     g.text = schema.dump();
   }
+  if (!compile) return g;
   try {
     guided::compile(g);
   } catch (const Error& e) {

@@ -40,7 +40,8 @@ ChatTools tools_from_json(const nlohmann::ordered_json& body, const ServerOption
 // "parameters": <its schema>}; exactly one when parallel_tool_calls is false) or a named function
 // (its parameters schema); inactive otherwise. Compiled here: a schema the grammar engine refuses is
 // HttpError 400 naming "tools". whitespace_pattern: the request's guided_whitespace_pattern.
-GuidedDecodingParams tool_guided_params(const ChatTools& t, std::optional<std::string> whitespace_pattern = {});
+GuidedDecodingParams tool_guided_params(const ChatTools& t, std::optional<std::string> whitespace_pattern = {},
+                                        bool compile = true);
 
 // How the output is read: Required / Named for those choices; for "auto" --tool-call-parser, else
 // the format the chat template's text shows (logged once per template; HttpError 400 when it shows

@@ -35,7 +35,8 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     throw HttpError(400, "'suffix' is not supported", "suffix");
   }
   if (!body.contains("prompt")) throw HttpError(400, "'prompt' is required", "prompt");
-  GuidedDecodingParams guided = guided_from_json(body);
+  std::string guided_field;
+  GuidedDecodingParams guided = guided_fields_from_json(body, &guided_field);  // compiled below, after cheap checks
   auto engine = ctx.require_engine();
   const Tokenizer* tok = engine->tokenizer();
 
@@ -60,6 +61,10 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
     }
   }
   finish_params(params, ctx, *engine);
+  if (params.guided.active()) {
+    for (const auto& p : prompts) check_fits_context(*engine, p.ids.size(), params);
+    compile_guided(params.guided, guided_field);
+  }
   const int n = params.n;
   const int top_n = params.logprobs.value_or(0);
   const bool want_logprobs = params.logprobs.has_value();

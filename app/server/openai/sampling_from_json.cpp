@@ -254,7 +254,7 @@ SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defa
   return p;
 }
 
-GuidedDecodingParams guided_from_json(const json& body) {
+GuidedDecodingParams guided_fields_from_json(const json& body, std::string* field_out) {
   GuidedDecodingParams g;
   std::string field;
   auto take = [&](const char* k, GuidedKind kind) -> const json* {
@@ -333,12 +333,23 @@ GuidedDecodingParams guided_from_json(const json& body) {
     g.whitespace_pattern = text_of(*it, "guided_whitespace_pattern");
     if (g.kind != GuidedKind::JsonSchema && g.kind != GuidedKind::JsonObject) g.whitespace_pattern.reset();
   }
-  if (!g.active()) return g;
+  if (field_out) *field_out = field;
+  return g;
+}
+
+void compile_guided(const GuidedDecodingParams& g, const std::string& field) {
+  if (!g.active()) return;
   try {
     guided::compile(g);  // refuses bad schemas/grammars now (400) rather than in the engine; cached by text
   } catch (const Error& e) {
     throw HttpError(400, e.what(), field);
   }
+}
+
+GuidedDecodingParams guided_from_json(const json& body) {
+  std::string field;
+  GuidedDecodingParams g = guided_fields_from_json(body, &field);
+  compile_guided(g, field);
   return g;
 }
 

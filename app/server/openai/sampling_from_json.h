@@ -27,9 +27,15 @@ SamplingParams sampling_from_json(const nlohmann::json& body, const SamplingDefa
 // Structured output: guided_json / guided_regex / guided_choice / guided_grammar (Lark EBNF, or
 // GBNF when it uses "::="), grammar / grammar_string (GBNF), response_format (json_object,
 // json_schema) and guided_whitespace_pattern. Falsy values ({}, "", null, [], response_format text)
-// are ignored. The grammar is compiled here (and cached) so that a bad schema, regex or grammar is
-// an HttpError 400 naming the field and the position; two guided fields at once are refused.
+// are ignored. The grammar is compiled here (and cached) so that a bad schema, regex or grammar is an HttpError 400 naming the
+// field and the position; two guided fields at once are refused.
 GuidedDecodingParams guided_from_json(const nlohmann::json& body);
+
+// The two halves of guided_from_json, for routes that check their cheap fields (sampling
+// parameters, the context length) before paying for a compile: the fields alone (field: the one
+// that gave the grammar), and the compile (a 400 naming field on bad input; no-op when inactive).
+GuidedDecodingParams guided_fields_from_json(const nlohmann::json& body, std::string* field);
+void compile_guided(const GuidedDecodingParams& g, const std::string& field);
 
 // A one-line summary for request logging.
 std::string summarize_params(const SamplingParams& p);

@@ -282,12 +282,39 @@ TEST_F(GuidedServer, HostileNestingIsA400StatingTheLimit) {
     auto r = c.Post(hc.route, hc.body, "application/json");
     ASSERT_TRUE(r) << hc.name << ": no response (the server died?)";
     EXPECT_EQ(r->status, 400) << hc.name << ": " << r->body.substr(0, 300);
-    EXPECT_NE(r->body.find(testing_support::kNestingLimitPhrase), std::string::npos)
+    EXPECT_TRUE(testing_support::states_nesting_limit(r->body))
         << hc.name << ": " << r->body.substr(0, 300);
   }
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
+}
+
+// Issue #26 item 3: a request the engine would refuse anyway (max_tokens past the context) is
+// refused before its grammar is compiled: the answer is the context error, not the grammar's.
+TEST_F(GuidedServer, CheapFieldsAreCheckedBeforeTheGrammarIsCompiled) {
+  httplib::Client c("127.0.0.1", port_);
+  const std::string bad_regex = "a(?=b)";  // would be a 400 of its own if it were compiled
+  auto r = c.Post("/v1/completions",
+                  json{{"prompt", "Once"}, {"max_tokens", 100000}, {"guided_regex", bad_regex}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("maximum context length"), std::string::npos) << r->body;
+  r = c.Post("/v1/chat/completions",
+             json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 100000},
+                  {"guided_json", {{"type", "object"}, {"patternProperties", json::object()}}}}
+                 .dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("maximum context length"), std::string::npos) << r->body;
+  // Within the context, the grammar's own error.
+  r = c.Post("/v1/completions", json{{"prompt", "Once"}, {"max_tokens", 4}, {"guided_regex", bad_regex}}.dump(),
+             "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("lookahead"), std::string::npos) << r->body;
 }
 
 }  // namespace

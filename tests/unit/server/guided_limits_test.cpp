@@ -35,7 +35,8 @@ void parse_like_the_route(const HostileGuidedCase& c) {
     if (auto it = body.find("guided_whitespace_pattern"); it != body.end() && it->is_string()) ws = it->get<std::string>();
     tool_guided_params(tools, ws);
   } else {
-    kobold_request_from_json(body, 80, 512);
+    const KoboldRequest kr = kobold_request_from_json(body, 80, 512);
+    compile_guided(kr.params.guided, kr.guided_field);  // the route compiles after its cheap checks
   }
 }
 
@@ -52,7 +53,7 @@ TEST(GuidedLimits, EveryHostileNestingShapeIsA400StatingTheLimit) {
       msg = e.what();
     }
     EXPECT_EQ(status, 400) << c.name;
-    EXPECT_NE(msg.find(testing_support::kNestingLimitPhrase), std::string::npos) << c.name << ": " << msg.substr(0, 300);
+    EXPECT_TRUE(testing_support::states_nesting_limit(msg)) << c.name << ": " << msg.substr(0, 300);
     EXPECT_LT(msg.size(), 1000u) << c.name << ": the message echoes the input";
   }
 }
