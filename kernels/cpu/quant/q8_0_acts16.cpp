@@ -136,13 +136,17 @@ CYPRIS_A16_AVX2 void rows_avx2(const void* w_row, const ActRow16* a, int64_t k, 
       case 1: return name<1>(w, a, k, out);                                              \
       case 2: return name<2>(w, a, k, out);                                              \
       case 3: return name<3>(w, a, k, out);                                              \
-      default: return name<4>(w, a, k, out);                                             \
+      case 4: return name<4>(w, a, k, out);                                              \
+      case 5: return name<5>(w, a, k, out);                                              \
+      case 6: return name<6>(w, a, k, out);                                              \
+      case 7: return name<7>(w, a, k, out);                                              \
+      default: return name<8>(w, a, k, out);                                             \
     }                                                                                    \
   }
 CYPRIS_A16_ROWS(rows_avx512)
 CYPRIS_A16_ROWS(rows_avx2)
 #undef CYPRIS_A16_ROWS
-static_assert(kMaxDotRows == 4);
+static_assert(kActs16Rows == 8);
 #endif
 
 }  // namespace
@@ -199,7 +203,7 @@ void dot_rows(const Acts16& acts, quant::Dot16Fn dot, int64_t i_begin, int64_t i
   const int64_t k = acts.k;
   const size_t row_bytes = dtype_nbytes(DType::Q8_0, k);
   quant::ActRow16 tile[kMTile];
-  float out[quant::kMaxDotRows];
+  float out[quant::kActs16Rows];
   for (int64_t i0 = i_begin; i0 < i_end; i0 += kMTile) {
     const int64_t rows = std::min(i_end - i0, kMTile);
     for (int64_t r = 0; r < rows; ++r) tile[r] = acts.row(i0 + r);
@@ -207,8 +211,8 @@ void dot_rows(const Acts16& acts, quant::Dot16Fn dot, int64_t i_begin, int64_t i
       const void* wrow = w + j * row_bytes;
       const float b = bias ? bias[j] : 0.0f;
       float* yj = y + i0 * ldy + j;
-      for (int64_t r = 0; r < rows; r += quant::kMaxDotRows) {
-        const int nr = static_cast<int>(std::min<int64_t>(quant::kMaxDotRows, rows - r));
+      for (int64_t r = 0; r < rows; r += quant::kActs16Rows) {
+        const int nr = static_cast<int>(std::min<int64_t>(quant::kActs16Rows, rows - r));
         dot(wrow, tile + r, nr, k, out);
         for (int q = 0; q < nr; ++q) yj[(r + q) * ldy] = out[q] + b;
       }

@@ -9,7 +9,7 @@
 // which keeps the per-row work per block at a load, vpmaddwd, a conversion and an fma.
 //
 // Kernels: the scalar reference, AVX2 (vpmaddwd, 16 products per instruction) and AVX-512 (32), each
-// over 1..kMaxDotRows activation rows per weight row (the weight block widened once for all rows),
+// over 1..kActs16Rows activation rows per weight row (the weight block widened once for all rows),
 // chosen at run time like the other quantized kernels (quant_dot.h). They agree with the reference
 // to float summation order.
 #pragma once
@@ -44,7 +44,11 @@ void quantize_acts16(const float* x, int64_t k, int16_t* qs, float* d);
 // blocks d_x * sum_b d_w[b] * (integer sum of block b), in order.
 float dot_q8_0_acts16_ref(const void* w_row, const ActRow16& a, int64_t k);
 
-// out[r] = w_row . a[r] for nrows (1..kMaxDotRows) rows; null when the ISA is not available.
+// Activation rows a kernel call takes at most: 8 (twice kMaxDotRows) gives the fma units eight
+// independent sums to interleave and spreads the widening of each weight block over more rows.
+constexpr int kActs16Rows = 8;
+
+// out[r] = w_row . a[r] for nrows (1..kActs16Rows) rows; null when the ISA is not available.
 using Dot16Fn = void (*)(const void* w_row, const ActRow16* a, int nrows, int64_t k, float* out);
 Dot16Fn dot_q8_0_acts16_fn(Isa isa);
 

@@ -272,15 +272,18 @@ TEST(QuantKernelsGguf, RealRowsAgreeAcrossIsas) {
 // Q8_0 with 16-bit activations: the quantizer's step is 1/32767 of the largest value of each group
 // of 256 (a short last group included: k = 544 is 2 groups and 32), each value within half a step,
 // and every SIMD kernel equals the scalar reference on rows llama.cpp quantized (their first 512
-// columns, and a weight row of 544 made from them), for 1 to 4 activation rows at once.
+// columns, and a weight row of 544 made from them), for 1 to 8 activation rows at once.
 TEST(QuantActs16, QuantizerIsWithinHalfAStepAndKernelsEqualTheReference) {
   const int64_t k = 544, groups = quant::acts16_groups(k);
   ASSERT_EQ(groups, 3);
-  const auto x = randn(4 * k, 21);
-  std::vector<int16_t> qs(4 * k);
-  std::vector<float> d(4 * groups);
-  for (int r = 0; r < 4; ++r) quant::quantize_acts16(x.data() + r * k, k, qs.data() + r * k, d.data() + r * groups);
-  for (int64_t i = 0; i < 4 * k; ++i) {
+  constexpr int kRows = quant::kActs16Rows;
+  const auto x = randn(kRows * k, 21);
+  std::vector<int16_t> qs(kRows * k);
+  std::vector<float> d(kRows * groups);
+  for (int r = 0; r < kRows; ++r) {
+    quant::quantize_acts16(x.data() + r * k, k, qs.data() + r * k, d.data() + r * groups);
+  }
+  for (int64_t i = 0; i < kRows * k; ++i) {
     const int64_t r = i / k, g = (i % k) / 256;
     double amax = 0;
     for (int64_t c = g * 256; c < std::min(k, (g + 1) * 256); ++c) amax = std::max(amax, double(std::abs(x[r * k + c])));
@@ -292,16 +295,16 @@ TEST(QuantActs16, QuantizerIsWithinHalfAStepAndKernelsEqualTheReference) {
   const test::GgufTensor& t = file.tensor("blk.0.ffn_down.weight");  // [256 rows, 512]
   ASSERT_EQ(t.ne[0], 512u);
   const size_t src_bytes = dtype_nbytes(DType::Q8_0, 512), row_bytes = dtype_nbytes(DType::Q8_0, k);
-  quant::ActRow16 rows[4];
-  for (int r = 0; r < 4; ++r) rows[r] = {qs.data() + r * k, d.data() + r * groups};
+  quant::ActRow16 rows[kRows];
+  for (int r = 0; r < kRows; ++r) rows[r] = {qs.data() + r * k, d.data() + r * groups};
   for (int64_t j = 0; j < 16; ++j) {
     std::vector<uint8_t> w(row_bytes);  // 512 real columns, then the first 32 again
     std::memcpy(w.data(), file.data(t) + j * src_bytes, src_bytes);
     std::memcpy(w.data() + src_bytes, file.data(t) + j * src_bytes, row_bytes - src_bytes);
     const uint8_t* wrow = w.data();
     for (Isa isa : simd_isas()) {
-      for (int nr = 1; nr <= 4; ++nr) {
-        std::vector<float> got(4, kNaN());
+      for (int nr = 1; nr <= kRows; ++nr) {
+        std::vector<float> got(kRows, kNaN());
         quant::dot_q8_0_acts16_fn(isa)(wrow, rows, nr, k, got.data());
         for (int r = 0; r < nr; ++r) {
           const float ref = quant::dot_q8_0_acts16_ref(wrow, rows[r], k);

@@ -9,7 +9,8 @@
 //    (K, V and the inputs of 4 projections) x 4.9e-4 = 5.9e-3, bound 6e-3.
 //  - BF16 files: ggml rounds the inputs to bf16 (2^-8 = 3.9e-3): 2 layers x 4 projections +
 //    the LM head x 3.9e-3 = 3.5e-2, bound 3.5e-2.
-//  - Quantized files: both quantize the activations to 8 bits per block, but the inputs already
+//  - Quantized files: both quantize the activations to 8 bits per block (Cypris gives Q8_0 weights
+//    16-bit ones, which only narrows the difference; gguf_quant_accuracy_test), but the inputs already
 //    differ a little (f16 K/V, f16 block scales in ggml's Q8 blocks), so a value can land on the
 //    other side of a rounding boundary and move by one step, 1/127 of its block's largest value.
 //    With about 6 quantized stages (4 per layer feed the residual of 2 random layers, or 5 real
