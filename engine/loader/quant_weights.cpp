@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "engine/common/error.h"
+#include "engine/common/log.h"
 #include "engine/loader/safetensors.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant/wq_pack.h"
@@ -37,6 +39,9 @@ class QuantizedWeightSource : public WeightSource {
 
   std::optional<DType> native_dtype(const std::string& name) const override {
     if (!is_quantized(name)) return plain_->native_dtype(name);
+    // Act-order (g_idx out of order): the blocks would mix groups, so the layer is dequantized to
+    // the model's --dtype (exact, but 16-bit in memory) until the kernels take a column order.
+    if (act_order(name)) return std::nullopt;
     const auto shape = qweight_logical_shape(name);
     return quant::wq_repack_type(q_.bits, group_of(shape[1]), shape[1]);
   }
@@ -55,6 +60,9 @@ class QuantizedWeightSource : public WeightSource {
     const int64_t row_bytes = static_cast<int64_t>(dtype_nbytes(dtype, local[1]));
     if (dtype_is_quantized(dtype)) {
       const std::optional<DType> native = native_dtype(name);
+      CYPRIS_CHECK(native.has_value(),
+                   "{}: layer '{}' is act-order GPTQ (g_idx out of order); it is read dequantized, not as {}",
+                   file_of(prefix(name) + ".g_idx"), prefix(name), dtype_name(dtype));
       CYPRIS_CHECK(dtype == *native, "{}: quantized layer '{}' is kept as {}, not {}", dir_.string(), name,
                    dtype_name(*native), dtype_name(dtype));
       const int block = static_cast<int>(dtype_block(dtype).elems);
@@ -85,6 +93,23 @@ class QuantizedWeightSource : public WeightSource {
   bool is_quantized(const std::string& name) const {
     const std::string p = layer_prefix(name);
     return !p.empty() && ckpt_.find(p + ".qweight") != nullptr;
+  }
+
+  // True when the layer's g_idx is not k / group (GPTQ act-order); warns once per checkpoint.
+  bool act_order(const std::string& name) const {
+    const SafetensorsTensor* g = ckpt_.find(prefix(name) + ".g_idx");
+    if (g == nullptr || q_.method != "gptq" || g->dtype_name != "I32" || g->shape.size() != 1) return false;
+    const int64_t in = g->shape[0];
+    const int64_t group = group_of(in);
+    const auto* idx = reinterpret_cast<const int32_t*>(g->data);
+    bool in_order = true;
+    for (int64_t k = 0; k < in && in_order; ++k) in_order = idx[k] == k / group;
+    if (!in_order && !warned_act_order_.exchange(true)) {
+      LOG_WARN("{}: act-order GPTQ layers (desc_act, g_idx out of order, first: {}) are dequantized to --dtype: "
+               "correct, but 16-bit in memory (kept quantized: not supported yet)",
+               dir_.string(), prefix(name));
+    }
+    return !in_order;
   }
 
   std::string file_of(const std::string& tensor) const {
@@ -166,6 +191,7 @@ class QuantizedWeightSource : public WeightSource {
   QuantConfig q_;
   std::unique_ptr<WeightSource> plain_;
   SafetensorsCheckpoint ckpt_;
+  mutable std::atomic<bool> warned_act_order_{false};
 };
 
 }  // namespace
