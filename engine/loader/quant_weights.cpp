@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "engine/common/error.h"
@@ -92,7 +93,7 @@ class QuantizedWeightSource : public WeightSource {
 
   bool is_quantized(const std::string& name) const {
     const std::string p = layer_prefix(name);
-    return !p.empty() && ckpt_.find(p + ".qweight") != nullptr;
+    return !p.empty() && ckpt_.find(p + packed_name()) != nullptr;
   }
 
   // True when the layer's g_idx is not k / group (GPTQ act-order); warns once per checkpoint.
@@ -119,13 +120,18 @@ class QuantizedWeightSource : public WeightSource {
   }
 
   int64_t group_of(int64_t in) const { return q_.group_size > 0 ? q_.group_size : in; }
+  bool packed_int() const { return q_.method == "compressed-tensors"; }
+  // The tensor holding a layer's packed values.
+  std::string packed_name() const { return packed_int() ? ".weight_packed" : ".qweight"; }
 
   // [out, in] of a quantized layer from its qweight alone (before the config's shape is known).
   std::vector<int64_t> qweight_logical_shape(const std::string& name) const {
-    const SafetensorsTensor* t = ckpt_.find(prefix(name) + ".qweight");
-    CYPRIS_CHECK(t->shape.size() == 2, "{}: tensor '{}.qweight' has shape {}; it must be a matrix",
-                 file_of(prefix(name) + ".qweight"), prefix(name), shape_str(t->shape));
+    const std::string packed = prefix(name) + packed_name();
+    const SafetensorsTensor* t = ckpt_.find(packed);
+    CYPRIS_CHECK(t->shape.size() == 2, "{}: tensor '{}' has shape {}; it must be a matrix", file_of(packed), packed,
+                 shape_str(t->shape));
     if (q_.method == "awq") return {t->shape[1] * 8, t->shape[0]};
+    if (packed_int()) return {t->shape[0], t->shape[1] * (32 / q_.bits)};
     return {t->shape[1], t->shape[0] * (32 / q_.bits)};
   }
 
@@ -145,6 +151,7 @@ class QuantizedWeightSource : public WeightSource {
   // The layer's tensors, checked against the config and the [out, in] the model expects.
   quant::WqLayer open_layer(const std::string& name, int64_t out, int64_t in) const {
     const std::string p = prefix(name);
+    if (packed_int()) return open_packed_int(p, out, in);
     const std::string what = fmt::format("a [{}, {}] layer", out, in);
     quant::WqLayer l;
     l.layout = q_.method == "awq" ? quant::WqLayout::Awq : quant::WqLayout::Gptq;
@@ -187,11 +194,63 @@ class QuantizedWeightSource : public WeightSource {
     return l;
   }
 
+  // compressed-tensors pack-quantized: weight_packed, weight_scale (the model's dtype, kept exactly
+  // as fp16), weight_zero_point when asymmetric.
+  quant::WqLayer open_packed_int(const std::string& p, int64_t out, int64_t in) const {
+    const std::string what = fmt::format("a [{}, {}] layer", out, in);
+    quant::WqLayer l;
+    l.layout = quant::WqLayout::PackedInt;
+    l.bits = q_.bits;
+    l.in = in;
+    l.out = out;
+    l.group = group_of(in);
+    const int per = 32 / q_.bits;
+    CYPRIS_CHECK(in % l.group == 0 && in % per == 0,
+                 "{}: layer '{}' has {} input columns, not a whole number of groups of {} ({}: group_size)",
+                 file_of(p + ".weight_packed"), p, in, l.group, q_.source);
+    const int64_t groups = in / l.group;
+    l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".weight_packed", "I32", {out, in / per}, what).data);
+    if (!q_.sym) {
+      CYPRIS_CHECK(out % per == 0, "{}: layer '{}' has {} outputs; its zero points pack {} per int32",
+                   file_of(p + ".weight_packed"), p, out, per);
+      l.qzeros =
+          reinterpret_cast<const int32_t*>(tensor(p + ".weight_zero_point", "I32", {out / per, groups}, what).data);
+    }
+    const SafetensorsFile* f = nullptr;
+    const SafetensorsTensor* sc = ckpt_.find(p + ".weight_scale", &f);
+    CYPRIS_CHECK(sc != nullptr, "{}: tensor '{}.weight_scale' not found; a {} layer needs it", dir_.string(), p,
+                 q_.method);
+    CYPRIS_CHECK(sc->dtype.has_value(), "{}: tensor '{}.weight_scale' has dtype {}; allowed: F16, BF16, F32",
+                 f->path().string(), p, sc->dtype_name);
+    const std::vector<int64_t> want = {out, groups};
+    CYPRIS_CHECK(sc->shape == want, "{}: tensor '{}.weight_scale' has shape {} but {} needs {} ({})",
+                 f->path().string(), p, shape_str(sc->shape), q_.summary(), shape_str(want), what);
+    if (*sc->dtype == DType::F16) {
+      l.scales = reinterpret_cast<const uint16_t*>(sc->data);
+      return l;
+    }
+    // bf16 / fp32 scales: the blocks hold fp16; every checkpoint scale must convert exactly.
+    auto& store = scale_store_[p];
+    store.resize(static_cast<size_t>(out * groups));
+    std::vector<float> f32(store.size());
+    convert_to_f32(sc->data, *sc->dtype, f32.data(), static_cast<int64_t>(f32.size()));
+    for (size_t i = 0; i < store.size(); ++i) {
+      store[i] = f32_to_f16(f32[i]);
+      CYPRIS_CHECK(f16_to_f32(store[i]) == f32[i],
+                   "{}: tensor '{}.weight_scale'[{}] = {} is not exact in fp16; such scales are not supported yet",
+                   f->path().string(), p, i, f32[i]);
+    }
+    l.scales = store.data();
+    return l;
+  }
+
   std::filesystem::path dir_;
   QuantConfig q_;
   std::unique_ptr<WeightSource> plain_;
   SafetensorsCheckpoint ckpt_;
   mutable std::atomic<bool> warned_act_order_{false};
+  // fp16 copies of non-fp16 scales, per layer (each rank's source is used by one thread).
+  mutable std::map<std::string, std::vector<uint16_t>> scale_store_;
 };
 
 }  // namespace

@@ -52,6 +52,11 @@ void repack_w8(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
 
 int WqLayer::value(int64_t n, int64_t k) const {
   const uint32_t mask = (1u << bits) - 1;
+  if (layout == WqLayout::PackedInt) {
+    const int per = 32 / bits;
+    const uint32_t word = static_cast<uint32_t>(qweight[n * (in / per) + k / per]);
+    return static_cast<int>((word >> (bits * (k % per))) & mask);
+  }
   if (layout == WqLayout::Awq) {
     const uint32_t word = static_cast<uint32_t>(qweight[k * (out / 8) + n / 8]);
     return static_cast<int>((word >> (4 * kAwqPos[n % 8])) & mask);
@@ -63,6 +68,12 @@ int WqLayer::value(int64_t n, int64_t k) const {
 
 int WqLayer::zero(int64_t g, int64_t n) const {
   const uint32_t mask = (1u << bits) - 1;
+  if (layout == WqLayout::PackedInt) {
+    if (qzeros == nullptr) return 1 << (bits - 1);  // symmetric
+    const int per = 32 / bits;
+    const uint32_t word = static_cast<uint32_t>(qzeros[(n / per) * groups() + g]);
+    return static_cast<int>((word >> (bits * (n % per))) & mask);
+  }
   if (layout == WqLayout::Awq) {
     const uint32_t word = static_cast<uint32_t>(qzeros[g * (out / 8) + n / 8]);
     return static_cast<int>((word >> (4 * kAwqPos[n % 8])) & mask);
