@@ -100,8 +100,7 @@ QuantConfig from_json(const json& j, const std::string& source) {
                  "{}: quantization_config.version '{}': only AWQ's GEMM layout is supported (version gemm); gemv and "
                  "others are not supported yet",
                  source, q.checkpoint_format);
-    CYPRIS_CHECK(q.bits == 4, "{}: quantization_config.bits {}: AWQ checkpoints are 4-bit; allowed: 4", source,
-                 q.bits);
+    CYPRIS_CHECK(q.bits == 4, "{}: quantization_config.bits {}: AWQ checkpoints are 4-bit; allowed: 4", source, q.bits);
     CYPRIS_CHECK(!q.sym, "{}: quantization_config.zero_point false: AWQ without zero points is not supported yet",
                  source);
     CYPRIS_CHECK(q.group_size > 0, "{}: quantization_config.group_size {}: AWQ needs a positive group size", source,
@@ -129,8 +128,8 @@ QuantConfig from_json(const json& j, const std::string& source) {
                  "weight-only pack-quantized checkpoints",
                  source);
     q.bits = static_cast<int>(int_field(w, "num_bits", source, 0));
-    CYPRIS_CHECK(q.bits == 4 || q.bits == 8,
-                 "{}: quantization_config weights.num_bits {}: allowed: 4, 8", source, q.bits);
+    CYPRIS_CHECK(q.bits == 4 || q.bits == 8, "{}: quantization_config weights.num_bits {}: allowed: 4, 8", source,
+                 q.bits);
     CYPRIS_CHECK(string_field(w, "type", source, "int") == "int",
                  "{}: quantization_config weights.type '{}': only int weights are supported", source,
                  string_field(w, "type", source, "int"));
@@ -144,9 +143,10 @@ QuantConfig from_json(const json& j, const std::string& source) {
     q.zero_point_plus_one = false;
     check_group_size(q);
   } else {
-    CYPRIS_FAIL("{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq, awq and "
-                "compressed-tensors pack-quantized checkpoints (and GGUF files)",
-                source, q.method);
+    CYPRIS_FAIL(
+        "{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq, awq and "
+        "compressed-tensors pack-quantized checkpoints (and GGUF files)",
+        source, q.method);
   }
   return q;
 }
@@ -178,13 +178,13 @@ std::optional<QuantConfig> read_quant_config(const std::filesystem::path& dir) {
     }
   }
   const auto qpath = dir / "quantize_config.json";
-  if (std::filesystem::is_regular_file(qpath)) return from_json(parse(read_file(qpath), qpath.string()), qpath.string());
+  if (std::filesystem::is_regular_file(qpath))
+    return from_json(parse(read_file(qpath), qpath.string()), qpath.string());
   return std::nullopt;
 }
 
 std::optional<QuantConfig> resolve_quantization(const std::optional<QuantConfig>& checkpoint,
-                                                const std::optional<std::string>& requested,
-                                                const std::string& model) {
+                                                const std::optional<std::string>& requested, const std::string& model) {
   if (!requested) return checkpoint;
   const std::string r = lower(*requested);
   CYPRIS_CHECK(checkpoint.has_value(),

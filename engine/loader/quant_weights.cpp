@@ -18,7 +18,9 @@
 namespace cypris {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 // The layer prefix of a linear weight name ("...q_proj.weight" -> "...q_proj"), or "".
 std::string layer_prefix(const std::string& name) {
@@ -50,8 +52,8 @@ class QuantizedWeightSource : public WeightSource {
   void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype, const ShardSpec& shard,
                  void* dst) const override {
     if (!is_quantized(name)) return plain_->read_into(name, full_shape, dtype, shard, dst);
-    CYPRIS_CHECK(full_shape.size() == 2, "{}: quantized layer '{}' read with shape {}; it is a matrix",
-                 dir_.string(), name, shape_str(full_shape));
+    CYPRIS_CHECK(full_shape.size() == 2, "{}: quantized layer '{}' read with shape {}; it is a matrix", dir_.string(),
+                 name, shape_str(full_shape));
     const quant::WqLayer l = open_layer(name, full_shape[0], full_shape[1]);
     const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
     int64_t n0 = 0, k0 = 0;
@@ -72,20 +74,26 @@ class QuantizedWeightSource : public WeightSource {
                    "{}: tensor '{}.g_idx': input columns {}..{} belong to different groups (act-order, desc_act "
                    "true); act-order GPTQ checkpoints are not supported yet",
                    file_of(prefix(name) + ".g_idx"), prefix(name), mixed, mixed + block - 1);
-      shared_thread_pool().parallel_for(n1 - n0, [&](int64_t r0, int64_t r1) {
-        quant::wq_repack(l, dtype, n0 + r0, n0 + r1, k0, k1, static_cast<char*>(dst) + r0 * row_bytes);
-      }, 16);
+      shared_thread_pool().parallel_for(
+          n1 - n0,
+          [&](int64_t r0, int64_t r1) {
+            quant::wq_repack(l, dtype, n0 + r0, n0 + r1, k0, k1, static_cast<char*>(dst) + r0 * row_bytes);
+          },
+          16);
       return;
     }
     CYPRIS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
                  "{}: quantized layer '{}' cannot be read as {}", dir_.string(), name, dtype_name(dtype));
-    shared_thread_pool().parallel_for(n1 - n0, [&](int64_t r0, int64_t r1) {
-      std::vector<float> row(static_cast<size_t>(k1 - k0));
-      for (int64_t r = r0; r < r1; ++r) {
-        quant::wq_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row.data());
-        convert_from_f32(row.data(), dtype, static_cast<char*>(dst) + r * row_bytes, k1 - k0);
-      }
-    }, 16);
+    shared_thread_pool().parallel_for(
+        n1 - n0,
+        [&](int64_t r0, int64_t r1) {
+          std::vector<float> row(static_cast<size_t>(k1 - k0));
+          for (int64_t r = r0; r < r1; ++r) {
+            quant::wq_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row.data());
+            convert_from_f32(row.data(), dtype, static_cast<char*>(dst) + r * row_bytes, k1 - k0);
+          }
+        },
+        16);
   }
 
  private:
@@ -106,9 +114,10 @@ class QuantizedWeightSource : public WeightSource {
     bool in_order = true;
     for (int64_t k = 0; k < in && in_order; ++k) in_order = idx[k] == k / group;
     if (!in_order && !warned_act_order_.exchange(true)) {
-      LOG_WARN("{}: act-order GPTQ layers (desc_act, g_idx out of order, first: {}) are dequantized to --dtype: "
-               "correct, but 16-bit in memory (kept quantized: not supported yet)",
-               dir_.string(), prefix(name));
+      LOG_WARN(
+          "{}: act-order GPTQ layers (desc_act, g_idx out of order, first: {}) are dequantized to --dtype: "
+          "correct, but 16-bit in memory (kept quantized: not supported yet)",
+          dir_.string(), prefix(name));
     }
     return !in_order;
   }
@@ -166,14 +175,14 @@ class QuantizedWeightSource : public WeightSource {
                  file_of(p + ".qweight"), p, in, l.group, q_.source);
     const int64_t groups = in / l.group;
     if (l.layout == quant::WqLayout::Awq) {
-      CYPRIS_CHECK(out % 8 == 0, "{}: AWQ layer '{}' has {} outputs; AWQ packs 8 per int32", file_of(p + ".qweight"),
-                   p, out);
+      CYPRIS_CHECK(out % 8 == 0, "{}: AWQ layer '{}' has {} outputs; AWQ packs 8 per int32", file_of(p + ".qweight"), p,
+                   out);
       l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".qweight", "I32", {in, out / 8}, what).data);
       l.qzeros = reinterpret_cast<const int32_t*>(tensor(p + ".qzeros", "I32", {groups, out / 8}, what).data);
     } else {
       CYPRIS_CHECK(in % per == 0 && out % per == 0,
-                   "{}: GPTQ layer '{}' is [{}, {}]; {}-bit GPTQ packs {} values per int32 along both", file_of(p + ".qweight"),
-                   p, out, in, q_.bits, per);
+                   "{}: GPTQ layer '{}' is [{}, {}]; {}-bit GPTQ packs {} values per int32 along both",
+                   file_of(p + ".qweight"), p, out, in, q_.bits, per);
       l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".qweight", "I32", {in / per, out}, what).data);
       l.qzeros = reinterpret_cast<const int32_t*>(tensor(p + ".qzeros", "I32", {groups, out / per}, what).data);
     }

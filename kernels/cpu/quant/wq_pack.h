@@ -29,8 +29,8 @@ struct WqLayer {
   WqLayout layout = WqLayout::Gptq;
   int bits = 4;
   int64_t in = 0, out = 0;
-  int64_t group = 0;                // > 0 (a whole row when the checkpoint says -1)
-  bool zero_plus_one = false;       // GPTQ v1
+  int64_t group = 0;           // > 0 (a whole row when the checkpoint says -1)
+  bool zero_plus_one = false;  // GPTQ v1
   const int32_t* qweight = nullptr;
   const int32_t* qzeros = nullptr;
   const uint16_t* scales = nullptr;  // fp16 bits, [groups, out] ([out, groups] for PackedInt)

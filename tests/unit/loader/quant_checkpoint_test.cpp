@@ -64,8 +64,8 @@ std::string hash_of(const std::vector<float>& v) {
   return fmt::format("{:016x}", h);
 }
 
-const std::vector<std::string> kReadable = {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
-                                            "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
+const std::vector<std::string> kReadable = {"gptq_w4_g128_v1",      "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
+                                            "awq_w4_g128",          "awq_w4_g64",         "ct_w4a16_g128_sym",
                                             "ct_w8a16_channel_asym"};
 
 class QuantCheckpoint : public ::testing::TestWithParam<std::string> {};
@@ -150,8 +150,8 @@ TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
 // qweight, qzeros, scales and g_idx (32-value blocks of a 64-value group repeat its scale: 1.16x,
 // not asserted here; docs/quantization.md).
 TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
-  for (const std::string name : {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "awq_w4_g128", "ct_w4a16_g128_sym",
-                                 "ct_w8a16_channel_asym"}) {
+  for (const std::string name :
+       {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "awq_w4_g128", "ct_w4a16_g128_sym", "ct_w8a16_channel_asym"}) {
     const auto w = open(kQuant + name);
     SafetensorsFile f(kQuant + name + "/model.safetensors");
     double ours = 0, theirs = 0;
@@ -176,7 +176,9 @@ TEST(QuantCheckpointTypes, ActOrderLayersAreReadDequantized) {
   const auto w = open(kQuant + "gptq_w4_g64_act_order");
   const std::string layer = "model.layers.0.self_attn.q_proj.weight";
   EXPECT_FALSE(w->native_dtype(layer).has_value());
-  EXPECT_THAT(error_of([&] { w->load(layer, {128, 128}, DType::W4G32); }),
+  EXPECT_THAT(error_of([&] {
+                w->load(layer, {128, 128}, DType::W4G32);
+              }),
               AllOf(HasSubstr("model.safetensors"), HasSubstr("q_proj"), HasSubstr("act-order")));
 }
 
@@ -206,7 +208,8 @@ void write_all(const fs::path& file, const std::map<std::string, RawTensor>& ten
   nlohmann::json header = nlohmann::json::object();
   std::string data;
   for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
     data += t.bytes;
   }
   std::string h = header.dump();
@@ -222,7 +225,8 @@ class MalformedQuant : public ::testing::Test {
   // A copy of `fixture` in a temp folder, its tensors in tensors_.
   void copy(const std::string& fixture) {
     for (const auto& e : fs::directory_iterator(dir_.path())) fs::remove(e.path());
-    for (const auto& e : fs::directory_iterator(kQuant + fixture)) fs::copy(e.path(), dir_.path() / e.path().filename());
+    for (const auto& e : fs::directory_iterator(kQuant + fixture))
+      fs::copy(e.path(), dir_.path() / e.path().filename());
     tensors_ = read_all(dir_.path() / "model.safetensors");
   }
   void save() { write_all(dir_.path() / "model.safetensors", tensors_); }

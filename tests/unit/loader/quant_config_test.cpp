@@ -61,7 +61,8 @@ TEST(QuantConfig, ReadsAwq) {
   EXPECT_EQ(q->group_size, 64);
   EXPECT_FALSE(q->zero_point_plus_one);
   // AutoAWQ's own spelling of the fields.
-  const QuantConfig old = parse_quant_config(R"({"quant_method":"awq","w_bit":4,"q_group_size":128,"zero_point":true,"version":"GEMM"})", "c");
+  const QuantConfig old = parse_quant_config(
+      R"({"quant_method":"awq","w_bit":4,"q_group_size":128,"zero_point":true,"version":"GEMM"})", "c");
   EXPECT_EQ(old.group_size, 128);
   EXPECT_EQ(old.checkpoint_format, "gemm");
 }
@@ -85,10 +86,14 @@ TEST(QuantConfig, UnimplementedMethodsAndVariantsAreRefusedByName) {
               AllOf(HasSubstr("config.json"), HasSubstr("quant_method 'fp8'"), HasSubstr("not supported yet")));
   EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"float-quantized"})"),
               AllOf(HasSubstr("float-quantized"), HasSubstr("not supported yet")));
-  EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"group","group_size":128},"input_activations":{"num_bits":8}}}})"),
-              AllOf(HasSubstr("input activations"), HasSubstr("not supported yet")));
-  EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"tensor"}}}})"),
-              HasSubstr("strategy 'tensor'"));
+  EXPECT_THAT(
+      parse_error(
+          R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"group","group_size":128},"input_activations":{"num_bits":8}}}})"),
+      AllOf(HasSubstr("input activations"), HasSubstr("not supported yet")));
+  EXPECT_THAT(
+      parse_error(
+          R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"tensor"}}}})"),
+      HasSubstr("strategy 'tensor'"));
   EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true})"), HasSubstr("bitsandbytes"));
   EXPECT_THAT(parse_error(R"({"quant_method":"exl2"})"), HasSubstr("exl2"));
   EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":3,"group_size":128})"),

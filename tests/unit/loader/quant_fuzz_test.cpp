@@ -49,7 +49,8 @@ void write_all(const fs::path& file, std::map<std::string, Raw> tensors) {
     for (int64_t d : t.shape) n *= d;
     const size_t es = t.dtype == "I64" ? 8 : (t.dtype == "F16" || t.dtype == "BF16") ? 2 : 4;
     t.bytes.resize(static_cast<size_t>(n) * es);
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
     data += t.bytes;
   }
   std::string h = header.dump();
@@ -78,8 +79,12 @@ TEST(QuantFuzz, MutatedCheckpointsLoadOrFailCleanly) {
     for (int m = 0; m < mutations; ++m) {
       Raw& t = tensors[names[rng() % names.size()]];
       switch (rng() % 6) {
-        case 0: if (!t.shape.empty()) t.shape[rng() % t.shape.size()] = static_cast<int64_t>(rng() % 300); break;
-        case 1: t.dtype = std::vector<std::string>{"I32", "F16", "BF16", "F32", "I64"}[rng() % 5]; break;
+        case 0:
+          if (!t.shape.empty()) t.shape[rng() % t.shape.size()] = static_cast<int64_t>(rng() % 300);
+          break;
+        case 1:
+          t.dtype = std::vector<std::string>{"I32", "F16", "BF16", "F32", "I64"}[rng() % 5];
+          break;
         case 2:  // random words (g_idx values, packed values, scales: inf/nan included)
           for (int i = 0; i < 8 && !t.bytes.empty(); ++i) {
             const uint32_t v = rng();
@@ -87,15 +92,22 @@ TEST(QuantFuzz, MutatedCheckpointsLoadOrFailCleanly) {
             std::memcpy(t.bytes.data() + at, &v, std::min<size_t>(4, t.bytes.size() - at));
           }
           break;
-        case 3: tensors.erase(names[rng() % names.size()]); names.clear(); for (const auto& [n, x] : tensors) names.push_back(n); break;
-        case 4: t.shape.push_back(1); break;
+        case 3:
+          tensors.erase(names[rng() % names.size()]);
+          names.clear();
+          for (const auto& [n, x] : tensors) names.push_back(n);
+          break;
+        case 4:
+          t.shape.push_back(1);
+          break;
         default: {
           const fs::path cfg = dir.path() / "config.json";
           nlohmann::json c = nlohmann::json::parse(std::ifstream(cfg));
           if (c.contains("quantization_config")) {
             auto& q = c["quantization_config"];
             const std::vector<nlohmann::json> odd = {0, -1, 3, 7, 16, 33, 96, 1 << 20, "x", nullptr, true, -128};
-            const char* key = std::vector<const char*>{"bits", "group_size", "sym", "desc_act", "checkpoint_format"}[rng() % 5];
+            const char* key =
+                std::vector<const char*>{"bits", "group_size", "sym", "desc_act", "checkpoint_format"}[rng() % 5];
             q[key] = odd[rng() % odd.size()];
           }
           std::ofstream(cfg) << c.dump();
@@ -109,8 +121,8 @@ TEST(QuantFuzz, MutatedCheckpointsLoadOrFailCleanly) {
       const auto w = open_weight_source(dir.path(), cfg, LoadOptions{});
       for (const char* layer : {"self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj"}) {
         const std::string name = std::string("model.layers.0.") + layer + ".weight";
-        const std::vector<int64_t> shape = std::string(layer) == "self_attn.k_proj" ? std::vector<int64_t>{64, 128}
-                                                                                   : std::vector<int64_t>{128, 128};
+        const std::vector<int64_t> shape =
+            std::string(layer) == "self_attn.k_proj" ? std::vector<int64_t>{64, 128} : std::vector<int64_t>{128, 128};
         if (!w->contains(name)) continue;
         if (const auto native = w->native_dtype(name)) w->load(name, shape, *native);
         w->load(name, shape, DType::F32, ShardSpec::split(1, 1, 2));
