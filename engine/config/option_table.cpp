@@ -176,8 +176,9 @@ std::vector<OptionSpec> build_table() {
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
           "The method used to quantize the weights. Inferred from the model when possible (the checkpoint's "
           "quantization_config); when given it must agree with the checkpoint. Cypris supports gptq (2/4/8 bits; "
-          "gptq_marlin loads the same checkpoints), awq (4-bit GEMM) and gguf (llama.cpp's quantization types, "
-          "read from a .gguf --model); the others are not supported yet. See docs/quantization.md.")
+          "gptq_marlin loads the same checkpoints), awq (4-bit GEMM), compressed-tensors (pack-quantized W4A16/W8A16) "
+          "and gguf (llama.cpp's quantization types, read from a .gguf --model); the others are not supported yet. "
+          "See docs/quantization.md.")
           .alias("-q")
           .choices({"aqlm", "awq", "bnb", "eetq", "exl2", "gguf", "gptq", "quip", "squeezellm", "marlin", "fp8",
                     "deepspeedfp", "gptq_marlin", "gptq_marlin_24", "compressed-tensors", "bitsandbytes"}));

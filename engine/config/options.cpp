@@ -466,10 +466,10 @@ std::vector<std::string> validate_options(const EngineConfig& cfg) {
   }
   if (cfg.quant.quantization) {
     const std::string& q = *cfg.quant.quantization;
-    CYPRIS_CHECK(q == "gguf" || q == "gptq" || q == "gptq_marlin" || q == "awq",
-                 "--quantization {}: not supported yet in Cypris; supported: gptq (also gptq_marlin), awq (read from "
-                 "the checkpoint's quantization_config, so -q may be left out) and gguf (a .gguf --model or "
-                 "--gguf-file NAME)",
+    CYPRIS_CHECK(q == "gguf" || q == "gptq" || q == "gptq_marlin" || q == "awq" || q == "compressed-tensors",
+                 "--quantization {}: not supported yet in Cypris; supported: gptq (also gptq_marlin), awq, "
+                 "compressed-tensors (pack-quantized; all read from the checkpoint's quantization_config, so -q may "
+                 "be left out) and gguf (a .gguf --model or --gguf-file NAME)",
                  q);
   }
   const auto& d = cfg.device.device;

@@ -100,17 +100,53 @@ QuantConfig from_json(const json& j, const std::string& source) {
                  "{}: quantization_config.version '{}': only AWQ's GEMM layout is supported (version gemm); gemv and "
                  "others are not supported yet",
                  source, q.checkpoint_format);
-    CYPRIS_CHECK(q.bits == 4, "{}: quantization_config.bits {}: AWQ checkpoints are 4-bit; allowed: 4", source,
-                 q.bits);
+    CYPRIS_CHECK(q.bits == 4, "{}: quantization_config.bits {}: AWQ checkpoints are 4-bit; allowed: 4", source, q.bits);
     CYPRIS_CHECK(!q.sym, "{}: quantization_config.zero_point false: AWQ without zero points is not supported yet",
                  source);
     CYPRIS_CHECK(q.group_size > 0, "{}: quantization_config.group_size {}: AWQ needs a positive group size", source,
                  q.group_size);
     check_group_size(q);
+  } else if (q.method == "compressed-tensors") {
+    // llm-compressor's pack-quantized W4A16 / W8A16: one config group of integer weights, no
+    // activation quantization.
+    q.checkpoint_format = string_field(j, "format", source, "");
+    CYPRIS_CHECK(q.checkpoint_format == "pack-quantized",
+                 "{}: quantization_config.format '{}': compressed-tensors {} checkpoints are not supported yet; "
+                 "Cypris loads pack-quantized (W4A16, W8A16)",
+                 source, q.checkpoint_format, q.checkpoint_format);
+    CYPRIS_CHECK(j.contains("config_groups") && j.at("config_groups").is_object() && j.at("config_groups").size() == 1,
+                 "{}: quantization_config.config_groups: Cypris loads compressed-tensors checkpoints with one config "
+                 "group (several: not supported yet)",
+                 source);
+    const json& grp = j.at("config_groups").begin().value();
+    CYPRIS_CHECK(grp.is_object() && grp.contains("weights") && grp.at("weights").is_object(),
+                 "{}: quantization_config.config_groups.{}.weights must be an object", source,
+                 j.at("config_groups").begin().key());
+    const json& w = grp.at("weights");
+    CYPRIS_CHECK(!grp.contains("input_activations") || grp.at("input_activations").is_null(),
+                 "{}: quantization_config: quantized input activations (W8A8) are not supported yet; Cypris loads "
+                 "weight-only pack-quantized checkpoints",
+                 source);
+    q.bits = static_cast<int>(int_field(w, "num_bits", source, 0));
+    CYPRIS_CHECK(q.bits == 4 || q.bits == 8, "{}: quantization_config weights.num_bits {}: allowed: 4, 8", source,
+                 q.bits);
+    CYPRIS_CHECK(string_field(w, "type", source, "int") == "int",
+                 "{}: quantization_config weights.type '{}': only int weights are supported", source,
+                 string_field(w, "type", source, "int"));
+    q.sym = bool_field(w, "symmetric", source, true);
+    const std::string strategy = string_field(w, "strategy", source, "");
+    CYPRIS_CHECK(strategy == "group" || strategy == "channel",
+                 "{}: quantization_config weights.strategy '{}': allowed: group, channel", source, strategy);
+    q.group_size = strategy == "channel" ? -1 : int_field(w, "group_size", source, 0);
+    CYPRIS_CHECK(w.value("actorder", json()).is_null(),
+                 "{}: quantization_config weights.actorder {}: not supported yet", source, w.at("actorder").dump());
+    q.zero_point_plus_one = false;
+    check_group_size(q);
   } else {
-    CYPRIS_FAIL("{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq and awq "
-                "checkpoints (and GGUF files)",
-                source, q.method);
+    CYPRIS_FAIL(
+        "{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq, awq and "
+        "compressed-tensors pack-quantized checkpoints (and GGUF files)",
+        source, q.method);
   }
   return q;
 }
@@ -120,6 +156,10 @@ QuantConfig from_json(const json& j, const std::string& source) {
 std::string QuantConfig::summary() const {
   if (method == "awq") {
     return fmt::format("awq {}-bit, group size {}, zero points, version {}", bits, group_size, checkpoint_format);
+  }
+  if (method == "compressed-tensors") {
+    return fmt::format("compressed-tensors {} W{}A16, group size {}, {}", checkpoint_format, bits, group_size,
+                       sym ? "symmetric" : "asymmetric");
   }
   return fmt::format("{} {}-bit, group size {}, desc_act {}, sym {}, format {}", method, bits, group_size, desc_act,
                      sym, checkpoint_format);
@@ -138,13 +178,13 @@ std::optional<QuantConfig> read_quant_config(const std::filesystem::path& dir) {
     }
   }
   const auto qpath = dir / "quantize_config.json";
-  if (std::filesystem::is_regular_file(qpath)) return from_json(parse(read_file(qpath), qpath.string()), qpath.string());
+  if (std::filesystem::is_regular_file(qpath))
+    return from_json(parse(read_file(qpath), qpath.string()), qpath.string());
   return std::nullopt;
 }
 
 std::optional<QuantConfig> resolve_quantization(const std::optional<QuantConfig>& checkpoint,
-                                                const std::optional<std::string>& requested,
-                                                const std::string& model) {
+                                                const std::optional<std::string>& requested, const std::string& model) {
   if (!requested) return checkpoint;
   const std::string r = lower(*requested);
   CYPRIS_CHECK(checkpoint.has_value(),

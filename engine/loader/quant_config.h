@@ -11,13 +11,13 @@
 namespace cypris {
 
 struct QuantConfig {
-  std::string method;          // "gptq" or "awq" once resolved; as written when refused
-  int bits = 0;                // 2, 4, 8 (GPTQ), 4 (AWQ)
-  int64_t group_size = -1;     // values per scale along a row; -1: one group per row
-  bool desc_act = false;       // GPTQ act-order: g_idx is not in order
-  bool sym = true;             // GPTQ symmetric (zeros all 2^(bits-1))
+  std::string method;               // "gptq", "awq" or "compressed-tensors"
+  int bits = 0;                     // 2, 4, 8 (GPTQ), 4 (AWQ)
+  int64_t group_size = -1;          // values per scale along a row; -1: one group per row
+  bool desc_act = false;            // GPTQ act-order: g_idx is not in order
+  bool sym = true;                  // GPTQ symmetric (zeros all 2^(bits-1))
   bool zero_point_plus_one = true;  // GPTQ v1 checkpoints store zero - 1 (checkpoint_format gptq)
-  std::string checkpoint_format;    // gptq, gptq_v2 (GPTQ); gemm (AWQ version)
+  std::string checkpoint_format;    // gptq, gptq_v2 (GPTQ); gemm (AWQ version); pack-quantized (compressed-tensors)
   std::string source;               // the file it was read from, for messages
 
   // One line for the load log: "gptq 4-bit, group size 128, desc_act false, sym true, format gptq".
@@ -36,7 +36,6 @@ QuantConfig parse_quant_config(const std::string& json_text, const std::string& 
 // given). A -q without a quantized checkpoint, or one that names another method, is an Error naming
 // both. nullopt: the checkpoint is not quantized and nothing was requested.
 std::optional<QuantConfig> resolve_quantization(const std::optional<QuantConfig>& checkpoint,
-                                                const std::optional<std::string>& requested,
-                                                const std::string& model);
+                                                const std::optional<std::string>& requested, const std::string& model);
 
 }  // namespace cypris

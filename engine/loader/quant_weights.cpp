@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <atomic>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "engine/common/error.h"
+#include "engine/common/log.h"
 #include "engine/loader/safetensors.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant/wq_pack.h"
@@ -15,7 +18,9 @@
 namespace cypris {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const std::vector<int64_t>& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 // The layer prefix of a linear weight name ("...q_proj.weight" -> "...q_proj"), or "".
 std::string layer_prefix(const std::string& name) {
@@ -37,6 +42,9 @@ class QuantizedWeightSource : public WeightSource {
 
   std::optional<DType> native_dtype(const std::string& name) const override {
     if (!is_quantized(name)) return plain_->native_dtype(name);
+    // Act-order (g_idx out of order): the blocks would mix groups, so the layer is dequantized to
+    // the model's --dtype (exact, but 16-bit in memory) until the kernels take a column order.
+    if (act_order(name)) return std::nullopt;
     const auto shape = qweight_logical_shape(name);
     return quant::wq_repack_type(q_.bits, group_of(shape[1]), shape[1]);
   }
@@ -44,8 +52,8 @@ class QuantizedWeightSource : public WeightSource {
   void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype, const ShardSpec& shard,
                  void* dst) const override {
     if (!is_quantized(name)) return plain_->read_into(name, full_shape, dtype, shard, dst);
-    CYPRIS_CHECK(full_shape.size() == 2, "{}: quantized layer '{}' read with shape {}; it is a matrix",
-                 dir_.string(), name, shape_str(full_shape));
+    CYPRIS_CHECK(full_shape.size() == 2, "{}: quantized layer '{}' read with shape {}; it is a matrix", dir_.string(),
+                 name, shape_str(full_shape));
     const quant::WqLayer l = open_layer(name, full_shape[0], full_shape[1]);
     const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
     int64_t n0 = 0, k0 = 0;
@@ -55,6 +63,9 @@ class QuantizedWeightSource : public WeightSource {
     const int64_t row_bytes = static_cast<int64_t>(dtype_nbytes(dtype, local[1]));
     if (dtype_is_quantized(dtype)) {
       const std::optional<DType> native = native_dtype(name);
+      CYPRIS_CHECK(native.has_value(),
+                   "{}: layer '{}' is act-order GPTQ (g_idx out of order); it is read dequantized, not as {}",
+                   file_of(prefix(name) + ".g_idx"), prefix(name), dtype_name(dtype));
       CYPRIS_CHECK(dtype == *native, "{}: quantized layer '{}' is kept as {}, not {}", dir_.string(), name,
                    dtype_name(*native), dtype_name(dtype));
       const int block = static_cast<int>(dtype_block(dtype).elems);
@@ -63,20 +74,26 @@ class QuantizedWeightSource : public WeightSource {
                    "{}: tensor '{}.g_idx': input columns {}..{} belong to different groups (act-order, desc_act "
                    "true); act-order GPTQ checkpoints are not supported yet",
                    file_of(prefix(name) + ".g_idx"), prefix(name), mixed, mixed + block - 1);
-      shared_thread_pool().parallel_for(n1 - n0, [&](int64_t r0, int64_t r1) {
-        quant::wq_repack(l, dtype, n0 + r0, n0 + r1, k0, k1, static_cast<char*>(dst) + r0 * row_bytes);
-      }, 16);
+      shared_thread_pool().parallel_for(
+          n1 - n0,
+          [&](int64_t r0, int64_t r1) {
+            quant::wq_repack(l, dtype, n0 + r0, n0 + r1, k0, k1, static_cast<char*>(dst) + r0 * row_bytes);
+          },
+          16);
       return;
     }
     CYPRIS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
                  "{}: quantized layer '{}' cannot be read as {}", dir_.string(), name, dtype_name(dtype));
-    shared_thread_pool().parallel_for(n1 - n0, [&](int64_t r0, int64_t r1) {
-      std::vector<float> row(static_cast<size_t>(k1 - k0));
-      for (int64_t r = r0; r < r1; ++r) {
-        quant::wq_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row.data());
-        convert_from_f32(row.data(), dtype, static_cast<char*>(dst) + r * row_bytes, k1 - k0);
-      }
-    }, 16);
+    shared_thread_pool().parallel_for(
+        n1 - n0,
+        [&](int64_t r0, int64_t r1) {
+          std::vector<float> row(static_cast<size_t>(k1 - k0));
+          for (int64_t r = r0; r < r1; ++r) {
+            quant::wq_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row.data());
+            convert_from_f32(row.data(), dtype, static_cast<char*>(dst) + r * row_bytes, k1 - k0);
+          }
+        },
+        16);
   }
 
  private:
@@ -84,7 +101,25 @@ class QuantizedWeightSource : public WeightSource {
 
   bool is_quantized(const std::string& name) const {
     const std::string p = layer_prefix(name);
-    return !p.empty() && ckpt_.find(p + ".qweight") != nullptr;
+    return !p.empty() && ckpt_.find(p + packed_name()) != nullptr;
+  }
+
+  // True when the layer's g_idx is not k / group (GPTQ act-order); warns once per checkpoint.
+  bool act_order(const std::string& name) const {
+    const SafetensorsTensor* g = ckpt_.find(prefix(name) + ".g_idx");
+    if (g == nullptr || q_.method != "gptq" || g->dtype_name != "I32" || g->shape.size() != 1) return false;
+    const int64_t in = g->shape[0];
+    const int64_t group = group_of(in);
+    const auto* idx = reinterpret_cast<const int32_t*>(g->data);
+    bool in_order = true;
+    for (int64_t k = 0; k < in && in_order; ++k) in_order = idx[k] == k / group;
+    if (!in_order && !warned_act_order_.exchange(true)) {
+      LOG_WARN(
+          "{}: act-order GPTQ layers (desc_act, g_idx out of order, first: {}) are dequantized to --dtype: "
+          "correct, but 16-bit in memory (kept quantized: not supported yet)",
+          dir_.string(), prefix(name));
+    }
+    return !in_order;
   }
 
   std::string file_of(const std::string& tensor) const {
@@ -94,13 +129,18 @@ class QuantizedWeightSource : public WeightSource {
   }
 
   int64_t group_of(int64_t in) const { return q_.group_size > 0 ? q_.group_size : in; }
+  bool packed_int() const { return q_.method == "compressed-tensors"; }
+  // The tensor holding a layer's packed values.
+  std::string packed_name() const { return packed_int() ? ".weight_packed" : ".qweight"; }
 
   // [out, in] of a quantized layer from its qweight alone (before the config's shape is known).
   std::vector<int64_t> qweight_logical_shape(const std::string& name) const {
-    const SafetensorsTensor* t = ckpt_.find(prefix(name) + ".qweight");
-    CYPRIS_CHECK(t->shape.size() == 2, "{}: tensor '{}.qweight' has shape {}; it must be a matrix",
-                 file_of(prefix(name) + ".qweight"), prefix(name), shape_str(t->shape));
+    const std::string packed = prefix(name) + packed_name();
+    const SafetensorsTensor* t = ckpt_.find(packed);
+    CYPRIS_CHECK(t->shape.size() == 2, "{}: tensor '{}' has shape {}; it must be a matrix", file_of(packed), packed,
+                 shape_str(t->shape));
     if (q_.method == "awq") return {t->shape[1] * 8, t->shape[0]};
+    if (packed_int()) return {t->shape[0], t->shape[1] * (32 / q_.bits)};
     return {t->shape[1], t->shape[0] * (32 / q_.bits)};
   }
 
@@ -120,6 +160,7 @@ class QuantizedWeightSource : public WeightSource {
   // The layer's tensors, checked against the config and the [out, in] the model expects.
   quant::WqLayer open_layer(const std::string& name, int64_t out, int64_t in) const {
     const std::string p = prefix(name);
+    if (packed_int()) return open_packed_int(p, out, in);
     const std::string what = fmt::format("a [{}, {}] layer", out, in);
     quant::WqLayer l;
     l.layout = q_.method == "awq" ? quant::WqLayout::Awq : quant::WqLayout::Gptq;
@@ -134,14 +175,14 @@ class QuantizedWeightSource : public WeightSource {
                  file_of(p + ".qweight"), p, in, l.group, q_.source);
     const int64_t groups = in / l.group;
     if (l.layout == quant::WqLayout::Awq) {
-      CYPRIS_CHECK(out % 8 == 0, "{}: AWQ layer '{}' has {} outputs; AWQ packs 8 per int32", file_of(p + ".qweight"),
-                   p, out);
+      CYPRIS_CHECK(out % 8 == 0, "{}: AWQ layer '{}' has {} outputs; AWQ packs 8 per int32", file_of(p + ".qweight"), p,
+                   out);
       l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".qweight", "I32", {in, out / 8}, what).data);
       l.qzeros = reinterpret_cast<const int32_t*>(tensor(p + ".qzeros", "I32", {groups, out / 8}, what).data);
     } else {
       CYPRIS_CHECK(in % per == 0 && out % per == 0,
-                   "{}: GPTQ layer '{}' is [{}, {}]; {}-bit GPTQ packs {} values per int32 along both", file_of(p + ".qweight"),
-                   p, out, in, q_.bits, per);
+                   "{}: GPTQ layer '{}' is [{}, {}]; {}-bit GPTQ packs {} values per int32 along both",
+                   file_of(p + ".qweight"), p, out, in, q_.bits, per);
       l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".qweight", "I32", {in / per, out}, what).data);
       l.qzeros = reinterpret_cast<const int32_t*>(tensor(p + ".qzeros", "I32", {groups, out / per}, what).data);
     }
@@ -162,10 +203,63 @@ class QuantizedWeightSource : public WeightSource {
     return l;
   }
 
+  // compressed-tensors pack-quantized: weight_packed, weight_scale (the model's dtype, kept exactly
+  // as fp16), weight_zero_point when asymmetric.
+  quant::WqLayer open_packed_int(const std::string& p, int64_t out, int64_t in) const {
+    const std::string what = fmt::format("a [{}, {}] layer", out, in);
+    quant::WqLayer l;
+    l.layout = quant::WqLayout::PackedInt;
+    l.bits = q_.bits;
+    l.in = in;
+    l.out = out;
+    l.group = group_of(in);
+    const int per = 32 / q_.bits;
+    CYPRIS_CHECK(in % l.group == 0 && in % per == 0,
+                 "{}: layer '{}' has {} input columns, not a whole number of groups of {} ({}: group_size)",
+                 file_of(p + ".weight_packed"), p, in, l.group, q_.source);
+    const int64_t groups = in / l.group;
+    l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".weight_packed", "I32", {out, in / per}, what).data);
+    if (!q_.sym) {
+      CYPRIS_CHECK(out % per == 0, "{}: layer '{}' has {} outputs; its zero points pack {} per int32",
+                   file_of(p + ".weight_packed"), p, out, per);
+      l.qzeros =
+          reinterpret_cast<const int32_t*>(tensor(p + ".weight_zero_point", "I32", {out / per, groups}, what).data);
+    }
+    const SafetensorsFile* f = nullptr;
+    const SafetensorsTensor* sc = ckpt_.find(p + ".weight_scale", &f);
+    CYPRIS_CHECK(sc != nullptr, "{}: tensor '{}.weight_scale' not found; a {} layer needs it", dir_.string(), p,
+                 q_.method);
+    CYPRIS_CHECK(sc->dtype.has_value(), "{}: tensor '{}.weight_scale' has dtype {}; allowed: F16, BF16, F32",
+                 f->path().string(), p, sc->dtype_name);
+    const std::vector<int64_t> want = {out, groups};
+    CYPRIS_CHECK(sc->shape == want, "{}: tensor '{}.weight_scale' has shape {} but {} needs {} ({})",
+                 f->path().string(), p, shape_str(sc->shape), q_.summary(), shape_str(want), what);
+    if (*sc->dtype == DType::F16) {
+      l.scales = reinterpret_cast<const uint16_t*>(sc->data);
+      return l;
+    }
+    // bf16 / fp32 scales: the blocks hold fp16; every checkpoint scale must convert exactly.
+    auto& store = scale_store_[p];
+    store.resize(static_cast<size_t>(out * groups));
+    std::vector<float> f32(store.size());
+    convert_to_f32(sc->data, *sc->dtype, f32.data(), static_cast<int64_t>(f32.size()));
+    for (size_t i = 0; i < store.size(); ++i) {
+      store[i] = f32_to_f16(f32[i]);
+      CYPRIS_CHECK(f16_to_f32(store[i]) == f32[i],
+                   "{}: tensor '{}.weight_scale'[{}] = {} is not exact in fp16; such scales are not supported yet",
+                   f->path().string(), p, i, f32[i]);
+    }
+    l.scales = store.data();
+    return l;
+  }
+
   std::filesystem::path dir_;
   QuantConfig q_;
   std::unique_ptr<WeightSource> plain_;
   SafetensorsCheckpoint ckpt_;
+  mutable std::atomic<bool> warned_act_order_{false};
+  // fp16 copies of non-fp16 scales, per layer (each rank's source is used by one thread).
+  mutable std::map<std::string, std::vector<uint16_t>> scale_store_;
 };
 
 }  // namespace

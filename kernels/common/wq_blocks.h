@@ -28,8 +28,8 @@ struct BlockW4 {
 };
 template <int N>
 struct BlockW8 {
-  uint16_t d;  // fp16 scale
-  int16_t z;   // zero point - 128
+  uint16_t d;    // fp16 scale
+  int16_t z;     // zero point - 128
   int8_t qs[N];  // q - 128
 };
 #pragma pack(pop)

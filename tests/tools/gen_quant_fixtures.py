@@ -11,7 +11,12 @@ Packing (read from the reference implementations, written anew here):
 - AWQ, AutoAWQ's WQLinear_GEMM.from_linear: intweight [in, out]; qweight [in, out / 8] int32 where
   nibble i of word (k, c) holds column c * 8 + ORDER[i], ORDER = [0, 2, 4, 6, 1, 3, 5, 7]; qzeros
   [groups, out / 8] the same; scales [groups, out] fp16. No zero - 1.
-Dequantized weight: scale * (q - zero), exact in fp32 (fp16 scale, small integer).
+- compressed-tensors pack-quantized (pack_to_int32 of llm-compressor's PackedQuantizationCompressor):
+  the signed value q_s is stored as q_s + 2^(bits - 1); weight_packed [out, in * bits / 32] int32
+  with input k of row n at bits * (k % (32 / bits)) of word (n, k // (32 / bits)); weight_scale
+  [out, groups] in the model's dtype (bf16 here); weight_zero_point (asymmetric) packed the same way
+  along the outputs, [out * bits / 32, groups]; weight_shape [2] int64.
+Dequantized weight: scale * (q - zero), exact in fp32 (fp16 or bf16 scale, small integer).
 
 Each folder: config.json (quantization_config inside, or quantize_config.json beside it),
 model.safetensors, expected.json {"input_ids", "logits" (fp64 forward over the dequantized weights,
@@ -40,7 +45,7 @@ LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_att
            "mlp.up_proj", "mlp.down_proj"]
 
 
-def quantize(W, bits, group, sym, rng, act_order):
+def quantize(W, bits, group, sym, rng, act_order, bf16_scales=False):
     """Per group (along the input columns) min/max quantization as GPTQ's and AWQ's quantizers set up
     their scales (the rounding search of GPTQ itself does not matter for the format). Returns q
     [out, in], zeros [groups, out], scales fp16 [groups, out], g_idx [in]."""
@@ -68,6 +73,8 @@ def quantize(W, bits, group, sym, rng, act_order):
             s = ((hi - lo) / maxq).astype(np.float16)
             z = np.clip(np.round(-lo / s.astype(np.float64)), 1, maxq).astype(np.int64)  # >= 1: see v1 below
         s = np.where(s == 0, np.float16(1e-3), s)
+        if bf16_scales:  # scales in the model's bf16, also exact in fp16 (normal range, 8 bits)
+            s = to_bf16_exact(s.astype(np.float32)).astype(np.float16)
         scales[gi], zeros[gi] = s, z
         q[:, cols] = np.clip(np.round(Wg / s[:, None].astype(np.float64)) + z[:, None], 0, maxq)
     return q, zeros, scales, g_idx
@@ -112,13 +119,49 @@ def fnv1a64(data):
     return "%016x" % h
 
 
+def pack_ct(q, zeros, bits, sym):
+    per = 32 // bits
+    u = q.astype(np.uint64)  # q_s + 2^(bits-1) is the unsigned q here (zero likewise)
+    packed = np.zeros((q.shape[0], q.shape[1] // per), dtype=np.uint64)
+    for i in range(per):
+        packed |= u[:, i::per] << np.uint64(bits * i)
+    zp = None
+    if not sym:
+        zt = zeros.T.astype(np.uint64)  # [out, groups]
+        zp = np.zeros((zt.shape[0] // per, zt.shape[1]), dtype=np.uint64)
+        for i in range(per):
+            zp |= zt[i::per, :] << np.uint64(bits * i)
+        zp = zp.astype(np.uint32).view(np.int32)
+    return packed.astype(np.uint32).view(np.int32), zp
+
+
+class BF16:
+    """bf16 values kept as their uint16 bits (numpy has no bfloat16)."""
+
+    def __init__(self, values):
+        f = np.asarray(values, dtype=np.float32)
+        self.bits = (f.view(np.uint32) >> 16).astype(np.uint16)
+        assert ((self.bits.astype(np.uint32) << 16).view(np.float32) == f).all(), "not exact in bf16"
+        self.shape = f.shape
+
+
+def to_bf16_exact(a):
+    """Rounds down to bf16 (truncation) so the value is exactly representable."""
+    f = np.asarray(a, dtype=np.float32)
+    return (f.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+
+
 def write_safetensors(path, tensors):
-    tags = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}
+    tags = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.int32): "I32",
+            np.dtype(np.int64): "I64"}
     header, blobs, off = {}, [], 0
     for n in sorted(tensors):
-        t = np.ascontiguousarray(tensors[n])
-        raw = t.astype(t.dtype.newbyteorder("<")).tobytes()
-        header[n] = {"dtype": tags[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        if isinstance(tensors[n], BF16):
+            raw, tag, shape = tensors[n].bits.astype("<u2").tobytes(), "BF16", list(tensors[n].shape)
+        else:
+            t = np.ascontiguousarray(tensors[n])
+            raw, tag, shape = t.astype(t.dtype.newbyteorder("<")).tobytes(), tags[t.dtype], list(t.shape)
+        header[n] = {"dtype": tag, "shape": shape, "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
         off += len(raw)
     h = json.dumps(header, separators=(",", ":")).encode()
@@ -198,6 +241,8 @@ FIXTURES = {
     "gptq_w4_g64_act_order": ("gptq", 4, 64, False, True, True, 1, False),
     "awq_w4_g128": ("awq", 4, 128, False, False, False, 1, False),
     "awq_w4_g64": ("awq", 4, 64, False, False, False, 1, False),
+    "ct_w4a16_g128_sym": ("ct", 4, 128, True, False, False, 1, False),
+    "ct_w8a16_channel_asym": ("ct", 8, -1, False, False, False, 1, False),
 }
 
 
@@ -231,11 +276,19 @@ def make_seed(name, spec, seed):
         for lin in LINEARS:
             out, inp = shapes[lin]
             W = rng.standard_normal((out, inp)) * inp ** -0.5
-            q, zeros, scales, g_idx = quantize(W, bits, group, sym, rng, act_order)
+            q, zeros, scales, g_idx = quantize(W, bits, group, sym, rng, act_order, bf16_scales=method == "ct")
             deq = dequantize(q, zeros, scales, g_idx)
             assert (deq.astype(np.float32).astype(np.float64) == deq).all()  # exact in fp32
             R[p + lin] = deq
             hashes[p + lin] = fnv1a64(deq.astype("<f4").tobytes())
+            if method == "ct":
+                packed, zp = pack_ct(q, zeros, bits, sym)
+                T[p + lin + ".weight_packed"] = packed
+                T[p + lin + ".weight_scale"] = BF16(scales.T.astype(np.float32))
+                T[p + lin + ".weight_shape"] = np.array([out, inp], dtype=np.int64)
+                if zp is not None:
+                    T[p + lin + ".weight_zero_point"] = zp
+                continue
             if method == "gptq":
                 qweight, qzeros = pack_gptq(q, zeros, bits, v1)
                 T[p + lin + ".g_idx"] = g_idx.astype(np.int32)
@@ -245,6 +298,13 @@ def make_seed(name, spec, seed):
     if method == "gptq":
         qc = {"quant_method": "gptq", "bits": bits, "group_size": group, "desc_act": act_order, "sym": sym,
               "damp_percent": 0.01, "true_sequential": True, "checkpoint_format": "gptq" if v1 else "gptq_v2"}
+    elif method == "ct":
+        weights = {"num_bits": bits, "type": "int", "symmetric": sym, "strategy": "channel" if group == -1 else "group",
+                   "group_size": None if group == -1 else group, "dynamic": False, "actorder": None}
+        qc = {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+              "ignore": ["lm_head"], "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                                                  "input_activations": None,
+                                                                  "output_activations": None}}}
     else:
         qc = {"quant_method": "awq", "bits": bits, "group_size": group, "zero_point": True, "version": "gemm"}
     ids = rng.integers(0, cfg["vocab_size"], 16).tolist()

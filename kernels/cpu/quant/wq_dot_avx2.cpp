@@ -17,7 +17,9 @@ namespace {
 
 #define CYPRIS_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-CYPRIS_AVX2 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+CYPRIS_AVX2 inline float h2f(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
 CYPRIS_AVX2 inline float hsum_f32(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -91,24 +93,31 @@ CYPRIS_AVX2 void dot_w8(const void* w_row, const ActRow* a, int64_t k, float* ou
   for (int r = 0; r < R; ++r) out[r] = hsum_f32(acc[r]) - off[r];
 }
 
-
 template <int N>
 void rows_w4(const void* w_row, const ActRow* a, int nrows, int64_t k, float* out) {
   switch (nrows) {
-    case 1: return dot_w4<N, 1>(w_row, a, k, out);
-    case 2: return dot_w4<N, 2>(w_row, a, k, out);
-    case 3: return dot_w4<N, 3>(w_row, a, k, out);
-    default: return dot_w4<N, 4>(w_row, a, k, out);
+    case 1:
+      return dot_w4<N, 1>(w_row, a, k, out);
+    case 2:
+      return dot_w4<N, 2>(w_row, a, k, out);
+    case 3:
+      return dot_w4<N, 3>(w_row, a, k, out);
+    default:
+      return dot_w4<N, 4>(w_row, a, k, out);
   }
 }
 
 template <int N>
 void rows_w8(const void* w_row, const ActRow* a, int nrows, int64_t k, float* out) {
   switch (nrows) {
-    case 1: return dot_w8<N, 1>(w_row, a, k, out);
-    case 2: return dot_w8<N, 2>(w_row, a, k, out);
-    case 3: return dot_w8<N, 3>(w_row, a, k, out);
-    default: return dot_w8<N, 4>(w_row, a, k, out);
+    case 1:
+      return dot_w8<N, 1>(w_row, a, k, out);
+    case 2:
+      return dot_w8<N, 2>(w_row, a, k, out);
+    case 3:
+      return dot_w8<N, 3>(w_row, a, k, out);
+    default:
+      return dot_w8<N, 4>(w_row, a, k, out);
   }
 }
 
@@ -116,11 +125,16 @@ void rows_w8(const void* w_row, const ActRow* a, int nrows, int64_t k, float* ou
 
 DotFn dot_fn_wq_avx2(DType t) {
   switch (t) {
-    case DType::W4G32: return rows_w4<32>;
-    case DType::W4G128: return rows_w4<128>;
-    case DType::W8G32: return rows_w8<32>;
-    case DType::W8G128: return rows_w8<128>;
-    default: return nullptr;
+    case DType::W4G32:
+      return rows_w4<32>;
+    case DType::W4G128:
+      return rows_w4<128>;
+    case DType::W8G32:
+      return rows_w8<32>;
+    case DType::W8G128:
+      return rows_w8<128>;
+    default:
+      return nullptr;
   }
 }
 
@@ -129,7 +143,9 @@ DotFn dot_fn_wq_avx2(DType t) {
 #else  // not x86-64
 
 namespace cypris::quant {
-DotFn dot_fn_wq_avx2(DType) { return nullptr; }
+DotFn dot_fn_wq_avx2(DType) {
+  return nullptr;
+}
 }  // namespace cypris::quant
 
 #endif

@@ -52,6 +52,11 @@ void repack_w8(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
 
 int WqLayer::value(int64_t n, int64_t k) const {
   const uint32_t mask = (1u << bits) - 1;
+  if (layout == WqLayout::PackedInt) {
+    const int per = 32 / bits;
+    const uint32_t word = static_cast<uint32_t>(qweight[n * (in / per) + k / per]);
+    return static_cast<int>((word >> (bits * (k % per))) & mask);
+  }
   if (layout == WqLayout::Awq) {
     const uint32_t word = static_cast<uint32_t>(qweight[k * (out / 8) + n / 8]);
     return static_cast<int>((word >> (4 * kAwqPos[n % 8])) & mask);
@@ -63,6 +68,12 @@ int WqLayer::value(int64_t n, int64_t k) const {
 
 int WqLayer::zero(int64_t g, int64_t n) const {
   const uint32_t mask = (1u << bits) - 1;
+  if (layout == WqLayout::PackedInt) {
+    if (qzeros == nullptr) return 1 << (bits - 1);  // symmetric
+    const int per = 32 / bits;
+    const uint32_t word = static_cast<uint32_t>(qzeros[(n / per) * groups() + g]);
+    return static_cast<int>((word >> (bits * (n % per))) & mask);
+  }
   if (layout == WqLayout::Awq) {
     const uint32_t word = static_cast<uint32_t>(qzeros[g * (out / 8) + n / 8]);
     return static_cast<int>((word >> (4 * kAwqPos[n % 8])) & mask);
@@ -93,13 +104,19 @@ int64_t wq_first_mixed_block(const WqLayer& l, int block) {
 void wq_repack(const WqLayer& l, DType type, int64_t n0, int64_t n1, int64_t k0, int64_t k1, void* dst) {
   const int be = static_cast<int>(dtype_block(type).elems);
   CYPRIS_CHECK(k0 % be == 0 && (k1 - k0) % be == 0 && k1 <= l.in && n1 <= l.out,
-               "quantized layer: columns [{}, {}) are not whole {} blocks of a row of {}", k0, k1, dtype_name(type), l.in);
+               "quantized layer: columns [{}, {}) are not whole {} blocks of a row of {}", k0, k1, dtype_name(type),
+               l.in);
   switch (type) {
-    case DType::W4G32: return repack_w4<32>(l, n0, n1, k0, k1, dst);
-    case DType::W4G128: return repack_w4<128>(l, n0, n1, k0, k1, dst);
-    case DType::W8G32: return repack_w8<32>(l, n0, n1, k0, k1, dst);
-    case DType::W8G128: return repack_w8<128>(l, n0, n1, k0, k1, dst);
-    default: CYPRIS_FAIL("quantized layer: {} is not a repacked checkpoint type", dtype_name(type));
+    case DType::W4G32:
+      return repack_w4<32>(l, n0, n1, k0, k1, dst);
+    case DType::W4G128:
+      return repack_w4<128>(l, n0, n1, k0, k1, dst);
+    case DType::W8G32:
+      return repack_w8<32>(l, n0, n1, k0, k1, dst);
+    case DType::W8G128:
+      return repack_w8<128>(l, n0, n1, k0, k1, dst);
+    default:
+      CYPRIS_FAIL("quantized layer: {} is not a repacked checkpoint type", dtype_name(type));
   }
 }
 
@@ -108,7 +125,8 @@ void wq_dequantize(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t
     for (int64_t k = k0; k < k1; ++k) {
       const int64_t g = l.group_of(k);
       // q - zero is a small integer and the fp16 scale has 11 significant bits: exact in fp32.
-      dst[(n - n0) * (k1 - k0) + (k - k0)] = f16_to_f32(l.scale(g, n)) * static_cast<float>(l.value(n, k) - l.zero(g, n));
+      dst[(n - n0) * (k1 - k0) + (k - k0)] =
+          f16_to_f32(l.scale(g, n)) * static_cast<float>(l.value(n, k) - l.zero(g, n));
     }
   }
 }

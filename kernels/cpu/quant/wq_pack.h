@@ -10,6 +10,10 @@
 //  AWQ   qweight [in, out / 8] int32: value (n, k) in word (k, n / 8) at bit 4 * p where the packed
 //        position p of column n % 8 follows AutoAWQ's order map [0, 2, 4, 6, 1, 3, 5, 7]
 //        (position i holds column order[i]); qzeros [groups, out / 8] likewise (WQLinear_GEMM).
+//  compressed-tensors pack-quantized (pack_to_int32): weight_packed [out, in * bits / 32] int32,
+//        value (n, k) in word (n, k / (32 / bits)) at bit bits * (k % (32 / bits)), stored as the
+//        signed value + 2^(bits - 1); weight_scale [out, groups]; asymmetric weight_zero_point packed
+//        the same way along the outputs, [out * bits / 32, groups]; symmetric: zero 2^(bits - 1).
 // Weights are w = scale * (q - zero), exactly.
 #pragma once
 
@@ -19,23 +23,25 @@
 
 namespace cypris::quant {
 
-enum class WqLayout { Gptq, Awq };
+enum class WqLayout { Gptq, Awq, PackedInt };
 
 struct WqLayer {
   WqLayout layout = WqLayout::Gptq;
   int bits = 4;
   int64_t in = 0, out = 0;
-  int64_t group = 0;                // > 0 (a whole row when the checkpoint says -1)
-  bool zero_plus_one = false;       // GPTQ v1
+  int64_t group = 0;           // > 0 (a whole row when the checkpoint says -1)
+  bool zero_plus_one = false;  // GPTQ v1
   const int32_t* qweight = nullptr;
   const int32_t* qzeros = nullptr;
-  const uint16_t* scales = nullptr;  // fp16 bits, [groups, out]
+  const uint16_t* scales = nullptr;  // fp16 bits, [groups, out] ([out, groups] for PackedInt)
   const int32_t* g_idx = nullptr;    // [in] or null (then k / group)
 
   int64_t groups() const { return (in + group - 1) / group; }
   int value(int64_t n, int64_t k) const;
   int zero(int64_t g, int64_t n) const;
-  uint16_t scale(int64_t g, int64_t n) const { return scales[g * out + n]; }
+  uint16_t scale(int64_t g, int64_t n) const {
+    return layout == WqLayout::PackedInt ? scales[n * groups() + g] : scales[g * out + n];
+  }
   int64_t group_of(int64_t k) const { return g_idx ? g_idx[k] : k / group; }
 };
 

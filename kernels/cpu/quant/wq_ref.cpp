@@ -33,23 +33,35 @@ void unpack_w8(const void* block, QuantUnpacked& u) {
 
 }  // namespace
 
-bool is_wq(DType t) { return wq_block_elems(t) != 0; }
+bool is_wq(DType t) {
+  return wq_block_elems(t) != 0;
+}
 
 int wq_block_elems(DType t) {
   switch (t) {
-    case DType::W4G32: case DType::W8G32: return 32;
-    case DType::W4G128: case DType::W8G128: return 128;
-    default: return 0;
+    case DType::W4G32:
+    case DType::W8G32:
+      return 32;
+    case DType::W4G128:
+    case DType::W8G128:
+      return 128;
+    default:
+      return 0;
   }
 }
 
 void unpack_wq_block(DType t, const void* block, QuantUnpacked& u) {
   switch (t) {
-    case DType::W4G32: return unpack_w4<32>(block, u);
-    case DType::W4G128: return unpack_w4<128>(block, u);
-    case DType::W8G32: return unpack_w8<32>(block, u);
-    case DType::W8G128: return unpack_w8<128>(block, u);
-    default: CYPRIS_FAIL("quantized kernels: {} is not a repacked checkpoint type", dtype_name(t));
+    case DType::W4G32:
+      return unpack_w4<32>(block, u);
+    case DType::W4G128:
+      return unpack_w4<128>(block, u);
+    case DType::W8G32:
+      return unpack_w8<32>(block, u);
+    case DType::W8G128:
+      return unpack_w8<128>(block, u);
+    default:
+      CYPRIS_FAIL("quantized kernels: {} is not a repacked checkpoint type", dtype_name(t));
   }
 }
 

@@ -64,12 +64,15 @@ std::string hash_of(const std::vector<float>& v) {
   return fmt::format("{:016x}", h);
 }
 
-const std::vector<std::string> kReadable = {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
-                                            "awq_w4_g128", "awq_w4_g64"};
+const std::vector<std::string> kReadable = {"gptq_w4_g128_v1",      "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
+                                            "awq_w4_g128",          "awq_w4_g64",         "ct_w4a16_g128_sym",
+                                            "ct_w8a16_channel_asym"};
 
 class QuantCheckpoint : public ::testing::TestWithParam<std::string> {};
+class QuantCheckpointValues : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(QuantCheckpoint, LayersDequantizeToTheReferenceBitForBit) {
+// Read in a plain dtype, every layer (act-order ones too) is the reference's scale * (q - zero).
+TEST_P(QuantCheckpointValues, LayersDequantizeToTheReferenceBitForBit) {
   const auto w = open(kQuant + GetParam());
   const auto want = expected(GetParam())["dequant_fnv1a64"];
   ASSERT_EQ(want.size(), 7u);
@@ -126,6 +129,10 @@ TEST_P(QuantCheckpoint, TensorParallelSlicesAreSlicesOfTheWhole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantCheckpoint, ::testing::ValuesIn(kReadable));
+INSTANTIATE_TEST_SUITE_P(Fixtures, QuantCheckpointValues,
+                         ::testing::Values("gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
+                                           "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
+                                           "ct_w8a16_channel_asym"));
 
 TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
   const std::string layer = "model.layers.0.self_attn.q_proj.weight";
@@ -133,6 +140,8 @@ TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
   EXPECT_EQ(open(kQuant + "gptq_w8_g32_sym_v2")->native_dtype(layer), DType::W8G32);
   EXPECT_EQ(open(kQuant + "gptq_w2_rowgroup_v1")->native_dtype(layer), DType::W4G128);  // a row of 128 is one group
   EXPECT_EQ(open(kQuant + "awq_w4_g64")->native_dtype(layer), DType::W4G32);
+  EXPECT_EQ(open(kQuant + "ct_w4a16_g128_sym")->native_dtype(layer), DType::W4G128);
+  EXPECT_EQ(open(kQuant + "ct_w8a16_channel_asym")->native_dtype(layer), DType::W8G128);  // channel: a row
   // Unquantized tensors stay plain.
   EXPECT_FALSE(open(kQuant + "awq_w4_g64")->native_dtype("lm_head.weight").has_value());
 }
@@ -141,7 +150,8 @@ TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
 // qweight, qzeros, scales and g_idx (32-value blocks of a 64-value group repeat its scale: 1.16x,
 // not asserted here; docs/quantization.md).
 TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
-  for (const std::string name : {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "awq_w4_g128"}) {
+  for (const std::string name :
+       {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "awq_w4_g128", "ct_w4a16_g128_sym", "ct_w8a16_channel_asym"}) {
     const auto w = open(kQuant + name);
     SafetensorsFile f(kQuant + name + "/model.safetensors");
     double ours = 0, theirs = 0;
@@ -150,7 +160,8 @@ TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
     for (const auto& [layer, hash] : layers.items()) {
       const auto shape = layer_shape(layer);
       ours += static_cast<double>(dtype_nbytes(*w->native_dtype(layer + ".weight"), shape[0] * shape[1]));
-      for (const char* part : {".qweight", ".qzeros", ".scales", ".g_idx"}) {
+      for (const char* part : {".qweight", ".qzeros", ".scales", ".g_idx", ".weight_packed", ".weight_scale",
+                               ".weight_zero_point", ".weight_shape"}) {
         if (const SafetensorsTensor* t = f.find(layer + part)) theirs += static_cast<double>(t->nbytes);
       }
     }
@@ -159,12 +170,16 @@ TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
   }
 }
 
-TEST(QuantCheckpointTypes, ActOrderIsRefusedNamingGIdx) {
+// Act-order layers (g_idx out of order) would mix groups in a block: they have no repacked type
+// (the model keeps them in --dtype, dequantized exactly as above), and forcing one names g_idx.
+TEST(QuantCheckpointTypes, ActOrderLayersAreReadDequantized) {
   const auto w = open(kQuant + "gptq_w4_g64_act_order");
   const std::string layer = "model.layers.0.self_attn.q_proj.weight";
-  EXPECT_THAT(error_of([&] { w->load(layer, {128, 128}, *w->native_dtype(layer)); }),
-              AllOf(HasSubstr("model.safetensors"), HasSubstr("q_proj.g_idx"), HasSubstr("act-order"),
-                    HasSubstr("not supported yet")));
+  EXPECT_FALSE(w->native_dtype(layer).has_value());
+  EXPECT_THAT(error_of([&] {
+                w->load(layer, {128, 128}, DType::W4G32);
+              }),
+              AllOf(HasSubstr("model.safetensors"), HasSubstr("q_proj"), HasSubstr("act-order")));
 }
 
 TEST(QuantCheckpointTypes, MethodMismatchNamesBoth) {
@@ -193,7 +208,8 @@ void write_all(const fs::path& file, const std::map<std::string, RawTensor>& ten
   nlohmann::json header = nlohmann::json::object();
   std::string data;
   for (const auto& [name, t] : tensors) {
-    header[name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    header[name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
     data += t.bytes;
   }
   std::string h = header.dump();
@@ -209,7 +225,8 @@ class MalformedQuant : public ::testing::Test {
   // A copy of `fixture` in a temp folder, its tensors in tensors_.
   void copy(const std::string& fixture) {
     for (const auto& e : fs::directory_iterator(dir_.path())) fs::remove(e.path());
-    for (const auto& e : fs::directory_iterator(kQuant + fixture)) fs::copy(e.path(), dir_.path() / e.path().filename());
+    for (const auto& e : fs::directory_iterator(kQuant + fixture))
+      fs::copy(e.path(), dir_.path() / e.path().filename());
     tensors_ = read_all(dir_.path() / "model.safetensors");
   }
   void save() { write_all(dir_.path() / "model.safetensors", tensors_); }
@@ -288,6 +305,21 @@ TEST_F(MalformedQuant, TruncatedFileNamesTheFile) {
   const fs::path f = dir_.path() / "model.safetensors";
   fs::resize_file(f, fs::file_size(f) - 1000);
   EXPECT_THAT(load_error(), HasSubstr("model.safetensors"));
+}
+
+TEST_F(MalformedQuant, CompressedTensorsScalesAndZeroPoints) {
+  copy("ct_w8a16_channel_asym");
+  tensors_[q_ + ".weight_scale"].shape = {1, 128};
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".weight_scale"), HasSubstr("needs [128, 1]")));
+  copy("ct_w8a16_channel_asym");
+  tensors_.erase(q_ + ".weight_zero_point");
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".weight_zero_point"), HasSubstr("not found")));
+  copy("ct_w4a16_g128_sym");
+  tensors_[q_ + ".weight_packed"].shape = {64, 32};
+  save();
+  EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".weight_packed"), HasSubstr("needs [128, 16]")));
 }
 
 // The config says 8 bits, the tensors were packed with 4: the shapes disagree, and the error says so.

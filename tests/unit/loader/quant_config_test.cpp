@@ -61,9 +61,20 @@ TEST(QuantConfig, ReadsAwq) {
   EXPECT_EQ(q->group_size, 64);
   EXPECT_FALSE(q->zero_point_plus_one);
   // AutoAWQ's own spelling of the fields.
-  const QuantConfig old = parse_quant_config(R"({"quant_method":"awq","w_bit":4,"q_group_size":128,"zero_point":true,"version":"GEMM"})", "c");
+  const QuantConfig old = parse_quant_config(
+      R"({"quant_method":"awq","w_bit":4,"q_group_size":128,"zero_point":true,"version":"GEMM"})", "c");
   EXPECT_EQ(old.group_size, 128);
   EXPECT_EQ(old.checkpoint_format, "gemm");
+}
+
+TEST(QuantConfig, ReadsCompressedTensorsPackQuantized) {
+  const auto q = read_quant_config(kQuant + "ct_w8a16_channel_asym");
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->method, "compressed-tensors");
+  EXPECT_EQ(q->bits, 8);
+  EXPECT_EQ(q->group_size, -1);  // channel strategy: one group per row
+  EXPECT_FALSE(q->sym);
+  EXPECT_EQ(read_quant_config(kQuant + "ct_w4a16_g128_sym")->group_size, 128);
 }
 
 TEST(QuantConfig, PlainCheckpointHasNone) {
@@ -73,8 +84,16 @@ TEST(QuantConfig, PlainCheckpointHasNone) {
 TEST(QuantConfig, UnimplementedMethodsAndVariantsAreRefusedByName) {
   EXPECT_THAT(parse_error(R"({"quant_method":"fp8","activation_scheme":"dynamic"})"),
               AllOf(HasSubstr("config.json"), HasSubstr("quant_method 'fp8'"), HasSubstr("not supported yet")));
-  EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"pack-quantized"})"),
-              AllOf(HasSubstr("compressed-tensors"), HasSubstr("not supported yet")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"float-quantized"})"),
+              AllOf(HasSubstr("float-quantized"), HasSubstr("not supported yet")));
+  EXPECT_THAT(
+      parse_error(
+          R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"group","group_size":128},"input_activations":{"num_bits":8}}}})"),
+      AllOf(HasSubstr("input activations"), HasSubstr("not supported yet")));
+  EXPECT_THAT(
+      parse_error(
+          R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"tensor"}}}})"),
+      HasSubstr("strategy 'tensor'"));
   EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true})"), HasSubstr("bitsandbytes"));
   EXPECT_THAT(parse_error(R"({"quant_method":"exl2"})"), HasSubstr("exl2"));
   EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":3,"group_size":128})"),

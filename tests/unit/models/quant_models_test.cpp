@@ -2,7 +2,7 @@
 // them) against the float64 forward of tests/tools/gen_quant_fixtures.py over the dequantized
 // weights: full-prefill logits within the tolerance that Cypris's 8-bit activations allow, the
 // reference's greedy continuation, and two CPU ranks giving the one-rank logits; the layers stay
-// quantized in memory.
+// quantized in memory (act-order GPTQ layers: dequantized to --dtype, exactly).
 //
 // Tolerance: each quantized product quantizes its activations per block b (the weight's block, 32
 // or 128 values) to 8 bits, an error of at most max|x_b| / 254 per value (docs/quantization.md), and
@@ -105,7 +105,8 @@ TEST_P(QuantModels, TwoCpuRanksGiveTheOneRankLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantModels,
                          ::testing::Values("gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
-                                           "awq_w4_g128", "awq_w4_g64"));
+                                           "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
+                                           "ct_w8a16_channel_asym"));
 
 }  // namespace
 }  // namespace cypris

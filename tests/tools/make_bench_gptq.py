@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""Writes a Llama-shaped GPTQ checkpoint with random (valid) packed weights for the whole-model CPU
+benchmarks, beside bench_make_gguf's GGUF files of the same shapes: speed depends only on the types
+and shapes, not on the values. Embeddings, norms and lm_head are fp16, as GPTQ checkpoints ship them.
+
+  make_bench_gptq.py OUT_DIR [--bits 4] [--group 128] [--hidden 768 --ffn 2048 --layers 12 --heads 12
+                     --kv-heads 12 --vocab 32000]
+
+Defaults: the ~110M Llama of the CPU benchmarks (docs/perf/). Packing as AutoGPTQ's QuantLinear.pack
+(see gen_quant_fixtures.py), checkpoint_format gptq (v1), sym, g_idx in order.
+Run: /usr/bin/python3 tests/tools/make_bench_gptq.py /tmp/gptq110m  (needs python3-numpy)
+"""
+import argparse
+import json
+import os
+import struct
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--bits", type=int, default=4, choices=[2, 4, 8])
+    ap.add_argument("--group", type=int, default=128)
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--ffn", type=int, default=2048)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=32000)
+    a = ap.parse_args()
+    rng = np.random.default_rng(0)
+    H, I, V, D = a.hidden, a.ffn, a.vocab, a.hidden // a.heads
+    per = 32 // a.bits
+    tensors = {}  # name -> (dtype tag, shape, bytes)
+
+    def put(name, arr, tag):
+        tensors[name] = (tag, list(arr.shape), np.ascontiguousarray(arr).tobytes())
+
+    def linear(prefix, out, inp):
+        g = inp if a.group == -1 else a.group
+        put(prefix + ".qweight", rng.integers(-2**31, 2**31, (inp // per, out), dtype=np.int64).astype(np.int32), "I32")
+        zeros = np.full((inp // g, out), 2 ** (a.bits - 1) - 1, dtype=np.uint64)  # sym, stored zero - 1
+        qz = np.zeros((inp // g, out // per), dtype=np.uint64)
+        for j in range(per):
+            qz |= zeros[:, j::per] << np.uint64(a.bits * j)
+        put(prefix + ".qzeros", qz.astype(np.uint32).view(np.int32), "I32")
+        put(prefix + ".scales", (rng.random((inp // g, out)) * 0.02 + 0.001).astype(np.float16), "F16")
+        put(prefix + ".g_idx", (np.arange(inp) // g).astype(np.int32), "I32")
+
+    put("model.embed_tokens.weight", (rng.standard_normal((V, H)) * 0.02).astype(np.float16), "F16")
+    put("lm_head.weight", (rng.standard_normal((V, H)) * 0.02).astype(np.float16), "F16")
+    put("model.norm.weight", np.ones(H, dtype=np.float16), "F16")
+    for li in range(a.layers):
+        p = f"model.layers.{li}."
+        put(p + "input_layernorm.weight", np.ones(H, dtype=np.float16), "F16")
+        put(p + "post_attention_layernorm.weight", np.ones(H, dtype=np.float16), "F16")
+        for n, rows in (("q", a.heads * D), ("k", a.kv_heads * D), ("v", a.kv_heads * D)):
+            linear(p + f"self_attn.{n}_proj", rows, H)
+        linear(p + "self_attn.o_proj", H, a.heads * D)
+        linear(p + "mlp.gate_proj", I, H)
+        linear(p + "mlp.up_proj", I, H)
+        linear(p + "mlp.down_proj", H, I)
+    os.makedirs(a.out, exist_ok=True)
+    header, off = {}, 0
+    for n in sorted(tensors):
+        tag, shape, raw = tensors[n]
+        header[n] = {"dtype": tag, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(os.path.join(a.out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for n in sorted(tensors):
+            f.write(tensors[n][2])
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H, "intermediate_size": I,
+           "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
+           "vocab_size": V, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "float16", "bos_token_id": 1,
+           "eos_token_id": 2,
+           "quantization_config": {"quant_method": "gptq", "bits": a.bits, "group_size": a.group, "desc_act": False,
+                                   "sym": True, "checkpoint_format": "gptq"}}
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    print(a.out, off // (1 << 20), "MiB")
+
+
+if __name__ == "__main__":
+    main()
