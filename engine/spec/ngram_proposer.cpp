@@ -24,9 +24,13 @@ std::vector<int32_t> NgramProposer::propose(std::span<const int32_t> tokens, int
     // Latest start i < len - n whose n tokens equal the suffix; what follows it is the guess.
     for (int64_t i = len - n - 1; i >= 0; --i) {
       if (!std::equal(suffix.begin(), suffix.end(), tokens.begin() + i)) continue;
-      const int64_t from = i + n;
-      const int64_t to = std::min(len, from + want);
-      return {tokens.begin() + from, tokens.begin() + to};
+      // What followed the match, continued past the end by the guess itself (an overlapping copy,
+      // as in LZ77): a periodic tail "x y x y" yields "x y x y ..." rather than stopping at the end.
+      std::vector<int32_t> out;
+      out.reserve(static_cast<size_t>(want));
+      for (int64_t j = i + n; static_cast<int64_t>(out.size()) < want; ++j)
+        out.push_back(j < len ? tokens[static_cast<size_t>(j)] : out[static_cast<size_t>(j - len)]);
+      return out;
     }
   }
   return {};

@@ -23,9 +23,10 @@ class NgramProposer {
   explicit NgramProposer(NgramProposerConfig config);
   const NgramProposerConfig& config() const { return config_; }
 
-  // tokens: the sequence so far (prompt then output). Up to min(config.num_tokens, max_tokens)
-  // tokens that followed the latest earlier match of its longest matching suffix; empty when no
-  // suffix of min_n..max_n tokens occurred before.
+  // tokens: the sequence so far (prompt then output). min(config.num_tokens, max_tokens) tokens
+  // that followed the latest earlier match of its longest matching suffix (continued by the guess
+  // itself where the match runs into the end, so a periodic tail proposes its period again); empty
+  // when no suffix of min_n..max_n tokens occurred before.
   std::vector<int32_t> propose(std::span<const int32_t> tokens, int32_t max_tokens) const;
 
  private:

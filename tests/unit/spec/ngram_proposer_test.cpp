@@ -22,6 +22,8 @@ TEST(NgramProposer, ProposesWhatFollowedTheLatestMatch) {
   EXPECT_THAT(proposer(2, 2, 1).propose(t, 100), ElementsAre(9));
   EXPECT_THAT(proposer(2, 2, 3).propose(t, 2), ElementsAre(9, 9)) << "never more than max_tokens";
   EXPECT_THAT(proposer(2, 2, 3).propose(t, 0), IsEmpty());
+  // Past the end of the sequence the guess continues with itself: "9 9 7 1 2" then "9 9 ...".
+  EXPECT_THAT(proposer(2, 2, 7).propose(t, 100), ElementsAre(9, 9, 7, 1, 2, 9, 9));
 }
 
 TEST(NgramProposer, LongerSuffixesComeFirst) {
@@ -40,9 +42,11 @@ TEST(NgramProposer, NothingWithoutAMatchOfAtLeastMinN) {
 }
 
 TEST(NgramProposer, ARepeatingTailProposesTheRepetition) {
-  // A period-2 tail: the latest earlier "7 8" overlaps the suffix and is followed by "7 8".
+  // A period-2 tail: the latest earlier "7 8" overlaps the suffix; the guess repeats the period.
   const std::vector<int32_t> t = {3, 7, 8, 7, 8, 7, 8};
-  EXPECT_THAT(proposer(1, 2, 4).propose(t, 100), ElementsAre(7, 8));
+  EXPECT_THAT(proposer(1, 2, 5).propose(t, 100), ElementsAre(7, 8, 7, 8, 7));
+  const std::vector<int32_t> same = {4, 4, 4};
+  EXPECT_THAT(proposer(1, 3, 4).propose(same, 100), ElementsAre(4, 4, 4, 4));
 }
 
 TEST(NgramProposer, BadSizesNameTheFlag) {
