@@ -187,8 +187,8 @@ TEST(Parse, ErrorsNameTheFlagAndWhatIsAllowed) {
 }
 
 TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
-  EXPECT_THAT(error_of({"--speculative-model", "[ngram]"}),
-              AllOf(HasSubstr("--speculative-model"), HasSubstr("not supported yet")));
+  EXPECT_THAT(error_of({"--speculative-max-model-len", "128"}),
+              AllOf(HasSubstr("--speculative-max-model-len"), HasSubstr("not supported yet")));
   EXPECT_THAT(error_of({"-q", "awq"}), HasSubstr("not supported yet"));
   EXPECT_THAT(error_of({"--enable-lora"}), HasSubstr("not supported yet"));
   EXPECT_THAT(error_of({"-pp", "2"}), HasSubstr("not supported yet"));
