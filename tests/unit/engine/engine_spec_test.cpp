@@ -247,7 +247,7 @@ TEST(SpecSampled, FirstTokensKeepTheTargetDistributionOverSeeds) {
     SamplingParams p;
     p.temperature = 1.0f;
     p.seed = seed;
-    p.max_tokens = 2;
+    p.max_tokens = 3;  // room for a draft after the first token
     p.ignore_eos = true;
     reqs.push_back(request("s" + std::to_string(seed), prompt, p));
   }
@@ -259,7 +259,7 @@ TEST(SpecSampled, FirstTokensKeepTheTargetDistributionOverSeeds) {
   expect_speculated(spec);
   std::map<int32_t, std::pair<int, int>> counts;  // token at output position 1 (verified) -> (spec, plain)
   for (const auto& r : reqs) {
-    ASSERT_EQ(got.at(r.request_id).tokens.size(), 2u);
+    ASSERT_EQ(got.at(r.request_id).tokens.size(), 3u);
     counts[got.at(r.request_id).tokens[1]].first++;
     counts[want.at(r.request_id).tokens[1]].second++;
   }
