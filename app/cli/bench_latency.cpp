@@ -74,7 +74,9 @@ std::vector<OptionSpec> latency_specs(LatencyFlags& f) {
 std::vector<int32_t> make_prompt(std::mt19937_64& rng, int64_t len, int64_t repeat, int64_t vocab) {
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
   std::vector<int32_t> prompt(static_cast<size_t>(len));
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = repeat > 0 && int64_t(i) >= repeat ? prompt[i % repeat] : tok(rng);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    prompt[i] = repeat > 0 && int64_t(i) >= repeat ? prompt[i % size_t(repeat)] : tok(rng);
+  }
   return prompt;
 }
 
@@ -136,9 +138,10 @@ int bench_engine(const EngineConfig& ecfg, const LatencyFlags& f) {
   std::printf("| weights | %s |\n| device | %s |\n", info.dtype.c_str(), info.device.c_str());
   std::printf("| batch size | 1 |\n| input / output len | %lld / %lld |\n", static_cast<long long>(f.input_len),
               static_cast<long long>(f.output_len));
-  std::printf("| prompt | %s |\n", f.prompt_repeat > 0
-                                         ? ("a random block of " + std::to_string(f.prompt_repeat) + " tokens, repeated").c_str()
-                                         : "random tokens");
+  const std::string prompt_kind = f.prompt_repeat > 0
+                                      ? "a random block of " + std::to_string(f.prompt_repeat) + " tokens, repeated"
+                                      : "random tokens";
+  std::printf("| prompt | %s |\n", prompt_kind.c_str());
   if (s.spec_decode) {
     std::printf("| speculative decoding | prompt lookup, %lld tokens, %lld..%lld-grams |\n",
                 static_cast<long long>(*cfg.spec.num_speculative_tokens),
@@ -147,8 +150,8 @@ int bench_engine(const EngineConfig& ecfg, const LatencyFlags& f) {
   } else {
     std::printf("| speculative decoding | off |\n");
   }
-  std::printf("| iterations (warmup) | %lld (%lld) |\n| load time | %.2f s |\n\n",
-              static_cast<long long>(f.num_iters), static_cast<long long>(f.num_iters_warmup), load_s);
+  std::printf("| iterations (warmup) | %lld (%lld) |\n| load time | %.2f s |\n\n", static_cast<long long>(f.num_iters),
+              static_cast<long long>(f.num_iters_warmup), load_s);
   std::printf("| metric | mean | median |\n|---|---|---|\n");
   std::printf("| prefill tokens/s | %.1f | %.1f |\n", mean_of(prefill_tps), median(prefill_tps));
   std::printf("| decode tokens/s (batch 1) | %.2f | %.2f |\n", mean_of(decode_tps), median(decode_tps));
@@ -188,8 +191,7 @@ int bench(const Args& args) {
                input_len);
   if (f.through_engine || ecfg.spec.speculative_model) return bench_engine(ecfg, f);
 
-  ModelRunnerOptions opt =
-      runner_options(ecfg, resolve_model_path(ecfg.model));
+  ModelRunnerOptions opt = runner_options(ecfg, resolve_model_path(ecfg.model));
   opt.num_blocks = (input_len + output_len + opt.block_size - 1) / opt.block_size;
   const double t_load = now_s();
   ModelRunner runner(opt);
@@ -247,6 +249,8 @@ int bench(const Args& args) {
 
 }  // namespace
 
-int run_bench_latency(const Args& args) { return run_guarded("bench latency", bench, args); }
+int run_bench_latency(const Args& args) {
+  return run_guarded("bench latency", bench, args);
+}
 
 }  // namespace cypris::cli

@@ -202,8 +202,7 @@ void Engine::propose_drafts() {
       r->set_spec_token_ids({});
       continue;
     }
-    r->set_spec_token_ids(
-        proposer_->propose(r->all_token_ids(), r->max_tokens() - r->num_output_tokens() - 1));
+    r->set_spec_token_ids(proposer_->propose(r->all_token_ids(), r->max_tokens() - r->num_output_tokens() - 1));
   }
 }
 

@@ -40,8 +40,9 @@ std::optional<SpecDecodeConfig> spec_decode_config(const EngineConfig& cfg) {
                model);
   CYPRIS_CHECK(o.num_speculative_tokens.has_value(),
                "--speculative-model \"[ngram]\" needs --num-speculative-tokens (how many tokens to propose, e.g. 5)");
-  CYPRIS_CHECK(o.ngram_prompt_lookup_max.has_value(),
-               "--speculative-model \"[ngram]\" needs --ngram-prompt-lookup-max (the longest n-gram looked up, e.g. 4)");
+  CYPRIS_CHECK(
+      o.ngram_prompt_lookup_max.has_value(),
+      "--speculative-model \"[ngram]\" needs --ngram-prompt-lookup-max (the longest n-gram looked up, e.g. 4)");
   CYPRIS_CHECK(*o.num_speculative_tokens >= 1 && *o.num_speculative_tokens <= 64,
                "--num-speculative-tokens must be in [1, 64], got {}", *o.num_speculative_tokens);
   CYPRIS_CHECK(*o.ngram_prompt_lookup_max >= 1 && *o.ngram_prompt_lookup_max <= 1024,

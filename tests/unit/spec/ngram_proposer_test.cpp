@@ -13,7 +13,9 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-NgramProposer proposer(int min_n, int max_n, int k) { return NgramProposer({min_n, max_n, k}); }
+NgramProposer proposer(int min_n, int max_n, int k) {
+  return NgramProposer({min_n, max_n, k});
+}
 
 TEST(NgramProposer, ProposesWhatFollowedTheLatestMatch) {
   // Suffix "1 2" occurred at 0 (followed by 3 4 5) and at 5 (followed by 9 9): the latest wins.
