@@ -1,8 +1,12 @@
 // `cypris bench latency`: batch-1 prefill and decode speed of one sequence (random prompt of
 // --input-len tokens, then --output-len greedy decode steps), averaged over --num-iters runs.
-// Works with --load-format dummy and a folder holding only config.json. Also prints the weight bytes
-// one decode step reads and how many per second that makes, to compare with the machine's copy
-// bandwidth (a batch-1 decode is bound by it).
+// Works with --load-format dummy and a folder holding only config.json. By default it drives the
+// model runner alone and also prints the weight bytes one decode step reads and how many per second
+// that makes, to compare with the machine's copy bandwidth (a batch-1 decode is bound by it); with
+// --through-engine or --speculative-model it runs a greedy request through the whole engine
+// (scheduler, sampler, speculative decoding) and reports the drafts' acceptance and mean accepted
+// length. --prompt-repeat N builds the prompt from one random block of N tokens repeated (a prompt
+// whose answer repeats much of it, where prompt lookup pays).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,15 +16,19 @@
 #include "app/cli/bench.h"
 #include "app/cli/options_cli.h"
 #include "engine/common/error.h"
+#include "engine/core/engine.h"
 #include "engine/core/engine_setup.h"
 #include "engine/loader/gguf.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris::cli {
 namespace {
 
 const char* kUsage =
     "usage: cypris bench latency --model DIR [--input-len N] [--output-len N] [--batch-size 1]\n"
-    "                            [--num-iters N] [--num-iters-warmup N] [engine flags]";
+    "                            [--num-iters N] [--num-iters-warmup N] [--through-engine] [--prompt-repeat N]\n"
+    "                            [engine flags, e.g. --speculative-model \"[ngram]\" --num-speculative-tokens 5\n"
+    "                             --ngram-prompt-lookup-max 4]";
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -72,6 +80,8 @@ struct LatencyFlags {
   int64_t batch_size = 1;
   int64_t num_iters = 3;
   int64_t num_iters_warmup = 1;
+  int64_t prompt_repeat = 0;
+  bool through_engine = false;
 };
 
 std::vector<OptionSpec> latency_specs(LatencyFlags& f) {
@@ -84,7 +94,115 @@ std::vector<OptionSpec> latency_specs(LatencyFlags& f) {
           spec("output-len", &f.output_len, "Greedy decode steps."),
           spec("batch-size", &f.batch_size, "Sequences per step (only 1 for now)."),
           spec("num-iters", &f.num_iters, "Timed runs."),
-          spec("num-iters-warmup", &f.num_iters_warmup, "Untimed runs first.")};
+          spec("num-iters-warmup", &f.num_iters_warmup, "Untimed runs first."),
+          spec("prompt-repeat", &f.prompt_repeat,
+               "Build the prompt from one random block of N tokens, repeated (0: all random)."),
+          external_option("Benchmark Options", "through-engine", &f.through_engine, "",
+                          "Run a greedy request through the whole engine (implied by --speculative-model).")};
+}
+
+std::vector<int32_t> make_prompt(std::mt19937_64& rng, int64_t len, int64_t repeat, int64_t vocab) {
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> prompt(static_cast<size_t>(len));
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    prompt[i] = repeat > 0 && int64_t(i) >= repeat ? prompt[i % size_t(repeat)] : tok(rng);
+  }
+  return prompt;
+}
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s / v.size();
+}
+
+// The engine path: one greedy request of output_len tokens per iteration; the first step is the
+// prefill, the rest decode (several tokens a step when drafts are accepted).
+int bench_engine(const EngineConfig& ecfg, const LatencyFlags& f) {
+  EngineConfig cfg = ecfg;
+  cfg.logging.disable_log_requests = true;
+  const double t_load = now_s();
+  Engine engine(cfg);
+  const double load_s = now_s() - t_load;
+  const ModelInfo info = engine.model_info();
+  CYPRIS_CHECK(f.input_len + f.output_len <= info.max_model_len,
+               "--input-len + --output-len = {} exceeds the context length {} (--max-model-len)",
+               f.input_len + f.output_len, info.max_model_len);
+  std::mt19937_64 rng(static_cast<uint64_t>(ecfg.model.seed));
+  std::vector<double> prefill_tps, decode_tps, decode_ms, decode_cpu_ms;
+  const EngineStats before = engine.stats();
+  for (int64_t it = 0; it < f.num_iters_warmup + f.num_iters; ++it) {
+    GenerateRequest req;
+    req.request_id = "bench-" + std::to_string(it);
+    req.prompt_token_ids = make_prompt(rng, f.input_len, f.prompt_repeat, info.vocab_size);
+    auto p = std::make_shared<SamplingParams>();
+    p->temperature = 0.0f;
+    p->max_tokens = static_cast<int>(f.output_len);
+    p->ignore_eos = true;
+    req.params = p;
+    auto stream = std::make_shared<RequestStream>(req.request_id);
+    engine.add_request(req, stream);
+    const double t0 = now_s();
+    engine.step();  // the prompt (one step: the default budget holds it)
+    const double t1 = now_s();
+    const double c1 = cpu_s();
+    while (engine.has_unfinished_requests()) engine.step();
+    const double t2 = now_s();
+    const double c2 = cpu_s();
+    int64_t tokens = 0;
+    while (auto o = stream->next(std::chrono::milliseconds(0))) {
+      CYPRIS_CHECK(!o->error, "bench latency: the request failed: {}", *o->error);
+      for (const auto& d : o->outputs) tokens += static_cast<int64_t>(d.token_ids.size());
+    }
+    CYPRIS_CHECK(tokens == f.output_len, "bench latency: got {} tokens, wanted {}", tokens, f.output_len);
+    if (it < f.num_iters_warmup) continue;
+    const double n = static_cast<double>(f.output_len - 1);  // the first token came with the prefill
+    prefill_tps.push_back(f.input_len / (t1 - t0));
+    decode_tps.push_back(n / (t2 - t1));
+    decode_ms.push_back(1000.0 * (t2 - t1) / n);
+    decode_cpu_ms.push_back(1000.0 * (c2 - c1) / n);
+  }
+  const EngineStats s = engine.stats();
+  std::printf("| setting | value |\n|---|---|\n");
+  std::printf("| model | %s (through the engine) |\n", info.model.c_str());
+  std::printf("| weights | %s |\n| device | %s |\n", info.dtype.c_str(), info.device.c_str());
+  std::printf("| batch size | 1 |\n| input / output len | %lld / %lld |\n", static_cast<long long>(f.input_len),
+              static_cast<long long>(f.output_len));
+  const std::string prompt_kind = f.prompt_repeat > 0
+                                      ? "a random block of " + std::to_string(f.prompt_repeat) + " tokens, repeated"
+                                      : "random tokens";
+  std::printf("| prompt | %s |\n", prompt_kind.c_str());
+  if (s.spec_decode) {
+    std::printf("| speculative decoding | prompt lookup, %lld tokens, %lld..%lld-grams |\n",
+                static_cast<long long>(*cfg.spec.num_speculative_tokens),
+                static_cast<long long>(cfg.spec.ngram_prompt_lookup_min.value_or(1)),
+                static_cast<long long>(*cfg.spec.ngram_prompt_lookup_max));
+  } else {
+    std::printf("| speculative decoding | off |\n");
+  }
+  std::printf("| iterations (warmup) | %lld (%lld) |\n| load time | %.2f s |\n\n", static_cast<long long>(f.num_iters),
+              static_cast<long long>(f.num_iters_warmup), load_s);
+  std::printf("| metric | mean | median |\n|---|---|---|\n");
+  std::printf("| prefill tokens/s | %.1f | %.1f |\n", mean_of(prefill_tps), median(prefill_tps));
+  std::printf("| decode tokens/s (batch 1) | %.2f | %.2f |\n", mean_of(decode_tps), median(decode_tps));
+  std::printf("| decode latency ms/token | %.2f | %.2f |\n", mean_of(decode_ms), median(decode_ms));
+  std::printf("| decode CPU time ms/token (all threads) | %.2f | %.2f |\n", mean_of(decode_cpu_ms),
+              median(decode_cpu_ms));
+  if (s.spec_decode) {
+    // All iterations, warmup included: acceptance does not depend on the machine's load.
+    const int64_t drafts = s.spec_draft_tokens_total - before.spec_draft_tokens_total;
+    const int64_t accepted = s.spec_accepted_tokens_total - before.spec_accepted_tokens_total;
+    const int64_t emitted = s.spec_emitted_tokens_total - before.spec_emitted_tokens_total;
+    const int64_t steps = (s.spec_max_emitted_tokens_total - before.spec_max_emitted_tokens_total) - drafts;
+    std::printf("\n| speculation (all iterations) | value |\n|---|---|\n");
+    std::printf("| drafted tokens | %lld |\n| accepted tokens | %lld |\n", static_cast<long long>(drafts),
+                static_cast<long long>(accepted));
+    std::printf("| acceptance rate | %.1f%% |\n", drafts ? 100.0 * double(accepted) / double(drafts) : 0.0);
+    std::printf("| verification steps | %lld |\n", static_cast<long long>(steps));
+    std::printf("| mean accepted length (tokens per verification step) | %.2f |\n",
+                steps ? double(emitted) / double(steps) : 0.0);
+  }
+  return 0;
 }
 
 int bench(const Args& args) {
@@ -99,9 +217,11 @@ int bench(const Args& args) {
   CYPRIS_CHECK(input_len >= 1 && output_len >= 1, "--input-len and --output-len must be >= 1");
   CYPRIS_CHECK(iters >= 1 && warmup >= 0, "--num-iters must be >= 1 and --num-iters-warmup >= 0");
   CYPRIS_CHECK(batch_size == 1, "--batch-size {}: only batch size 1 is supported yet", batch_size);
+  CYPRIS_CHECK(f.prompt_repeat <= input_len, "--prompt-repeat {} is longer than --input-len {}", f.prompt_repeat,
+               input_len);
+  if (f.through_engine || ecfg.spec.speculative_model) return bench_engine(ecfg, f);
 
-  ModelRunnerOptions opt =
-      runner_options(ecfg, resolve_model_path(ecfg.model));
+  ModelRunnerOptions opt = runner_options(ecfg, resolve_model_path(ecfg.model));
   opt.num_blocks = (input_len + output_len + opt.block_size - 1) / opt.block_size;
   const double t_load = now_s();
   ModelRunner runner(opt);
@@ -112,11 +232,9 @@ int bench(const Args& args) {
                input_len + output_len, cfg.max_model_len);
 
   std::mt19937_64 rng(static_cast<uint64_t>(ecfg.model.seed));
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size - 1));
   std::vector<double> prefill_tps, decode_tps, decode_ms, decode_cpu_ms;
   for (int64_t it = 0; it < warmup + iters; ++it) {
-    std::vector<int32_t> prompt(input_len);
-    for (auto& t : prompt) t = tok(rng);
+    const std::vector<int32_t> prompt = make_prompt(rng, input_len, f.prompt_repeat, cfg.vocab_size);
     const double t0 = now_s();
     Logits l = runner.execute(make_single_sequence_batch(prompt, 0, runner.block_size()));
     const double t1 = now_s();
@@ -166,6 +284,8 @@ int bench(const Args& args) {
 
 }  // namespace
 
-int run_bench_latency(const Args& args) { return run_guarded("bench latency", bench, args); }
+int run_bench_latency(const Args& args) {
+  return run_guarded("bench latency", bench, args);
+}
 
 }  // namespace cypris::cli

@@ -87,6 +87,17 @@ std::string ServerMetrics::render(const EngineStats& s, const std::string& model
   gauge("aphrodite:avg_prompt_throughput_toks_per_s", "Average prefill throughput in tokens/s.", s.prompt_tokens_per_s);
   gauge("aphrodite:avg_generation_throughput_toks_per_s", "Average generation throughput in tokens/s.",
         s.generation_tokens_per_s);
+  if (s.spec_decode) {  // Aphrodite's / vLLM's spec-decode metrics, with --speculative-model only
+    gauge("aphrodite:spec_decode_draft_acceptance_rate", "Speculative token acceptance rate.",
+          s.spec_acceptance_rate());
+    gauge("aphrodite:spec_decode_efficiency", "Speculative decoding system efficiency.", s.spec_efficiency());
+    counter("aphrodite:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.",
+            double(s.spec_accepted_tokens_total));
+    counter("aphrodite:spec_decode_num_draft_tokens_total", "Number of draft tokens.",
+            double(s.spec_draft_tokens_total));
+    counter("aphrodite:spec_decode_num_emitted_tokens_total", "Number of emitted tokens.",
+            double(s.spec_emitted_tokens_total));
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     out +=

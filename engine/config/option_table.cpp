@@ -277,12 +277,11 @@ std::vector<OptionSpec> build_table() {
 
   group = "Speculative Decoding Options";
   add(Opt("speculative-model", bind_field(FIELD(spec.speculative_model)), "{MODEL,\"[ngram]\"}",
-          "The name or path of the draft model, or \"[ngram]\" for ngram prompt lookup decoding.")
-          .not_yet("speculative decoding"));
+          "The name or path of the draft model, or \"[ngram]\" for ngram prompt lookup decoding. "
+          "Cypris runs \"[ngram]\" so far; a draft model is refused."));
   add(Opt("num-speculative-tokens", bind_field(FIELD(spec.num_speculative_tokens)), "NUM",
           "The number of speculative tokens to sample from the draft model.")
-          .range(1, std::nullopt)
-          .not_yet("speculative decoding"));
+          .range(1, 64));
   add(Opt("num-lookahead-slots", bind_field(FIELD(scheduler.num_lookahead_slots)), "NUM",
           "The number of slots to allocate per sequence per step, beyond the known token IDs "
           "(speculative decoding).")
@@ -293,17 +292,14 @@ std::vector<OptionSpec> build_table() {
           .range(1, std::nullopt)
           .not_yet("speculative decoding"));
   add(Opt("speculative-disable-by-batch-size", bind_field(FIELD(spec.speculative_disable_by_batch_size)), "NUM",
-          "Disable speculative decoding for new requests when more than this many are queued.")
-          .range(1, std::nullopt)
-          .not_yet("speculative decoding"));
+          "Disable speculative decoding in a step when more than this many requests are running.")
+          .range(1, std::nullopt));
   add(Opt("ngram-prompt-lookup-max", bind_field(FIELD(spec.ngram_prompt_lookup_max)), "NUM",
           "Max size of window for ngram prompt lookup.")
-          .range(1, std::nullopt)
-          .not_yet("speculative decoding"));
+          .range(1, 1024));
   add(Opt("ngram-prompt-lookup-min", bind_field(FIELD(spec.ngram_prompt_lookup_min)), "NUM",
           "Min size of window for ngram prompt lookup.")
-          .range(1, std::nullopt)
-          .not_yet("speculative decoding"));
+          .range(1, 1024));
 
   group = "LoRA Options";
   add(Opt("enable-lora", bind_field(FIELD(lora.enable_lora)), "", "Enable loading LoRA adapter weights.")

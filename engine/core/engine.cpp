@@ -17,6 +17,8 @@
 #include "engine/runtime/model_runner.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/scheduler.h"
+#include "engine/spec/ngram_proposer.h"
+#include "engine/spec/spec_config.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace cypris {
@@ -43,6 +45,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   // Fails here, before any file is read, for --device cuda without CUDA in the build or without a GPU.
   const std::string device = resolve_device(cfg.device.device);
   const std::filesystem::path dir = resolve_model_path(mo);
+  // Refuses speculative settings Cypris cannot run before anything is loaded.
+  const std::optional<SpecDecodeConfig> spec = spec_decode_config(cfg);
 
   // The model's config is read once, here: the scheduler's budget needs its context length before
   // the runner profiles a step of that budget; the runner takes it as is.
@@ -113,7 +117,15 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   tc.max_num_seqs = cfg.scheduler.max_num_seqs;
   tc.logging = cfg.logging;
   tc.guided_backend = cfg.model.guided_decoding_backend;
+  tc.spec_decode = spec.has_value();
   tracker_ = std::make_unique<RequestTracker>(tc, *scheduler_, *sampler_, tokenizer_.get(), std::move(eos_ids));
+
+  if (spec) {
+    proposer_ = std::make_unique<NgramProposer>(spec->ngram);
+    spec_disable_by_batch_size_ = spec->disable_by_batch_size;
+    LOG_INFO("speculative decoding: prompt lookup, up to {} tokens from {}..{}-grams", spec->ngram.num_tokens,
+             spec->ngram.min_n, spec->ngram.max_n);
+  }
 
   const double max_concurrency = static_cast<double>(num_blocks) * ro.block_size / static_cast<double>(max_model_len);
   LOG_INFO("KV cache: {} blocks of {} tokens ({:.2f} GiB); maximum concurrency for {} tokens per request: {:.2f}x",
@@ -151,6 +163,7 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 void Engine::step() {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
+  if (proposer_) propose_drafts();
   SchedulerOutput so = scheduler_->schedule();
   if (so.empty()) return;
   const auto t1 = Clock::now();
@@ -178,6 +191,19 @@ void Engine::step() {
   profile_.schedule += seconds_between(t0, t1);
   profile_.plan += seconds_between(t1, t2);
   profile_.update += seconds_between(t3, t4);
+}
+
+void Engine::propose_drafts() {
+  const auto& running = scheduler_->running();
+  const bool on = !spec_disable_by_batch_size_ || static_cast<int64_t>(running.size()) <= *spec_disable_by_batch_size_;
+  for (const auto& r : running) {
+    const bool decodes = r->num_computed_tokens() == r->num_tokens() - 1;
+    if (!on || !decodes || !tracker_->may_speculate(r->request_id())) {
+      r->set_spec_token_ids({});
+      continue;
+    }
+    r->set_spec_token_ids(proposer_->propose(r->all_token_ids(), r->max_tokens() - r->num_output_tokens() - 1));
+  }
 }
 
 void Engine::prepare(const SchedulerOutput& so) {
@@ -225,6 +251,14 @@ EngineStats Engine::stats() const {
   s.num_swap_outs_total = swap_outs_total_;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = tracker_->num_generated_tokens();
+  if (proposer_) {
+    const auto& c = tracker_->spec_counters();
+    s.spec_decode = true;
+    s.spec_draft_tokens_total = c.draft_tokens;
+    s.spec_accepted_tokens_total = c.accepted_tokens;
+    s.spec_emitted_tokens_total = c.emitted_tokens;
+    s.spec_max_emitted_tokens_total = c.draft_tokens + c.verifications;
+  }
   // Throughput over windows of at least a second (stats() is read after every step).
   const auto now = std::chrono::steady_clock::now();
   const double dt = std::chrono::duration<double>(now - last_stats_time_).count();

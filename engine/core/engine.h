@@ -26,6 +26,7 @@
 namespace cypris {
 
 class ModelRunner;
+class NgramProposer;
 class RequestTracker;
 class Scheduler;
 class Sampler;
@@ -82,6 +83,9 @@ class Engine {
   // Runs the batch and samples its rows where the tracker planned them; the tracker takes the beam
   // and prompt-logprob rows. Samples in StepRows::sampled order.
   std::vector<SampleOutput> execute_and_sample(const BatchContext& batch, const StepRows& rows);
+  // Speculative decoding: drafts for the running requests about to decode (the scheduler trims
+  // them to its budget and limits), none above --speculative-disable-by-batch-size.
+  void propose_drafts();
 
   EngineConfig cfg_;
   ModelInfo info_;
@@ -90,6 +94,8 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<RequestTracker> tracker_;  // last: refers to the scheduler and the sampler
+  std::unique_ptr<NgramProposer> proposer_;  // null without --speculative-model
+  std::optional<int64_t> spec_disable_by_batch_size_;
 
   StepProfile profile_;
   bool profile_sync_ = false;  // CYPRIS_STEP_PROFILE_SYNC=1

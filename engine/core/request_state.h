@@ -47,6 +47,16 @@ struct RequestTracker::Seq {
   std::deque<PositionLogprobs> held_logprobs;  // of the tokens not passed on yet (when asked for)
   std::vector<double> cumulative_at;           // cumulative logprob after each output token
   int num_rewinds = 0;
+
+  // Speculative decoding: this step's drafts (empty without), and the sampler state of each
+  // verified position after the first: `sampling` with drafts[0..i] appended, so penalties see the
+  // history up to that position and the draw uses that position's Philox counter.
+  std::vector<int32_t> drafts;
+  std::vector<SamplingState> draft_states;
+  // Back-off when guesses fail: a moving average of the accepted fraction of drafts; below
+  // RequestTracker's floor the sequence decodes without drafts for a while.
+  double spec_acceptance = 1.0;
+  int spec_pause = 0;  // steps left without drafts
 };
 
 // Beam search for one request (beam width = best_of): the search itself, the Seq of each running

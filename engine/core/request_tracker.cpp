@@ -17,6 +17,7 @@
 #include "engine/runtime/model_runner.h"  // Logits
 #include "engine/sampling/gpu_sampling.h"
 #include "engine/scheduler/scheduler.h"
+#include "engine/spec/rejection_sampler.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/stop_strings.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -45,6 +46,11 @@ bool every_token_banned(const SamplingParams& p, std::span<const int32_t> positi
   }
   return static_cast<int64_t>(banned.size()) >= vocab_size;
 }
+
+// Speculative decoding back-off: a sequence whose recent drafts are accepted less often than this
+// decodes kSpecPauseSteps steps without drafts, then tries again.
+constexpr double kMinSpecAcceptance = 0.125;
+constexpr int kSpecPauseSteps = 16;
 
 }  // namespace
 
@@ -89,6 +95,9 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
     p->validate(cfg_.max_log_probs, static_cast<int32_t>(cfg_.vocab_size));
     CYPRIS_CHECK(!(p->use_beam_search && !p->banned_strings.empty()),
                  "banned_strings cannot be combined with use_beam_search: give one or the other");
+    CYPRIS_CHECK(!(p->use_beam_search && cfg_.spec_decode),
+                 "use_beam_search is not supported with speculative decoding (--speculative-model); this server "
+                 "speculates, so send the request without use_beam_search");
     CYPRIS_CHECK(!p->use_beam_search || p->effective_best_of() <= cfg_.max_num_seqs,
                  "use_beam_search: best_of (the beam width) is {}, more than --max-num-seqs {}",
                  p->effective_best_of(), cfg_.max_num_seqs);
@@ -341,8 +350,28 @@ StepRows RequestTracker::plan_rows(const SchedulerOutput& so, BatchContext& batc
   std::vector<Seq*> host_seqs;
   for (size_t j = 0; j < batch.sampled_seqs.size(); ++j) {
     const int32_t k = batch.sampled_seqs[j];
-    Seq* s = seqs_.at(so.scheduled[static_cast<size_t>(k)].request->request_id());
+    const ScheduledRequest& sr = so.scheduled[static_cast<size_t>(k)];
+    Seq* s = seqs_.at(sr.request->request_id());
     const int32_t li = batch.logits_indices[j];
+    s->drafts = sr.spec_token_ids;
+    if (!s->drafts.empty()) {
+      // Speculative decoding: rows j .. j + drafts are the verified positions, sampled on the CPU,
+      // each with the history up to its position.
+      const size_t m = s->drafts.size() + 1;
+      s->draft_states.assign(m - 1, s->sampling);
+      for (size_t i = 1; i < m; ++i) {
+        for (size_t t = 0; t < i; ++t) s->draft_states[i - 1].append(s->drafts[t]);
+      }
+      for (size_t i = 0; i < m; ++i) {
+        SamplingState* state = i == 0 ? &s->sampling : &s->draft_states[i - 1];
+        rows.host.push_back(SamplerRow{s->group->req.params.get(), state});
+        host_seqs.push_back(s);
+        host_idx.push_back(batch.logits_indices[j + i]);
+        host_seq.push_back(k);
+      }
+      j += m - 1;
+      continue;
+    }
     if (s->group->beam) {
       rows.beam.push_back(s);
       beam_idx.push_back(li);
@@ -418,11 +447,63 @@ void RequestTracker::take_host_rows(const StepRows& rows, const Logits& host) {
   }
 }
 
+bool RequestTracker::may_speculate(const std::string& request_id) {
+  auto it = seqs_.find(request_id);
+  if (it == seqs_.end()) return false;
+  Seq& s = *it->second;
+  if (s.finished || s.group->beam || s.banned || s.guided || s.group->req.params->mirostat_mode != 0) return false;
+  if (s.spec_pause > 0) {
+    --s.spec_pause;
+    return false;
+  }
+  return true;
+}
+
+// A Seq with drafts: verify them against the target's draws, cut at EOS / stop ids.
+StepResult RequestTracker::check_drafts(Seq& s, std::span<const SampleOutput> samples) {
+  const SamplingParams& p = *s.group->req.params;
+  StepResult r;
+  r.request_id = s.req->request_id();
+  std::vector<int32_t> targets;
+  for (const auto& so : samples) targets.push_back(so.token);
+  const int32_t n = verify_point_mass_drafts(s.drafts, targets);
+  spec_.draft_tokens += static_cast<int64_t>(s.drafts.size());
+  spec_.accepted_tokens += n - 1;
+  spec_.emitted_tokens += n;
+  spec_.verifications++;
+  // Back-off: half-life of one verification; under 1 in 8 drafts accepted, pause.
+  s.spec_acceptance = 0.5 * s.spec_acceptance + 0.5 * double(n - 1) / double(s.drafts.size());
+  if (s.spec_acceptance < kMinSpecAcceptance) {
+    s.spec_pause = kSpecPauseSteps;
+    s.spec_acceptance = 0.5;
+  }
+  for (int32_t e = 0; e < n; ++e) {
+    const int32_t tok = targets[static_cast<size_t>(e)];
+    r.sampled_token_ids.push_back(tok);
+    if (e > 0) s.sampling.append(tok);  // the first was appended by the sampler (row 0's state)
+    const int64_t num_out = s.req->num_output_tokens() + e + 1;
+    if (num_out < p.min_tokens) continue;
+    const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
+    const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+    if ((is_eos && !p.ignore_eos) || is_stop_id) {
+      r.finish = RequestStatus::FinishedStopped;
+      break;
+    }
+  }
+  num_generated_tokens_ += static_cast<int64_t>(r.sampled_token_ids.size());
+  return r;
+}
+
 std::vector<StepResult> RequestTracker::check_sampled(const StepRows& rows, std::span<const SampleOutput> samples) {
   std::vector<StepResult> results;
   rewinds_.clear();
   for (size_t i = 0; i < rows.sampled.size(); ++i) {
     Seq& s = *rows.sampled[i];
+    if (!s.drafts.empty()) {
+      results.push_back(check_drafts(s, samples.subspan(i, s.drafts.size() + 1)));
+      i += s.drafts.size();
+      continue;
+    }
     const SamplingParams& p = *s.group->req.params;
     StepResult r;
     r.request_id = s.req->request_id();
@@ -475,9 +556,10 @@ void RequestTracker::emit_outputs(const StepRows& rows, std::span<const SampleOu
     if (!s->finished) rewind_banned(*s, hit, out_for(*s->group));
   }
   rewinds_.clear();
-  for (size_t i = 0; i < rows.sampled.size(); ++i) {
+  for (size_t i = 0, span = 1; i < rows.sampled.size(); i += span) {
     Seq& s = *rows.sampled[i];
-    if (s.finished) continue;  // aborted meanwhile
+    span = s.drafts.size() + 1;  // the verified positions of a Seq with drafts, else its one row
+    if (s.finished) continue;    // aborted meanwhile
     auto found = update_of.find(s.req.get());
     if (found == update_of.end() || found->second->new_token_ids.empty()) continue;
     const RequestUpdate* uit = found->second;
@@ -487,25 +569,30 @@ void RequestTracker::emit_outputs(const StepRows& rows, std::span<const SampleOu
       g.num_cached_prompt_tokens = s.req->num_cached_tokens();
     }
     const SamplingParams& p = *g.req.params;
-    const SampleOutput& so_i = samples[i];
-    s.cumulative_logprob += so_i.logprob;
-    std::optional<PositionLogprobs> lp;
-    if (p.logprobs) {
-      lp.emplace();
-      lp->token_id = so_i.token;
-      lp->logprob = so_i.logprob;
-      lp->rank = so_i.rank;
-      for (const auto& t : so_i.top_logprobs) lp->top.push_back(TokenLogprob{t.token_id, t.logprob});
+    // One token per step, or the verified run of a Seq with drafts (token t from row i + t, whose
+    // logprobs are the target's at that position); a stop string may end it early.
+    for (size_t t = 0; t < uit->new_token_ids.size() && t < span && !s.finished; ++t) {
+      const SampleOutput& so_i = samples[i + t];
+      s.cumulative_logprob += so_i.logprob;
+      std::optional<PositionLogprobs> lp;
+      if (p.logprobs) {
+        lp.emplace();
+        lp->token_id = so_i.token;
+        lp->logprob = so_i.logprob;
+        lp->rank = so_i.rank;
+        for (const auto& tl : so_i.top_logprobs) lp->top.push_back(TokenLogprob{tl.token_id, tl.logprob});
+      }
+      const int32_t tok = uit->new_token_ids[t];
+      if (s.banned) {
+        s.cumulative_at.push_back(s.cumulative_logprob);
+        if (lp) s.held_logprobs.push_back(std::move(*lp));
+        release_banned(s, /*all=*/uit->finished(), out);
+      } else {
+        const std::string text = s.detok ? s.detok->push(tok) : std::string();
+        emit_token(s, tok, text, lp ? &*lp : nullptr, out);
+      }
     }
-    const int32_t tok = uit->new_token_ids.front();  // one token per step
-    if (s.banned) {
-      s.cumulative_at.push_back(s.cumulative_logprob);
-      if (lp) s.held_logprobs.push_back(std::move(*lp));
-      release_banned(s, /*all=*/uit->finished(), out);
-    } else {
-      const std::string text = s.detok ? s.detok->push(tok) : std::string();
-      emit_token(s, tok, text, lp ? &*lp : nullptr, out);
-    }
+    const int32_t tok = uit->new_token_ids.back();
     if (!s.finished && uit->finished()) {
       const bool stopped = uit->status == RequestStatus::FinishedStopped;
       CompletionDelta& d = out.delta(s.index);

@@ -46,6 +46,7 @@ struct TrackerConfig {
   int64_t max_num_seqs = 0;  // --max-num-seqs (bounds the beam width)
   LoggingOptions logging;
   std::string guided_backend;  // --guided-decoding-backend (named in the log; our engine runs)
+  bool spec_decode = false;    // --speculative-model: beam-search requests are refused
 };
 
 struct StepRows;
@@ -69,6 +70,21 @@ class RequestTracker {
   bool has_unfinished() const { return !groups_.empty(); }
   // Output tokens produced so far (sampled, or ranked by the beam search).
   int64_t num_generated_tokens() const { return num_generated_tokens_; }
+  // Speculative decoding: whether the request gets drafts this step (call once per step for a
+  // request about to decode). Never for beam search, banned_strings (their rewinds), guided
+  // decoding (the mask of a drafted position needs the matcher advanced over the drafts) and
+  // Mirostat (its mu follows each sampled token); not for a while after its recent drafts were
+  // mostly rejected (verifying them costs compute and gains nothing).
+  bool may_speculate(const std::string& request_id);
+  // Totals since start: drafted tokens verified, drafts accepted, tokens emitted by steps that
+  // verified drafts, and such verification groups (one per request per step).
+  struct SpecCounters {
+    int64_t draft_tokens = 0;
+    int64_t accepted_tokens = 0;
+    int64_t emitted_tokens = 0;
+    int64_t verifications = 0;
+  };
+  const SpecCounters& spec_counters() const { return spec_; }
 
   // Orders the batch's logits rows as StepRows says (reorders logits_indices and sampled_seqs,
   // appends the prompt-logprob rows). device_ok: the runner can sample on its device; a row goes
@@ -101,6 +117,8 @@ class RequestTracker {
   // One output token (text already past the banned-strings hold) to the stop strings and the
   // client's delta. True when a stop string ended the sequence.
   bool emit_token(Seq& s, int32_t token, std::string_view text, PositionLogprobs* logprobs, RequestOutput& out);
+  // Speculative decoding: the verified run of a Seq with drafts (samples: its drafts.size() + 1 rows).
+  StepResult check_drafts(Seq& s, std::span<const SampleOutput> samples);
   // banned_strings: passes on the tokens that are safe now (all of them when `all`).
   void release_banned(Seq& s, bool all, RequestOutput& out);
   // banned_strings: the sampled token completed a banned phrase (it was not appended).
@@ -132,6 +150,7 @@ class RequestTracker {
     std::shared_ptr<const BannedStrings> banned;
   };
   Prepared prepared_;
+  SpecCounters spec_;
   // Structured output (engine/guided): made on the first request that asks for it.
   std::unique_ptr<guided::GuidedDecoder> guided_;
 };
@@ -142,7 +161,9 @@ class RequestTracker {
 struct StepRows {
   std::vector<SamplerRow> device;             // sampled where the logits are (GPU sampler)
   std::vector<SamplerRow> host;               // sampled by the CPU sampler
-  std::vector<RequestTracker::Seq*> sampled;  // the Seq of each device row, then of each host row
+  // The Seq of each device row, then of each host row; a Seq with drafts (Seq::drafts) has its
+  // drafts.size() + 1 verified positions as consecutive host rows.
+  std::vector<RequestTracker::Seq*> sampled;
   std::vector<RequestTracker::Seq*> beam;     // one row each
   struct Prompt {
     RequestTracker::Seq* seq;

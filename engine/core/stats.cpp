@@ -12,7 +12,12 @@ std::string format_stats_line(const EngineStats& s) {
       "Swapped: {} reqs, Pending: {} reqs, KV cache usage: {:.1f}%, CPU swap usage: {:.1f}%, "
       "Prefix cache hit rate: {:.1f}%",
       s.prompt_tokens_per_s, s.generation_tokens_per_s, s.num_running, s.num_swapped, s.num_waiting,
-      100.0 * s.kv_cache_usage, 100.0 * s.cpu_swap_usage, 100.0 * s.prefix_cache_hit_rate);
+      100.0 * s.kv_cache_usage, 100.0 * s.cpu_swap_usage, 100.0 * s.prefix_cache_hit_rate) +
+         (s.spec_decode ? fmt::format(", Speculative acceptance rate: {:.1f}% ({} of {} drafted tokens), "
+                                      "System efficiency: {:.1f}%",
+                                      100.0 * s.spec_acceptance_rate(), s.spec_accepted_tokens_total,
+                                      s.spec_draft_tokens_total, 100.0 * s.spec_efficiency())
+                        : std::string());
 }
 
 StatsLogger::StatsLogger(const LoggingOptions& opts, std::function<EngineStats()> snapshot)

@@ -29,6 +29,22 @@ struct EngineStats {
   int64_t generation_tokens_total = 0;
   double prompt_tokens_per_s = 0.0;      // over the last interval
   double generation_tokens_per_s = 0.0;  // over the last interval
+  // Speculative decoding (all 0 without it), totals since start: tokens drafted and verified,
+  // drafts accepted, tokens emitted by steps that verified drafts, and the most those steps could
+  // have emitted (drafts + 1 each). Acceptance rate: accepted / draft; system efficiency:
+  // emitted / max emitted (Aphrodite's and vLLM's spec-decode metrics).
+  bool spec_decode = false;
+  int64_t spec_draft_tokens_total = 0;
+  int64_t spec_accepted_tokens_total = 0;
+  int64_t spec_emitted_tokens_total = 0;
+  int64_t spec_max_emitted_tokens_total = 0;
+  double spec_acceptance_rate() const {
+    return spec_draft_tokens_total ? double(spec_accepted_tokens_total) / double(spec_draft_tokens_total) : 0.0;
+  }
+  double spec_efficiency() const {
+    return spec_max_emitted_tokens_total ? double(spec_emitted_tokens_total) / double(spec_max_emitted_tokens_total)
+                                         : 0.0;
+  }
 };
 
 std::string format_stats_line(const EngineStats& s);

@@ -186,6 +186,17 @@ void KvCacheManager::truncate(Request& request, int32_t num_tokens_to_keep) {
   if (request.block_hashes().size() > keep) request.block_hashes().resize(keep);
 }
 
+void KvCacheManager::release_unused_blocks(Request& request) {
+  auto it = tables_.find(request.request_id());
+  if (it == tables_.end() || it->second.on_cpu) return;
+  Table& table = it->second;
+  const size_t keep = size_t(std::max(blocks_for_tokens(request.num_computed_tokens(), block_size_), table.num_hashed));
+  if (table.blocks.size() <= keep) return;
+  std::vector<int32_t> order(table.blocks.rbegin(), table.blocks.rend() - std::ptrdiff_t(keep));
+  gpu_.free(order);
+  table.blocks.resize(keep);
+}
+
 void KvCacheManager::fork(const Request& parent, const Request& child) {
   auto it = tables_.find(parent.request_id());
   if (it == tables_.end() || it->second.on_cpu)

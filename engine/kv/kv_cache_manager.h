@@ -112,6 +112,11 @@ class KvCacheManager {
   // tokens are recomputed into fresh blocks). The request must hold GPU blocks.
   void truncate(Request& request, int32_t num_tokens_to_keep);
 
+  // Speculative decoding: after a step rolled num_computed_tokens back over rejected drafts, the
+  // blocks past the one holding the last computed token go back to the pool (never a hashed
+  // block: only blocks of computed tokens are hashed). The next step allocates again as needed.
+  void release_unused_blocks(Request& request);
+
   // The child shares all of the parent's blocks (ref counts +1). The first of them to write into
   // a shared partially filled block gets a private copy (SlotAllocation::copies).
   void fork(const Request& parent, const Request& child);

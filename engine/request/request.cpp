@@ -69,6 +69,7 @@ void Request::truncate_output(int32_t count) {
 std::shared_ptr<Request> Request::fork(std::string child_id) const {
   auto child = std::make_shared<Request>(*this);
   child->request_id_ = std::move(child_id);
+  child->spec_token_ids_.clear();
   return child;
 }
 

@@ -60,6 +60,12 @@ class Request {
   // (Scheduler::rewind_request) fixes num_computed_tokens and the KV cache.
   void truncate_output(int32_t count);
 
+  // Speculative decoding: tokens a proposer guessed after the last token, for the next step to
+  // verify. The scheduler trims them to its budget and limits and drops them for anything but a
+  // decode; they are never part of the request's tokens until the step accepted them.
+  const std::vector<int32_t>& spec_token_ids() const { return spec_token_ids_; }
+  void set_spec_token_ids(std::vector<int32_t> ids) { spec_token_ids_ = std::move(ids); }
+
   // Tokens whose KV is in the cache. The step computes [num_computed_tokens, num_tokens).
   int32_t num_computed_tokens() const { return num_computed_tokens_; }
   void set_num_computed_tokens(int32_t n) { num_computed_tokens_ = n; }
@@ -108,6 +114,7 @@ class Request {
   int32_t num_preemptions_ = 0;
   std::shared_ptr<const SamplingParams> sampling_params_;
   std::vector<uint64_t> block_hashes_;
+  std::vector<int32_t> spec_token_ids_;
 };
 
 }  // namespace cypris

@@ -62,11 +62,14 @@ BatchContext build_batch_context(const SchedulerOutput& output) {
   for (size_t r = 0; r < output.scheduled.size(); ++r) {
     const auto& s = output.scheduled[r];
     auto tokens = s.request->all_token_ids();
+    const int32_t known = int32_t(tokens.size());
+    const int32_t num_spec = int32_t(s.spec_token_ids.size());
     const int32_t end = s.num_computed_tokens + s.num_scheduled_tokens;
-    if (end > int32_t(tokens.size()) || int64_t(s.block_ids.size()) * bs < end)
+    if (end > known + num_spec || int64_t(s.block_ids.size()) * bs < end ||
+        (num_spec > 0 && end != known + num_spec))
       throw std::logic_error("build_batch_context: scheduled tokens beyond the request's tokens or blocks");
     for (int32_t pos = s.num_computed_tokens; pos < end; ++pos) {
-      b.token_ids.push_back(tokens[size_t(pos)]);
+      b.token_ids.push_back(pos < known ? tokens[size_t(pos)] : s.spec_token_ids[size_t(pos - known)]);
       b.positions.push_back(pos);
       b.slot_mapping.push_back(int64_t(s.block_ids[size_t(pos / bs)]) * bs + pos % bs);
     }
@@ -75,9 +78,11 @@ BatchContext build_batch_context(const SchedulerOutput& output) {
     std::copy(s.block_ids.begin(), s.block_ids.end(), b.block_tables.begin() + ptrdiff_t(r) * b.max_blocks_per_seq);
     b.max_query_len = std::max(b.max_query_len, s.num_scheduled_tokens);
     b.max_seq_len = std::max(b.max_seq_len, end);
-    if (s.samples) {
-      b.logits_indices.push_back(int32_t(b.token_ids.size()) - 1);
-      b.sampled_seqs.push_back(int32_t(r));
+    if (s.samples) {  // the last known token, then each draft (speculative decoding)
+      for (int32_t i = num_spec; i >= 0; --i) {
+        b.logits_indices.push_back(int32_t(b.token_ids.size()) - 1 - i);
+        b.sampled_seqs.push_back(int32_t(r));
+      }
     }
   }
   return b;

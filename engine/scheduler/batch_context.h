@@ -30,7 +30,9 @@ struct BatchContext {
   std::vector<int32_t> logits_indices;  // token rows to compute logits for (usually each sequence's last)
   // [num sampled] which sequence (index into SchedulerOutput::scheduled) each sampled row is, for the
   // first sampled_seqs.size() entries of logits_indices (the engine reorders both together and
-  // appends its prompt-logprob rows after them). Empty for batches not built by the scheduler.
+  // appends its prompt-logprob rows after them). A sequence with drafted tokens (speculative
+  // decoding) has one row per verified position, consecutive, in position order. Empty for
+  // batches not built by the scheduler.
   std::vector<int32_t> sampled_seqs;
 
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }

@@ -145,6 +145,7 @@ void Scheduler::preempt_last_running(SchedulerOutput& out, bool allow_swap) {
   std::shared_ptr<Request> victim = running_.back();
   running_.pop_back();
   forked_unscheduled_.erase(victim->request_id());  // it will be new to the runner when it resumes
+  victim->set_spec_token_ids({});
   victim->count_preemption();
   ++num_preemptions_;
   if (allow_swap && config_.preemption_mode == PreemptionMode::Swap && kv_.can_swap_out(*victim)) {
@@ -181,13 +182,14 @@ void Scheduler::priority_preemption(SchedulerOutput& out, int32_t budget) {
 }
 
 void Scheduler::add_scheduled(SchedulerOutput& out, const std::shared_ptr<Request>& request, int32_t num_new_tokens,
-                              const SlotAllocation& allocation, bool is_new) {
+                              const SlotAllocation& allocation, bool is_new, std::vector<int32_t> spec_token_ids) {
   ScheduledRequest s;
   s.request = request;
   s.num_computed_tokens = request->num_computed_tokens();
   s.num_scheduled_tokens = num_new_tokens;
   s.is_new = is_new;
   s.samples = s.num_computed_tokens + num_new_tokens >= request->num_tokens();
+  s.spec_token_ids = std::move(spec_token_ids);
   out.blocks_to_copy.insert(out.blocks_to_copy.end(), allocation.copies.begin(), allocation.copies.end());
   out.total_num_scheduled_tokens += num_new_tokens;
   out.scheduled.push_back(std::move(s));
@@ -230,6 +232,22 @@ SchedulerOutput Scheduler::schedule() {
       continue;
     }
     num_new = std::min(num_new, budget);
+    // Speculative decoding: a decode verifies its drafts in the same step (one more query token
+    // and KV slot each), within the budget, max_tokens and the context length (the verified
+    // tokens plus the target's own must fit), and only when their blocks are free without
+    // preempting anyone.
+    std::vector<int32_t> spec;
+    if (num_new == 1 && !request->spec_token_ids().empty()) {
+      const int32_t room = std::min({budget - 1, request->max_tokens() - request->num_output_tokens() - 1,
+                                     config_.max_model_len - request->num_tokens() - 1});
+      const auto& drafts = request->spec_token_ids();
+      if (room > 0) spec.assign(drafts.begin(), drafts.begin() + std::min<ptrdiff_t>(room, ptrdiff_t(drafts.size())));
+      // A block in reserve for each running request after this one, so drafts never preempt.
+      const auto later = int32_t(running_.size() - i - 1);
+      if (!spec.empty() && kv_.num_blocks_needed(*request, 1 + int32_t(spec.size())) + later > kv_.num_free_blocks())
+        spec.clear();
+      num_new += int32_t(spec.size());
+    }
     std::optional<SlotAllocation> allocation;
     bool self_preempted = false;
     while (!(allocation = kv_.allocate_slots(*request, num_new))) {
@@ -239,7 +257,8 @@ SchedulerOutput Scheduler::schedule() {
       if (self_preempted) break;
     }
     if (self_preempted) break;  // it was the last one, nothing after it
-    add_scheduled(out, request, num_new, *allocation, forked_unscheduled_.erase(request->request_id()) > 0);
+    add_scheduled(out, request, num_new, *allocation, forked_unscheduled_.erase(request->request_id()) > 0,
+                  std::move(spec));
     budget -= num_new;
     ++i;
   }
@@ -311,13 +330,14 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
   for (const auto& s : output.scheduled) {
     const auto& request = s.request;
     if (request->status() != RequestStatus::Running) continue;  // aborted after schedule()
-    request->set_num_computed_tokens(s.num_computed_tokens + s.num_scheduled_tokens);
-    kv_.cache_computed_blocks(*request);
+    const auto& drafts = s.spec_token_ids;
+    // Tokens known before the step that now have KV (all scheduled ones without drafts).
+    const int32_t computed = s.num_computed_tokens + s.num_scheduled_tokens - int32_t(drafts.size());
     RequestUpdate update;
     update.request = request;
     auto it = by_id.find(request->request_id());
     const StepResult* result = it == by_id.end() ? nullptr : it->second;
-    if (request->num_computed_tokens() >= request->num_tokens() && result != nullptr) {
+    if (computed >= request->num_tokens() && result != nullptr) {
       // Never past max_tokens or the context length, even with several speculative tokens.
       int32_t room =
           std::min(request->max_tokens() - request->num_output_tokens(), config_.max_model_len - request->num_tokens());
@@ -325,6 +345,17 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
       update.new_token_ids.assign(result->sampled_token_ids.begin(), result->sampled_token_ids.begin() + take);
       request->append_output_tokens(update.new_token_ids);
     }
+    // Drafts: the KV of the accepted ones (the leading new tokens equal to the drafts, short of the
+    // last new token, which has no KV yet) is kept; the rejected positions are rolled back and
+    // blocks they alone used go back to the pool. Only then are full blocks offered to the prefix
+    // cache, so a cached block never holds a rejected draft.
+    int32_t accepted = 0;
+    while (accepted < int32_t(drafts.size()) && accepted + 1 < int32_t(update.new_token_ids.size()) &&
+           update.new_token_ids[size_t(accepted)] == drafts[size_t(accepted)])
+      ++accepted;
+    request->set_num_computed_tokens(computed + accepted);
+    if (!drafts.empty()) kv_.release_unused_blocks(*request);
+    kv_.cache_computed_blocks(*request);
     RequestStatus status = RequestStatus::Running;
     if (result != nullptr && is_finished(result->finish))
       status = result->finish;

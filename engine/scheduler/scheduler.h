@@ -1,8 +1,8 @@
 // Scheduler: continuous batching with a per-step token budget (vLLM v1 core/sched/scheduler.py).
 //
 // Each step hands out max_num_batched_tokens across at most max_num_seqs requests: running
-// requests first (a decode takes 1 token, a partly prefilled prompt continues with its next
-// chunk), then swapped requests are brought back, then waiting ones are admitted in policy order
+// requests first (a decode takes 1 token, plus its drafted tokens with speculative decoding, a
+// partly prefilled prompt continues with its next chunk), then swapped requests are brought back, then waiting ones are admitted in policy order
 // (fcfs: arrival; priority: (priority, arrival)). When blocks run out the worst running request
 // (lowest priority / latest arrival) is preempted: by recompute (blocks freed, back to waiting
 // with num_computed_tokens = 0) or by swap (blocks copied to the CPU pool). Pure logic: the
@@ -86,7 +86,7 @@ class Scheduler {
   void preempt_last_running(SchedulerOutput& out, bool allow_swap);
   void priority_preemption(SchedulerOutput& out, int32_t budget);
   void add_scheduled(SchedulerOutput& out, const std::shared_ptr<Request>& request, int32_t num_new_tokens,
-                     const SlotAllocation& allocation, bool is_new);
+                     const SlotAllocation& allocation, bool is_new, std::vector<int32_t> spec_token_ids = {});
   bool passed_delay(double now);
   // Running requests with tokens left to compute. A running request whose tokens all have KV and
   // that got no new token (a beam-search beam waiting for its siblings' logits) is idle.

@@ -25,6 +25,10 @@ struct ScheduledRequest {
   // The step reaches the request's last known token, so its logits are sampled. False for all
   // but the last chunk of a chunked prefill.
   bool samples = false;
+  // Speculative decoding: drafted tokens run after the last known token (their count is part of
+  // num_scheduled_tokens, their KV slots are reserved); the step has a logits row for the last
+  // known token and each draft. Empty for a step without speculation.
+  std::vector<int32_t> spec_token_ids;
 };
 
 struct SchedulerOutput {
@@ -53,7 +57,9 @@ struct SchedulerOutput {
 // What the model step produced for one scheduled request.
 struct StepResult {
   std::string request_id;
-  // Sampled tokens (one, or more with speculative decoding). Ignored for a partial prefill.
+  // Sampled tokens (one, or more with speculative decoding). Ignored for a partial prefill. With
+  // drafts, the verified tokens: the accepted drafts, then the target's own token; the scheduler
+  // keeps the KV of the accepted drafts and rolls back the rest.
   std::vector<int32_t> sampled_token_ids;
   // Set by the engine's stop checks (FinishedStopped for EOS/stop ids) or on a fault
   // (FinishedError); Running = keep going. Length limits are the scheduler's job.

@@ -45,6 +45,19 @@ TEST_F(CudaEquivalence, SoloOnGpuEqualsSoloOnCpu) {
   for (const auto& j : *jobs_) EXPECT_EQ(solo_->at(j.id), cpu.at(j.id)) << j.id;
 }
 
+TEST_F(CudaEquivalence, SpeculativeDecodingKeepsOutputs) {
+  // Prompt lookup on the GPU: steps with drafts run eagerly (k + 1 query tokens per sequence, no
+  // decode graph), the others replay graphs; the verified rows are sampled on the CPU.
+  CYPRIS_REQUIRE_GPU();
+  EngineConfig cfg = config("cuda");
+  cfg.spec.speculative_model = "[ngram]";
+  cfg.spec.num_speculative_tokens = 4;
+  cfg.spec.ngram_prompt_lookup_max = 3;
+  Engine engine(cfg);
+  expect_same(run_batched(engine, *jobs_));
+  EXPECT_GT(engine.stats().spec_accepted_tokens_total, 0);
+}
+
 TEST_F(CudaEquivalence, ContinuousBatching) {
   CYPRIS_REQUIRE_GPU();
   Engine engine(config("cuda"));

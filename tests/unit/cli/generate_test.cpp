@@ -147,6 +147,23 @@ TEST(BenchLatency, RunsOnDummyWeightsFromAConfigOnlyFolder) {
   EXPECT_NE(out.find("109.5M"), std::string::npos) << out;
 }
 
+TEST(BenchLatency, SpeculativeDecodingReportsTheMeanAcceptedLength) {
+  testing::internal::CaptureStdout();
+  const int rc = run_bench({"latency", "--model", kStories, "--input-len", "128", "--output-len", "128", "--num-iters",
+                            "1", "--num-iters-warmup", "0", "--prompt-repeat", "32", "--threads", "2",
+                            "--disable-log-stats", "--speculative-model", "[ngram]", "--num-speculative-tokens", "4",
+                            "--ngram-prompt-lookup-max", "3"});
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("| speculative decoding | prompt lookup, 4 tokens, 1..3-grams |"), std::string::npos) << out;
+  const std::string key = "| mean accepted length (tokens per verification step) | ";
+  const size_t at = out.find(key);
+  ASSERT_NE(at, std::string::npos) << out;
+  const double mean_len = std::stod(out.substr(at + key.size()));
+  EXPECT_GT(mean_len, 1.0) << "no draft accepted on a repeating prompt: " << out;
+  EXPECT_LE(mean_len, 5.0) << out;
+}
+
 TEST(BenchThroughput, ReportsTokensPerSecondForAllRequests) {
   testing::internal::CaptureStdout();
   const int rc = run_bench({"throughput", "--model", kStories, "--num-prompts", "8", "--input-len", "16",

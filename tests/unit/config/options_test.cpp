@@ -187,8 +187,8 @@ TEST(Parse, ErrorsNameTheFlagAndWhatIsAllowed) {
 }
 
 TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
-  EXPECT_THAT(error_of({"--speculative-model", "[ngram]"}),
-              AllOf(HasSubstr("--speculative-model"), HasSubstr("not supported yet")));
+  EXPECT_THAT(error_of({"--speculative-max-model-len", "128"}),
+              AllOf(HasSubstr("--speculative-max-model-len"), HasSubstr("not supported yet")));
   EXPECT_THAT(error_of({"-q", "exl2"}), AllOf(HasSubstr("exl2"), HasSubstr("not supported yet")));
   // The implemented methods are accepted here; the loader checks them against the checkpoint.
   EXPECT_EQ(error_of({"-q", "gptq"}), "");

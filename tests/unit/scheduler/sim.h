@@ -71,11 +71,20 @@ class FakeRunner {
       gpu_[size_t(layout.slot_mapping[size_t(i)])] = encode(layout.token_ids[size_t(i)], layout.positions[size_t(i)]);
     }
     std::vector<StepResult> results;
-    for (int32_t r : layout.sampled_seqs) {
-      const auto& req = *out.scheduled[size_t(r)].request;
+    for (size_t j = 0; j < layout.sampled_seqs.size(); ++j) {
+      const auto& sr = out.scheduled[size_t(layout.sampled_seqs[j])];
+      const auto& req = *sr.request;
       StepResult res;
       res.request_id = req.request_id();
-      res.sampled_token_ids = {fake_token(req.request_id(), req.num_tokens())};
+      // Drafts (speculative decoding): one row per verified position; the fake model's token at
+      // each, accepted while it equals the draft, then the model's own token.
+      const auto& drafts = sr.spec_token_ids;
+      for (size_t i = 0; i <= drafts.size(); ++i) {
+        const int32_t t = fake_token(req.request_id(), req.num_tokens() + int32_t(i));
+        res.sampled_token_ids.push_back(t);
+        if (i == drafts.size() || t != drafts[i]) break;
+      }
+      j += drafts.size();
       if (stop.count(req.request_id())) res.finish = RequestStatus::FinishedStopped;
       results.push_back(std::move(res));
     }
@@ -111,7 +120,8 @@ inline void check_invariants(const Scheduler& s, const SchedulerOutput& out, boo
     EXPECT_TRUE(ids.insert(r.request->request_id()).second) << "scheduled twice";
     EXPECT_EQ(r.request->status(), RequestStatus::Running);
     EXPECT_GE(int64_t(r.block_ids.size()) * c.block_size, r.num_computed_tokens + r.num_scheduled_tokens);
-    if (!c.enable_chunked_prefill) EXPECT_EQ(r.num_computed_tokens + r.num_scheduled_tokens, r.request->num_tokens());
+    if (!c.enable_chunked_prefill)
+      EXPECT_EQ(r.num_computed_tokens + r.num_scheduled_tokens, r.request->num_tokens() + int32_t(r.spec_token_ids.size()));
     sum += r.num_scheduled_tokens;
   }
   EXPECT_EQ(sum, out.total_num_scheduled_tokens);

@@ -49,3 +49,20 @@ TEST(Metrics, RequestTimerFeedsHistograms) {
   EXPECT_NE(out.find("aphrodite:e2e_request_latency_seconds_count{model_name=\"m\"} 1\n"), std::string::npos);
   EXPECT_NE(out.find("finished_reason=\"length\"} 1\n"), std::string::npos);
 }
+
+TEST(Metrics, SpeculativeDecodingCountersOnlyWithSpeculation) {
+  ServerMetrics m;
+  cypris::EngineStats s;
+  EXPECT_EQ(m.render(s, "m").find("spec_decode"), std::string::npos) << "no spec-decode metrics without it";
+  s.spec_decode = true;
+  s.spec_draft_tokens_total = 200;
+  s.spec_accepted_tokens_total = 50;
+  s.spec_emitted_tokens_total = 90;
+  s.spec_max_emitted_tokens_total = 240;  // 40 verification steps of 5 drafts
+  const std::string out = m.render(s, "m");
+  EXPECT_NE(out.find("aphrodite:spec_decode_num_draft_tokens_total{model_name=\"m\"} 200\n"), std::string::npos);
+  EXPECT_NE(out.find("aphrodite:spec_decode_num_accepted_tokens_total{model_name=\"m\"} 50\n"), std::string::npos);
+  EXPECT_NE(out.find("aphrodite:spec_decode_num_emitted_tokens_total{model_name=\"m\"} 90\n"), std::string::npos);
+  EXPECT_NE(out.find("aphrodite:spec_decode_draft_acceptance_rate{model_name=\"m\"} 0.25\n"), std::string::npos);
+  EXPECT_NE(out.find("aphrodite:spec_decode_efficiency{model_name=\"m\"} 0.375\n"), std::string::npos);
+}
