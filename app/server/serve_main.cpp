@@ -72,7 +72,8 @@ int serve_forever(const EngineConfig& cfg,
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects must not kill the server
-  limit_malloc_arenas(kServerMallocArenas);  // before the engine's and the server's threads exist
+  // Before the engine's and the server's threads exist.
+  limit_malloc_arenas(kServerMallocArenas);
 
   try {
     std::optional<ShutdownWatchdog> watchdog;  // first declared, last gone: it covers the engine's end too
