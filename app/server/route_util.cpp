@@ -133,12 +133,13 @@ void check_prompt_list(const ServerContext& ctx, const EngineClient& engine, con
     }
   }
   if (bytes > max_bytes || ids > max_tokens) {
-    throw HttpError(400,
-                    fmt::format("'prompt' holds {} in all; this server takes at most {} prompt tokens per request "
-                                "(--max-request-tokens {}{})",
-                                bytes > max_bytes ? fmt::format("{} bytes of text", bytes) : fmt::format("{} token ids", ids),
-                                max_tokens, max_tokens, bytes > max_bytes ? ", 16 bytes of text per token" : ""),
-                    "prompt");
+    throw HttpError(
+        400,
+        fmt::format("'prompt' holds {} in all; this server takes at most {} prompt tokens per request "
+                    "(--max-request-tokens {}{})",
+                    bytes > max_bytes ? fmt::format("{} bytes of text", bytes) : fmt::format("{} token ids", ids),
+                    max_tokens, max_tokens, bytes > max_bytes ? ", 16 bytes of text per token" : ""),
+        "prompt");
   }
 }
 

@@ -2,9 +2,12 @@
 
 #include <pthread.h>
 
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "engine/common/error.h"
@@ -21,19 +24,41 @@ namespace {
 // at once on a second SIGINT/SIGTERM.
 constexpr int kShutdownDeadlineSeconds = 10;
 
-void start_shutdown_watchdog(sigset_t set) {
-  std::thread([set] {
-    timespec deadline{kShutdownDeadlineSeconds, 0};
-    const int sig = sigtimedwait(&set, nullptr, &deadline);
-    if (sig > 0) {
-      LOG_ERROR("received a second {}: exiting now", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    } else {
-      LOG_ERROR("the shutdown did not finish within {} s: exiting now", kShutdownDeadlineSeconds);
+// From the first signal until serve_forever returns: exits the process when the shutdown takes
+// too long or a second signal comes; stands down (joined) when the shutdown finished.
+class ShutdownWatchdog {
+ public:
+  explicit ShutdownWatchdog(sigset_t set) : thread_([this, set] { watch(set); }) {}
+  ~ShutdownWatchdog() {
+    done_ = true;
+    thread_.join();
+  }
+  ShutdownWatchdog(const ShutdownWatchdog&) = delete;
+  ShutdownWatchdog& operator=(const ShutdownWatchdog&) = delete;
+
+ private:
+  void watch(sigset_t set) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kShutdownDeadlineSeconds);
+    while (!done_) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        LOG_ERROR("the shutdown did not finish within {} s: exiting now", kShutdownDeadlineSeconds);
+        break;
+      }
+      timespec slice{0, 100 * 1000 * 1000};  // done_ is looked at every 100 ms
+      const int sig = sigtimedwait(&set, nullptr, &slice);
+      if (sig > 0) {
+        LOG_ERROR("received a second {}: exiting now", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        break;
+      }
     }
+    if (done_) return;
     std::fflush(nullptr);
     std::_Exit(1);
-  }).detach();
-}
+  }
+
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -47,9 +72,11 @@ int serve_forever(const EngineConfig& cfg,
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that disconnects must not kill the server
-  limit_malloc_arenas(kServerMallocArenas);  // before the engine's and the server's threads exist
+  // Before the engine's and the server's threads exist.
+  limit_malloc_arenas(kServerMallocArenas);
 
   try {
+    std::optional<ShutdownWatchdog> watchdog;  // first declared, last gone: it covers the engine's end too
     std::shared_ptr<EngineClient> engine;
     if (!cfg.model.model.empty()) engine = make_engine(cfg);
     Server server(cfg, make_engine, std::move(engine));
@@ -59,7 +86,7 @@ int serve_forever(const EngineConfig& cfg,
     int sig = 0;
     sigwait(&set, &sig);
     LOG_INFO("received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    start_shutdown_watchdog(set);
+    watchdog.emplace(set);
     server.stop();
     return 0;
   } catch (const cypris::Error& e) {

@@ -13,8 +13,8 @@ namespace cypris {
 // starts the server and waits for a signal with sigwait; then stops the server (in-flight requests
 // are cut off and answered 503) and drops the engine. Returns the process exit code (0 after a
 // signal, 1 when the engine or the listening socket cannot be set up; the error is logged). Should
-// the shutdown take more than 10 s, or a second signal come, the process exits at once with 1. Call it from the main thread before starting
-// other threads.
+// the shutdown take more than 10 s, or a second signal come, the process exits at once with 1. Call it
+// from the main thread before starting other threads.
 int serve_forever(const EngineConfig& cfg,
                   std::function<std::shared_ptr<EngineClient>(const EngineConfig&)> make_engine);
 

@@ -223,9 +223,8 @@ void spend_yaml_bytes(YamlBudget& budget, size_t n, const std::string& source) {
 }
 
 json yaml_to_json(const YAML::Node& n, const std::string& source, YamlBudget& budget, int depth = 0) {
-  CYPRIS_CHECK(budget.values > 0,
-               "{}: more than {} values (YAML aliases expand to too much); options files are small", source,
-               kMaxYamlValues);
+  CYPRIS_CHECK(budget.values > 0, "{}: more than {} values (YAML aliases expand to too much); options files are small",
+               source, kMaxYamlValues);
   CYPRIS_CHECK(depth < kMaxYamlDepth, "{}: nested deeper than {} levels", source, kMaxYamlDepth);
   --budget.values;
   switch (n.Type()) {

@@ -99,8 +99,8 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
                  "use_beam_search is not supported with speculative decoding (--speculative-model); this server "
                  "speculates, so send the request without use_beam_search");
     CYPRIS_CHECK(!p->use_beam_search || p->effective_best_of() <= cfg_.max_num_seqs,
-                 "use_beam_search: best_of (the beam width) is {}, more than --max-num-seqs {}",
-                 p->effective_best_of(), cfg_.max_num_seqs);
+                 "use_beam_search: best_of (the beam width) is {}, more than --max-num-seqs {}", p->effective_best_of(),
+                 cfg_.max_num_seqs);
     if (tokenizer_ && p->dry_multiplier > 0.0f && p->dry_sequence_breaker_ids.empty()) {
       p->resolve_dry_sequence_breakers(
           [this](const std::string& s) { return tokenizer_->encode(s, /*add_special_tokens=*/false); });

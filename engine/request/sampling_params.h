@@ -174,7 +174,8 @@ struct SamplingParams {
   std::map<int32_t, float> logit_bias;
   std::vector<int32_t> custom_token_bans;
   std::optional<std::vector<int32_t>> allowed_token_ids;
-  std::vector<std::string> banned_strings;  // at most kMaxBannedStrings, kMaxBannedStringsBytes in all
+  // At most kMaxBannedStrings phrases, kMaxBannedStringsBytes in all.
+  std::vector<std::string> banned_strings;
   GuidedDecodingParams guided;  // structured output; the row then samples on the CPU
   // --- length and stopping ---
   int min_tokens = 0;

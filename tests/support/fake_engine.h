@@ -6,8 +6,8 @@
 // logprobs (each token logprob -0.5; the top list is the token then ids+1.. at -1.5, -2.5, ...),
 // prompt_logprobs, and abort (recorded in aborted()). A prompt containing "FAIL_NOW" ends with an
 // error output after its first token; one containing "CLIENT_FAIL" ends likewise with an error the
-// request's parameters caused ("banned_strings: ...", RequestOutput::client_error). submit() throws cypris::Error when prompt + max_tokens
-// exceeds max_model_len, with the engine's message.
+// request's parameters caused ("banned_strings: ...", RequestOutput::client_error). submit() throws cypris::Error when
+// prompt + max_tokens exceeds max_model_len, with the engine's message.
 #pragma once
 
 #include <chrono>

@@ -170,11 +170,10 @@ EngineConfig config_from_load_body(const httplib::Request& req, const EngineConf
 // Paths that do not exist pass (the loader says what it looked for, or takes a Hub repo id).
 void check_model_path_resolves(const std::string& model) {
   std::error_code ec;
-  std::filesystem::status(model, ec);
+  (void)std::filesystem::status(model, ec);  // only ec is wanted
   if (!ec || ec == std::errc::no_such_file_or_directory) return;
-  const std::string why = ec == std::errc::too_many_symbolic_link_levels
-                              ? "it is a loop of symbolic links"
-                              : ec.message();
+  const std::string why =
+      ec == std::errc::too_many_symbolic_link_levels ? "it is a loop of symbolic links" : ec.message();
   throw HttpError(400, fmt::format("'model' {} cannot be resolved: {}", model, why), "model");
 }
 

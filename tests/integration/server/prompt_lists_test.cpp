@@ -80,8 +80,9 @@ TEST(PromptLists, MoreTokensInAllThanTheLimitIsANamed400) {
   r = post_json(s, "/v1/completions", json{{"prompt", ids}, {"max_tokens", 1}}.dump());
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("21 token ids"), std::string::npos) << r.body;
-  r = post_json(s, "/v1/completions",
-                json{{"prompt", json::array({std::string(200, 'x'), std::string(200, 'y')})}, {"max_tokens", 1}}.dump());
+  r = post_json(
+      s, "/v1/completions",
+      json{{"prompt", json::array({std::string(200, 'x'), std::string(200, 'y')})}, {"max_tokens", 1}}.dump());
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_NE(r.body.find("400 bytes of text"), std::string::npos) << r.body;
   EXPECT_EQ(s.engine->num_submitted(), 0u);
@@ -109,9 +110,9 @@ TEST(PromptLists, AStreamingClientThatLeavesCancelsEveryPrompt) {
   o.token_delay = std::chrono::milliseconds(2);
   TestServer s([](EngineConfig&) {}, o);
   constexpr size_t kPrompts = 40;
-  auto r = post_stream(s, "/v1/completions",
-                       json{{"prompt", prompt_list(kPrompts)}, {"max_tokens", 400}, {"n", 2}, {"stream", true}}.dump(),
-                       3);
+  auto r =
+      post_stream(s, "/v1/completions",
+                  json{{"prompt", prompt_list(kPrompts)}, {"max_tokens", 400}, {"n", 2}, {"stream", true}}.dump(), 3);
   EXPECT_GE(r.events.size(), 3u);
   EXPECT_EQ(wait_for_aborts(*s.engine, kPrompts, std::chrono::seconds(10)), kPrompts);
   EXPECT_EQ(s.engine->stats().num_running, 0);
@@ -169,7 +170,8 @@ TEST(BannedStringLimits, AGiveUpIsTheClientsDoingA400) {
                 json{{"messages", {{{"role", "user"}, {"content", "CLIENT_FAIL"}}}}, {"max_tokens", 5}}.dump());
   EXPECT_EQ(r.status, 400) << r.body;
   // Streaming: the error event carries 400.
-  auto st = post_stream(s, "/v1/completions", json{{"prompt", "CLIENT_FAIL"}, {"max_tokens", 5}, {"stream", true}}.dump());
+  auto st =
+      post_stream(s, "/v1/completions", json{{"prompt", "CLIENT_FAIL"}, {"max_tokens", 5}, {"stream", true}}.dump());
   bool saw = false;
   for (const auto& e : st.events) {
     auto j = json::parse(e.data, nullptr, false);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -209,6 +210,48 @@ TEST_F(RealServer, BannedStringsNeverReachTheClient) {
   EXPECT_GT(text.size(), 40u);
   EXPECT_EQ(text.find("Lily"), std::string::npos) << text;
   EXPECT_EQ(text.find("park"), std::string::npos) << text;
+}
+
+// issue #26 item 2: after the client left, the prompts of its list went on running (1.1-1.5
+// cores a minute later). Every sequence (n = 2) of every prompt ends, and a list over the limit is
+// refused before anything runs.
+TEST_F(RealServer, APromptListEndsEverySequenceWhenTheClientLeaves) {
+  json prompts = json::array();
+  for (int i = 0; i < 64; ++i) prompts.push_back("Once upon a time " + std::to_string(i));
+  json body = {{"prompt", prompts}, {"max_tokens", 400}, {"n", 2}, {"ignore_eos", true}, {"stream", true}};
+  {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60);
+    size_t events = 0;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.set_header("Content-Type", "application/json");
+    req.body = body.dump();
+    req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+      events += std::count(data, data + len, '\n') / 2;
+      return events < 4;  // hang up after a few events
+    };
+    c.send(req);
+    EXPECT_GE(events, 1u);
+  }
+  httplib::Client m("127.0.0.1", port_);
+  bool idle = false;
+  std::string metrics;
+  for (int i = 0; i < 500 && !idle; ++i) {
+    auto r = m.Get("/metrics");
+    metrics = r ? r->body : "";
+    idle = metrics.find("aphrodite:num_requests_running{model_name=\"stories\"} 0") != std::string::npos &&
+           metrics.find("aphrodite:num_requests_waiting{model_name=\"stories\"} 0") != std::string::npos;
+    if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(idle) << metrics;
+  prompts.clear();
+  for (int i = 0; i < 1025; ++i) prompts.push_back("x");
+  auto r = m.Post("/v1/completions", json{{"prompt", prompts}, {"max_tokens", 1}}.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("--max-prompts-per-request"), std::string::npos) << r->body;
 }
 
 }  // namespace

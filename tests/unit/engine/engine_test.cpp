@@ -158,8 +158,8 @@ TEST(AsyncEngineTest, SubmitAllQueuesEveryPromptOrNone) {
   p->max_tokens = 200;
   p->ignore_eos = true;
   // The third prompt can never run: the first two must not stay queued either.
-  std::vector<GenerateRequest> bad = {{"x-0", {1}, "", p, 0}, {"x-1", {1, 2}, "", p, 0},
-                                      {"x-2", std::vector<int32_t>(600, 5), "", p, 0}};
+  std::vector<GenerateRequest> bad = {
+      {"x-0", {1}, "", p, 0}, {"x-1", {1, 2}, "", p, 0}, {"x-2", std::vector<int32_t>(600, 5), "", p, 0}};
   EXPECT_THROW(engine.submit_all(std::move(bad)), Error);
   EXPECT_TRUE(wait_idle(engine));
   // The same ids are free again, and 300 prompts in one go all finish with their tokens.

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace cypris {
 namespace {
@@ -51,6 +54,43 @@ TEST(RequestStream, CancelCallsBackOnceAndNotAfterTheEnd) {
   finished.push(delta("x", true));
   finished.cancel();
   EXPECT_EQ(aborted, 1);
+}
+
+}  // namespace
+}  // namespace cypris
+
+namespace cypris {
+namespace {
+
+struct Recorder final : StreamListener {
+  std::mutex mu;
+  std::vector<size_t> heard;
+  void notify(size_t index) override {
+    std::lock_guard<std::mutex> lock(mu);
+    heard.push_back(index);
+  }
+};
+
+// A consumer of many streams (the server's StreamSet) is told once per output which stream has it,
+// including the outputs queued before it started listening, and nothing after the last output.
+TEST(RequestStream, ListenerHearsEveryOutputOnceWithItsIndex) {
+  RequestStream s("r");
+  RequestOutput a;
+  a.request_id = "r";
+  s.push(a);
+  s.push(a);
+  auto rec = std::make_shared<Recorder>();
+  s.set_listener(rec, 7);
+  EXPECT_EQ(rec->heard, (std::vector<size_t>{7, 7}));
+  RequestOutput last = a;
+  last.finished = true;
+  s.push(last);
+  s.push(a);  // after the last output: dropped, not heard
+  EXPECT_EQ(rec->heard, (std::vector<size_t>{7, 7, 7}));
+  int taken = 0;
+  while (s.next(std::chrono::milliseconds(0))) ++taken;
+  EXPECT_EQ(taken, 3);
+  EXPECT_TRUE(s.done());
 }
 
 }  // namespace
