@@ -10,6 +10,7 @@
 #include "engine/common/error.h"
 #include "engine/loader/gguf_model.h"
 #include "engine/loader/safetensors.h"
+#include "engine/loader/torch_checkpoint.h"
 #include "kernels/cpu/dummy_fill.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
@@ -39,16 +40,19 @@ void for_each_slice_run(const std::vector<int64_t>& full, const ShardSpec& shard
   }
 }
 
+// Safetensors or PyTorch .bin tensors (both give SafetensorsTensor views of their mapping).
+template <typename Checkpoint>
 class CheckpointWeightSource : public WeightSource {
  public:
-  explicit CheckpointWeightSource(const std::filesystem::path& dir) : dir_(dir), ckpt_(dir) {}
+  CheckpointWeightSource(const std::filesystem::path& dir, const std::vector<std::string>& ignore_patterns)
+      : dir_(dir), ckpt_(dir, ignore_patterns) {}
 
   std::string describe() const override { return dir_.string(); }
   bool contains(const std::string& name) const override { return ckpt_.find(name) != nullptr; }
 
   void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype, const ShardSpec& shard,
                  void* dst) const override {
-    const SafetensorsFile* file = nullptr;
+    const typename Checkpoint::File* file = nullptr;
     const SafetensorsTensor* t = ckpt_.find(name, &file);
     CYPRIS_CHECK(t != nullptr, "{}: tensor '{}' not found in the checkpoint", dir_.string(), name);
     CYPRIS_CHECK(t->dtype.has_value(), "{}: tensor '{}' has dtype {}; weights must be F32, F16 or BF16",
@@ -80,7 +84,7 @@ class CheckpointWeightSource : public WeightSource {
 
  private:
   std::filesystem::path dir_;
-  SafetensorsCheckpoint ckpt_;
+  Checkpoint ckpt_;
 };
 
 bool is_norm_weight(const std::string& name) {
@@ -209,23 +213,27 @@ std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& di
   }
   CYPRIS_CHECK(f != "gguf", "--load-format gguf: {} is not a .gguf file; pass the file as --model (or --gguf-file NAME)",
                dir.string());
-  if (f == "pt" || f == "npcache") {
-    CYPRIS_FAIL("--load-format {}: not supported yet; use safetensors (or dummy for random weights)", f);
-  }
-  CYPRIS_CHECK(f == "auto" || f == "safetensors",
-               "--load-format: '{}' is not a load format; allowed: auto, safetensors, gguf, dummy (pt, npcache: not "
+  if (f == "npcache") CYPRIS_FAIL("--load-format npcache: not supported yet; use pt, safetensors or dummy");
+  CYPRIS_CHECK(f == "auto" || f == "safetensors" || f == "pt",
+               "--load-format: '{}' is not a load format; allowed: auto, safetensors, pt, gguf, dummy (npcache: not "
                "supported yet)",
                f);
+  // auto: safetensors when the folder has them, else PyTorch .bin files (vLLM's order).
+  if (f == "pt" || (f == "auto" && !SafetensorsCheckpoint::present(dir) && TorchCheckpoint::present(dir))) {
+    return std::make_unique<CheckpointWeightSource<TorchCheckpoint>>(dir, options.ignore_patterns);
+  }
   if (f == "auto" && !SafetensorsCheckpoint::present(dir)) {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      if (e.path().extension() == ".bin" || e.path().extension() == ".pt") {
-        CYPRIS_FAIL("{}: only PyTorch checkpoints ({}) found; they are not supported yet, use safetensors",
-                    dir.string(), e.path().filename().string());
+      if (e.path().extension() == ".bin" || e.path().extension() == ".pt" || e.path().extension() == ".pth") {
+        CYPRIS_FAIL(
+            "{}: only {} found; Cypris reads PyTorch checkpoints named pytorch_model*.bin (--load-format pt) "
+            "and safetensors",
+            dir.string(), e.path().filename().string());
       }
     }
   }
-  return std::make_unique<CheckpointWeightSource>(dir);
+  return std::make_unique<CheckpointWeightSource<SafetensorsCheckpoint>>(dir, options.ignore_patterns);
 }
 
 }  // namespace cypris
