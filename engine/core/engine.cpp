@@ -27,9 +27,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 int64_t default_max_num_batched_tokens(const EngineConfig& cfg, int64_t max_model_len) {
   if (cfg.scheduler.max_num_batched_tokens) return *cfg.scheduler.max_num_batched_tokens;
-  // vLLM's defaults: a small budget with chunked prefill (decodes stay fast), else room for the
-  // longest prompt in one step.
-  if (cfg.scheduler.enable_chunked_prefill) return std::max<int64_t>(512, cfg.scheduler.max_num_seqs);
+  // vLLM V1's default (LLM class): a bounded budget with chunked prefill (decodes stay fast), else
+  // room for the longest prompt in one step.
+  if (cfg.scheduler.enable_chunked_prefill) return std::max<int64_t>(2048, cfg.scheduler.max_num_seqs);
   return std::max<int64_t>({max_model_len, 2048, cfg.scheduler.max_num_seqs});
 }
 

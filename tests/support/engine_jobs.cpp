@@ -20,6 +20,10 @@ EngineConfig stories_config(int tensor_parallel_size, const std::string& device)
   cfg.logging.disable_log_requests = true;
   cfg.cache.cpu_kvcache_space = 0.05;
   cfg.parallel.tensor_parallel_size = tensor_parallel_size;
+  // The plain modes (the defaults before issue #32): the equivalence tests switch prefix caching
+  // and chunked prefill on where they test them, and compare with runs without them.
+  cfg.cache.enable_prefix_caching = false;
+  cfg.scheduler.enable_chunked_prefill = false;
   return cfg;
 }
 
