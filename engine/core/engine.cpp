@@ -113,6 +113,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   tc.max_num_seqs = cfg.scheduler.max_num_seqs;
   tc.logging = cfg.logging;
   tc.guided_backend = cfg.model.guided_decoding_backend;
+  tc.seed = static_cast<uint64_t>(cfg.model.seed);
   tracker_ = std::make_unique<RequestTracker>(tc, *scheduler_, *sampler_, tokenizer_.get(), std::move(eos_ids));
 
   const double max_concurrency = static_cast<double>(num_blocks) * ro.block_size / static_cast<double>(max_model_len);

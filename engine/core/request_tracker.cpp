@@ -32,7 +32,12 @@ constexpr int kMaxBannedStringRewinds = 4096;
 
 RequestTracker::RequestTracker(const TrackerConfig& config, Scheduler& scheduler, Sampler& sampler,
                                const Tokenizer* tokenizer, std::vector<int32_t> eos_ids)
-    : cfg_(config), scheduler_(scheduler), sampler_(sampler), tokenizer_(tokenizer), eos_ids_(std::move(eos_ids)) {}
+    : cfg_(config),
+      unseeded_rng_(config.seed),
+      scheduler_(scheduler),
+      sampler_(sampler),
+      tokenizer_(tokenizer),
+      eos_ids_(std::move(eos_ids)) {}
 
 RequestTracker::~RequestTracker() = default;
 
@@ -65,6 +70,7 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
   CYPRIS_CHECK(!groups_.count(req.request_id), "request id '{}' is already in use", req.request_id);
   auto params = std::make_shared<SamplingParams>(*req.params);
   params->validate(cfg_.max_log_probs, static_cast<int32_t>(cfg_.vocab_size));
+  if (!params->seed) params->seed = unseeded_rng_();
   CYPRIS_CHECK(!(params->use_beam_search && !params->banned_strings.empty()),
                "banned_strings cannot be combined with use_beam_search: give one or the other");
   CYPRIS_CHECK(!params->use_beam_search || params->effective_best_of() <= cfg_.max_num_seqs,
