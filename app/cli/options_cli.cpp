@@ -34,7 +34,7 @@ std::optional<CliContext> parse_cli(const Args& args, const std::string& usage, 
       return std::nullopt;
     }
     set_log_level(ctx.cfg.logging.log_level);
-    for (const auto& w : validate_options(ctx.cfg)) LOG_WARN("{}", w);
+    for (const auto& w : validate_options(ctx.cfg, ctx.parsed.explicit_keys)) LOG_WARN("{}", w);
   } catch (const Error& e) {
     std::fprintf(stderr, "cypris: error: %s\n", e.what());
     exit_code = 2;

@@ -171,7 +171,8 @@ void finish_params(SamplingParams& p, const ServerContext& ctx, const EngineClie
     if (find_sampling_param(first)) param = first;
     throw HttpError(400, msg, param);
   }
-  if (tok && !p.dry_sequence_breakers.empty()) {
+  // Ids a request gave itself (dry_sequence_breaker_ids) are used as they are.
+  if (tok && !p.dry_sequence_breakers.empty() && p.dry_sequence_breaker_ids.empty()) {
     p.resolve_dry_sequence_breakers([tok](const std::string& s) { return tok->encode(s, false); });
   }
 }
@@ -195,7 +196,8 @@ void check_fits_context(const EngineClient& engine, size_t prompt_len, const Sam
 }
 
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
-                         const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params) {
+                         const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params,
+                         int priority) {
   Submitted s;
   // From the moment the request's head began to arrive, so time to first token counts the
   // server's own work (parsing, tokenizing) too.
@@ -209,6 +211,7 @@ Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::st
     req.prompt_token_ids = prompts[i].ids;
     req.prompt = prompts[i].text;
     req.params = params;
+    req.priority = priority;
     // Not logged here: the engine logs each request it accepts, once, as a --max-log-len excerpt
     // (logging here too printed every request twice, and rejected ones in full).
     reqs.push_back(std::move(req));
@@ -227,6 +230,24 @@ Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::st
   }
   for (auto& st : s.streams) ctx.track(st);
   return s;
+}
+
+int request_priority(const nlohmann::json& body, const ServerContext& ctx) {
+  auto it = body.find("priority");
+  if (it == body.end() || it->is_null()) return 0;
+  if (!it->is_number_integer()) throw HttpError(400, "'priority' must be an integer (lower runs first)", "priority");
+  const int64_t v = it->get<int64_t>();
+  if (v < INT32_MIN || v > INT32_MAX) {
+    throw HttpError(400, fmt::format("'priority' must be in [{}, {}], got {}", INT32_MIN, INT32_MAX, v), "priority");
+  }
+  if (v != 0 && ctx.engine_config().scheduler.scheduling_policy != "priority") {
+    throw HttpError(400,
+                    fmt::format("'priority' is {} but the server schedules first come first served; start it with "
+                                "--scheduling-policy priority to use request priorities",
+                                v),
+                    "priority");
+  }
+  return static_cast<int>(v);
 }
 
 void untrack_all(ServerContext& ctx, const Submitted& s) {

@@ -66,7 +66,12 @@ struct Submitted {
 // 400 and nothing stays queued; a server that is stopping answers 503. Every stream is tracked by
 // ctx until untrack_all().
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
-                         const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params);
+                         const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params,
+                         int priority = 0);
+
+// vLLM's request `priority` (an integer; lower runs first, ties by arrival) for
+// --scheduling-policy priority. Under fcfs a non-zero priority is HttpError 400, as in vLLM.
+int request_priority(const nlohmann::json& body, const ServerContext& ctx);
 void untrack_all(ServerContext& ctx, const Submitted& s);
 // When a streaming response ends (done or the client went away): cancels what is still running
 // and stops tracking the streams.

@@ -18,6 +18,7 @@ struct ModelOptions {
   std::optional<std::string> code_revision;
   std::optional<std::string> tokenizer_revision;
   std::string tokenizer_mode = "auto";
+  std::string config_format = "auto";  // auto / hf: config.json (or GGUF metadata)
   bool trust_remote_code = false;
   std::optional<std::string> download_dir;
   std::string load_format = "auto";
@@ -47,6 +48,7 @@ struct ParallelOptions {
   bool ray_workers_use_nsight = false;
   bool disable_custom_all_reduce = false;
   std::optional<std::string> distributed_executor_backend;
+  std::optional<std::string> override_neuron_config;  // JSON; vLLM's Neuron backend only
 };
 
 struct QuantizationOptions {
@@ -64,7 +66,9 @@ struct CacheOptions {
   std::optional<int64_t> num_gpu_blocks_override;
   double swap_space = 4.0;  // GiB
   double gpu_memory_utilization = 0.9;
-  bool enable_prefix_caching = false;
+  // On by default, as in vLLM's V1 engine: a chat client re-sends the whole conversation every
+  // turn, and only the new tokens are computed (--no-enable-prefix-caching turns it off).
+  bool enable_prefix_caching = true;
   bool use_v2_block_manager = false;
   double cpu_offload_gb = 0.0;
   double cpu_kvcache_space = 4.0;  // GiB of KV cache on the CPU device
@@ -81,10 +85,12 @@ struct SchedulerOptions {
   int64_t max_num_seqs = 256;
   double scheduler_delay_factor = 0.0;
   std::string scheduling_policy = "fcfs";
-  bool enable_chunked_prefill = false;
+  bool enable_chunked_prefill = true;          // as vLLM's V1 engine; --no-enable-chunked-prefill
   std::optional<std::string> preemption_mode;  // recompute | swap
   int64_t num_scheduler_steps = 1;
   int64_t num_lookahead_slots = 0;
+  bool multi_step_stream_outputs = true;   // vLLM multi-step scheduling only
+  bool disable_async_output_proc = false;  // outputs are always emitted on the engine thread
 };
 
 struct DeviceOptions {
@@ -99,6 +105,13 @@ struct SpeculativeOptions {
   std::optional<int64_t> speculative_disable_by_batch_size;
   std::optional<int64_t> ngram_prompt_lookup_max;
   std::optional<int64_t> ngram_prompt_lookup_min;
+  std::optional<std::string> speculative_model_quantization;
+  std::optional<int64_t> speculative_draft_tensor_parallel_size;
+  bool speculative_disable_mqa_scorer = false;
+  std::string spec_decoding_acceptance_method = "rejection_sampler";
+  std::optional<double> typical_acceptance_sampler_posterior_threshold;
+  std::optional<double> typical_acceptance_sampler_posterior_alpha;
+  bool disable_logprobs_during_spec_decoding = false;
 };
 
 struct LoraOptions {
@@ -111,6 +124,9 @@ struct LoraOptions {
   bool fully_sharded_loras = false;
   std::vector<std::string> long_lora_scaling_factors;
   std::optional<std::string> qlora_adapter_name_or_path;
+  bool enable_prompt_adapter = false;
+  int64_t max_prompt_adapters = 1;
+  int64_t max_prompt_adapter_token = 0;
 };
 
 struct ServerOptions {
@@ -148,6 +164,11 @@ struct VisionOptions {
   std::optional<int64_t> image_token_id;
   std::optional<std::string> image_input_shape;
   std::optional<int64_t> image_feature_size;
+  std::optional<std::string> image_processor;
+  std::optional<std::string> image_processor_revision;
+  bool disable_image_processor = false;
+  std::optional<std::string> limit_mm_per_prompt;  // "image=16,video=2"
+  std::optional<std::string> mm_processor_kwargs;  // JSON
 };
 
 struct LoggingOptions {
@@ -158,6 +179,8 @@ struct LoggingOptions {
   // does not become a huge log (Aphrodite prints everything unless this is set).
   std::optional<int64_t> max_log_len = 512;
   double log_stats_interval = 5.0;  // seconds between stats lines
+  std::optional<std::string> otlp_traces_endpoint;
+  std::optional<std::string> collect_detailed_traces;
 };
 
 struct AppOptions {

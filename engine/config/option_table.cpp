@@ -1,6 +1,8 @@
 // The table of every option. Flags, defaults and choices follow Aphrodite's option reference
 // (../shared/reference/aphrodite-engine-options.txt), plus the vLLM options Aphrodite users pass
 // and Cypris's own. Adding an option is one entry here and one field in engine_config.h.
+#include <algorithm>
+
 #include "engine/config/options.h"
 
 namespace cypris {
@@ -32,6 +34,14 @@ struct Opt {
     s.min_exclusive = lo_exclusive;
     return *this;
   }
+  // Known choices that are refused with a reason (listed in --help, greyed out in the UI).
+  Opt& refuse(std::vector<std::string> values, const std::string& why) {
+    for (auto& v : values) {
+      if (std::find(s.choices.begin(), s.choices.end(), v) == s.choices.end()) s.choices.push_back(v);
+      s.refused.emplace_back(std::move(v), why);
+    }
+    return *this;
+  }
   Opt& json() {
     s.json_object = true;
     return *this;
@@ -60,6 +70,12 @@ std::vector<OptionSpec> build_table() {
     t.push_back(std::move(o.s));
   };
   const std::string kRay = "Cypris runs one worker thread per GPU inside one process; there is no Ray";
+  const std::string kVision = "vision-language models";
+  const std::string kSpec = "speculative decoding";
+  const std::string kQuantRefused =
+      "not supported yet in Cypris; supported: gptq (also gptq_marlin), awq, compressed-tensors (pack-quantized; "
+      "all read from the checkpoint's quantization_config, so -q may be left out) and gguf (a .gguf --model or "
+      "--gguf-file NAME)";
 
   group = "Model Options";
   add(Opt("model", bind_field(FIELD(model.model)), "MODEL",
@@ -80,16 +96,42 @@ std::vector<OptionSpec> build_table() {
   add(Opt("tokenizer-mode", bind_field(FIELD(model.tokenizer_mode)), "{auto,slow}",
           "Tokenizer mode. \"auto\" uses tokenizer.json when the model has one; \"slow\" prefers the "
           "SentencePiece tokenizer.model when present.")
-          .choices({"auto", "slow"}));
+          .choices({"auto", "slow"})
+          .refuse({"mistral"},
+                  "not supported yet in Cypris: mistral_common's tekken tokenizer; auto reads the "
+                  "model's tokenizer.json (Mistral repos ship one)"));
   add(Opt("trust-remote-code", bind_field(FIELD(model.trust_remote_code)), "",
           "Trust the model's remote code from Hugging Face.")
           .no_effect("Cypris runs no remote model code; architectures are implemented natively"));
   add(Opt("download-dir", bind_field(FIELD(model.download_dir)), "DIRECTORY",
           "The directory to download the model to. Defaults to the Hugging Face cache."));
   add(Opt("load-format", bind_field(FIELD(model.load_format)), "{auto,pt,safetensors,npcache,dummy,gguf}",
-          "The format of the model weights. Defaults to auto (a .gguf --model is read as GGUF). \"dummy\" uses "
-          "seeded random weights of the config's shapes (for benchmarks).")
-          .choices({"auto", "pt", "safetensors", "npcache", "dummy", "tensorizer", "bitsandbytes", "gguf"}));
+          "The format of the model weights. Defaults to auto: safetensors when the model has them, else PyTorch "
+          "pytorch_model*.bin files (a .gguf --model is read as GGUF). \"pt\" reads PyTorch's zip+pickle files "
+          "with a reader that accepts only tensor storages and refuses anything that would run code. \"dummy\" "
+          "uses seeded random weights of the config's shapes (for benchmarks).")
+          .choices({"auto", "pt", "safetensors", "dummy", "gguf"})
+          .refuse({"npcache"},
+                  "not supported yet in Cypris: the NumPy cache of PyTorch weights; use pt, which "
+                  "reads pytorch_model*.bin directly")
+          .refuse({"sharded_state"},
+                  "not supported yet in Cypris: per-rank sharded checkpoints; load the full "
+                  "safetensors checkpoint, each rank reads its own slices")
+          .refuse({"mistral"},
+                  "not supported yet in Cypris: Mistral's consolidated checkpoint layout; use the "
+                  "repo's Hugging Face safetensors files")
+          .refuse({"bitsandbytes"},
+                  "not supported yet in Cypris: bitsandbytes quantization; use a GGUF "
+                  "quantization of the model")
+          .refuse({"tensorizer"},
+                  "not supported in Cypris: CoreWeave's tensorizer format is read by a Python "
+                  "library; use safetensors"));
+  add(Opt("config-format", bind_field(FIELD(model.config_format)), "{auto,hf,mistral}",
+          "The format of the model config: \"auto\" and \"hf\" read config.json (or a GGUF file's metadata).")
+          .choices({"auto", "hf"})
+          .refuse({"mistral"},
+                  "not supported yet in Cypris: Mistral's params.json; use the repo's config.json "
+                  "(--config-format hf)"));
   add(Opt("dtype", bind_field(FIELD(model.dtype)), "{auto,float16,bfloat16,float32}",
           "The data type to use. \"auto\" will use FP16 for FP32/FP16 models and BF16 for BF16 models.")
           .choices({"auto", "half", "float16", "bfloat16", "float", "float32"}));
@@ -119,7 +161,8 @@ std::vector<OptionSpec> build_table() {
   add(Opt("seed", bind_field(FIELD(model.seed)), "SEED", "Random seed for operations (dummy weights, "
           "requests without their own seed)."));
   add(Opt("disable-sliding-window", bind_field(FIELD(model.disable_sliding_window)), "",
-          "Disables sliding window, capping the context to the sliding window size."));
+          "Disables sliding window, capping the context to the sliding window size: every layer then attends to the "
+          "whole (shorter) context, as vLLM does."));
   add(Opt("rope-scaling", bind_field(FIELD(model.rope_scaling)), "JSON",
           "RoPE scaling configuration in JSON format. For example, {\"type\":\"dynamic\",\"factor\":2.0}")
           .json());
@@ -127,7 +170,8 @@ std::vector<OptionSpec> build_table() {
           "RoPE theta. Use with --rope-scaling.")
           .range(0, std::nullopt, true));
   add(Opt("ignore-patterns", bind_field(FIELD(model.ignore_patterns)), "PATTERN [PATTERN ...]",
-          "File patterns (globs) to ignore when downloading and loading the model."));
+          "File patterns (globs, '*' crosses '/') to ignore when downloading and loading the model, e.g. "
+          "'original/*' or '*.pt'."));
   add(Opt("max-parallel-loading-workers", bind_field(FIELD(model.max_parallel_loading_workers)), "NUM",
           "Load the model in several batches to avoid running out of RAM with tensor parallelism.")
           .range(1, std::nullopt)
@@ -161,8 +205,9 @@ std::vector<OptionSpec> build_table() {
           "Use nsight for profiling Ray workers.")
           .no_effect(kRay + "; run nsys on the cypris process"));
   add(Opt("disable-custom-all-reduce", bind_field(FIELD(parallel.disable_custom_all_reduce)), "",
-          "Disables the custom all-reduce kernels. Accepted; Cypris always uses NCCL's all-reduce (and an "
-          "in-process one between CPU ranks)."));
+          "Disables the custom all-reduce kernels.")
+          .no_effect("Cypris has no custom all-reduce kernels: tensor-parallel GPUs always use NCCL's all-reduce, CPU "
+                     "ranks an in-process one"));
 
   group = "Quantization Options";
   add(Opt("kv-cache-dtype", bind_field(FIELD(quant.kv_cache_dtype)),
@@ -180,8 +225,26 @@ std::vector<OptionSpec> build_table() {
           "and gguf (llama.cpp's quantization types, read from a .gguf --model); the others are not supported yet. "
           "See docs/quantization.md.")
           .alias("-q")
-          .choices({"aqlm", "awq", "bnb", "eetq", "exl2", "gguf", "gptq", "quip", "squeezellm", "marlin", "fp8",
-                    "deepspeedfp", "gptq_marlin", "gptq_marlin_24", "compressed-tensors", "bitsandbytes"}));
+          .choices({"gguf", "gptq", "gptq_marlin", "awq", "compressed-tensors"})
+          .refuse({"aqlm",
+                   "bnb",
+                   "eetq",
+                   "exl2",
+                   "quip",
+                   "squeezellm",
+                   "marlin",
+                   "fp8",
+                   "deepspeedfp",
+                   "gptq_marlin_24",
+                   "bitsandbytes",
+                   "tpu_int8",
+                   "fbgemm_fp8",
+                   "modelopt",
+                   "awq_marlin",
+                   "qqq",
+                   "experts_int8",
+                   "neuron_quant"},
+                  kQuantRefused));
   add(Opt("load-in-4bit", bind_field(FIELD(quant.load_in_4bit)), "",
           "Load the 32/16bit or AWQ model in 4bit, using SmoothQuant+.")
           .not_yet("quantized weights"));
@@ -201,7 +264,8 @@ std::vector<OptionSpec> build_table() {
           .choices({"8", "16", "32"}));
   add(Opt("context-shift", bind_field(FIELD(cache.context_shift)), "",
           "Enable context shifting. Caches the previously processed prompts to be reused later.")
-          .not_yet("context shifting (use --enable-prefix-caching)"));
+          .not_yet("context shifting (prefix caching, on by default, already computes only the new tokens of a "
+                   "re-sent chat)"));
   add(Opt("num-gpu-blocks-override", bind_field(FIELD(cache.num_gpu_blocks_override)), "NUM",
           "If specified, ignore the profiling result and use this number of GPU (or CPU-device) blocks.")
           .range(1, std::nullopt));
@@ -213,7 +277,9 @@ std::vector<OptionSpec> build_table() {
           .alias("-gmu")
           .range(0, 1, true));
   add(Opt("enable-prefix-caching", bind_field(FIELD(cache.enable_prefix_caching)), "",
-          "Enables automatic prefix caching: requests sharing a prefix reuse its KV cache blocks."));
+          "Enables automatic prefix caching: requests sharing a prefix reuse its KV cache blocks, so a chat that "
+          "re-sends the conversation computes only the new tokens. On by default (vLLM V1; Aphrodite: off); the "
+          "outputs are the same either way."));
   add(Opt("cpu-offload-gb", bind_field(FIELD(cache.cpu_offload_gb)), "GIB",
           "Space in GiB per GPU to offload weights to the CPU.")
           .range(0, std::nullopt)
@@ -253,7 +319,9 @@ std::vector<OptionSpec> build_table() {
           .alias("--policy")
           .choices({"fcfs", "priority"}));
   add(Opt("enable-chunked-prefill", bind_field(FIELD(scheduler.enable_chunked_prefill)), "",
-          "If True, prefill requests can be chunked based on the remaining max_num_batched_tokens."));
+          "If True, prefill requests can be chunked based on the remaining max_num_batched_tokens, so running "
+          "requests keep decoding while a long prompt is read. On by default (vLLM V1; Aphrodite: off), with a "
+          "budget of max(2048, --max-num-seqs) tokens per step; the outputs are the same either way."));
   add(Opt("use-v2-block-manager", bind_field(FIELD(cache.use_v2_block_manager)), "",
           "Whether to use the BlockSpaceManagerV2 or not.")
           .no_effect("Cypris has one block manager"));
@@ -266,14 +334,28 @@ std::vector<OptionSpec> build_table() {
           "Maximum number of forward steps per scheduler call.")
           .range(1, std::nullopt)
           .not_yet("multi-step scheduling"));
+  add(Opt("multi-step-stream-outputs", bind_field(FIELD(scheduler.multi_step_stream_outputs)), "{true,false}",
+          "With multi-step scheduling, stream outputs at the end of all steps (false) or after each step (true).")
+          .no_effect("Cypris runs one step per scheduler call and streams after every step"));
+  add(Opt("disable-async-output-proc", bind_field(FIELD(scheduler.disable_async_output_proc)), "",
+          "Disable async output processing.")
+          .no_effect("Cypris detokenizes and emits outputs on the engine thread after each step; there is no "
+                     "asynchronous output processor to turn off"));
 
   group = "Device Options";
   add(Opt("device", bind_field(FIELD(device.device)), "{auto,cuda,neuron,cpu}",
           "The device to use for the engine. \"auto\" picks CUDA when a GPU exists, else the CPU.")
-          .choices({"auto", "cuda", "neuron", "cpu", "tpu"}));
+          .choices({"auto", "cuda", "neuron", "cpu", "tpu"})
+          .refuse({"openvino", "xpu"},
+                  "not supported in Cypris: it runs on NVIDIA GPUs through CUDA or on the CPU "
+                  "(--device cuda, cpu or auto)"));
   add(Opt("threads", bind_field(FIELD(device.threads)), "NUM",
           "Worker threads of the CPU backend. Defaults to the number of cores.")
           .range(1, 1024));
+  add(Opt("override-neuron-config", bind_field(FIELD(parallel.override_neuron_config)), "JSON",
+          "Overrides for the AWS Neuron device configuration (JSON).")
+          .json()
+          .no_effect("Cypris has no AWS Neuron backend"));
 
   group = "Speculative Decoding Options";
   add(Opt("speculative-model", bind_field(FIELD(spec.speculative_model)), "{MODEL,\"[ngram]\"}",
@@ -300,6 +382,38 @@ std::vector<OptionSpec> build_table() {
   add(Opt("ngram-prompt-lookup-min", bind_field(FIELD(spec.ngram_prompt_lookup_min)), "NUM",
           "Min size of window for ngram prompt lookup.")
           .range(1, 1024));
+  add(Opt("speculative-model-quantization", bind_field(FIELD(spec.speculative_model_quantization)), "METHOD",
+          "The method used to quantize the weights of the draft model.")
+          .choices({"aqlm", "awq", "deepspeedfp", "tpu_int8", "fp8", "fbgemm_fp8", "modelopt", "marlin", "gguf",
+                    "gptq_marlin_24", "gptq_marlin", "awq_marlin", "gptq", "compressed-tensors", "bitsandbytes", "qqq",
+                    "experts_int8", "neuron_quant"})
+          .not_yet(kSpec));
+  add(Opt("speculative-draft-tensor-parallel-size", bind_field(FIELD(spec.speculative_draft_tensor_parallel_size)),
+          "SIZE", "Number of tensor parallel replicas for the draft model.")
+          .alias("-spec-draft-tp")
+          .range(1, std::nullopt)
+          .not_yet(kSpec));
+  add(Opt("speculative-disable-mqa-scorer", bind_field(FIELD(spec.speculative_disable_mqa_scorer)), "",
+          "Disable the MQA scorer in speculative decoding and fall back to batch expansion.")
+          .not_yet(kSpec));
+  add(Opt("spec-decoding-acceptance-method", bind_field(FIELD(spec.spec_decoding_acceptance_method)),
+          "{rejection_sampler,typical_acceptance_sampler}",
+          "How draft tokens are accepted during speculative decoding.")
+          .choices({"rejection_sampler", "typical_acceptance_sampler"})
+          .not_yet(kSpec));
+  add(Opt("typical-acceptance-sampler-posterior-threshold",
+          bind_field(FIELD(spec.typical_acceptance_sampler_posterior_threshold)), "THRESHOLD",
+          "Lower bound of the posterior probability of a token to be accepted (typical acceptance sampler).")
+          .range(0, std::nullopt)
+          .not_yet(kSpec));
+  add(Opt("typical-acceptance-sampler-posterior-alpha",
+          bind_field(FIELD(spec.typical_acceptance_sampler_posterior_alpha)), "ALPHA",
+          "Scaling factor of the entropy-based acceptance threshold (typical acceptance sampler).")
+          .range(0, std::nullopt)
+          .not_yet(kSpec));
+  add(Opt("disable-logprobs-during-spec-decoding", bind_field(FIELD(spec.disable_logprobs_during_spec_decoding)),
+          "{true,false}", "Do not compute token log probabilities during speculative decoding.")
+          .not_yet(kSpec));
 
   group = "LoRA Options";
   add(Opt("enable-lora", bind_field(FIELD(lora.enable_lora)), "", "Enable loading LoRA adapter weights.")
@@ -332,6 +446,17 @@ std::vector<OptionSpec> build_table() {
   add(Opt("qlora-adapter-name-or-path", bind_field(FIELD(lora.qlora_adapter_name_or_path)), "PATH",
           "Name or path of the QLoRA adapter.")
           .not_yet("LoRA adapters"));
+  add(Opt("enable-prompt-adapter", bind_field(FIELD(lora.enable_prompt_adapter)), "",
+          "Enable handling of prompt adapters (soft prompts).")
+          .not_yet("prompt adapters"));
+  add(Opt("max-prompt-adapters", bind_field(FIELD(lora.max_prompt_adapters)), "NUM",
+          "Max number of prompt adapters in a batch.")
+          .range(1, std::nullopt)
+          .not_yet("prompt adapters"));
+  add(Opt("max-prompt-adapter-token", bind_field(FIELD(lora.max_prompt_adapter_token)), "NUM",
+          "Max number of prompt adapter tokens.")
+          .range(0, std::nullopt)
+          .not_yet("prompt adapters"));
 
   group = "API Options";
   add(Opt("host", bind_field(FIELD(server.host)), "HOST", "The host name. Defaults to localhost."));
@@ -357,7 +482,8 @@ std::vector<OptionSpec> build_table() {
           "Leave the Kobold routes open when --api-keys is set (Kobold clients such as SillyTavern's "
           "KoboldAI mode send no key)."));
   add(Opt("max-length", bind_field(FIELD(server.max_length)), "LENGTH",
-          "The maximum output length. Used for Horde, has no effect.")
+          "The maximum output length: the max_length of Kobold requests that send none (Aphrodite uses it for "
+          "Horde).")
           .range(1, std::nullopt));
   add(Opt("served-model-name", bind_field(FIELD(model.served_model_name)), "NAME [NAME ...]",
           "The model name(s) used in the API. The first is used in responses; requests may name any. "
@@ -425,7 +551,23 @@ std::vector<OptionSpec> build_table() {
           .not_yet("vision-language models"));
   add(Opt("image-feature-size", bind_field(FIELD(vision.image_feature_size)), "SIZE",
           "The image feature size along the context dimension.")
-          .not_yet("vision-language models"));
+          .not_yet(kVision));
+  add(Opt("image-processor", bind_field(FIELD(vision.image_processor)), "NAME",
+          "Name or path of the Hugging Face image processor to use.")
+          .not_yet(kVision));
+  add(Opt("image-processor-revision", bind_field(FIELD(vision.image_processor_revision)), "REVISION",
+          "Revision of the Hugging Face image processor.")
+          .not_yet(kVision));
+  add(Opt("disable-image-processor", bind_field(FIELD(vision.disable_image_processor)), "",
+          "Disables the use of the image processor.")
+          .not_yet(kVision));
+  add(Opt("limit-mm-per-prompt", bind_field(FIELD(vision.limit_mm_per_prompt)), "LIMITS",
+          "The most multimodal inputs of each kind per prompt, e.g. image=16,video=2.")
+          .not_yet(kVision));
+  add(Opt("mm-processor-kwargs", bind_field(FIELD(vision.mm_processor_kwargs)), "JSON",
+          "Overrides for the multimodal input processor (JSON).")
+          .json()
+          .not_yet(kVision));
 
   group = "Logging Options";
   add(Opt("log-level", bind_field(FIELD(logging.log_level)), "LEVEL", "Log level.")
@@ -438,6 +580,12 @@ std::vector<OptionSpec> build_table() {
   add(Opt("log-stats-interval", bind_field(FIELD(logging.log_stats_interval)), "SECONDS",
           "Seconds between two statistics lines in the log.")
           .range(0.1, std::nullopt));
+  add(Opt("otlp-traces-endpoint", bind_field(FIELD(logging.otlp_traces_endpoint)), "URL",
+          "Target URL to which OpenTelemetry traces will be sent.")
+          .not_yet("OpenTelemetry tracing (use /metrics and the log's request lines)"));
+  add(Opt("collect-detailed-traces", bind_field(FIELD(logging.collect_detailed_traces)), "{model,worker,all}",
+          "Collect detailed traces for these modules (with --otlp-traces-endpoint).")
+          .not_yet("OpenTelemetry tracing (use /metrics and the log's request lines)"));
 
   group = "Cypris Options";
   add(Opt("no-ui", bind_field(FIELD(app.no_ui)), "",

@@ -33,6 +33,13 @@ std::string OptionSpec::key() const {
   return k;
 }
 
+const std::string* OptionSpec::refusal(const std::string& choice) const {
+  for (const auto& [value, reason] : refused) {
+    if (value == choice) return &reason;
+  }
+  return nullptr;
+}
+
 json OptionSpec::default_value() const {
   EngineConfig defaults;
   return binding.get(defaults);
@@ -158,6 +165,7 @@ json checked_value(const OptionSpec& s, const json& v, const std::string& where)
       std::string text = e.is_string() ? e.get<std::string>() : e.dump();
       CYPRIS_CHECK(std::find(s.choices.begin(), s.choices.end(), text) != s.choices.end(),
                    "{}: {} does not accept '{}'; allowed: {}", where, s.flag(), text, fmt::join(s.choices, ", "));
+      if (const std::string* why = s.refusal(text)) CYPRIS_FAIL("{}: {} {}: {}", where, s.flag(), text, *why);
     };
     if (out.is_array()) {
       for (const auto& e : out) check_choice(e);
@@ -312,7 +320,8 @@ json parse_option_text(const OptionSpec& s, const std::string& text, const std::
       return v;
     }
     case OptionType::String:
-      if (s.binding.nullable && (text == "None" || text == "null") && s.choices.empty()) return nullptr;
+      // vLLM lists None among some choices (--quantization): it means unset.
+      if (s.binding.nullable && (text == "None" || text == "null")) return nullptr;
       return text;
     case OptionType::StringList:
       if (!text.empty() && text.front() == '[') {
@@ -393,6 +402,15 @@ ParseResult parse_options(const std::vector<std::string>& args, EngineConfig& cf
       has_inline = true;
     }
     const OptionSpec* s = find_any(flag, extra);
+    // --no-NAME turns a boolean option off (vLLM's --no-enable-prefix-caching).
+    if (!s && flag.rfind("--no-", 0) == 0 && !has_inline) {
+      const OptionSpec* b = find_any("--" + flag.substr(5), extra);
+      if (b && b->binding.type == OptionType::Bool) {
+        set_option(cfg, *b, false, "command line");
+        r.explicit_keys.insert(b->key());
+        continue;
+      }
+    }
     if (!s) {
       std::string hint = closest_option(flag, extra);
       CYPRIS_FAIL("unknown option '{}'{}; see cypris --help", flag,
@@ -448,19 +466,20 @@ ParseResult parse_options(const std::vector<std::string>& args, EngineConfig& cf
   return r;
 }
 
-std::vector<std::string> validate_options(const EngineConfig& cfg) {
+std::vector<std::string> validate_options(const EngineConfig& cfg, const std::set<std::string>& explicit_keys) {
   std::vector<std::string> warnings;
   for (const auto& s : option_table()) {
     json v = s.binding.get(cfg);
     // Values set through the API (UI, JSON) get the same checks as the command line.
     checked_value(s, v, "option");
-    if (v == s.default_value()) continue;
-    if (s.support == OptionSupport::NotYet) {
+    const bool changed = v != s.default_value();
+    if (s.support == OptionSupport::NotYet && changed) {
       CYPRIS_FAIL("{} = {}: {} is not supported yet in Cypris; leave it at its default ({})", s.flag(), value_text(v),
                   s.note, value_text(s.default_value()));
     }
-    if (s.support == OptionSupport::NoEffect) {
-      warnings.push_back(fmt::format("{} has no effect: {}", s.flag(), s.note));
+    // A no-effect flag warns even when given at its default (--multi-step-stream-outputs true).
+    if (s.support == OptionSupport::NoEffect && (changed || explicit_keys.count(s.key()))) {
+      warnings.push_back(fmt::format("{} has no effect in Cypris: {}", s.flag(), s.note));
     }
   }
   if (cfg.quant.quantization) {
@@ -471,9 +490,15 @@ std::vector<std::string> validate_options(const EngineConfig& cfg) {
                  "be left out) and gguf (a .gguf --model or --gguf-file NAME)",
                  q);
   }
+  const bool swap_given = explicit_keys.count("swap_space") || cfg.cache.swap_space != CacheOptions{}.swap_space;
+  if (swap_given && cfg.scheduler.preemption_mode.value_or("recompute") != "swap") {
+    warnings.push_back(
+        "--swap-space has no effect in Cypris with --preemption-mode recompute (the default): preempted requests are "
+        "recomputed, nothing is swapped to the CPU; add --preemption-mode swap to use the swap space");
+  }
   const auto& d = cfg.device.device;
   if (d == "neuron" || d == "tpu") {
-    warnings.push_back(fmt::format("--device {} has no effect: Cypris runs on cuda or cpu; using auto", d));
+    warnings.push_back(fmt::format("--device {} has no effect in Cypris: it runs on cuda or cpu; using auto", d));
   }
   CYPRIS_CHECK(!cfg.server.ssl_keyfile.has_value() == !cfg.server.ssl_certfile.has_value(),
                "--ssl-keyfile and --ssl-certfile must be given together");
@@ -603,6 +628,19 @@ std::string flags_text(const OptionSpec& s) {
   return f;
 }
 
+// " Refused: pt, npcache (reason); tensorizer (reason)." for the choices Cypris refuses.
+std::string refused_text(const OptionSpec& s) {
+  std::string out;
+  for (size_t i = 0; i < s.refused.size();) {
+    std::vector<std::string> same;
+    size_t j = i;
+    for (; j < s.refused.size() && s.refused[j].second == s.refused[i].second; ++j) same.push_back(s.refused[j].first);
+    out += fmt::format("{}{} ({})", out.empty() ? " Refused: " : "; ", fmt::join(same, ", "), s.refused[i].second);
+    i = j;
+  }
+  return out.empty() ? out : out + ".";
+}
+
 std::string details_text(const OptionSpec& s) {
   std::string d;
   json def = s.default_value();
@@ -618,8 +656,10 @@ std::string details_text(const OptionSpec& s) {
   }
   if (!long_aliases.empty()) d += fmt::format(" Also: {}.", fmt::join(long_aliases, ", "));
   if (!s.env.empty()) d += " Env: " + s.env + ".";
-  if (s.support == OptionSupport::NoEffect) d += " [accepted, no effect: " + s.note + "]";
-  if (s.support == OptionSupport::NotYet) d += " [not supported yet: " + s.note + "]";
+  if (s.binding.type == OptionType::Bool && def.is_boolean() && def.get<bool>()) d += " Off: --no-" + s.name + ".";
+  d += refused_text(s);
+  if (s.support == OptionSupport::NoEffect) d += " [warns: has no effect in Cypris: " + s.note + "]";
+  if (s.support == OptionSupport::NotYet) d += " [refused: not supported yet: " + s.note + "]";
   return d;
 }
 
@@ -627,6 +667,10 @@ std::string details_text(const OptionSpec& s) {
 
 std::string help_text(const std::string& usage, const std::vector<OptionSpec>& extra) {
   std::string out = usage + "\n";
+  out +=
+      "\nEvery option works as described unless marked [warns: has no effect in Cypris] (accepted with a "
+      "warning) or [refused: not supported yet] (an error unless left at its default); \"Refused:\" lists the "
+      "choices that are errors, with the reason.\n";
   auto print_group = [&](const std::string& g, const std::vector<OptionSpec>& specs) {
     out += "\n" + g + ":\n";
     for (const auto& s : specs) {
@@ -667,7 +711,9 @@ json help_json(const std::vector<OptionSpec>& extra) {
               {"min_exclusive", s.min_exclusive},
               {"env", s.env.empty() ? json(nullptr) : json(s.env)},
               {"support", kSupport[static_cast<int>(s.support)]},
-              {"note", s.note}};
+              {"note", s.note},
+              {"refused_choices", json::object()}};
+    for (const auto& [value, why] : s.refused) o["refused_choices"][value] = why;
     for (const auto& a : s.aliases) o["flags"].push_back(a);
     arr.push_back(o);
   };
@@ -689,12 +735,22 @@ std::string option_reference_markdown() {
       json def = s.default_value();
       std::string def_text = def.is_null() ? "" : value_text(def);
       std::string desc = s.help;
-      if (!s.choices.empty()) desc += fmt::format(" Choices: {}.", fmt::join(s.choices, ", "));
+      std::vector<std::string> accepted;
+      for (const auto& c : s.choices) {
+        if (!s.refusal(c)) accepted.push_back(c);
+      }
+      if (!accepted.empty()) desc += fmt::format(" Choices: {}.", fmt::join(accepted, ", "));
+      desc += refused_text(s);
+      if (s.binding.type == OptionType::Bool && def.is_boolean() && def.get<bool>())
+        desc += " Off: `--no-" + s.name + "`.";
       std::string r = range_text(s);
       if (!r.empty()) desc += " Range: " + r + ".";
       if (!s.env.empty()) desc += " Env: `" + s.env + "`.";
-      if (s.support == OptionSupport::NoEffect) desc += " *Accepted, no effect: " + s.note + ".*";
-      if (s.support == OptionSupport::NotYet) desc += " *Not supported yet (" + s.note + ").*";
+      std::string status = "**Works.**";
+      if (s.support == OptionSupport::NoEffect) status = "**Warns**: has no effect in Cypris: " + s.note + ".";
+      if (s.support == OptionSupport::NotYet) status = "**Refused**: not supported yet (" + s.note + ").";
+      if (s.support == OptionSupport::Supported && !s.refused.empty()) status = "**Works**, some choices refused.";
+      desc = status + " " + desc;
       std::string line = fmt::format("| {} | {} | {} |\n", flags, def_text.empty() ? "" : "`" + def_text + "`", desc);
       // Pipes inside cells would break the table.
       std::string cleaned;

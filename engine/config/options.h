@@ -34,7 +34,9 @@ struct OptionSpec {
   std::string group;
   std::string metavar;
   std::string help;
-  std::vector<std::string> choices;  // allowed values (strings, or ints written as strings)
+  std::vector<std::string> choices;  // known values (strings, or ints written as strings)
+  // Known choices Cypris refuses (also in `choices`), each with the reason the error gives.
+  std::vector<std::pair<std::string, std::string>> refused;
   std::optional<double> min, max;
   bool min_exclusive = false;
   bool json_object = false;  // a String holding a JSON object
@@ -44,6 +46,8 @@ struct OptionSpec {
   OptionBinding binding;
 
   std::string flag() const { return "--" + name; }
+  // The reason a choice is refused, or nullptr when it is accepted.
+  const std::string* refusal(const std::string& choice) const;
   std::string key() const;  // name with '_' for '-': the JSON / YAML key
   nlohmann::json default_value() const;
 };
@@ -86,8 +90,9 @@ ParseResult parse_options(const std::vector<std::string>& args, EngineConfig& cf
                           const std::vector<OptionSpec>& extra = {}, bool read_environment = true);
 
 // Checks ranges, choices and cross-option rules; NotYet options that differ from their default
-// are errors; NoEffect ones add a warning. Throws cypris::Error on the first problem.
-std::vector<std::string> validate_options(const EngineConfig& cfg);
+// are errors; NoEffect ones that differ from their default or were given (explicit_keys, from
+// ParseResult) add a warning "has no effect in Cypris". Throws cypris::Error on the first problem.
+std::vector<std::string> validate_options(const EngineConfig& cfg, const std::set<std::string>& explicit_keys = {});
 
 // Sets one option from a JSON value (type- and range-checked); `where` names the source.
 void set_option(EngineConfig& cfg, const OptionSpec& spec, const nlohmann::json& value, const std::string& where);

@@ -29,9 +29,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 int64_t default_max_num_batched_tokens(const EngineConfig& cfg, int64_t max_model_len) {
   if (cfg.scheduler.max_num_batched_tokens) return *cfg.scheduler.max_num_batched_tokens;
-  // vLLM's defaults: a small budget with chunked prefill (decodes stay fast), else room for the
-  // longest prompt in one step.
-  if (cfg.scheduler.enable_chunked_prefill) return std::max<int64_t>(512, cfg.scheduler.max_num_seqs);
+  // vLLM V1's default (LLM class): a bounded budget with chunked prefill (decodes stay fast), else
+  // room for the longest prompt in one step.
+  if (cfg.scheduler.enable_chunked_prefill) return std::max<int64_t>(2048, cfg.scheduler.max_num_seqs);
   return std::max<int64_t>({max_model_len, 2048, cfg.scheduler.max_num_seqs});
 }
 
@@ -118,6 +118,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   tc.logging = cfg.logging;
   tc.guided_backend = cfg.model.guided_decoding_backend;
   tc.spec_decode = spec.has_value();
+  tc.seed = static_cast<uint64_t>(cfg.model.seed);
   tracker_ = std::make_unique<RequestTracker>(tc, *scheduler_, *sampler_, tokenizer_.get(), std::move(eos_ids));
 
   if (spec) {

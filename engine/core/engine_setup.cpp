@@ -13,7 +13,8 @@
 namespace cypris {
 
 std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
-                                              const std::optional<std::string>& download_dir) {
+                                              const std::optional<std::string>& download_dir,
+                                              const std::vector<std::string>& ignore_patterns) {
   CYPRIS_CHECK(!model.empty(), "--model is required: a local model folder, a .gguf file or a Hugging Face repo id");
   if (std::filesystem::is_directory(model)) return model;
   if (std::filesystem::is_regular_file(model)) {
@@ -23,14 +24,16 @@ std::filesystem::path resolve_local_model_dir(const std::string& model, const st
   }
   try {
     return hub::resolve_model_dir(model, revision.value_or("main"), download_dir.value_or(""),
-                                  /*allow_download=*/true);
+                                  /*allow_download=*/true, ignore_patterns);
   } catch (const hub::HubError& e) {
     CYPRIS_FAIL("--model '{}': {}", model, e.what());
   }
 }
 
 std::filesystem::path resolve_model_path(const ModelOptions& mo) {
-  if (!mo.gguf_file || mo.gguf_file->empty()) return resolve_local_model_dir(mo.model, mo.revision, mo.download_dir);
+  if (!mo.gguf_file || mo.gguf_file->empty()) {
+    return resolve_local_model_dir(mo.model, mo.revision, mo.download_dir, mo.ignore_patterns);
+  }
   const std::string& name = *mo.gguf_file;
   CYPRIS_CHECK(name.find("..") == std::string::npos && name.front() != '/',
                "--gguf-file '{}' must be a file name inside the repo (no '..', not absolute)", name);
@@ -79,6 +82,8 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   if (!mo.rope_scaling.empty()) ro.load.overrides.rope_scaling_json = mo.rope_scaling;
   ro.load.overrides.rope_theta = mo.rope_theta;
   ro.load.overrides.max_model_len = mo.max_model_len;
+  ro.load.overrides.disable_sliding_window = mo.disable_sliding_window;
+  ro.load.ignore_patterns = mo.ignore_patterns;
   ro.threads = static_cast<int>(cfg.device.threads.value_or(0));
   ro.block_size = static_cast<int>(cfg.cache.block_size);
   CYPRIS_CHECK(cfg.parallel.pipeline_parallel_size == 1,

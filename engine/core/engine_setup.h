@@ -15,7 +15,8 @@ namespace cypris {
 // (branch, tag or commit) is served from the Hugging Face cache, downloading what is missing
 // (HF_HUB_OFFLINE: cache only). Throws Error naming --model and what went wrong.
 std::filesystem::path resolve_local_model_dir(const std::string& model, const std::optional<std::string>& revision,
-                                              const std::optional<std::string>& download_dir);
+                                              const std::optional<std::string>& download_dir,
+                                              const std::vector<std::string>& ignore_patterns = {});
 
 // The model of --model (+ --gguf-file, --revision, --download-dir): a folder, a .gguf file, or a
 // repo id resolved as above; with --gguf-file only that file of the repo (or folder) is fetched and

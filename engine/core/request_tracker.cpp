@@ -56,7 +56,12 @@ constexpr int kSpecPauseSteps = 16;
 
 RequestTracker::RequestTracker(const TrackerConfig& config, Scheduler& scheduler, Sampler& sampler,
                                const Tokenizer* tokenizer, std::vector<int32_t> eos_ids)
-    : cfg_(config), scheduler_(scheduler), sampler_(sampler), tokenizer_(tokenizer), eos_ids_(std::move(eos_ids)) {}
+    : cfg_(config),
+      unseeded_rng_(config.seed),
+      scheduler_(scheduler),
+      sampler_(sampler),
+      tokenizer_(tokenizer),
+      eos_ids_(std::move(eos_ids)) {}
 
 RequestTracker::~RequestTracker() = default;
 
@@ -109,7 +114,12 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
     if (!p->banned_strings.empty()) banned = std::make_shared<const BannedStrings>(p->banned_strings);
     prepared_ = {req.params, std::move(p), std::move(banned)};
   }
-  const std::shared_ptr<SamplingParams> params = prepared_.params;
+  std::shared_ptr<SamplingParams> params = prepared_.params;
+  if (!params->seed) {
+    // A request without a seed draws one from the generator --seed seeded (each prompt its own).
+    params = std::make_shared<SamplingParams>(*params);
+    params->seed = unseeded_rng_();
+  }
   CYPRIS_CHECK(!req.prompt_token_ids.empty(), "the prompt is empty: give at least one token");
   for (int32_t id : req.prompt_token_ids) {
     CYPRIS_CHECK(id >= 0 && id < cfg_.vocab_size,

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +48,7 @@ struct TrackerConfig {
   LoggingOptions logging;
   std::string guided_backend;  // --guided-decoding-backend (named in the log; our engine runs)
   bool spec_decode = false;    // --speculative-model: beam-search requests are refused
+  uint64_t seed = 0;           // --seed: seeds the generator that requests without a seed draw theirs from
 };
 
 struct StepRows;
@@ -133,6 +135,9 @@ class RequestTracker {
   void finish_beam(Group& g, const std::string& reason, RequestOutput& out);
 
   TrackerConfig cfg_;
+  // Requests without their own seed take the next draw of this generator, seeded once by --seed
+  // (vLLM): a fresh server given the same requests in the same order gives the same outputs.
+  std::mt19937_64 unseeded_rng_;
   Scheduler& scheduler_;
   Sampler& sampler_;
   const Tokenizer* tokenizer_;

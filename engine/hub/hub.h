@@ -189,8 +189,10 @@ class HubClient {
 // What the model loader calls. A local folder is returned as is. A repo id ("org/name") is looked
 // up in the cache (refs/<revision> -> snapshots/<commit>, or a 40-hex commit directly); when
 // allow_download is true and not offline, missing files are downloaded (default file set) into the
-// cache or download_dir. Throws HubError with a clear message otherwise.
+// cache or download_dir; files matching `exclude` (--ignore-patterns) are not downloaded. Throws
+// HubError with a clear message otherwise.
 std::string resolve_model_dir(const std::string& model_or_repo, const std::string& revision = "main",
-                              const std::string& download_dir = "", bool allow_download = true);
+                              const std::string& download_dir = "", bool allow_download = true,
+                              const std::vector<std::string>& exclude = {});
 
 }  // namespace cypris::hub

@@ -455,7 +455,8 @@ std::string HubClient::download_file(const std::string& repo, const std::string&
 }
 
 std::string resolve_model_dir(const std::string& model_or_repo, const std::string& revision,
-                              const std::string& download_dir, bool allow_download) {
+                              const std::string& download_dir, bool allow_download,
+                              const std::vector<std::string>& exclude) {
   std::error_code ec;
   if (fs::is_directory(model_or_repo, ec)) return model_or_repo;
   bool looks_like_path = model_or_repo.empty() || model_or_repo.front() == '/' || model_or_repo.front() == '.' ||
@@ -508,6 +509,7 @@ std::string resolve_model_dir(const std::string& model_or_repo, const std::strin
     DownloadOptions opt;
     opt.revision = rev;
     opt.download_dir = download_dir;
+    opt.exclude = exclude;
     try {
       return client.snapshot_download(model_or_repo, opt).path;
     } catch (const HubError& e) {

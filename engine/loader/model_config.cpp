@@ -1,13 +1,14 @@
 #include "engine/loader/model_config.h"
 
 #include <algorithm>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/common/error.h"
+#include "engine/common/log.h"
 #include "engine/loader/gguf_model.h"
 
 namespace cypris {
@@ -406,10 +407,18 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     const int64_t want = *overrides.max_model_len;
     CYPRIS_CHECK(want > 0, "--max-model-len must be positive, got {}", want);
     if (c.rope_scaling.type == "default") {
-      CYPRIS_CHECK(want <= c.max_position_embeddings,
-                   "--max-model-len {} exceeds max_position_embeddings {} of {}; a longer context needs rope scaling "
-                   "(--rope-scaling '{{\"rope_type\":\"dynamic\",\"factor\":2.0}}' or the model's own)",
-                   want, c.max_position_embeddings, source);
+      if (want > c.max_position_embeddings) {
+        // Automatic RoPE scaling: dynamic NTK (positions within the original length keep their
+        // frequencies, later ones get a larger base), by the ratio of the lengths.
+        CYPRIS_CHECK(want <= kMaxPositions, "--max-model-len {} exceeds the {} positions Cypris supports", want,
+                     kMaxPositions);
+        c.rope_scaling.type = "dynamic";
+        c.rope_scaling.factor = static_cast<double>(want) / static_cast<double>(c.max_position_embeddings);
+        LOG_INFO(
+            "--max-model-len {} exceeds max_position_embeddings {} of {}: automatic RoPE scaling, dynamic NTK "
+            "with factor {:.4g} (--rope-scaling sets another)",
+            want, c.max_position_embeddings, source, c.rope_scaling.factor);
+      }
     } else {
       CYPRIS_CHECK(want <= allowed, "--max-model-len {} exceeds {} = the longest context {} rope scaling of {} allows",
                    want, allowed, c.rope_scaling.type, source);
@@ -417,6 +426,22 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     c.max_model_len = want;
   } else {
     c.max_model_len = c.max_position_embeddings;
+  }
+  if (overrides.disable_sliding_window) {
+    int window = 0;
+    for (int w : c.layer_sliding_window) {
+      if (w > 0) window = window == 0 ? w : std::min(window, w);
+    }
+    if (window > 0) {
+      CYPRIS_CHECK(!overrides.max_model_len || *overrides.max_model_len <= window,
+                   "--max-model-len {} exceeds the sliding window {} of {}, to which --disable-sliding-window caps the "
+                   "context",
+                   *overrides.max_model_len, window, source);
+      c.max_model_len = std::min<int64_t>(c.max_model_len, window);
+      std::fill(c.layer_sliding_window.begin(), c.layer_sliding_window.end(), 0);
+      LOG_INFO("--disable-sliding-window: the context of {} is capped at its sliding window, {} tokens", source,
+               c.max_model_len);
+    }
   }
   return c;
 }

@@ -1,5 +1,9 @@
 // The model's architecture as read from a Hugging Face config.json (+ generation_config.json),
-// with the user's overrides (--rope-scaling, --rope-theta, --max-model-len) applied and checked.
+// with the user's overrides (--rope-scaling, --rope-theta, --max-model-len, --disable-sliding-window)
+// applied and checked. A --max-model-len past max_position_embeddings of a model without rope
+// scaling turns on dynamic NTK scaling by the ratio (Aphrodite's "automatic RoPE scaling"), logged;
+// --disable-sliding-window caps the context at the smallest window and makes every layer attend to
+// all of it (vLLM), so the outputs equal the windowed ones.
 #pragma once
 
 #include <cstdint>
@@ -92,6 +96,7 @@ struct ConfigOverrides {
   std::optional<std::string> rope_scaling_json;  // --rope-scaling (JSON object)
   std::optional<double> rope_theta;              // --rope-theta
   std::optional<int64_t> max_model_len;          // --max-model-len
+  bool disable_sliding_window = false;           // --disable-sliding-window
 };
 
 // Reads DIR/config.json and, when present, DIR/generation_config.json; for a .gguf file, its

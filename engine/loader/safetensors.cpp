@@ -1,5 +1,11 @@
 #include "engine/loader/safetensors.h"
 
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -124,7 +130,20 @@ bool SafetensorsCheckpoint::present(const std::filesystem::path& dir) {
   return std::filesystem::exists(dir / "model.safetensors.index.json");
 }
 
-SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& dir) {
+namespace {
+
+// The first pattern of --ignore-patterns that matches a file name, or nullptr.
+const std::string* ignored_by(const std::string& file, const std::vector<std::string>& patterns) {
+  for (const auto& p : patterns) {
+    if (::fnmatch(p.c_str(), file.c_str(), 0) == 0) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& dir,
+                                             const std::vector<std::string>& ignore_patterns) {
   std::vector<std::filesystem::path> paths;
   const auto index_path = dir / "model.safetensors.index.json";
   std::map<std::string, std::string> weight_map;
@@ -148,20 +167,25 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& dir) {
       CYPRIS_CHECK(!f.empty() && !fp.is_absolute() && f.find("..") == std::string::npos && !fp.has_parent_path(),
                    "{}: weight_map['{}'] names '{}', which is not a file in the model folder", index_path.string(),
                    name, f);
+      const std::string* pattern = ignored_by(f, ignore_patterns);
+      CYPRIS_CHECK(pattern == nullptr, "{}: shard '{}' holds tensor '{}' but --ignore-patterns '{}' skips it",
+                   index_path.string(), f, name, *pattern);
       weight_map[name] = f;
       if (std::find(paths.begin(), paths.end(), dir / f) == paths.end()) paths.push_back(dir / f);
     }
-  } else if (std::filesystem::exists(dir / "model.safetensors")) {
+  } else if (std::filesystem::exists(dir / "model.safetensors") && !ignored_by("model.safetensors", ignore_patterns)) {
     paths.push_back(dir / "model.safetensors");
   } else {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      if (e.path().extension() == ".safetensors") paths.push_back(e.path());
+      if (e.path().extension() == ".safetensors" && !ignored_by(e.path().filename().string(), ignore_patterns)) {
+        paths.push_back(e.path());
+      }
     }
     std::sort(paths.begin(), paths.end());
   }
-  CYPRIS_CHECK(!paths.empty(), "{}: no *.safetensors files found (use --load-format dummy for random weights)",
-               dir.string());
+  CYPRIS_CHECK(!paths.empty(), "{}: no *.safetensors files found{} (use --load-format dummy for random weights)",
+               dir.string(), ignore_patterns.empty() ? "" : " that --ignore-patterns leaves");
   for (const auto& path : paths) {
     CYPRIS_CHECK(std::filesystem::is_regular_file(path), "{}: shard listed in model.safetensors.index.json is missing",
                  path.string());

@@ -46,9 +46,13 @@ class SafetensorsFile {
 
 // All the safetensors files of a model folder: model.safetensors.index.json when present (its
 // weight_map says which shard holds each tensor), else model.safetensors, else every *.safetensors.
+// Files whose name matches one of ignore_patterns (--ignore-patterns: fnmatch globs) are skipped;
+// a shard the index needs that a pattern skips is an error naming both.
 class SafetensorsCheckpoint {
  public:
-  explicit SafetensorsCheckpoint(const std::filesystem::path& dir);
+  using File = SafetensorsFile;
+  explicit SafetensorsCheckpoint(const std::filesystem::path& dir,
+                                 const std::vector<std::string>& ignore_patterns = {});
 
   // The tensor and the file holding it; nullptr when no file has it.
   const SafetensorsTensor* find(const std::string& name, const SafetensorsFile** file = nullptr) const;

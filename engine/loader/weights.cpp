@@ -13,6 +13,7 @@
 #include "engine/loader/quant_config.h"
 #include "engine/loader/quant_weights.h"
 #include "engine/loader/safetensors.h"
+#include "engine/loader/torch_checkpoint.h"
 #include "kernels/cpu/dummy_fill.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
@@ -42,16 +43,19 @@ void for_each_slice_run(const std::vector<int64_t>& full, const ShardSpec& shard
   }
 }
 
+// Safetensors or PyTorch .bin tensors (both give SafetensorsTensor views of their mapping).
+template <typename Checkpoint>
 class CheckpointWeightSource : public WeightSource {
  public:
-  explicit CheckpointWeightSource(const std::filesystem::path& dir) : dir_(dir), ckpt_(dir) {}
+  CheckpointWeightSource(const std::filesystem::path& dir, const std::vector<std::string>& ignore_patterns)
+      : dir_(dir), ckpt_(dir, ignore_patterns) {}
 
   std::string describe() const override { return dir_.string(); }
   bool contains(const std::string& name) const override { return ckpt_.find(name) != nullptr; }
 
   void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype, const ShardSpec& shard,
                  void* dst) const override {
-    const SafetensorsFile* file = nullptr;
+    const typename Checkpoint::File* file = nullptr;
     const SafetensorsTensor* t = ckpt_.find(name, &file);
     CYPRIS_CHECK(t != nullptr, "{}: tensor '{}' not found in the checkpoint", dir_.string(), name);
     CYPRIS_CHECK(t->dtype.has_value(), "{}: tensor '{}' has dtype {}; weights must be F32, F16 or BF16",
@@ -83,7 +87,7 @@ class CheckpointWeightSource : public WeightSource {
 
  private:
   std::filesystem::path dir_;
-  SafetensorsCheckpoint ckpt_;
+  Checkpoint ckpt_;
 };
 
 bool is_norm_weight(const std::string& name) {
@@ -215,24 +219,28 @@ std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& di
   }
   CYPRIS_CHECK(f != "gguf", "--load-format gguf: {} is not a .gguf file; pass the file as --model (or --gguf-file NAME)",
                dir.string());
-  if (f == "pt" || f == "npcache") {
-    CYPRIS_FAIL("--load-format {}: not supported yet; use safetensors (or dummy for random weights)", f);
-  }
-  CYPRIS_CHECK(f == "auto" || f == "safetensors",
-               "--load-format: '{}' is not a load format; allowed: auto, safetensors, gguf, dummy (pt, npcache: not "
+  if (f == "npcache") CYPRIS_FAIL("--load-format npcache: not supported yet; use pt, safetensors or dummy");
+  CYPRIS_CHECK(f == "auto" || f == "safetensors" || f == "pt",
+               "--load-format: '{}' is not a load format; allowed: auto, safetensors, pt, gguf, dummy (npcache: not "
                "supported yet)",
                f);
-  if (f == "auto" && !SafetensorsCheckpoint::present(dir)) {
+  // auto: safetensors when the folder has them, else PyTorch .bin files (vLLM's order).
+  std::unique_ptr<WeightSource> plain;
+  if (f == "pt" || (f == "auto" && !SafetensorsCheckpoint::present(dir) && TorchCheckpoint::present(dir))) {
+    plain = std::make_unique<CheckpointWeightSource<TorchCheckpoint>>(dir, options.ignore_patterns);
+  } else if (f == "auto" && !SafetensorsCheckpoint::present(dir)) {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      if (e.path().extension() == ".bin" || e.path().extension() == ".pt") {
-        CYPRIS_FAIL("{}: only PyTorch checkpoints ({}) found; they are not supported yet, use safetensors",
-                    dir.string(), e.path().filename().string());
+      if (e.path().extension() == ".bin" || e.path().extension() == ".pt" || e.path().extension() == ".pth") {
+        CYPRIS_FAIL(
+            "{}: only {} found; Cypris reads PyTorch checkpoints named pytorch_model*.bin (--load-format pt) "
+            "and safetensors",
+            dir.string(), e.path().filename().string());
       }
     }
   }
+  if (!plain) plain = std::make_unique<CheckpointWeightSource<SafetensorsCheckpoint>>(dir, options.ignore_patterns);
   const std::optional<QuantConfig> q = resolve_quantization(read_quant_config(dir), options.quantization, dir.string());
-  auto plain = std::make_unique<CheckpointWeightSource>(dir);
   if (!q) return plain;
   LOG_INFO("{}: quantized checkpoint, {} (layers kept quantized)", dir.string(), q->summary());
   return make_quantized_weight_source(dir, *q, std::move(plain));

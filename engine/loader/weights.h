@@ -67,10 +67,11 @@ class WeightSource {
 
 struct LoadOptions {
   std::string dtype = "auto";        // auto, half/float16, bfloat16, float/float32
-  std::string load_format = "auto";  // auto, safetensors, gguf, dummy ('pt', 'npcache': not supported yet)
+  std::string load_format = "auto";  // auto, safetensors, pt, gguf, dummy ('npcache': not supported yet)
   uint64_t seed = 0;                 // for dummy weights
   std::optional<std::string> quantization;  // -q / --quantization: must agree with the checkpoint's
   ConfigOverrides overrides;         // --rope-scaling, --rope-theta, --max-model-len
+  std::vector<std::string> ignore_patterns;  // --ignore-patterns: checkpoint files not to read
 };
 
 // --dtype: "auto" gives FP16 for FP32/FP16 models and BF16 for BF16 models (Aphrodite's rule).

@@ -200,6 +200,21 @@ const std::vector<SamplingParamInfo>& table() {
        "DRY: strings that end a repeated sequence (a list, or a JSON string of a list). Default "
        "[\"\\n\", \":\", \"\\\"\", \"*\"].",
        CYPRIS_NONSCALAR},
+      {"dry_sequence_breaker_ids", K::IntList, "DRY", kUnset, -kInf, kInf, false, false, false, 0, "",
+       "DRY: token ids that end a repeated sequence (Aphrodite's engine field); when given, dry_sequence_breakers "
+       "is not used.",
+       CYPRIS_NONSCALAR},
+      {"dry_max_ngram", K::Int, "DRY", 100, 1, kInf, false, false, false, 200, "",
+       "DRY: the longest repeat that is measured (Aphrodite 0.6: 100; its 2026 rewrite: 12).",
+       CYPRIS_INT(dry_max_ngram)},
+      {"dry_max_occurrences", K::Int, "DRY", 0, 0, kInf, false, false, false, 64, "",
+       "DRY: search only the most recent this many earlier occurrences of the last token; 0 = all (Aphrodite 0.6; "
+       "its 2026 rewrite: 8).",
+       CYPRIS_INT(dry_max_occurrences)},
+      {"dry_early_exit_match_len", K::Int, "DRY", 0, 0, kInf, false, false, false, 64, "",
+       "DRY: stop searching once a repeat this long is found; 0 = search every occurrence (Aphrodite 0.6; its 2026 "
+       "rewrite: 8).",
+       CYPRIS_INT(dry_early_exit_match_len)},
 
       {"sampler_priority", K::SamplerOrder, "Order", kUnset, -kInf, kInf, false, false, true, 0, "sampler_order",
        "Custom sampler order: all 14 sampler names or ids. Overrides temperature_last.", CYPRIS_NONSCALAR,
@@ -213,9 +228,11 @@ const std::vector<SamplingParamInfo>& table() {
       {"allowed_token_ids", K::IntList, "Tokens", kUnset, -kInf, kInf, false, false, true, 0, "",
        "When given, only these token ids can be generated.", CYPRIS_NONSCALAR,
        CYPRIS_SET(AllowedTokenIds, p.allowed_token_ids.has_value())},
-      {"banned_strings", K::StringList, "Tokens", kUnset, -kInf, kInf, false, false, false, 0, "banned_tokens",
+      {"banned_strings", K::StringList, "Tokens", kUnset, -kInf, kInf, false, false, false, 0,
+       "banned_tokens bad_words",
        "Phrases that must not appear in the output: when one is generated, generation rewinds to the token "
-       "where it began and bans that token there (KoboldCpp's name: banned_tokens).",
+       "where it began and bans that token there (KoboldCpp's name: banned_tokens; vLLM's bad_words, which the "
+       "2026 Aphrodite takes instead of custom_token_bans, are read as these phrases).",
        CYPRIS_NONSCALAR},
 
       {"stop", K::StringList, "Stopping", kUnset, -kInf, kInf, false, false, false, 0, "stop_sequence stopping_strings",

@@ -166,6 +166,9 @@ struct SamplingParams {
   std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
   std::vector<int32_t> dry_sequence_breaker_ids;  // filled by resolve_dry_sequence_breakers()
   int dry_range = 0;                              // 0 = whole context
+  int dry_max_ngram = 100;                        // longest repeat measured (Aphrodite 0.6)
+  int dry_max_occurrences = 0;                    // most recent occurrences searched; 0 = all
+  int dry_early_exit_match_len = 0;               // stop searching at a repeat this long; 0 = never
   int no_repeat_ngram_size = 0;
   // --- chain order ---
   bool temperature_last = false;

@@ -207,11 +207,13 @@ void apply_penalties(RowLogits& row, const SamplingParams& p, const SamplingStat
 // with len >= allowed_length lose multiplier * base^(len - allowed_length). The threshold is the
 // original DRY's rule ("repeats up to allowed_length are free"); reading the notes literally would
 // also penalise shorter repeats, which defeats dry_allowed_length. Tokens that are breakers are
-// never penalised; lengths are capped at 100.
+// never penalised; lengths are capped at dry_max_ngram (100). The 2026 Aphrodite's speed limits are
+// request fields here: dry_max_occurrences (only the most recent occurrences are searched) and
+// dry_early_exit_match_len (the search stops at a repeat that long); 0 turns either off.
 
 void apply_dry(RowLogits& row, const SamplingParams& p, const SamplingState& s) {
   if (p.dry_multiplier == 0.0f) return;
-  constexpr int kMaxNgram = 100;
+  const int kMaxNgram = std::max(1, p.dry_max_ngram);
   RowBuffers& b = row.buffers();
   build_history(s, b.hist);
   const auto& breakers = p.dry_sequence_breaker_ids;
@@ -231,8 +233,10 @@ void apply_dry(RowLogits& row, const SamplingParams& p, const SamplingState& s) 
   auto& lens = b.counts;  // reused as token -> len, reset below
   auto& touched = b.tmp_ids;
   touched.clear();
+  int occurrences = 0;
   for (int idx = n - 2; idx >= 0; --idx) {
     if (seq[idx] != last) continue;
+    if (p.dry_max_occurrences > 0 && occurrences++ >= p.dry_max_occurrences) break;
     const int32_t next = seq[idx + 1];
     if (next < 0 || next >= V || is_breaker(next)) continue;
     int match = 0;
@@ -245,6 +249,7 @@ void apply_dry(RowLogits& row, const SamplingParams& p, const SamplingState& s) 
     const int len = match + 1;
     if (lens[next] == 0) touched.push_back(next);
     lens[next] = std::max(lens[next], len);
+    if (p.dry_early_exit_match_len > 0 && len >= p.dry_early_exit_match_len) break;
   }
   const int allowed = p.dry_allowed_length;
   auto penalty = [&](int len) { return p.dry_multiplier * std::pow(p.dry_base, static_cast<float>(len - allowed)); };

@@ -26,6 +26,10 @@ EngineConfig stories_config(int tensor_parallel_size, const std::string& device)
   // fp32 rounding, and a 16-bit cache turns such 1e-7 differences into whole 16-bit steps now and then.
   cfg.quant.kv_cache_dtype = "float32";
   cfg.parallel.tensor_parallel_size = tensor_parallel_size;
+  // The plain modes (the defaults before issue #32): the equivalence tests switch prefix caching
+  // and chunked prefill on where they test them, and compare with runs without them.
+  cfg.cache.enable_prefix_caching = false;
+  cfg.scheduler.enable_chunked_prefill = false;
   return cfg;
 }
 

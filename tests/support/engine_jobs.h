@@ -25,7 +25,8 @@ struct Job {
 
 using Outputs = std::map<std::string, std::vector<int32_t>>;
 
-// stories260k (fp32 weights, 2 threads, small CPU KV cache, quiet logs).
+// stories260k (fp32 weights, 2 threads, small CPU KV cache, quiet logs), without prefix caching
+// and chunked prefill (on by default since issue #32).
 EngineConfig stories_config(int tensor_parallel_size = 1, const std::string& device = "cpu");
 
 // count jobs with prompts of 1 to 400 tokens (every length bucket appears) and up to 40 output

@@ -55,12 +55,7 @@ KoboldRequest kobold_request_from_json(const json& body, int64_t default_max_len
     const int64_t seed = get_int(body, "sampler_seed", -1);
     if (seed >= 0) s.seed = static_cast<uint64_t>(seed);
   }
-  s.tfs = std::max(1e-5f, s.tfs);
-  if (auto it = body.find("dynatemp_range"); it != body.end() && !it->is_null()) {
-    if (!it->is_number()) throw HttpError(400, "'dynatemp_range' must be a number", "dynatemp_range");
-    const double range = it->get<double>();
-    if (range > 0) s.apply_dynatemp_range(static_cast<float>(range));
-  }
+  s.tfs = std::max(1e-5f, s.tfs);  // dynatemp_range: read by sampling_from_json, as on the OpenAI routes
   if (s.temperature < 1e-5f) {  // greedy
     s.temperature = 0.0f;
     s.n = 1;

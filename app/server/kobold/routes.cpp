@@ -97,8 +97,9 @@ KoboldJob start_generation(ServerContext& ctx, const httplib::Request& req) {
   job.genkey = kr.genkey.value_or(random_genkey());
   // The engine's request id is the server's own, never the client's genkey: two owners may use
   // the same genkey, and ids must not collide.
-  job.sub = std::make_shared<Submitted>(submit_prompts(ctx, *engine, ctx.new_id("kai"), {p},
-                                                       std::make_shared<const SamplingParams>(std::move(kr.params))));
+  const int priority = request_priority(body, ctx);
+  job.sub = std::make_shared<Submitted>(submit_prompts(
+      ctx, *engine, ctx.new_id("kai"), {p}, std::make_shared<const SamplingParams>(std::move(kr.params)), priority));
   if (!ctx.kobold.add(job.owner, job.genkey, job.sub->streams.front())) {
     end_job_streams(ctx, *job.sub);
     throw HttpError(400, fmt::format("genkey '{}' is already generating", job.genkey), "genkey");

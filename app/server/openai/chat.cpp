@@ -111,6 +111,9 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   }
   auto engine = ctx.require_engine();
   const Tokenizer* tok = engine->tokenizer();
+  // vLLM's return_tokens_as_token_ids: logprob tokens as "token_id:N" (what the formatters write
+  // without a tokenizer), so tokens that render alike (byte fallbacks shown as U+FFFD) stay apart.
+  const Tokenizer* lp_tok = get_bool(body, "return_tokens_as_token_ids", false) ? nullptr : tok;
   std::string template_source;
   const std::string prompt_text = chat_prompt_of(body, req.body, tok, ctx, true, &template_source);
   const std::optional<ToolCallFormat> tool_format = tool_output_format(tools, sopts, template_source);
@@ -168,8 +171,9 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   const std::string id = ctx.new_id("chatcmpl");
   const int64_t created = unix_time_now();
   const std::string model = ctx.served_name();
-  auto sub = std::make_shared<Submitted>(
-      submit_prompts(ctx, *engine, id, {prompt}, std::make_shared<const SamplingParams>(std::move(params))));
+  auto sub = std::make_shared<Submitted>(submit_prompts(ctx, *engine, id, {prompt},
+                                                        std::make_shared<const SamplingParams>(std::move(params)),
+                                                        request_priority(body, ctx)));
   auto choices = std::make_shared<Choices>(1, n);
   const int top_n = static_cast<int>(top_logprobs);
 
@@ -185,7 +189,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
     for (size_t i = 0; i < choices->size(); ++i) {
       ChoiceState& c = (*choices)[i];
       json lp = nullptr;
-      if (want_logprobs) lp = {{"content", chat_logprobs_content(tok, c.logprobs, top_n)}};
+      if (want_logprobs) lp = {{"content", chat_logprobs_content(lp_tok, c.logprobs, top_n)}};
       json message = {{"role", role}, {"content", echo_text + c.text}, {"tool_calls", json::array()}};
       std::optional<std::string> finish = c.finish_reason;
       if (tool_format) {
@@ -227,8 +231,8 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   ServerContext* c = &ctx;
   start_event_stream(
       req, res,
-      [c, sub, choices, want_logprobs, top_n, include_usage, id, created, model, tok, engine, role, echo_text, parsers,
-       tool_format, parallel](const SseWrite& write) {
+      [c, sub, choices, want_logprobs, top_n, include_usage, id, created, model, tok, lp_tok, engine, role, echo_text,
+       parsers, tool_format, parallel](const SseWrite& write) {
         auto chunk = [&](json choices_json, json usage) {
           json j = {{"id", id},
                     {"object", "chat.completion.chunk"},
@@ -257,7 +261,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
                 if (!at) continue;
                 if (!parsers->empty()) {
                   const json lp =
-                      want_logprobs ? json{{"content", chat_logprobs_content(tok, d.logprobs, top_n)}} : json();
+                      want_logprobs ? json{{"content", chat_logprobs_content(lp_tok, d.logprobs, top_n)}} : json();
                   auto send = [&](json one) { return write(chunk(json::array({std::move(one)}), nullptr)); };
                   if (!write_tool_deltas(d, (*parsers)[size_t(d.index)], *tool_format, parallel, lp, send))
                     return false;
@@ -267,7 +271,7 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
                 json delta = json::object();
                 if (!d.text.empty() || !d.finish_reason) delta["content"] = d.text;
                 json lp = nullptr;
-                if (want_logprobs) lp = {{"content", chat_logprobs_content(tok, d.logprobs, top_n)}};
+                if (want_logprobs) lp = {{"content", chat_logprobs_content(lp_tok, d.logprobs, top_n)}};
                 json one = {{"index", d.index},
                             {"delta", delta},
                             {"logprobs", lp},

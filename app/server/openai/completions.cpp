@@ -39,6 +39,9 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   GuidedDecodingParams guided = guided_fields_from_json(body, &guided_field);  // compiled below, after cheap checks
   auto engine = ctx.require_engine();
   const Tokenizer* tok = engine->tokenizer();
+  // vLLM's return_tokens_as_token_ids: logprob tokens as "token_id:N" (what the formatters write
+  // without a tokenizer), so tokens that render alike (byte fallbacks shown as U+FFFD) stay apart.
+  const Tokenizer* lp_tok = get_bool(body, "return_tokens_as_token_ids", false) ? nullptr : tok;
 
   SamplingParams params = sampling_from_json(body, SamplingDefaults{16, 1.0f});
   params.guided = std::move(guided);
@@ -75,7 +78,8 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   const std::string id = ctx.new_id("cmpl");
   const int64_t created = unix_time_now();
   const std::string model = ctx.served_name();
-  auto sub = std::make_shared<Submitted>(submit_prompts(ctx, *engine, id, prompts, shared_params));
+  auto sub = std::make_shared<Submitted>(
+      submit_prompts(ctx, *engine, id, prompts, shared_params, request_priority(body, ctx)));
   (void)top_n;
 
   auto choices = std::make_shared<Choices>(prompts.size(), n);
@@ -111,17 +115,17 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
             if (k >= first_with && k - first_with < plp.size()) p = plp[k - first_with];
             all.push_back(p);
           }
-          lp = completion_logprobs(tok, all, off);
+          lp = completion_logprobs(lp_tok, all, off);
           for (size_t k = 0; k < first_with && k < lp["token_logprobs"].size(); ++k) {
             lp["token_logprobs"][k] = nullptr;
             lp["top_logprobs"][k] = nullptr;
           }
-          json gen = completion_logprobs(tok, c.logprobs, off);
+          json gen = completion_logprobs(lp_tok, c.logprobs, off);
           for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
             for (auto& e : gen[key]) lp[key].push_back(e);
           }
         } else {
-          lp = completion_logprobs(tok, c.logprobs, off);
+          lp = completion_logprobs(lp_tok, c.logprobs, off);
         }
       }
       jchoices.push_back({{"index", i},
@@ -144,7 +148,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
   ServerContext* c = &ctx;
   start_event_stream(
       req, res,
-      [c, sub, choices, n, echo, want_logprobs, include_usage, one_event, id, created, model, tok, engine,
+      [c, sub, choices, n, echo, want_logprobs, include_usage, one_event, id, created, model, tok, lp_tok, engine,
        prompt_text](const SseWrite& write) {
         auto chunk = [&](json choices_json, json usage) {
           return sse_data(dump_json({{"id", id},
@@ -173,7 +177,7 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
             // Nothing to say (a held-back stop string) and not the end: no chunk.
             if (!worth_a_chunk(text, d, tok != nullptr)) continue;
             json lp = nullptr;
-            if (want_logprobs) lp = completion_logprobs(tok, d.logprobs, ch.text_offset);
+            if (want_logprobs) lp = completion_logprobs(lp_tok, d.logprobs, ch.text_offset);
             json one = {{"index", ci},
                         {"text", text},
                         {"logprobs", lp},

@@ -186,6 +186,7 @@ SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defa
         if (name == "custom_token_bans") p.custom_token_bans = std::move(ids);
         if (name == "stop_token_ids") p.stop_token_ids = std::move(ids);
         if (name == "allowed_token_ids") p.allowed_token_ids = std::move(ids);
+        if (name == "dry_sequence_breaker_ids") p.dry_sequence_breaker_ids = std::move(ids);
         break;
       }
       case ParamKind::StringList: {
@@ -249,6 +250,17 @@ SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defa
       }
       case ParamKind::SamplerOrder:
         break;
+    }
+  }
+  // Kobold's and older Aphrodite's dynatemp_range, on every route: dynatemp min/max around the
+  // temperature (which is known only now). It is not a table entry: it sets two of them.
+  if (!skip.count("dynatemp_range")) {
+    if (auto it = body.find("dynatemp_range"); it != body.end() && !it->is_null()) {
+      const double range = as_number("dynatemp_range", *it);
+      if (range < 0 || !std::isfinite(range)) {
+        throw HttpError(400, fmt::format("'dynatemp_range' must be >= 0, got {}", it->dump()), "dynatemp_range");
+      }
+      if (range > 0) p.apply_dynatemp_range(static_cast<float>(range));
     }
   }
   return p;

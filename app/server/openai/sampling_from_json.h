@@ -1,9 +1,10 @@
 // Maps the sampler fields of a request body (OpenAI / Aphrodite names, their aliases, and the
 // KoboldCpp / ooba spellings SillyTavern sends) into SamplingParams, leniently as clients expect:
 // top_k 0 = off, seed < 0 = random, null = default, dry_sequence_breakers as a list or a JSON string
-// of one, sampler_order (KoboldCpp's numbering) ignored when it is not a full Aphrodite order.
-// Unknown keys are ignored. Wrong types are HttpError 400 naming the field; value ranges are
-// checked afterwards by SamplingParams::validate().
+// of one, sampler_order (KoboldCpp's numbering) ignored when it is not a full Aphrodite order,
+// dynatemp_range (Kobold) as dynatemp min/max around the temperature, vLLM's bad_words as
+// banned_strings. Keys that are not sampler fields are left to the route. Wrong types are
+// HttpError 400 naming the field; value ranges are checked afterwards by SamplingParams::validate().
 #pragma once
 
 #include <nlohmann/json.hpp>

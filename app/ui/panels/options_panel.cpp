@@ -25,8 +25,11 @@ std::string help_of(const OptionSpec& s) {
   std::string h = s.flag() + "\n\n" + s.help;
   if (!s.choices.empty()) {
     h += "\n\nChoices:";
-    for (const auto& c : s.choices) h += " " + c;
+    for (const auto& c : s.choices) {
+      if (!s.refusal(c)) h += " " + c;
+    }
   }
+  for (const auto& [c, why] : s.refused) h += "\n" + c + ": " + why;
   if (s.support == OptionSupport::NoEffect) h += "\n\nNo effect in Cypris: " + s.note;
   if (s.support == OptionSupport::NotYet) h += "\n\nNot supported yet: " + s.note;
   h += "\n\nDefault: " + (s.default_value().is_null() ? std::string("(unset)") : s.default_value().dump());
@@ -168,7 +171,12 @@ void OptionsPanel::draw_option(const OptionSpec& s) {
     if (ImGui::BeginCombo("##v", cur.empty() ? "(unset)" : cur.c_str())) {
       if (s.binding.nullable && ImGui::Selectable("(unset)", cur.empty())) form.set_value(key, nullptr);
       for (const auto& c : s.choices) {
+        // Choices Cypris refuses are listed greyed out, with the reason on hover.
+        const std::string* why = s.refusal(c);
+        ImGui::BeginDisabled(why != nullptr);
         if (ImGui::Selectable(c.c_str(), c == cur)) form.set_text(key, c);
+        ImGui::EndDisabled();
+        if (why) ui::tooltip(*why);
       }
       ImGui::EndCombo();
     }

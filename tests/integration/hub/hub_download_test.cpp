@@ -406,3 +406,23 @@ TEST_F(HubTest, CliDownloadPrintsSnapshotPath) {
 
 }  // namespace
 }  // namespace cypris::test
+
+namespace cypris::test {
+namespace {
+
+// --ignore-patterns: the engine passes them to resolve_model_dir; matching files are not fetched.
+TEST_F(HubTest, ResolveModelDirSkipsIgnoredFiles) {
+  make_tiny_repo();
+  EnvGuard e1("HF_ENDPOINT", hub_->endpoint() + "/");
+  EnvGuard e2("HF_HUB_CACHE", cache_.string());
+  EnvGuard e3("HF_TOKEN", "");
+  EnvGuard e4("HF_HUB_OFFLINE", "0");
+  const fs::path plain = tmp_ / "plain";
+  const std::string dir = hub::resolve_model_dir("org/tiny", "main", plain.string(), true, {"*.safetensors"});
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "config.json"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "tokenizer.json"));
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "model.safetensors"));
+}
+
+}  // namespace
+}  // namespace cypris::test

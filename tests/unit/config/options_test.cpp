@@ -78,19 +78,44 @@ TEST(OptionTable, HoldsEveryReferenceFlagWithItsAliasGroupAndChoices) {
 TEST(OptionTable, DefaultsEqualTheReference) {
   // Typed from aphrodite-engine-options.txt ("Defaults to ...") and vllm-engine-args.txt.
   const std::map<std::string, json> expected = {
-      {"tokenizer-mode", "auto"}, {"load-format", "auto"},      {"dtype", "auto"},
-      {"max-log-probs", 10},        {"tensor-parallel-size", 1},
-      {"pipeline-parallel-size", 1}, {"kv-cache-dtype", "auto"}, {"block-size", 16},
-      {"swap-space", 4.0},        {"gpu-memory-utilization", 0.9}, {"tokenizer-pool-size", 0},
-      {"tokenizer-pool-type", "ray"}, {"max-num-seqs", 256},    {"scheduling-policy", "fcfs"},
-      {"device", "auto"},         {"num-lookahead-slots", 0},   {"max-loras", 1},
-      {"max-lora-rank", 16},      {"lora-extra-vocab-size", 256}, {"lora-dtype", "auto"},
-      {"host", "localhost"},      {"port", 2242},               {"seed", 0},
-      {"max-seq-len-to-capture", 8192}, {"scheduler-delay-factor", 0.0}, {"num-scheduler-steps", 1},
-      {"cpu-offload-gb", 0.0},    {"guided-decoding-backend", "outlines"}, {"max-model-len", nullptr},
-      {"max-num-batched-tokens", nullptr}, {"num-gpu-blocks-override", nullptr}, {"enable-prefix-caching", false},
-      {"enable-chunked-prefill", false}, {"disable-log-stats", false}, {"disable-log-requests", false},
-      {"response-role", "assistant"}, {"launch-kobold-api", false},
+      {"tokenizer-mode", "auto"},
+      {"load-format", "auto"},
+      {"dtype", "auto"},
+      {"max-log-probs", 10},
+      {"tensor-parallel-size", 1},
+      {"pipeline-parallel-size", 1},
+      {"kv-cache-dtype", "auto"},
+      {"block-size", 16},
+      {"swap-space", 4.0},
+      {"gpu-memory-utilization", 0.9},
+      {"tokenizer-pool-size", 0},
+      {"tokenizer-pool-type", "ray"},
+      {"max-num-seqs", 256},
+      {"scheduling-policy", "fcfs"},
+      {"device", "auto"},
+      {"num-lookahead-slots", 0},
+      {"max-loras", 1},
+      {"max-lora-rank", 16},
+      {"lora-extra-vocab-size", 256},
+      {"lora-dtype", "auto"},
+      {"host", "localhost"},
+      {"port", 2242},
+      {"seed", 0},
+      {"max-seq-len-to-capture", 8192},
+      {"scheduler-delay-factor", 0.0},
+      {"num-scheduler-steps", 1},
+      {"cpu-offload-gb", 0.0},
+      {"guided-decoding-backend", "outlines"},
+      {"max-model-len", nullptr},
+      {"max-num-batched-tokens", nullptr},
+      {"num-gpu-blocks-override", nullptr},
+      // Deliberately not Aphrodite's (off): on, as in vLLM's V1 engine (issue #32).
+      {"enable-prefix-caching", true},
+      {"enable-chunked-prefill", true},
+      {"disable-log-stats", false},
+      {"disable-log-requests", false},
+      {"response-role", "assistant"},
+      {"launch-kobold-api", false},
       // Deliberately not Aphrodite's (unlimited): a 31.5 MB prompt became 31.5 MB of log (issue #20).
       {"max-log-len", 512},
       // Deliberately not Aphrodite's (true): CUDA graphs by default on CUDA (issue #16).
@@ -275,7 +300,7 @@ TEST_F(ConfigFile, ErrorsNameTheFileAndKey) {
 TEST_F(ConfigFile, JsonSaveLoadRoundTripsEveryOption) {
   EngineConfig cfg;
   parse({"--model", "m", "--max-model-len", "77", "--served-model-name", "a", "b", "--rope-theta", "5e5",
-         "--swap-space", "2.5", "--api-keys", "k", "--preemption-mode", "swap", "--enable-chunked-prefill"},
+         "--swap-space", "2.5", "--api-keys", "k", "--preemption-mode", "swap", "--no-enable-chunked-prefill"},
         cfg);
   auto path = (dir_ / "saved.json").string();
   save_options_file(path, cfg);

@@ -61,5 +61,31 @@ TEST_F(SeededRequest, TheSeedDecides) {
   EXPECT_NE(run_requests(engine, {other})["seeded"], want);
 }
 
+// --seed (vLLM): requests without their own seed draw one from a generator seeded once by --seed,
+// so a fresh server given the same requests in the same order answers the same; another --seed
+// answers otherwise, and two equal unseeded requests on one server still differ.
+TEST_F(SeededRequest, ServerSeedMakesUnseededRequestsReproducible) {
+  auto unseeded = [&](const std::string& id) {
+    GenerateRequest r = make_seeded_request(jobs_[0], id);
+    auto p = std::make_shared<SamplingParams>(*r.params);
+    p->seed.reset();
+    r.params = p;
+    return r;
+  };
+  auto serve = [&](int64_t seed) {
+    EngineConfig cfg = stories_config();
+    cfg.model.seed = seed;
+    Engine engine(cfg);
+    Outputs first = run_requests(engine, {unseeded("a")});
+    Outputs second = run_requests(engine, {unseeded("b")});
+    return std::make_pair(first.at("a"), second.at("b"));
+  };
+  const auto run1 = serve(7);
+  const auto run2 = serve(7);
+  EXPECT_EQ(run1, run2);
+  EXPECT_NE(run1.first, run1.second);  // each request draws its own seed
+  EXPECT_NE(serve(8).first, run1.first);
+}
+
 }  // namespace
 }  // namespace cypris

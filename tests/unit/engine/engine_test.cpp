@@ -52,6 +52,63 @@ TEST_F(Equivalence, PreemptionBySwap) {
   EXPECT_GT(engine.stats().num_swap_outs_total, 0);
 }
 
+// The defaults since issue #32 (prefix caching and chunked prefill on, as vLLM V1) give the outputs
+// of the plain modes.
+TEST_F(Equivalence, DefaultPrefixCachingAndChunkedPrefill) {
+  EngineConfig cfg = base_config();
+  const EngineConfig defaults;
+  ASSERT_TRUE(defaults.cache.enable_prefix_caching);
+  ASSERT_TRUE(defaults.scheduler.enable_chunked_prefill);
+  cfg.cache.enable_prefix_caching = defaults.cache.enable_prefix_caching;
+  cfg.scheduler.enable_chunked_prefill = defaults.scheduler.enable_chunked_prefill;
+  Engine engine(cfg);
+  expect_same(run_batched(engine, *jobs_));
+}
+
+// A chat client re-sends the whole conversation every turn: with the defaults each turn after the
+// first is served mostly from the prefix cache, and every turn's reply is the one the engine gives
+// with --no-enable-prefix-caching --no-enable-chunked-prefill.
+TEST(PrefixCaching, ChatTurnsReuseTheConversationByDefault) {
+  auto chat = [](bool defaults) {
+    EngineConfig cfg = base_config();
+    if (defaults) {
+      cfg.cache.enable_prefix_caching = EngineConfig{}.cache.enable_prefix_caching;
+      cfg.scheduler.enable_chunked_prefill = EngineConfig{}.scheduler.enable_chunked_prefill;
+    }
+    Engine engine(cfg);
+    std::vector<int32_t> conversation = {1};
+    std::vector<std::pair<std::vector<int32_t>, int64_t>> turns;  // reply, cached prompt tokens
+    std::mt19937 rng(5);
+    for (int turn = 0; turn < 4; ++turn) {
+      for (int i = 0; i < 40; ++i) conversation.push_back(3 + static_cast<int32_t>(rng() % 400));  // the user's text
+      auto p = std::make_shared<SamplingParams>();
+      p->temperature = 0.0f;
+      p->max_tokens = 12;
+      p->ignore_eos = true;
+      const std::string id = "turn" + std::to_string(turn);
+      auto stream = std::make_shared<RequestStream>(id);
+      engine.add_request(GenerateRequest{id, conversation, "", p, 0}, stream);
+      while (engine.has_unfinished_requests()) engine.step();
+      std::vector<int32_t> reply;
+      int64_t cached = 0;
+      while (auto o = stream->next(std::chrono::milliseconds(0))) {
+        cached = std::max(cached, o->num_cached_prompt_tokens);
+        for (const auto& d : o->outputs) reply.insert(reply.end(), d.token_ids.begin(), d.token_ids.end());
+      }
+      conversation.insert(conversation.end(), reply.begin(), reply.end());
+      turns.emplace_back(reply, cached);
+    }
+    return turns;
+  };
+  const auto with = chat(true), without = chat(false);
+  for (size_t t = 0; t < with.size(); ++t) {
+    EXPECT_EQ(with[t].first, without[t].first) << "turn " << t;
+    EXPECT_EQ(without[t].second, 0) << "turn " << t;
+    // Every full block of the previous turn's conversation is reused (16-token blocks).
+    if (t > 0) EXPECT_GE(with[t].second, 16 * ((41 + 52 * static_cast<int64_t>(t - 1)) / 16)) << "turn " << t;
+  }
+}
+
 TEST(PrefixCaching, SharedPrefixesHitTheCacheAndKeepOutputs) {
   auto jobs = make_jobs(16, 99, /*shared_prefix_len=*/200);
   auto solo = run_solo(base_config(), jobs);

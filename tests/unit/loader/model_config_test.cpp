@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/common/error.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
@@ -84,18 +86,60 @@ TEST(Rope, TableSizeIsCheckedBeforeAllocating) {
   EXPECT_EQ(build_rope_cos_sin(c, 4).size(), size_t(4) * c.rotary_dim());
 }
 
-TEST(ModelConfig, MaxModelLenNeedsRopeScalingToGrow) {
+TEST(ModelConfig, MaxModelLenPastTheModelsLengthTurnsOnDynamicNtk) {
   ConfigOverrides o;
   o.max_model_len = 128;
-  EXPECT_EQ(parse_model_config(kLlama, "c", o).max_model_len, 128);
+  ModelConfig shorter = parse_model_config(kLlama, "c", o);
+  EXPECT_EQ(shorter.max_model_len, 128);
+  EXPECT_EQ(shorter.rope_scaling.type, "default");
+  // Aphrodite: "If set to a higher value, will use automatic RoPE scaling".
+  o.max_model_len = 640;
+  ModelConfig longer = parse_model_config(kLlama, "c", o);
+  EXPECT_EQ(longer.max_model_len, 640);
+  EXPECT_EQ(longer.rope_scaling.type, "dynamic");
+  EXPECT_DOUBLE_EQ(longer.rope_scaling.factor, 2.5);
+  // Dynamic NTK (transformers' _compute_dynamic_ntk_parameters, computed here in double): positions
+  // inside the original 256 keep the model's frequencies; position p past it uses the base
+  // theta * (factor * (p + 1) / 256 - (factor - 1)) ^ (dim / (dim - 2)).
+  const int dim = longer.rotary_dim(), half = dim / 2;
+  const std::vector<float> table = build_rope_cos_sin(longer, 640);
+  const std::vector<float> plain = build_rope_cos_sin(parse_model_config(kLlama, "c"), 256);
+  for (int64_t p : {0, 100, 255, 256, 400, 639}) {
+    const double base = p < 256 ? 10000.0 : 10000.0 * std::pow(2.5 * (p + 1) / 256.0 - 1.5, double(dim) / (dim - 2));
+    for (int i = 0; i < half; ++i) {
+      const double angle = double(p) * std::pow(base, -2.0 * i / dim);
+      EXPECT_NEAR(table[p * dim + i], std::cos(angle), 2e-3) << p << " " << i;
+      EXPECT_NEAR(table[p * dim + half + i], std::sin(angle), 2e-3) << p << " " << i;
+      if (p < 256) EXPECT_EQ(table[p * dim + i], plain[p * dim + i]);
+    }
+  }
+  // A model's own rope scaling still bounds the length.
+  o.rope_scaling_json = R"({"rope_type":"linear","factor":2.0})";
   o.max_model_len = 512;
-  const std::string e = error_of([&] { parse_model_config(kLlama, "c", o); });
-  EXPECT_NE(e.find("--max-model-len 512"), std::string::npos) << e;
-  EXPECT_NE(e.find("max_position_embeddings 256"), std::string::npos) << e;
-  o.rope_scaling_json = R"({"rope_type":"dynamic","factor":2.0})";
   EXPECT_EQ(parse_model_config(kLlama, "c", o).max_model_len, 512);
   o.max_model_len = 513;
   EXPECT_NE(error_of([&] { parse_model_config(kLlama, "c", o); }).find("512"), std::string::npos);
+}
+
+TEST(ModelConfig, DisableSlidingWindowCapsTheContextAtTheWindow) {
+  const char* q = R"({"architectures":["Qwen2ForCausalLM"],"model_type":"qwen2","hidden_size":64,
+      "intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,"vocab_size":100,
+      "max_position_embeddings":256,"sliding_window":32,"max_window_layers":2,"use_sliding_window":true})";
+  ConfigOverrides o;
+  o.disable_sliding_window = true;
+  ModelConfig c = parse_model_config(q, "c", o);
+  EXPECT_EQ(c.max_model_len, 32);
+  EXPECT_EQ(c.layer_sliding_window, std::vector<int>(4, 0));
+  o.max_model_len = 16;
+  EXPECT_EQ(parse_model_config(q, "c", o).max_model_len, 16);
+  o.max_model_len = 64;
+  const std::string e = error_of([&] { parse_model_config(q, "c", o); });
+  EXPECT_NE(e.find("--disable-sliding-window"), std::string::npos) << e;
+  EXPECT_NE(e.find("32"), std::string::npos) << e;
+  // A model without a window is unchanged.
+  ConfigOverrides plain;
+  plain.disable_sliding_window = true;
+  EXPECT_EQ(parse_model_config(kLlama, "c", plain).max_model_len, 256);
 }
 
 TEST(ModelConfig, RopeOverridesAndValidation) {

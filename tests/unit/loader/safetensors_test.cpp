@@ -233,6 +233,33 @@ TEST(Checkpoint, ShardedIndexLoadsTheSameModel) {
   expect_error([&] { run(d.path()); }, {"model.safetensors.index.json", "../evil.safetensors"});
 }
 
+// --ignore-patterns: a folder with the model and a second copy of every tensor (as repos ship an
+// original/ or consolidated copy) loads only once the copy is ignored; an index shard a pattern
+// skips is an error naming both.
+TEST(Checkpoint, IgnorePatternsSkipFiles) {
+  const fs::path src_dir = fs::path(CYPRIS_FIXTURES_DIR) / "models" / "llama_gqa_tied";
+  TempDir d;
+  fs::copy_file(src_dir / "config.json", d.path() / "config.json");
+  fs::copy_file(src_dir / "model.safetensors", d.path() / "model-a.safetensors");
+  fs::copy_file(src_dir / "model.safetensors", d.path() / "consolidated.safetensors");
+  auto run = [](const fs::path& dir, std::vector<std::string> ignore) {
+    ModelRunnerOptions o;
+    o.model_dir = dir;
+    o.load.dtype = "float32";
+    o.load.ignore_patterns = std::move(ignore);
+    o.threads = 1;
+    ModelRunner r(o);
+    const int32_t ids[] = {5, 9, 3, 17};
+    return r.execute(make_single_sequence_batch(ids, 0, r.block_size())).data;
+  };
+  expect_error([&] { run(d.path(), {}); }, {"appears in both"});
+  EXPECT_EQ(run(d.path(), {"consolidated*"}), run(src_dir, {}));
+  expect_error([&] { run(d.path(), {"*.safetensors"}); }, {"--ignore-patterns"});
+  std::ofstream(d.path() / "model.safetensors.index.json")
+      << R"({"weight_map":{"model.norm.weight":"consolidated.safetensors"}})";
+  expect_error([&] { run(d.path(), {"consolidated*"}); }, {"consolidated.safetensors", "--ignore-patterns"});
+}
+
 TEST(Checkpoint, TensorShapeDisagreeingWithConfigNamesFileAndTensor) {
   const fs::path src_dir = fs::path(CYPRIS_FIXTURES_DIR) / "models" / "llama_gqa_tied";
   TempDir d;
@@ -250,10 +277,12 @@ TEST(Checkpoint, LoadFormats) {
   const fs::path dir = fs::path(CYPRIS_FIXTURES_DIR) / "models" / "llama_gqa_tied";
   ModelRunnerOptions o;
   o.model_dir = dir;
-  o.load.load_format = "pt";
-  expect_error([&] { ModelRunner r(o); }, {"--load-format pt", "not supported yet"});
+  o.load.load_format = "pt";  // tests/unit/loader/torch_checkpoint_test.cpp reads .bin files
+  expect_error([&] { ModelRunner r(o); }, {dir.string(), "no pytorch_model*.bin"});
+  o.load.load_format = "npcache";
+  expect_error([&] { ModelRunner r(o); }, {"--load-format npcache", "not supported yet"});
   o.load.load_format = "gguf2";
-  expect_error([&] { ModelRunner r(o); }, {"--load-format", "gguf2", "auto, safetensors, gguf, dummy"});
+  expect_error([&] { ModelRunner r(o); }, {"--load-format", "gguf2", "auto, safetensors, pt, gguf, dummy"});
   // dummy needs only config.json
   TempDir d;
   fs::copy_file(dir / "config.json", d.path() / "config.json");

@@ -323,6 +323,36 @@ TEST(SamplerChain, DryPenalisesTheTokenThatWouldExtendARepeat) {
   EXPECT_FLOAT_EQ(x[6], -1.0f);
 }
 
+// The 2026 Aphrodite's DRY limits, as request fields (hand-computed like the tests above).
+TEST(SamplerChain, DryMaxNgramOccurrencesAndEarlyExit) {
+  SamplingParams p;
+  p.dry_multiplier = 1.0f;
+  p.dry_base = 2.0f;
+  p.dry_allowed_length = 1;
+  p.dry_sequence_breaker_ids = {9};
+  Harness r(10);
+  const std::vector<float> zeros(10, 0.0f);
+  // [1 2 3 4 | 5 3 6 | 1 2 3]: last 3; the 3 at index 5 (followed by 6) matches 1 token, the one at
+  // index 2 (followed by 4) matches 1 2 3 -> len 3: 2^(3-1) = 4 on 4, 2^0 = 1 on 6.
+  const std::vector<int32_t> h = {1, 2, 3, 4, 5, 3, 6, 1, 2, 3};
+  auto x = r.process(zeros, p, h);
+  EXPECT_FLOAT_EQ(x[4], -4.0f);
+  EXPECT_FLOAT_EQ(x[6], -1.0f);
+  p.dry_max_ngram = 2;  // the match is cut at 2 tokens: 2^(2-1) = 2 on 4
+  x = r.process(zeros, p, h);
+  EXPECT_FLOAT_EQ(x[4], -2.0f);
+  p.dry_max_ngram = 100;
+  p.dry_max_occurrences = 1;  // only the most recent earlier 3 (index 5) is searched
+  x = r.process(zeros, p, h);
+  EXPECT_FLOAT_EQ(x[4], 0.0f);
+  EXPECT_FLOAT_EQ(x[6], -1.0f);
+  p.dry_max_occurrences = 0;
+  p.dry_early_exit_match_len = 1;  // the first occurrence searched (index 5, len 1) ends the search
+  x = r.process(zeros, p, h);
+  EXPECT_FLOAT_EQ(x[4], 0.0f);
+  EXPECT_FLOAT_EQ(x[6], -1.0f);
+}
+
 TEST(SamplerChain, DryBreakersAndRange) {
   SamplingParams p;
   p.dry_multiplier = 1.0f;
