@@ -86,6 +86,7 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
     params->resolve_dry_sequence_breakers(
         [this](const std::string& s) { return tokenizer_->encode(s, /*add_special_tokens=*/false); });
   }
+  if (params->guided.active()) guided::check_token_restrictions(*make_guided_matcher(*params), *params);
   const int64_t prompt_len = static_cast<int64_t>(req.prompt_token_ids.size());
   const int64_t max_tokens = params->max_tokens.value_or(cfg_.max_model_len - prompt_len);
   CYPRIS_CHECK(prompt_len + max_tokens <= cfg_.max_model_len,
