@@ -132,6 +132,7 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
     req.prompt_token_ids.erase(req.prompt_token_ids.begin(),
                                req.prompt_token_ids.end() - *params->truncate_prompt_tokens);
   }
+  if (params->guided.active()) guided::check_token_restrictions(*make_guided_matcher(*params), *params);
   const int64_t prompt_len = static_cast<int64_t>(req.prompt_token_ids.size());
   const int64_t max_tokens = params->max_tokens.value_or(cfg_.max_model_len - prompt_len);
   CYPRIS_CHECK(prompt_len + max_tokens <= cfg_.max_model_len,

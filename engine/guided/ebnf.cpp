@@ -208,6 +208,11 @@ class TextGrammarParser {
     ExprPtr x = primary(depth);
     for (;;) {
       check_depth(depth + x->depth, i_);
+      if (lark_) {  // Lark writes the repetition operator with spaces around it: "a" ~ 2..3
+        size_t k = i_;
+        while (k < t_.size() && (t_[k] == ' ' || t_[k] == '\t')) ++k;
+        if (k < t_.size() && t_[k] == '~') i_ = k;
+      }
       char c = peek();
       if (c == '*') {
         ++i_;
@@ -237,9 +242,12 @@ class TextGrammarParser {
         int lo = count();
         if (lo < 0) fail("expected a count after '~'");
         int hi = lo;
+        skip_inline();
         if (peek() == '.' && peek(1) == '.') {
           i_ += 2;
+          skip_inline();
           hi = count();
+          if (hi < 0) fail("expected a count after '..'");
           if (hi < lo) fail("repetition ~ m..n with n < m");
         }
         x = rep(x, lo, hi);
@@ -261,11 +269,9 @@ class TextGrammarParser {
   }
 
   uint32_t utf8_cp() {
-    unsigned char c = peek();
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i_ + n > t_.size()) fail("invalid UTF-8");
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(t_[i_ + k]) & 0x3F);
+    uint32_t cp;
+    const size_t n = decode_utf8(t_, i_, cp);
+    if (n == 0) fail("invalid UTF-8");
     i_ += n;
     return cp;
   }
@@ -284,8 +290,17 @@ class TextGrammarParser {
       case 'v': return '\v';
       case '0': return 0;
       case 'x': return hex(2);
-      case 'u': return hex(4);
-      case 'U': return hex(8);
+      case 'u':
+      case 'U': {
+        // A code point must be a Unicode scalar value: surrogates and values past U+10FFFF have
+        // no UTF-8 encoding (the grammar would emit invalid UTF-8).
+        const size_t at = i_ - 2;
+        const uint32_t v = hex(e == 'u' ? 4 : 8);
+        if (v > 0x10FFFF) fail_at(at, fmt::format("the escape \\{} gives U+{:X}, above U+10FFFF (the last code point)", e, v));
+        if (v >= 0xD800 && v <= 0xDFFF)
+          fail_at(at, fmt::format("the escape \\{} gives U+{:X}, a UTF-16 surrogate (not a character)", e, v));
+        return v;
+      }
       case '\\': case '"': case '\'': case '[': case ']': case '-': case '/': case '^':
         return static_cast<uint8_t>(e);
       default:

@@ -125,6 +125,22 @@ std::string utf8_encode(uint32_t cp) {
   return s;
 }
 
+size_t decode_utf8(std::string_view text, size_t i, uint32_t& cp) {
+  if (i >= text.size()) return 0;
+  const auto c = static_cast<unsigned char>(text[i]);
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (n == 0 || i + n > text.size()) return 0;
+  cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (size_t k = 1; k < n; ++k) {
+    const auto d = static_cast<unsigned char>(text[i + k]);
+    if ((d & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (d & 0x3F);
+  }
+  static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
 CodepointRanges normalize_ranges(CodepointRanges r) {
   CodepointRanges cut;
   for (auto [lo, hi] : r) {
@@ -287,6 +303,7 @@ class Lowerer {
     }
     CYPRIS_CHECK(g_.elems.size() <= kMaxGrammarElems, "{}: the grammar is too large ({} elements; at most {})", what_,
                  g_.elems.size(), kMaxGrammarElems);
+    prune_unproductive();
     analyse();
     return std::move(g_);
   }
@@ -416,6 +433,66 @@ class Lowerer {
       prev = r;
     }
     return prev;
+  }
+
+  // A rule is productive when some alternative can be completed: every element is a non-empty
+  // byte set or a productive rule. Alternatives that cannot be completed are dropped, so every
+  // state the matcher reaches can still end well (a model is never led into a dead end), and a
+  // root that cannot be completed means no text satisfies the grammar: refused, not silently
+  // answered with free text. Worklist over the references, linear in the grammar.
+  void prune_unproductive() {
+    const size_t n = g_.rule_alts.size();
+    std::vector<int32_t> missing;         // per alternative (in order): elements not yet known productive
+    std::vector<int32_t> alt_rule;        // per alternative: its rule
+    std::vector<std::vector<int32_t>> waiting(n);  // per rule: the alternatives that refer to it
+    std::vector<uint8_t> productive(n, 0);
+    std::vector<int32_t> work;
+    for (size_t r = 0; r < n; ++r) {
+      for (int32_t a : g_.rule_alts[r]) {
+        const int32_t id = static_cast<int32_t>(missing.size());
+        int32_t m = 0;
+        bool dead = false;
+        for (int32_t pos = a; g_.elems[pos].type != Elem::Type::End; ++pos) {
+          const Elem& e = g_.elems[pos];
+          if (e.type == Elem::Type::Bytes) {
+            dead = dead || g_.sets[e.arg].none();
+          } else {
+            ++m;
+            waiting[e.arg].push_back(id);
+          }
+        }
+        missing.push_back(dead ? -1 : m);
+        alt_rule.push_back(static_cast<int32_t>(r));
+        if (m == 0 && !dead && !productive[r]) {
+          productive[r] = 1;
+          work.push_back(static_cast<int32_t>(r));
+        }
+      }
+    }
+    while (!work.empty()) {
+      const int32_t b = work.back();
+      work.pop_back();
+      for (int32_t id : waiting[b]) {
+        if (missing[id] <= 0) continue;  // dead, or already complete
+        if (--missing[id] == 0 && !productive[alt_rule[id]]) {
+          productive[alt_rule[id]] = 1;
+          work.push_back(alt_rule[id]);
+        }
+      }
+    }
+    if (!productive[g_.root]) {
+      CYPRIS_FAIL("{}: no text can satisfy it: it can never be completed (an empty character class such as "
+                  "[^\\s\\S], or rules / $ref that only refer to themselves)",
+                  what_);
+    }
+    size_t id = 0;
+    for (size_t r = 0; r < n; ++r) {
+      std::vector<int32_t> kept;
+      for (int32_t a : g_.rule_alts[r]) {
+        if (missing[id++] == 0) kept.push_back(a);
+      }
+      g_.rule_alts[r] = std::move(kept);
+    }
   }
 
   void analyse() {
@@ -612,6 +689,14 @@ std::string set_text(const ByteSet& s) {
 Grammar GrammarBuilder::build(int root, const std::string& what) const {
   CompileBudget budget(what);
   return Lowerer(names_, bodies_, what).run(root);
+}
+
+size_t Grammar::memory_bytes() const {
+  size_t b = sizeof(Grammar) + elems.capacity() * sizeof(Elem) + sets.capacity() * sizeof(ByteSet) +
+             elem_rule.capacity() * sizeof(int32_t) + follow.capacity() * sizeof(ByteSet) + nullable.capacity();
+  for (const auto& a : rule_alts) b += sizeof(a) + a.capacity() * sizeof(int32_t);
+  for (const auto& n : rule_names) b += sizeof(n) + n.capacity();
+  return b;
 }
 
 std::string Grammar::dump() const {

@@ -64,6 +64,9 @@ ExprPtr codepoints(const CodepointRanges& ranges);
 ExprPtr any_char();
 // UTF-8 encoding of one code point.
 std::string utf8_encode(uint32_t cp);
+// Decodes the code point at text[i]: its length in bytes, or 0 when the bytes there are not
+// well-formed UTF-8 (truncated, overlong, a surrogate, past U+10FFFF, a stray continuation byte).
+size_t decode_utf8(std::string_view text, size_t i, uint32_t& cp);
 
 struct Elem {
   enum class Type : uint8_t { Bytes, Ref, End };
@@ -82,6 +85,7 @@ struct Grammar {
   int32_t root = 0;
 
   size_t num_rules() const { return rule_alts.size(); }
+  size_t memory_bytes() const;  // what the grammar holds (the caches count it)
   std::string dump() const;  // readable listing, for tests and debugging
 };
 

@@ -2,6 +2,7 @@
 #include "engine/guided/guided_decoding.h"
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <algorithm>
 #include <condition_variable>
 #include <thread>
@@ -40,7 +41,8 @@ Grammar build(const GuidedDecodingParams& p) {
                    kMaxJsonNesting);
       try {
         schema = nlohmann::json::parse(p.text);
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {
+        // parse_error, and out_of_range for numbers past a double (1e400; found by GuidedFuzz).
         CYPRIS_FAIL("guided_json: the schema is not valid JSON: {}", e.what());
       }
       return json_schema_grammar(schema, JsonSchemaOptions{"guided_json", p.whitespace_pattern});
@@ -80,6 +82,7 @@ Grammar build(const GuidedDecodingParams& p) {
 struct GrammarCache {
   static constexpr size_t kCapacity = 64;
   std::mutex mu;
+  size_t bytes = 0;  // Grammar::memory_bytes() of the entries
   std::list<std::pair<std::string, std::shared_ptr<const Grammar>>> lru;
   std::unordered_map<std::string, decltype(lru)::iterator> index;
 };
@@ -151,7 +154,11 @@ std::shared_ptr<const Grammar> compile(const GuidedDecodingParams& p) {
   if (it != c.index.end()) return it->second->second;
   c.lru.emplace_front(key, g);
   c.index[key] = c.lru.begin();
-  while (c.lru.size() > GrammarCache::kCapacity) {
+  c.bytes += g->memory_bytes() + key.capacity();
+  // Bounded by bytes as well as entries: a few large grammars must not pin gigabytes. The newest
+  // entry stays even when it alone is over (the request is using it).
+  while (c.lru.size() > 1 && (c.lru.size() > GrammarCache::kCapacity || c.bytes > kMaxGrammarCacheBytes)) {
+    c.bytes -= c.lru.back().second->memory_bytes() + c.lru.back().first.capacity();
     c.index.erase(c.lru.back().first);
     c.lru.pop_back();
   }
@@ -189,6 +196,69 @@ void GuidedMatcher::rollback(size_t n) {
   history_.resize(history_.size() - n);
 }
 
+namespace {
+
+// The request field that gave the grammar, for messages.
+const char* grammar_field(const GuidedDecodingParams& g) {
+  switch (g.kind) {
+    case GuidedKind::JsonSchema: return "guided_json (or response_format json_schema, or the tools' schema)";
+    case GuidedKind::JsonObject: return "response_format json_object";
+    case GuidedKind::Regex: return "guided_regex";
+    case GuidedKind::Choice: return "guided_choice";
+    case GuidedKind::Lark: return "guided_grammar";
+    case GuidedKind::Gbnf: return "grammar";
+    case GuidedKind::None: break;
+  }
+  return "the grammar";
+}
+
+}  // namespace
+
+void check_token_restrictions(const GuidedMatcher& m, const SamplingParams& p) {
+  if (!p.allowed_token_ids && p.custom_token_bans.empty()) return;
+  const TokenVocab& v = m.masker_->vocab();
+  std::vector<uint8_t> ok(static_cast<size_t>(v.size), p.allowed_token_ids ? 0 : 1);
+  if (p.allowed_token_ids)
+    for (int32_t id : *p.allowed_token_ids)
+      if (id >= 0 && id < v.size) ok[id] = 1;
+  for (int32_t id : p.custom_token_bans)
+    if (id >= 0 && id < v.size) ok[id] = 0;
+  bool end_ok = false;
+  for (int32_t id : v.end_ids) end_ok = end_ok || (id >= 0 && id < v.size && ok[id]);
+  std::string restrictions = p.allowed_token_ids && !p.custom_token_bans.empty() ? "allowed_token_ids and custom_token_bans"
+                             : p.allowed_token_ids                             ? "allowed_token_ids"
+                                                                               : "custom_token_bans";
+  // A search over the states the permitted tokens lead to: one that may end (with a permitted end
+  // token, or with nothing left to generate) proves the request can be answered.
+  auto arena = m.arena_;
+  Stepper st(*arena);
+  std::vector<MatchState> todo{m.history_.back()};
+  std::set<std::pair<std::vector<int32_t>, bool>> seen{{todo[0].tops, todo[0].can_end}};
+  std::vector<uint32_t> mask(m.masker_->mask_words());
+  bool first = true, first_blocked = false;
+  while (!todo.empty()) {
+    MatchState s = std::move(todo.back());
+    todo.pop_back();
+    if (s.can_end && (s.tops.empty() || end_ok)) return;
+    m.masker_->fill(*arena, s, mask);
+    bool any = false;
+    for (int32_t id = 0; id < v.size; ++id) {
+      if (!((mask[id >> 5] >> (id & 31)) & 1u) || !ok[id] || v.bytes[id].empty()) continue;
+      any = true;
+      MatchState next = s;
+      if (!st.advance(next, v.bytes[id])) continue;
+      if (!seen.insert({next.tops, next.can_end}).second) continue;
+      if (seen.size() > static_cast<size_t>(kMaxSatisfiabilityStates)) return;  // undecided: accept
+      todo.push_back(std::move(next));
+    }
+    if (first) first_blocked = !any;
+    first = false;
+  }
+  CYPRIS_FAIL("no output can satisfy both {} and {}: {}", grammar_field(p.guided), restrictions,
+              first_blocked ? "none of the tokens the grammar allows first is permitted"
+                            : "every way the grammar can go runs into a token that is not permitted");
+}
+
 GuidedDecoder::GuidedDecoder(std::shared_ptr<const TokenVocab> vocab, size_t capacity)
     : vocab_(std::move(vocab)), capacity_(capacity) {}
 
@@ -208,7 +278,15 @@ std::unique_ptr<GuidedMatcher> GuidedDecoder::make_matcher(const GuidedDecodingP
     std::lock_guard<std::mutex> lock(mu_);
     lru_.emplace_front(key, m);
     index_[key] = lru_.begin();
-    while (lru_.size() > capacity_) {
+  }
+  {
+    // Bounded by bytes as well as entries. Maskers grow as their contexts are cached, so the
+    // total is taken now; the one just used stays (its requests are running).
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t total = 0;
+    for (const auto& [k, masker] : lru_) total += masker->memory_bytes();
+    while (lru_.size() > 1 && (lru_.size() > capacity_ || total > kMaxMaskerCacheBytes)) {
+      total -= lru_.back().second->memory_bytes();
       index_.erase(lru_.back().first);
       lru_.pop_back();
     }

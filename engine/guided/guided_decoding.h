@@ -19,6 +19,12 @@
 
 namespace cypris::guided {
 
+// The caches' byte bounds (besides their entry counts: 64 grammars, 32 maskers): compiled grammars
+// kept for the server and engine, and the engine's maskers (grammar + per-context mask cache).
+// An entry in use by a request stays alive until the request ends, whatever the cache drops.
+inline constexpr size_t kMaxGrammarCacheBytes = 256u << 20;
+inline constexpr size_t kMaxMaskerCacheBytes = 1024u << 20;
+
 // Compiles beyond this many at once wait (more on machines with over 8 cores: a quarter of them).
 inline constexpr int kMaxConcurrentCompiles = 2;
 
@@ -50,10 +56,19 @@ class GuidedMatcher {
   const TokenMasker& masker() const { return *masker_; }
 
  private:
+  friend void check_token_restrictions(const GuidedMatcher& m, const SamplingParams& p);
   std::shared_ptr<TokenMasker> masker_;
   std::shared_ptr<StackArena> arena_;
   std::vector<MatchState> history_;  // [0]: before any token
 };
+
+// A request's own token restrictions (allowed_token_ids, custom_token_bans) against its grammar:
+// throws cypris::Error naming both when no output can satisfy them (every token the grammar allows
+// is forbidden, now or on every path a short search finds), instead of a silent free-text answer.
+// The search looks at no more than kMaxSatisfiabilityStates states; a grammar it cannot decide in
+// that many is accepted. No-op without restrictions.
+inline constexpr int kMaxSatisfiabilityStates = 32;
+void check_token_restrictions(const GuidedMatcher& m, const SamplingParams& p);
 
 // Engine-side: the model's vocabulary and the maskers of recent grammars.
 class GuidedDecoder {

@@ -23,7 +23,7 @@ int32_t StackArena::intern(int32_t pos, int32_t parent) {
   if (inserted) {
     // A request that grows its parse stacks without bound (deep nesting) stops with an error
     // instead of taking the machine's memory.
-    CYPRIS_CHECK(nodes_.size() < (1u << 26), "guided decoding: the parse outgrew its limit ({} stack nodes)",
+    CYPRIS_CHECK(nodes_.size() < kMaxStackNodes, "guided decoding: the parse outgrew its limit ({} stack nodes)",
                  nodes_.size());
     nodes_.push_back({pos, parent});
   }

@@ -20,6 +20,10 @@
 
 namespace cypris::guided {
 
+// The stack nodes one matcher (a request's sequence and its copies) may intern: about 100 MB with
+// the index. A parse that needs more (output nested without end) stops with an error.
+inline constexpr size_t kMaxStackNodes = size_t{1} << 21;
+
 class StackArena {
  public:
   static constexpr int32_t kRoot = 0;     // below the root rule: reaching it means the input may end

@@ -198,11 +198,9 @@ class RegexParser {
   }
 
   uint32_t utf8_cp() {
-    unsigned char c = p_[i_];
-    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i_ + n > p_.size()) fail("invalid UTF-8");
-    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(p_[i_ + k]) & 0x3F);
+    uint32_t cp;
+    const size_t n = decode_utf8(p_, i_, cp);
+    if (n == 0) fail("invalid UTF-8");
     i_ += n;
     return cp;
   }
@@ -263,6 +261,10 @@ class RegexParser {
       case 'x':
       case 'u': {
         const uint32_t v = codepoint_escape(e == 'x' ? 2 : 4);
+        if (v >= 0xD800 && v <= 0xDFFF) {
+          i_ = at;
+          fail(fmt::format("the escape gives U+{:X}, a UTF-16 surrogate (not a character)", v));
+        }
         r.push_back({v, v});
         return;
       }

@@ -61,21 +61,31 @@ inline bool get_bit(std::span<const uint32_t> m, int32_t id) { return (m[id >> 5
 
 }  // namespace
 
-TokenMasker::TokenMasker(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> v)
-    : g_(std::move(g)), v_(std::move(v)), pre_arena_(g_) {}
+TokenMasker::TokenMasker(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> v,
+                         size_t max_cache_bytes)
+    : g_(std::move(g)),
+      v_(std::move(v)),
+      grammar_bytes_(g_->memory_bytes()),
+      max_cache_bytes_(max_cache_bytes),
+      pre_arena_(g_) {}
+
+size_t TokenMasker::entry_bytes(const std::string& key, const Entry& e) {
+  // The map node and key, and the vectors' buffers.
+  return 96 + key.capacity() + sizeof(Entry) + 4 * (e.bits.capacity() + e.accepted.capacity() + e.uncertain.capacity());
+}
 
 size_t TokenMasker::cached_keys() {
   std::lock_guard<std::mutex> lock(mu_);
   return cache_.size();
 }
 
-std::unique_ptr<TokenMasker::Entry> TokenMasker::compute(const std::vector<int32_t>& frames, bool exact) {
+std::shared_ptr<const TokenMasker::Entry> TokenMasker::compute(const std::vector<int32_t>& frames, bool exact) {
   int32_t node = exact ? StackArena::kRoot : StackArena::kContext;
   for (size_t i = frames.size(); i-- > 0;) node = pre_arena_.intern(frames[i], node);
   Stepper st(pre_arena_);
   MatchState start = st.from_node(node);
   const ByteSet* follow = exact ? nullptr : &g_->follow[g_->elem_rule[frames.back()]];
-  auto e = std::make_unique<Entry>();
+  auto e = std::make_shared<Entry>();
   std::vector<int32_t> all(v_->sorted.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
   std::vector<int32_t> accepted;
@@ -96,7 +106,8 @@ std::unique_ptr<TokenMasker::Entry> TokenMasker::compute(const std::vector<int32
   return e;
 }
 
-const TokenMasker::Entry& TokenMasker::entry_for(const StackArena& arena, int32_t top, std::string& key) {
+std::shared_ptr<const TokenMasker::Entry> TokenMasker::entry_for(const StackArena& arena, int32_t top,
+                                                                   std::string& key) {
   std::vector<int32_t> frames;
   int32_t n = top;
   while (n != StackArena::kRoot && static_cast<int>(frames.size()) < kContextFrames) {
@@ -107,9 +118,22 @@ const TokenMasker::Entry& TokenMasker::entry_for(const StackArena& arena, int32_
   key.assign(reinterpret_cast<const char*>(frames.data()), frames.size() * sizeof(int32_t));
   key += exact ? 'x' : 'c';
   auto it = cache_.find(key);
-  if (it != cache_.end()) return *it->second;
+  if (it != cache_.end()) return it->second;
+  const size_t nodes_before = pre_arena_.size();
   auto e = compute(frames, exact);
-  return *cache_.emplace(key, std::move(e)).first->second;
+  // The entry, and the precomputation arena's growth (a node and its index entry, ~48 bytes).
+  const size_t bytes = entry_bytes(key, *e) + 48 * (pre_arena_.size() - nodes_before);
+  if (cache_bytes_.load(std::memory_order_relaxed) + bytes > max_cache_bytes_) {
+    // Start over rather than grow: the contexts in use now are recomputed as they come back.
+    // The precomputation arena is rebuilt too (its nodes are per context).
+    cache_.clear();
+    pre_arena_ = StackArena(g_);
+    cache_bytes_.store(0, std::memory_order_relaxed);
+    resets_.fetch_add(1, std::memory_order_relaxed);
+  }
+  cache_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  cache_.emplace(key, e);
+  return e;
 }
 
 void TokenMasker::fill(StackArena& arena, const MatchState& s, std::span<uint32_t> mask) {
@@ -118,10 +142,10 @@ void TokenMasker::fill(StackArena& arena, const MatchState& s, std::span<uint32_
   std::string key;
   std::vector<int32_t> pending;
   for (int32_t top : s.tops) {
-    const Entry* e;
+    std::shared_ptr<const Entry> e;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      e = &entry_for(arena, top, key);  // entries are never evicted while the masker lives
+      e = entry_for(arena, top, key);  // kept alive here if the cache starts over meanwhile
     }
     if (e->dense) {
       for (size_t w = 0; w < mask.size(); ++w) mask[w] |= e->bits[w];

@@ -11,6 +11,7 @@
 // same grammar text; it is guarded by a mutex.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -25,10 +26,16 @@
 namespace cypris::guided {
 
 inline constexpr int kContextFrames = 4;
+// The per-context cache of one grammar (for one vocabulary) holds at most this many bytes; past
+// it the cache starts over (entries are recomputed on demand), so a grammar with very many
+// contexts costs time, never unbounded memory. A dense entry of Llama 3's 128,256 tokens is 16 KB.
+inline constexpr size_t kMaxMaskCacheBytes = 256u << 20;
 
 class TokenMasker {
  public:
-  TokenMasker(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> v);
+  // max_cache_bytes: the per-context cache's bound (tests use small ones).
+  TokenMasker(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenVocab> v,
+              size_t max_cache_bytes = kMaxMaskCacheBytes);
   const Grammar& grammar() const { return *g_; }
   const std::shared_ptr<const Grammar>& grammar_ptr() const { return g_; }
   const TokenVocab& vocab() const { return *v_; }
@@ -40,6 +47,9 @@ class TokenMasker {
   void fill_brute_force(StackArena& arena, const MatchState& s, std::span<uint32_t> mask) const;
 
   size_t cached_keys();
+  // Bytes held: the grammar, the cached entries and the precomputation arena.
+  size_t memory_bytes() const { return grammar_bytes_ + cache_bytes_.load(std::memory_order_relaxed); }
+  uint64_t cache_resets() const { return resets_.load(std::memory_order_relaxed); }
 
  private:
   struct Entry {
@@ -48,14 +58,20 @@ class TokenMasker {
     std::vector<int32_t> accepted;  // sparse: token ids
     std::vector<int32_t> uncertain; // indices into vocab.sorted, ascending
   };
-  const Entry& entry_for(const StackArena& arena, int32_t top, std::string& key);
-  std::unique_ptr<Entry> compute(const std::vector<int32_t>& frames, bool exact);
+  std::shared_ptr<const Entry> entry_for(const StackArena& arena, int32_t top, std::string& key);
+  std::shared_ptr<const Entry> compute(const std::vector<int32_t>& frames, bool exact);
+  static size_t entry_bytes(const std::string& key, const Entry& e);
 
   std::shared_ptr<const Grammar> g_;
   std::shared_ptr<const TokenVocab> v_;
+  size_t grammar_bytes_ = 0;
+  size_t max_cache_bytes_ = kMaxMaskCacheBytes;
   std::mutex mu_;
   StackArena pre_arena_;
-  std::unordered_map<std::string, std::unique_ptr<Entry>> cache_;
+  // Shared pointers: fill() uses an entry outside the lock while another thread may reset the cache.
+  std::unordered_map<std::string, std::shared_ptr<const Entry>> cache_;
+  std::atomic<size_t> cache_bytes_{0};
+  std::atomic<uint64_t> resets_{0};
 };
 
 }  // namespace cypris::guided

@@ -553,6 +553,21 @@ void SamplingParams::validate(int max_log_probs, int32_t vocab_size) const {
     CYPRIS_CHECK(!allowed_token_ids->empty(), "allowed_token_ids must not be empty when given");
     for (int32_t id : *allowed_token_ids) check_token_id(id, vocab_size, "allowed_token_ids");
   }
+  if (!custom_token_bans.empty()) {
+    // Bans that leave no token to sample: the request could only fail or answer garbage.
+    std::vector<int32_t> bans = custom_token_bans;
+    std::sort(bans.begin(), bans.end());
+    bans.erase(std::unique(bans.begin(), bans.end()), bans.end());
+    if (allowed_token_ids) {
+      const bool any_left = std::any_of(allowed_token_ids->begin(), allowed_token_ids->end(),
+                                        [&](int32_t id) { return !std::binary_search(bans.begin(), bans.end(), id); });
+      CYPRIS_CHECK(any_left, "custom_token_bans bans every token of allowed_token_ids: nothing is left to generate");
+    } else {
+      CYPRIS_CHECK(static_cast<int64_t>(bans.size()) < static_cast<int64_t>(vocab_size),
+                   "custom_token_bans bans every token of the vocabulary ({} tokens): nothing is left to generate",
+                   vocab_size);
+    }
+  }
   for (int32_t id : stop_token_ids) check_token_id(id, vocab_size, "stop_token_ids");
   for (int32_t id : dry_sequence_breaker_ids) check_token_id(id, vocab_size, "dry_sequence_breakers");
   for (const std::string& s : stop) CYPRIS_CHECK(!s.empty(), "stop must not contain an empty string");

@@ -269,6 +269,10 @@ SamplingParams sampling_from_json(const json& body, const SamplingDefaults& defa
 GuidedDecodingParams guided_fields_from_json(const json& body, std::string* field_out) {
   GuidedDecodingParams g;
   std::string field;
+  if (auto it = body.find("guided_choice"); it != body.end() && it->is_array() && it->empty()) {
+    throw HttpError(400, "'guided_choice' is empty: the output must be one of the choices, so give at least one",
+                    "guided_choice");
+  }
   auto take = [&](const char* k, GuidedKind kind) -> const json* {
     auto it = body.find(k);
     if (it == body.end() || is_falsy(*it)) return nullptr;

@@ -27,8 +27,8 @@ SamplingParams sampling_from_json(const nlohmann::json& body, const SamplingDefa
 
 // Structured output: guided_json / guided_regex / guided_choice / guided_grammar (Lark EBNF, or
 // GBNF when it uses "::="), grammar / grammar_string (GBNF), response_format (json_object,
-// json_schema) and guided_whitespace_pattern. Falsy values ({}, "", null, [], response_format text)
-// are ignored. The grammar is compiled here (and cached) so that a bad schema, regex or grammar is an HttpError 400 naming the
+// json_schema) and guided_whitespace_pattern. Falsy values ({}, "", null, response_format text)
+// are ignored; guided_choice [] is a 400 (no output is one of no choices). The grammar is compiled here (and cached) so that a bad schema, regex or grammar is an HttpError 400 naming the
 // field and the position; two guided fields at once are refused.
 GuidedDecodingParams guided_from_json(const nlohmann::json& body);
 

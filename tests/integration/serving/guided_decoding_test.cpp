@@ -317,5 +317,32 @@ TEST_F(GuidedServer, CheapFieldsAreCheckedBeforeTheGrammarIsCompiled) {
   EXPECT_NE(r->body.find("lookahead"), std::string::npos) << r->body;
 }
 
+// Issue #26 item 5: constraints no output can satisfy are a 400 naming the conflict, not a 200
+// with free text.
+TEST_F(GuidedServer, UnsatisfiableConstraintsAre400NamingTheConflict) {
+  httplib::Client c("127.0.0.1", port_);
+  auto post = [&](json body) {
+    body["prompt"] = "Once";
+    body["max_tokens"] = 8;
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
+  };
+  std::vector<int> all(512);
+  for (int i = 0; i < 512; ++i) all[i] = i;
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"guided_regex", "[^\\s\\S]"}}, "no text can satisfy it"},
+      {{{"guided_json", {{"$ref", "#"}}}}, "no text can satisfy it"},
+      {{{"guided_regex", "zzz"}, {"allowed_token_ids", json::array({5})}}, "guided_regex and allowed_token_ids"},
+      {{{"guided_choice", json::array()}}, "'guided_choice' is empty"},
+      {{{"custom_token_bans", all}}, "custom_token_bans bans every token"},
+      {{{"grammar", "root ::= \"\\uD800\""}}, "surrogate"},
+  };
+  for (const auto& [body, expected] : cases) {
+    auto [status, text] = post(body);
+    EXPECT_EQ(status, 400) << body.dump() << " -> " << text;
+    EXPECT_NE(text.find(expected), std::string::npos) << body.dump() << " -> " << text;
+  }
+}
+
 }  // namespace
 }  // namespace cypris

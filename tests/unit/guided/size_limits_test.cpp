@@ -60,6 +60,15 @@ TEST(GuidedSizeLimits, CheckedBeforeBuilding) {
   expect_has(error_of([&] { compile(long_choices); }), "guided_choice: the choices hold");
 }
 
+// A schema text with a number past a double (found by GuidedFuzz): a named error like any other
+// bad JSON, not an escaping library exception.
+TEST(GuidedSizeLimits, SchemaNumbersPastADoubleAreAnError) {
+  GuidedDecodingParams p;
+  p.kind = GuidedKind::JsonSchema;
+  p.text = R"({"type":"integer","maximum":1e400})";
+  expect_has(error_of([&] { compile(p); }), "guided_json: the schema is not valid JSON");
+}
+
 // The step budget ends a compile that would work too long, with a named error; a budget opened
 // outside (as compile() does) is shared by the front ends inside it.
 TEST(GuidedSizeLimits, CompileStepBudget) {

@@ -143,6 +143,9 @@ TEST(SamplingFromJson, GuidedDecodingErrorsName400FieldAndPosition) {
       {R"J({"response_format":{"type":"xml"}})J", "'response_format.type' must be"},
       {R"J({"response_format":{"type":"json_schema"}})J", "json_schema"},
       {R"J({"guided_regex":"a","guided_json":{"type":"string"}})J", "give only one"},
+      {R"J({"guided_choice":[]})J", "'guided_choice' is empty"},
+      {R"J({"guided_regex":"[^\\s\\S]"})J", "no text can satisfy it"},
+      {R"J({"guided_json":{"$ref":"#"}})J", "no text can satisfy it"},
   };
   for (const auto& c : cases) {
     int status = 0;
