@@ -1,7 +1,6 @@
 #include "engine/loader/safetensors.h"
 
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +12,7 @@
 #include <sstream>
 
 #include "engine/common/error.h"
+#include "engine/loader/checkpoint_shards.h"
 
 namespace cypris {
 namespace {
@@ -132,79 +132,15 @@ bool SafetensorsCheckpoint::present(const std::filesystem::path& dir) {
 
 namespace {
 
-// The first pattern of --ignore-patterns that matches a file name, or nullptr.
-const std::string* ignored_by(const std::string& file, const std::vector<std::string>& patterns) {
-  for (const auto& p : patterns) {
-    if (::fnmatch(p.c_str(), file.c_str(), 0) == 0) return &p;
-  }
-  return nullptr;
-}
+const ShardNaming kSafetensorsShards{"model.safetensors.index.json", "model.safetensors",
+                                     [](const std::filesystem::path& p) { return p.extension() == ".safetensors"; },
+                                     "*.safetensors files"};
 
 }  // namespace
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& dir,
                                              const std::vector<std::string>& ignore_patterns) {
-  std::vector<std::filesystem::path> paths;
-  const auto index_path = dir / "model.safetensors.index.json";
-  std::map<std::string, std::string> weight_map;
-  if (std::filesystem::exists(index_path)) {
-    std::ifstream in(index_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    json j;
-    try {
-      j = json::parse(ss.str());
-    } catch (const json::exception& e) {
-      CYPRIS_FAIL("{}: malformed JSON: {}", index_path.string(), e.what());
-    }
-    CYPRIS_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
-                 "{}: missing 'weight_map' object", index_path.string());
-    for (const auto& [name, file] : j["weight_map"].items()) {
-      CYPRIS_CHECK(file.is_string(), "{}: weight_map['{}'] must be a file name", index_path.string(), name);
-      const std::string f = file.get<std::string>();
-      const std::filesystem::path fp(f);
-      // A shard name is a plain file in the folder: no absolute paths or parent references.
-      CYPRIS_CHECK(!f.empty() && !fp.is_absolute() && f.find("..") == std::string::npos && !fp.has_parent_path(),
-                   "{}: weight_map['{}'] names '{}', which is not a file in the model folder", index_path.string(),
-                   name, f);
-      const std::string* pattern = ignored_by(f, ignore_patterns);
-      CYPRIS_CHECK(pattern == nullptr, "{}: shard '{}' holds tensor '{}' but --ignore-patterns '{}' skips it",
-                   index_path.string(), f, name, *pattern);
-      weight_map[name] = f;
-      if (std::find(paths.begin(), paths.end(), dir / f) == paths.end()) paths.push_back(dir / f);
-    }
-  } else if (std::filesystem::exists(dir / "model.safetensors") && !ignored_by("model.safetensors", ignore_patterns)) {
-    paths.push_back(dir / "model.safetensors");
-  } else {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      if (e.path().extension() == ".safetensors" && !ignored_by(e.path().filename().string(), ignore_patterns)) {
-        paths.push_back(e.path());
-      }
-    }
-    std::sort(paths.begin(), paths.end());
-  }
-  CYPRIS_CHECK(!paths.empty(), "{}: no *.safetensors files found{} (use --load-format dummy for random weights)",
-               dir.string(), ignore_patterns.empty() ? "" : " that --ignore-patterns leaves");
-  for (const auto& path : paths) {
-    CYPRIS_CHECK(std::filesystem::is_regular_file(path), "{}: shard listed in model.safetensors.index.json is missing",
-                 path.string());
-    files_.push_back(std::make_unique<SafetensorsFile>(path));
-    const SafetensorsFile* f = files_.back().get();
-    for (const auto& [name, t] : f->tensors()) {
-      if (!weight_map.empty()) {
-        auto it = weight_map.find(name);
-        if (it == weight_map.end() || dir / it->second != path) continue;  // the index decides
-      }
-      auto [pos, inserted] = index_.emplace(name, std::make_pair(&t, f));
-      CYPRIS_CHECK(inserted, "tensor '{}' appears in both {} and {}", name, pos->second.second->path().string(),
-                   path.string());
-    }
-  }
-  for (const auto& [name, file] : weight_map) {
-    CYPRIS_CHECK(index_.count(name), "{}: tensor '{}' is listed in model.safetensors.index.json but missing",
-                 (dir / file).string(), name);
-  }
+  index_shards(dir, kSafetensorsShards, list_shards(dir, kSafetensorsShards, ignore_patterns), files_, index_);
 }
 
 const SafetensorsTensor* SafetensorsCheckpoint::find(const std::string& name, const SafetensorsFile** file) const {

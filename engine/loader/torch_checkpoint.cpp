@@ -2,7 +2,6 @@
 #include "engine/loader/torch_checkpoint.h"
 
 #include <fcntl.h>
-#include <fnmatch.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 #include <unordered_map>
 
 #include "engine/common/error.h"
+#include "engine/loader/checkpoint_shards.h"
 
 namespace cypris {
 namespace {
@@ -508,13 +508,6 @@ const StorageDType kStorageDTypes[] = {
     {"ShortStorage", "I16", 2, std::nullopt},    {"CharStorage", "I8", 1, std::nullopt},
     {"ByteStorage", "U8", 1, std::nullopt},      {"BoolStorage", "BOOL", 1, std::nullopt}};
 
-const std::string* ignored_by(const std::string& file, const std::vector<std::string>& patterns) {
-  for (const auto& p : patterns) {
-    if (::fnmatch(p.c_str(), file.c_str(), 0) == 0) return &p;
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 TorchFile::TorchFile(const std::filesystem::path& path) : path_(path) {
@@ -612,62 +605,19 @@ bool TorchCheckpoint::present(const std::filesystem::path& dir) {
   return false;
 }
 
+namespace {
+
+bool is_torch_shard(const std::filesystem::path& p) {
+  return p.filename().string().rfind("pytorch_model", 0) == 0 && p.extension() == ".bin";
+}
+
+const ShardNaming kTorchShards{"pytorch_model.bin.index.json", "pytorch_model.bin", is_torch_shard,
+                               "pytorch_model*.bin files"};
+
+}  // namespace
+
 TorchCheckpoint::TorchCheckpoint(const std::filesystem::path& dir, const std::vector<std::string>& ignore_patterns) {
-  std::vector<std::filesystem::path> paths;
-  std::map<std::string, std::string> weight_map;
-  const auto index_path = dir / "pytorch_model.bin.index.json";
-  if (std::filesystem::exists(index_path)) {
-    std::ifstream in(index_path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
-    CYPRIS_CHECK(!j.is_discarded() && j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
-                 "{}: malformed JSON or missing 'weight_map' object", index_path.string());
-    for (const auto& [name, file] : j["weight_map"].items()) {
-      CYPRIS_CHECK(file.is_string(), "{}: weight_map['{}'] must be a file name", index_path.string(), name);
-      const std::string f = file.get<std::string>();
-      const std::filesystem::path fp(f);
-      CYPRIS_CHECK(!f.empty() && !fp.is_absolute() && f.find("..") == std::string::npos && !fp.has_parent_path(),
-                   "{}: weight_map['{}'] names '{}', which is not a file in the model folder", index_path.string(),
-                   name, f);
-      const std::string* pattern = ignored_by(f, ignore_patterns);
-      CYPRIS_CHECK(pattern == nullptr, "{}: shard '{}' holds tensor '{}' but --ignore-patterns '{}' skips it",
-                   index_path.string(), f, name, *pattern);
-      weight_map[name] = f;
-      if (std::find(paths.begin(), paths.end(), dir / f) == paths.end()) paths.push_back(dir / f);
-    }
-  } else if (std::filesystem::exists(dir / "pytorch_model.bin") && !ignored_by("pytorch_model.bin", ignore_patterns)) {
-    paths.push_back(dir / "pytorch_model.bin");
-  } else {
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind("pytorch_model", 0) == 0 && e.path().extension() == ".bin" && !ignored_by(n, ignore_patterns)) {
-        paths.push_back(e.path());
-      }
-    }
-    std::sort(paths.begin(), paths.end());
-  }
-  CYPRIS_CHECK(!paths.empty(), "{}: no pytorch_model*.bin files found", dir.string());
-  for (const auto& path : paths) {
-    CYPRIS_CHECK(std::filesystem::is_regular_file(path), "{}: shard listed in pytorch_model.bin.index.json is missing",
-                 path.string());
-    files_.push_back(std::make_unique<TorchFile>(path));
-    const TorchFile* f = files_.back().get();
-    for (const auto& [name, t] : f->tensors()) {
-      if (!weight_map.empty()) {
-        auto it = weight_map.find(name);
-        if (it == weight_map.end() || dir / it->second != path) continue;
-      }
-      auto [pos, inserted] = index_.emplace(name, std::make_pair(&t, f));
-      CYPRIS_CHECK(inserted, "tensor '{}' appears in both {} and {}", name, pos->second.second->path().string(),
-                   path.string());
-    }
-  }
-  for (const auto& [name, file] : weight_map) {
-    CYPRIS_CHECK(index_.count(name), "{}: tensor '{}' is listed in pytorch_model.bin.index.json but missing",
-                 (dir / file).string(), name);
-  }
+  index_shards(dir, kTorchShards, list_shards(dir, kTorchShards, ignore_patterns), files_, index_);
 }
 
 const SafetensorsTensor* TorchCheckpoint::find(const std::string& name, const TorchFile** file) const {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/tile_dot_rows.h"
 #include "kernels/cpu/thread_pool.h"
 
 #if defined(__x86_64__)
@@ -130,18 +131,26 @@ CYPRIS_A16_AVX2 void rows_avx2(const void* w_row, const ActRow16* a, int64_t k, 
   }
 }
 
-#define CYPRIS_A16_ROWS(name)                                                            \
-  void name##_n(const void* w, const ActRow16* a, int nrows, int64_t k, float* out) {    \
-    switch (nrows) {                                                                     \
-      case 1: return name<1>(w, a, k, out);                                              \
-      case 2: return name<2>(w, a, k, out);                                              \
-      case 3: return name<3>(w, a, k, out);                                              \
-      case 4: return name<4>(w, a, k, out);                                              \
-      case 5: return name<5>(w, a, k, out);                                              \
-      case 6: return name<6>(w, a, k, out);                                              \
-      case 7: return name<7>(w, a, k, out);                                              \
-      default: return name<8>(w, a, k, out);                                             \
-    }                                                                                    \
+#define CYPRIS_A16_ROWS(name)                                                         \
+  void name##_n(const void* w, const ActRow16* a, int nrows, int64_t k, float* out) { \
+    switch (nrows) {                                                                  \
+      case 1:                                                                         \
+        return name<1>(w, a, k, out);                                                 \
+      case 2:                                                                         \
+        return name<2>(w, a, k, out);                                                 \
+      case 3:                                                                         \
+        return name<3>(w, a, k, out);                                                 \
+      case 4:                                                                         \
+        return name<4>(w, a, k, out);                                                 \
+      case 5:                                                                         \
+        return name<5>(w, a, k, out);                                                 \
+      case 6:                                                                         \
+        return name<6>(w, a, k, out);                                                 \
+      case 7:                                                                         \
+        return name<7>(w, a, k, out);                                                 \
+      default:                                                                        \
+        return name<8>(w, a, k, out);                                                 \
+    }                                                                                 \
   }
 CYPRIS_A16_ROWS(rows_avx512)
 CYPRIS_A16_ROWS(rows_avx2)
@@ -155,10 +164,13 @@ Dot16Fn dot_q8_0_acts16_fn(Isa isa) {
   if (!isa_available(isa)) return nullptr;
   switch (isa) {
 #if defined(__x86_64__)
-    case Isa::Avx512: return rows_avx512_n;
-    case Isa::Avx2: return rows_avx2_n;
+    case Isa::Avx512:
+      return rows_avx512_n;
+    case Isa::Avx2:
+      return rows_avx2_n;
 #endif
-    default: return rows_ref;
+    default:
+      return rows_ref;
   }
 }
 
@@ -192,32 +204,16 @@ Acts16 quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, ThreadPo
   int16_t* q = qs.data();
   float* d = ds.data();
   run(pool, m, 4, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) quant::quantize_acts16(x + i * ldx, k, q + i * k, d + i * quant::acts16_groups(k));
+    for (int64_t i = i0; i < i1; ++i)
+      quant::quantize_acts16(x + i * ldx, k, q + i * k, d + i * quant::acts16_groups(k));
   });
   return {&qs, &ds, k};
 }
 
-// Rows [i_begin, i_end) against weight rows [j0, j1), as quant_gemm.cpp's dot_rows.
 void dot_rows(const Acts16& acts, quant::Dot16Fn dot, int64_t i_begin, int64_t i_end, const uint8_t* w, int64_t j0,
               int64_t j1, const float* bias, float* y, int64_t ldy) {
-  const int64_t k = acts.k;
-  const size_t row_bytes = dtype_nbytes(DType::Q8_0, k);
-  quant::ActRow16 tile[kMTile];
-  float out[quant::kActs16Rows];
-  for (int64_t i0 = i_begin; i0 < i_end; i0 += kMTile) {
-    const int64_t rows = std::min(i_end - i0, kMTile);
-    for (int64_t r = 0; r < rows; ++r) tile[r] = acts.row(i0 + r);
-    for (int64_t j = j0; j < j1; ++j) {
-      const void* wrow = w + j * row_bytes;
-      const float b = bias ? bias[j] : 0.0f;
-      float* yj = y + i0 * ldy + j;
-      for (int64_t r = 0; r < rows; r += quant::kActs16Rows) {
-        const int nr = static_cast<int>(std::min<int64_t>(quant::kActs16Rows, rows - r));
-        dot(wrow, tile + r, nr, k, out);
-        for (int q = 0; q < nr; ++q) yj[(r + q) * ldy] = out[q] + b;
-      }
-    }
-  }
+  quant::tile_dot_rows<kMTile, quant::kActs16Rows>(acts, dot, i_begin, i_end, w, dtype_nbytes(DType::Q8_0, acts.k), j0,
+                                                   j1, bias, y, ldy);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/quant_ref.h"
+#include "kernels/cpu/quant/tile_dot_rows.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
@@ -90,31 +91,10 @@ QuantizedActs quantize_acts(const float* x, int64_t m, int64_t k, int64_t ldx, D
   return {qs_p, ds_p, bs_p, k, block};
 }
 
-// y[i, j] = act row i · weight row j (+ bias[j]) for rows [i_begin, i_end) and weight rows
-// [j0, j1): each weight row is dotted with every activation row of the current m-tile while it is
-// in L1, so the weights stream from memory once. The tile's row pointers are set up before the
-// weight loop: a decode-sized dot is a few hundred cycles, so nothing per weight row may cost more
-// than a few (two integer divisions per row were ~10% of Q4_K_M decode).
 void dot_rows(const QuantizedActs& acts, quant::DotFn dot, int64_t i_begin, int64_t i_end, const uint8_t* w,
               DType w_dtype, int64_t j0, int64_t j1, const float* bias, float* y, int64_t ldy) {
-  const int64_t k = acts.k;
-  const size_t row_bytes = dtype_nbytes(w_dtype, k);
-  quant::ActRow tile[kMTile];
-  float out[quant::kMaxDotRows];
-  for (int64_t i0 = i_begin; i0 < i_end; i0 += kMTile) {
-    const int64_t rows = std::min(i_end - i0, kMTile);
-    for (int64_t r = 0; r < rows; ++r) tile[r] = acts.row(i0 + r);
-    for (int64_t j = j0; j < j1; ++j) {
-      const void* wrow = w + j * row_bytes;
-      const float b = bias ? bias[j] : 0.0f;
-      float* yj = y + i0 * ldy + j;
-      for (int64_t r = 0; r < rows; r += quant::kMaxDotRows) {
-        const int nr = static_cast<int>(std::min<int64_t>(quant::kMaxDotRows, rows - r));
-        dot(wrow, tile + r, nr, k, out);
-        for (int q = 0; q < nr; ++q) yj[(r + q) * ldy] = out[q] + b;
-      }
-    }
-  }
+  quant::tile_dot_rows<kMTile, quant::kMaxDotRows>(acts, dot, i_begin, i_end, w, dtype_nbytes(w_dtype, acts.k), j0, j1,
+                                                   bias, y, ldy);
 }
 
 }  // namespace
@@ -170,8 +150,8 @@ void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGr
       8);
 }
 
-void quant_embedding(const int32_t* ids, int64_t num_tokens, const void* table, DType dtype, int64_t hidden,
-                     float* out, ThreadPool* pool) {
+void quant_embedding(const int32_t* ids, int64_t num_tokens, const void* table, DType dtype, int64_t hidden, float* out,
+                     ThreadPool* pool) {
   check_weight(dtype, hidden);
   const size_t row_bytes = dtype_nbytes(dtype, hidden);
   run(pool, num_tokens, 4, [&](int64_t t0, int64_t t1) {

@@ -9,7 +9,7 @@
 
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/runtime/model_runner.h"
-#include "tests/unit/models/reference_fixture.h"
+#include "tests/support/reference_fixture.h"
 #endif
 
 namespace cypris {

@@ -1,5 +1,7 @@
 // The grammar front ends and the byte matcher: texts a grammar must accept and texts it must refuse,
 // and the errors for grammars and regexes that cannot be used.
+#include "engine/guided/matcher.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -7,28 +9,14 @@
 #include "engine/common/error.h"
 #include "engine/guided/ebnf.h"
 #include "engine/guided/json_schema.h"
-#include "engine/guided/matcher.h"
 #include "engine/guided/regex_grammar.h"
+#include "tests/support/guided_test_util.h"
 
 namespace cypris::guided {
 namespace {
 
-bool matches(const Grammar& g, std::string_view text) {
-  StackArena arena(std::make_shared<Grammar>(g));
-  Stepper st(arena);
-  MatchState s = st.initial();
-  if (!st.advance(s, text)) return false;
-  return s.can_end;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
+using test_util::matches;
 
 TEST(GuidedMatcher, RegexFullMatch) {
   Grammar g = regex_grammar("[a-c]{2,3}(x|yz)*\\d?");
@@ -86,8 +74,7 @@ TEST(GuidedMatcher, GbnfErrorsNameLineAndColumn) {
   EXPECT_NE(error_of([] { gbnf_grammar("root ::= foo\n"); }).find("rule 'foo' is used but never defined"),
             std::string::npos);
   EXPECT_NE(error_of([] { gbnf_grammar("root ::= \"a\nb\"\n"); }).find("at line 1, column 10"), std::string::npos);
-  EXPECT_NE(error_of([] { gbnf_grammar("root ::= root \"a\" | \"b\"\n"); }).find("left-recursive"),
-            std::string::npos);
+  EXPECT_NE(error_of([] { gbnf_grammar("root ::= root \"a\" | \"b\"\n"); }).find("left-recursive"), std::string::npos);
   EXPECT_NE(error_of([] { gbnf_grammar("item ::= \"a\"\n"); }).find("no 'root' rule"), std::string::npos);
 }
 
@@ -144,7 +131,8 @@ TEST(GuidedMatcher, JsonSchemaRecursiveRef) {
 }
 
 TEST(GuidedMatcher, JsonSchemaRefusesUnsupportedKeywords) {
-  auto err = error_of([] { json_schema_grammar(nlohmann::json::parse(R"({"type":"object","patternProperties":{}})")); });
+  auto err =
+      error_of([] { json_schema_grammar(nlohmann::json::parse(R"({"type":"object","patternProperties":{}})")); });
   EXPECT_NE(err.find("'patternProperties' is not supported"), std::string::npos) << err;
   err = error_of([] {
     json_schema_grammar(nlohmann::json::parse(R"({"properties":{"a":{"type":"string","format":"hostname"}}})"));

@@ -16,26 +16,13 @@
 #include "engine/guided/json_schema.h"
 #include "engine/guided/matcher.h"
 #include "engine/guided/regex_grammar.h"
+#include "tests/support/guided_test_util.h"
 
 namespace cypris::guided {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool matches(const Grammar& g, std::string_view text) {
-  StackArena arena(std::make_shared<Grammar>(g));
-  Stepper st(arena);
-  MatchState s = st.initial();
-  if (!st.advance(s, text)) return false;
-  return s.can_end;
-}
+using test_util::error_of;
+using test_util::matches;
 
 std::string rep(std::string_view s, int n) {
   std::string out;
@@ -66,8 +53,7 @@ TEST(GuidedNesting, RegexGroupsAndStackedQuantifiers) {
   expect_limit(error_of([] { regex_grammar("a" + rep("*", 50000)); }), "guided_regex");
   expect_limit(error_of([] { regex_grammar(rep("(?:", 300) + "a" + rep(")", 300)); }), "guided_regex");
   // Groups and quantifiers add up: 200 groups each quantified 100 times nest 20,000 levels.
-  expect_limit(error_of([] { regex_grammar(rep("(", 200) + "a" + rep(")" + rep("?", 100), 200)); }),
-               "guided_regex");
+  expect_limit(error_of([] { regex_grammar(rep("(", 200) + "a" + rep(")" + rep("?", 100), 200)); }), "guided_regex");
   // Alternations nested in their first branch.
   expect_limit(error_of([] { regex_grammar(rep("(", 16000) + "a" + rep("|b)", 16000)); }), "guided_regex");
   // Inside the limit: compiles and matches what it should.
@@ -90,8 +76,7 @@ TEST(GuidedNesting, RegexErrorsQuoteAShortExcerpt) {
 TEST(GuidedNesting, GbnfGroupsAndQuantifierRuns) {
   expect_limit(error_of([] { gbnf_grammar("root ::= " + rep("(", 20000) + "\"a\"" + rep(")", 20000) + "\n"); }),
                "grammar");
-  expect_limit(error_of([] { gbnf_grammar("root ::= " + rep("(", 100000) + "\"a\"" + rep(")", 100000)); }),
-               "grammar");
+  expect_limit(error_of([] { gbnf_grammar("root ::= " + rep("(", 100000) + "\"a\"" + rep(")", 100000)); }), "grammar");
   expect_limit(error_of([] { gbnf_grammar("root ::= \"a\"" + rep("*", 50000) + "\n"); }), "grammar");
   expect_limit(error_of([] { gbnf_grammar("root ::= \"a\"" + rep("?", 100000) + "\n"); }), "grammar");
   expect_limit(error_of([] { gbnf_grammar("root ::= [a]" + rep("{1,2}", 30000) + "\n"); }), "grammar");
@@ -113,8 +98,9 @@ TEST(GuidedNesting, LarkGroupsBracketsAndQuantifierRuns) {
   expect_limit(error_of([] { lark_grammar("start: \"a\"" + rep("?", 100000) + "\n"); }), "guided_grammar");
   expect_limit(error_of([] { lark_grammar("start: \"a\"" + rep("~1..2", 30000) + "\n"); }), "guided_grammar");
   // A /regex/ terminal has the regex limit (reported at the terminal).
-  EXPECT_NE(error_of([] { lark_grammar("start: /" + rep("(", 30000) + "a" + rep(")", 30000) + "/\n"); })
-                .find("more than " + kLimit + " levels deep"),
+  EXPECT_NE(error_of([] {
+              lark_grammar("start: /" + rep("(", 30000) + "a" + rep(")", 30000) + "/\n");
+            }).find("more than " + kLimit + " levels deep"),
             std::string::npos);
   const int ok = kMaxNestingDepth - 8;
   Grammar g = lark_grammar("start: " + rep("[", ok) + "\"a\"" + rep("]", ok) + " \"b\"\n");
@@ -157,7 +143,8 @@ TEST(GuidedNesting, JsonSchemaRefChainsAndSelfMerges) {
   // allOf that merges the root into itself, and a $ref that points at itself: errors, not a hang.
   EXPECT_NE(error_of([] { json_schema_grammar(nlohmann::json::parse(R"({"allOf":[{"$ref":"#"}]})")); }), "");
   EXPECT_NE(error_of([] {
-              json_schema_grammar(nlohmann::json::parse(R"({"allOf":[{"$ref":"#/$defs/a"}],"$defs":{"a":{"$ref":"#/$defs/a"}}})"));
+              json_schema_grammar(
+                  nlohmann::json::parse(R"({"allOf":[{"$ref":"#/$defs/a"}],"$defs":{"a":{"$ref":"#/$defs/a"}}})"));
             }),
             "");
 }

@@ -12,18 +12,12 @@
 #include "engine/guided/json_schema.h"
 #include "engine/guided/matcher.h"
 #include "engine/guided/regex_grammar.h"
+#include "tests/support/guided_test_util.h"
 
 namespace cypris::guided {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 
 std::string rep(std::string_view s, size_t n) {
   std::string out;
@@ -82,7 +76,8 @@ TEST(GuidedSizeLimits, CompileStepBudget) {
     const std::string err = error_of([] {
       json_schema_grammar(nlohmann::json::parse(R"({"type":"object","properties":{)" + [] {
         std::string p;
-        for (int i = 0; i < 3000; ++i) p += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":{\"type\":\"integer\"}";
+        for (int i = 0; i < 3000; ++i)
+          p += (i ? "," : "") + std::string("\"k") + std::to_string(i) + "\":{\"type\":\"integer\"}";
         return p;
       }() + "}}"));
     });

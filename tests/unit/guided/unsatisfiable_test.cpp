@@ -16,26 +16,13 @@
 #include "engine/guided/regex_grammar.h"
 #include "engine/request/sampling_params.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/support/guided_test_util.h"
 
 namespace cypris::guided {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool matches(const Grammar& g, std::string_view text) {
-  StackArena arena(std::make_shared<Grammar>(g));
-  Stepper st(arena);
-  MatchState s = st.initial();
-  if (!st.advance(s, text)) return false;
-  return s.can_end;
-}
+using test_util::error_of;
+using test_util::matches;
 
 void expect_has(const std::string& err, const std::string& what) {
   EXPECT_NE(err.find(what), std::string::npos) << err;
@@ -52,9 +39,9 @@ TEST(GuidedUnsatisfiable, GrammarsThatMatchNothingAreRefused) {
              "no text can satisfy it");
   expect_has(error_of([] { gbnf_grammar("root ::= \"x\" r\nr ::= \"y\" r\n"); }), "grammar: no text can satisfy it");
   // A recursive schema with a way out is fine.
-  EXPECT_TRUE(matches(
-      json_schema_grammar(nlohmann::json::parse(R"({"anyOf":[{"type":"integer"},{"type":"array","items":{"$ref":"#"}}]})")),
-      "[[1],2]"));
+  EXPECT_TRUE(matches(json_schema_grammar(nlohmann::json::parse(
+                          R"({"anyOf":[{"type":"integer"},{"type":"array","items":{"$ref":"#"}}]})")),
+                      "[[1],2]"));
 }
 
 TEST(GuidedUnsatisfiable, DeadBranchesAreRemoved) {
@@ -97,7 +84,8 @@ TEST(GuidedUnsatisfiable, LarkRangeRepetition) {
 }
 
 std::shared_ptr<const TokenVocab> stories_vocab() {
-  static auto v = vocab_from_tokenizer(*load_tokenizer(std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k"), 0, {});
+  static auto v =
+      vocab_from_tokenizer(*load_tokenizer(std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k"), 0, {});
   return v;
 }
 
@@ -137,7 +125,8 @@ TEST(GuidedUnsatisfiable, TokenRestrictionsAgainstTheGrammar) {
   auto v = stories_vocab();
   ASSERT_NE(v->bytes[5], "z");
   // allowed_token_ids [5] with guided_regex "zzz": token 5 is not a 'z'.
-  std::string err = restriction_error(regex("zzz"), [](SamplingParams& p) { p.allowed_token_ids = std::vector<int32_t>{5}; });
+  std::string err =
+      restriction_error(regex("zzz"), [](SamplingParams& p) { p.allowed_token_ids = std::vector<int32_t>{5}; });
   expect_has(err, "no output can satisfy both guided_regex and allowed_token_ids");
   expect_has(err, "none of the tokens the grammar allows first is permitted");
   // guided_choice ["yes"] with the tokens that could start it banned.
@@ -152,15 +141,17 @@ TEST(GuidedUnsatisfiable, TokenRestrictionsAgainstTheGrammar) {
   err = restriction_error(choice({"yes"}), [&](SamplingParams& p) { p.custom_token_bans = finish; });
   expect_has(err, "every way the grammar can go runs into a token that is not permitted");
   // Restrictions that leave a way: accepted.
-  EXPECT_EQ(restriction_error(choice({"yes", "no"}), [](SamplingParams& p) { p.custom_token_bans = prefix_tokens("yes"); }),
-            "");
+  EXPECT_EQ(
+      restriction_error(choice({"yes", "no"}), [](SamplingParams& p) { p.custom_token_bans = prefix_tokens("yes"); }),
+      "");
   EXPECT_EQ(restriction_error(regex("[a-z]+"), [](SamplingParams& p) { p.custom_token_bans = {5, 6, 7}; }), "");
 }
 
 TEST(GuidedUnsatisfiable, BansOfTheWholeVocabulary) {
   SamplingParams p;
   for (int32_t id = 0; id < 512; ++id) p.custom_token_bans.push_back(id);
-  expect_has(error_of([&] { p.validate(20, 512); }), "custom_token_bans bans every token of the vocabulary (512 tokens)");
+  expect_has(error_of([&] { p.validate(20, 512); }),
+             "custom_token_bans bans every token of the vocabulary (512 tokens)");
   p.custom_token_bans.pop_back();
   EXPECT_EQ(error_of([&] { p.validate(20, 512); }), "");
   p.custom_token_bans = {3, 4};

@@ -17,7 +17,7 @@
 #include <algorithm>
 
 #include "engine/runtime/model_runner.h"
-#include "tests/unit/models/reference_fixture.h"
+#include "tests/support/reference_fixture.h"
 
 namespace cypris {
 namespace {
