@@ -24,8 +24,9 @@ struct Expected {
   std::vector<int32_t> greedy;             // the reference's greedy continuation (family fixtures only)
 };
 
-inline Expected load_expected(const std::string& name) {
-  std::ifstream in(kFixtures + name + "/expected.json");
+// The expected.json of a fixture folder (by path).
+inline Expected load_expected_from(const std::string& dir) {
+  std::ifstream in(dir + "/expected.json");
   std::stringstream ss;
   ss << in.rdbuf();
   const auto j = nlohmann::json::parse(ss.str());
@@ -35,6 +36,9 @@ inline Expected load_expected(const std::string& name) {
   if (j.contains("greedy")) e.greedy = j["greedy"].get<std::vector<int32_t>>();
   return e;
 }
+
+// The expected.json of a model fixture under tests/fixtures/models.
+inline Expected load_expected(const std::string& name) { return load_expected_from(kFixtures + name); }
 
 // max |a - b| / max |b| over a row of n values.
 inline double rel_err(const float* a, const float* b, int64_t n) {

@@ -129,9 +129,10 @@ TEST(Generate, SeededSamplingIsReproducibleAndBadInputIsAnError) {
   testing::internal::CaptureStderr();
   EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "x"}), 2);
   EXPECT_NE(testing::internal::GetCapturedStderr().find("--max-tokens"), std::string::npos);
+  // Past the model's 512 positions --max-model-len is no error: RoPE is scaled (dynamic NTK), and said so.
   testing::internal::CaptureStderr();
-  EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1", "--max-model-len", "4096"}), 1);
-  EXPECT_NE(testing::internal::GetCapturedStderr().find("--max-model-len 4096"), std::string::npos);
+  EXPECT_EQ(run_generate({"--model", kStories, "--prompt-ids", "1", "--max-tokens", "2", "--max-model-len", "4096"}), 0);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("dynamic NTK with factor 8"), std::string::npos);
 }
 
 TEST(BenchLatency, RunsOnDummyWeightsFromAConfigOnlyFolder) {
@@ -182,7 +183,7 @@ TEST(Bench, DispatchAndBadInput) {
   EXPECT_EQ(run_bench({"latency", "--model", kStories, "--batch-size", "2"}), 1);
   EXPECT_NE(testing::internal::GetCapturedStderr().find("--batch-size 2"), std::string::npos);
   testing::internal::CaptureStderr();
-  EXPECT_EQ(run_bench({"latency", "--model", kStories, "--load-format", "pt"}), 1);
+  EXPECT_EQ(run_bench({"latency", "--model", kStories, "--load-format", "npcache"}), 2);
   EXPECT_NE(testing::internal::GetCapturedStderr().find("not supported yet"), std::string::npos);
 }
 
