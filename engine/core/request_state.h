@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "engine/core/request_tracker.h"
+#include "engine/guided/guided_decoding.h"
 #include "engine/request/request.h"
 #include "engine/request/sampling_params.h"
-#include "engine/guided/guided_decoding.h"
 #include "engine/sampling/banned_strings.h"
 #include "engine/sampling/beam_search.h"
 #include "engine/sampling/sampler.h"
@@ -42,7 +42,7 @@ struct RequestTracker::Seq {
   std::unique_ptr<BannedStringMatcher> banned;
   // Structured output (null without): advanced with every sampled token, rolled back with rewinds.
   std::unique_ptr<guided::GuidedMatcher> guided;
-  std::vector<uint32_t> guided_mask;  // this step's allowed-token bits
+  std::vector<uint32_t> guided_mask;           // this step's allowed-token bits
   size_t banned_sent_tokens = 0;               // output tokens passed on
   std::deque<PositionLogprobs> held_logprobs;  // of the tokens not passed on yet (when asked for)
   std::vector<double> cumulative_at;           // cumulative logprob after each output token
@@ -86,6 +86,7 @@ struct RequestTracker::Group {
   int64_t num_generated = 0;
   bool first_output_sent = false;
   std::shared_ptr<const BannedStrings> banned;  // null without banned_strings
+  uint64_t seed = 0;                            // the request's seed, or the engine's draw for a request without one
   std::unique_ptr<BeamState> beam;              // null unless use_beam_search
   bool done() const { return beam ? beam->done : num_finished == static_cast<int>(seqs.size()); }
 };

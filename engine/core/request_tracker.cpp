@@ -10,10 +10,10 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
-#include "engine/request/request.h"
 #include "engine/core/request_state.h"
-#include "engine/request/sampling_params.h"
 #include "engine/core/stats.h"
+#include "engine/request/request.h"
+#include "engine/request/sampling_params.h"
 #include "engine/runtime/model_runner.h"  // Logits
 #include "engine/sampling/gpu_sampling.h"
 #include "engine/scheduler/scheduler.h"
@@ -110,16 +110,12 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
       p->resolve_dry_sequence_breakers(
           [this](const std::string& s) { return tokenizer_->encode(s, /*add_special_tokens=*/false); });
     }
+    if (p->guided.active()) guided::check_token_restrictions(*make_guided_matcher(*p), *p);
     std::shared_ptr<const BannedStrings> banned;
     if (!p->banned_strings.empty()) banned = std::make_shared<const BannedStrings>(p->banned_strings);
     prepared_ = {req.params, std::move(p), std::move(banned)};
   }
-  std::shared_ptr<SamplingParams> params = prepared_.params;
-  if (!params->seed) {
-    // A request without a seed draws one from the generator --seed seeded (each prompt its own).
-    params = std::make_shared<SamplingParams>(*params);
-    params->seed = unseeded_rng_();
-  }
+  const std::shared_ptr<SamplingParams> params = prepared_.params;
   CYPRIS_CHECK(!req.prompt_token_ids.empty(), "the prompt is empty: give at least one token");
   for (int32_t id : req.prompt_token_ids) {
     CYPRIS_CHECK(id >= 0 && id < cfg_.vocab_size,
@@ -132,7 +128,6 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
     req.prompt_token_ids.erase(req.prompt_token_ids.begin(),
                                req.prompt_token_ids.end() - *params->truncate_prompt_tokens);
   }
-  if (params->guided.active()) guided::check_token_restrictions(*make_guided_matcher(*params), *params);
   const int64_t prompt_len = static_cast<int64_t>(req.prompt_token_ids.size());
   const int64_t max_tokens = params->max_tokens.value_or(cfg_.max_model_len - prompt_len);
   CYPRIS_CHECK(prompt_len + max_tokens <= cfg_.max_model_len,
@@ -151,6 +146,8 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
   g->req = std::move(req);
   g->req.params = params;
   g->banned = prepared_.banned;
+  // A request without a seed draws one from the generator --seed seeded (each prompt its own).
+  g->seed = params->seed ? *params->seed : unseeded_rng_();
   const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   if (params->use_beam_search) {
     add_beam_request(*g, params, now);
@@ -167,7 +164,7 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
         const std::string id = num_seqs == 1 ? g->req.request_id : fmt::format("{}#{}", g->req.request_id, i);
         seq->req =
             std::make_shared<Request>(id, prompt, static_cast<int32_t>(max_tokens), params, g->req.priority, now);
-        seq->sampling = SamplingState(*params, prompt, static_cast<uint32_t>(i));
+        seq->sampling = SamplingState(*params, prompt, static_cast<uint32_t>(i), g->seed);
         if (params->guided.active()) seq->guided = make_guided_matcher(*params);
         seq->detok = make_detokenizer(*params, prompt);
         if (seq->detok)

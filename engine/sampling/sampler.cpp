@@ -34,9 +34,13 @@ uint64_t splitmix64(uint64_t x) {
 }  // namespace
 
 SamplingState::SamplingState(const SamplingParams& params, std::vector<int32_t> prompt_ids, uint32_t seq_index)
+    : SamplingState(params, std::move(prompt_ids), seq_index,
+                    params.seed ? *params.seed
+                                : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}())) {}
+
+SamplingState::SamplingState(const SamplingParams& params, std::vector<int32_t> prompt_ids, uint32_t seq_index,
+                             uint64_t seed)
     : prompt_ids_(std::move(prompt_ids)) {
-  uint64_t seed =
-      params.seed ? *params.seed : (static_cast<uint64_t>(std::random_device{}()) << 32 | std::random_device{}());
   // Mix the sequence index in so a request's sequences differ, and seed 0/1/2 are far apart.
   stream_key_ = splitmix64(seed ^ splitmix64(0xC1A55ull + seq_index));
   mirostat_mu_ = 2.0f * params.mirostat_tau;

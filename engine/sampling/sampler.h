@@ -42,6 +42,9 @@ class SamplingState {
   // seq_index tells the request's n/best_of sequences apart: each gets its own stream derived
   // from the seed, so the same seed gives the same tokens whatever else is in the batch.
   SamplingState(const SamplingParams& params, std::vector<int32_t> prompt_ids, uint32_t seq_index = 0);
+  // The same with the seed given: the request's own, or the one the engine drew for a request
+  // without a seed (--seed makes those draws reproducible).
+  SamplingState(const SamplingParams& params, std::vector<int32_t> prompt_ids, uint32_t seq_index, uint64_t seed);
 
   const std::vector<int32_t>& prompt_ids() const { return prompt_ids_; }
   const std::vector<int32_t>& output_ids() const { return output_ids_; }
