@@ -17,6 +17,7 @@
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
 #include "kernels/cpu/quant/quant_ref.h"
+#include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
 
 namespace cypris {
@@ -189,36 +190,7 @@ TEST(QuantCheckpointTypes, MethodMismatchNamesBoth) {
 
 // ---- malformed checkpoints: a copy of a fixture with one thing changed ----
 
-struct RawTensor {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-std::map<std::string, RawTensor> read_all(const fs::path& file) {
-  SafetensorsFile f(file);
-  std::map<std::string, RawTensor> out;
-  for (const auto& [name, t] : f.tensors()) {
-    out[name] = {t.dtype_name, t.shape, std::string(reinterpret_cast<const char*>(t.data), t.nbytes)};
-  }
-  return out;
-}
-
-void write_all(const fs::path& file, const std::map<std::string, RawTensor>& tensors) {
-  nlohmann::json header = nlohmann::json::object();
-  std::string data;
-  for (const auto& [name, t] : tensors) {
-    header[name] = {
-        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
-    data += t.bytes;
-  }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');
-  std::ofstream out(file, std::ios::binary);
-  const uint64_t len = h.size();
-  out.write(reinterpret_cast<const char*>(&len), 8);
-  out << h << data;
-}
+using testing_support::RawTensor;
 
 class MalformedQuant : public ::testing::Test {
  protected:
@@ -227,9 +199,9 @@ class MalformedQuant : public ::testing::Test {
     for (const auto& e : fs::directory_iterator(dir_.path())) fs::remove(e.path());
     for (const auto& e : fs::directory_iterator(kQuant + fixture))
       fs::copy(e.path(), dir_.path() / e.path().filename());
-    tensors_ = read_all(dir_.path() / "model.safetensors");
+    tensors_ = testing_support::read_tensors(dir_.path() / "model.safetensors");
   }
-  void save() { write_all(dir_.path() / "model.safetensors", tensors_); }
+  void save() { testing_support::write_tensors(dir_.path() / "model.safetensors", tensors_); }
   void set_config(const std::string& key, const nlohmann::json& value) {
     std::ifstream in(dir_.path() / "config.json");
     nlohmann::json c = nlohmann::json::parse(in);

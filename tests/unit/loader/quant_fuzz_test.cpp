@@ -17,6 +17,7 @@
 #include "engine/loader/model_config.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
+#include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
 
 namespace cypris {
@@ -24,41 +25,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Raw {
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
-};
-
-std::map<std::string, Raw> read_all(const fs::path& file) {
-  SafetensorsFile f(file);
-  std::map<std::string, Raw> out;
-  for (const auto& [name, t] : f.tensors()) {
-    out[name] = {t.dtype_name, t.shape, std::string(reinterpret_cast<const char*>(t.data), t.nbytes)};
-  }
-  return out;
-}
+using Raw = testing_support::RawTensor;
 
 // Writes the tensors with consistent offsets (the bytes of a tensor whose shape or dtype changed
 // are resized to match, so that the file itself stays well formed and the loader's checks run).
 void write_all(const fs::path& file, std::map<std::string, Raw> tensors) {
-  nlohmann::json header = nlohmann::json::object();
-  std::string data;
   for (auto& [name, t] : tensors) {
     int64_t n = 1;
     for (int64_t d : t.shape) n *= d;
     const size_t es = t.dtype == "I64" ? 8 : (t.dtype == "F16" || t.dtype == "BF16") ? 2 : 4;
     t.bytes.resize(static_cast<size_t>(n) * es);
-    header[name] = {
-        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
-    data += t.bytes;
   }
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');
-  std::ofstream out(file, std::ios::binary);
-  const uint64_t len = h.size();
-  out.write(reinterpret_cast<const char*>(&len), 8);
-  out << h << data;
+  testing_support::write_tensors(file, tensors);
 }
 
 TEST(QuantFuzz, MutatedCheckpointsLoadOrFailCleanly) {
@@ -72,7 +50,7 @@ TEST(QuantFuzz, MutatedCheckpointsLoadOrFailCleanly) {
     const std::string fixture = fixtures[rng() % fixtures.size()];
     for (const auto& e : fs::directory_iterator(dir.path())) fs::remove(e.path());
     for (const auto& e : fs::directory_iterator(root + fixture)) fs::copy(e.path(), dir.path() / e.path().filename());
-    auto tensors = read_all(root + fixture + "/model.safetensors");
+    auto tensors = testing_support::read_tensors(root + fixture + "/model.safetensors");
     std::vector<std::string> names;
     for (const auto& [n, t] : tensors) names.push_back(n);
     const int mutations = 1 + static_cast<int>(rng() % 3);
