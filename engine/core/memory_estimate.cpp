@@ -100,11 +100,6 @@ void fill_from_config(ModelFootprint& fp, const ModelConfig& cfg) {
   fp.layers.assign(static_cast<size_t>(std::max(0, cfg.num_hidden_layers)), WeightBytes{});
 }
 
-std::string upper(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
-  return s;
-}
-
 std::string dtype_label(const std::string& torch_dtype) {
   if (torch_dtype == "bfloat16") return "BF16";
   if (torch_dtype == "float16") return "F16";
@@ -112,7 +107,7 @@ std::string dtype_label(const std::string& torch_dtype) {
   return torch_dtype.empty() ? "unquantized" : torch_dtype;
 }
 
-std::string quant_label(const QuantConfig& q) {
+std::string checkpoint_quant_label(const QuantConfig& q) {
   std::string method = q.method == "gptq" ? "GPTQ" : q.method == "awq" ? "AWQ" : q.method;
   std::string out = fmt::format("{} {}-bit {}", method, q.bits,
                                 q.group_size > 0 ? fmt::format("g{}", q.group_size) : std::string("per-channel"));
@@ -160,7 +155,7 @@ std::string gguf_file_type_name(int64_t t) {
 
 std::string weight_type_label(const std::filesystem::path& path) {
   if (is_gguf_path(path)) return gguf_label(GgufModel(path));
-  if (auto q = read_quant_config(path)) return quant_label(*q);
+  if (auto q = read_quant_config(path)) return checkpoint_quant_label(*q);
   return dtype_label(load_model_config(path).torch_dtype);
 }
 
@@ -190,7 +185,7 @@ ModelFootprint read_model_footprint(const std::filesystem::path& path) {
   const ModelConfig cfg = load_model_config(path);
   fill_from_config(fp, cfg);
   const auto quant = read_quant_config(path);
-  fp.weight_label = quant ? quant_label(*quant) : dtype_label(cfg.torch_dtype);
+  fp.weight_label = quant ? checkpoint_quant_label(*quant) : dtype_label(cfg.torch_dtype);
   if (SafetensorsCheckpoint::present(path)) {
     SafetensorsCheckpoint ckpt(path);
     for (const std::string& name : ckpt.names()) {

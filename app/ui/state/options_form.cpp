@@ -52,11 +52,24 @@ std::vector<std::string> OptionsForm::groups() {
 const std::vector<std::string>& OptionsForm::common_option_names() {
   static const std::vector<std::string> names = [] {
     // gpu-layers is looked up by name: it is listed when the engine's table has it.
-    const char* wanted[] = {"model",           "gguf-file",          "max-model-len",          "gpu-layers",
-                            "dtype",           "quantization",       "kv-cache-dtype",         "device",
-                            "tensor-parallel-size", "gpu-memory-utilization", "cpu-kvcache-space", "threads",
-                            "max-num-seqs",    "enable-prefix-caching", "served-model-name", "host",
-                            "port",            "api-keys"};
+    const char* wanted[] = {"model",
+                            "gguf-file",
+                            "max-model-len",
+                            "gpu-layers",
+                            "dtype",
+                            "quantization",
+                            "kv-cache-dtype",
+                            "device",
+                            "tensor-parallel-size",
+                            "gpu-memory-utilization",
+                            "cpu-kvcache-space",
+                            "threads",
+                            "max-num-seqs",
+                            "enable-prefix-caching",
+                            "served-model-name",
+                            "host",
+                            "port",
+                            "api-keys"};
     std::vector<std::string> out;
     for (const char* w : wanted) {
       const OptionSpec* s = find_option(w);
