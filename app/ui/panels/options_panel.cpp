@@ -122,26 +122,37 @@ void OptionsPanel::draw_gpu_layers(const ModelFootprint* fp) {
                                 "has no --gpu-layers option yet: every layer runs on --device."));
   ImGui::TableSetColumnIndex(1);
   const int layers = fp ? fp->num_layers : 0;
-  const std::optional<int> cur = quick.gpu_layers();
-  bool is_auto = !cur || *cur < 0;
+  constexpr int kUnset = QuickOptions::kGpuLayersUnset;
+  const int cur = quick.gpu_layers().value_or(kUnset);
   ImGui::BeginDisabled(!opt);
-  if (ImGui::Checkbox("auto", &is_auto)) quick.set_gpu_layers(is_auto ? -1 : layers);
+  if (ImGui::RadioButton("all on --device", cur == kUnset)) quick.set_gpu_layers(kUnset);
   ImGui::SameLine();
+  if (ImGui::RadioButton("auto", cur == -1)) quick.set_gpu_layers(-1);
+  ImGui::SameLine();
+  if (ImGui::RadioButton("first N", cur >= 0)) quick.set_gpu_layers(cur >= 0 ? cur : layers);
   ImGui::SetNextItemWidth(-1);
-  int n = is_auto ? layers : std::min(*cur, std::max(layers, *cur));
-  ImGui::BeginDisabled(is_auto || layers == 0);
-  if (ImGui::SliderInt("##n", &n, 0, std::max(layers, 1), layers ? "%d layers" : "(no model)")) {
+  int n = cur >= 0 ? cur : layers;
+  ImGui::BeginDisabled(cur < 0 || layers == 0);
+  if (ImGui::SliderInt("##n", &n, 0, std::max(layers, 1),
+                       !layers    ? "(no model)"
+                       : cur >= 0 ? "%d layers on the GPU"
+                                  : "%d layers in the model")) {
     quick.set_gpu_layers(n);
   }
   ImGui::EndDisabled();
   ImGui::EndDisabled();
+  if (cur == -1) {
+    if (auto e = quick.estimate()) {
+      ui::text_colored_wrapped(ui::kGrey, fmt::format("auto: {} of {} layers fit on the GPU", e->gpu_layers, layers));
+    }
+  }
   if (opt) {
     if (auto err = ctx_.options->field_error(opt->key())) ui::text_colored_wrapped(ui::kRed, *err);
   } else {
     ui::text_colored_wrapped(ui::kGrey, "not in this build's engine yet: every layer runs on --device");
   }
   ImGui::TableSetColumnIndex(2);
-  if (opt && !is_auto && ImGui::SmallButton("Reset")) quick.set_gpu_layers(-1);
+  if (opt && cur != kUnset && ImGui::SmallButton("Reset")) quick.set_gpu_layers(kUnset);
   ImGui::PopID();
 }
 

@@ -1,6 +1,8 @@
 // QuickOptions; see quick_options.h.
 #include "app/ui/state/quick_options.h"
 
+#include <algorithm>
+
 #include "engine/common/error.h"
 
 namespace cypris {
@@ -11,34 +13,38 @@ const OptionSpec* QuickOptions::gpu_layers_option() {
   return find_option("gpu-layers");
 }
 
-std::optional<int> QuickOptions::gpu_layers() const {
-  const OptionSpec* s = gpu_layers_option();
-  if (!s) return std::nullopt;
-  const json v = form_.value(*s);
-  if (v.is_number()) return std::max(-1, v.get<int>());
+int QuickOptions::gpu_layers_from_value(const json& v) {
+  if (v.is_null()) return kGpuLayersUnset;
+  if (v.is_number_integer()) return static_cast<int>(std::clamp<int64_t>(v.get<int64_t>(), -1, 1 << 20));
   if (v.is_string()) {
     const std::string t = v.get<std::string>();
-    if (t.empty() || t == "auto") return -1;
+    if (t.empty()) return kGpuLayersUnset;
+    if (t == "auto") return -1;
     try {
-      return std::max(-1, std::stoi(t));
+      return std::clamp(std::stoi(t), -1, 1 << 20);
     } catch (const std::exception&) {
       return -1;
     }
   }
-  return -1;  // unset: auto
+  return kGpuLayersUnset;
+}
+
+json QuickOptions::gpu_layers_value(const OptionSpec& s, int n) {
+  if (n <= kGpuLayersUnset) return s.binding.nullable ? json(nullptr) : s.default_value();
+  if (s.binding.type == OptionType::String) return n < 0 ? json("auto") : json(std::to_string(n));
+  return json(int64_t{std::max(n, -1)});
+}
+
+std::optional<int> QuickOptions::gpu_layers() const {
+  const OptionSpec* s = gpu_layers_option();
+  if (!s) return std::nullopt;
+  return gpu_layers_from_value(form_.value(*s));
 }
 
 bool QuickOptions::set_gpu_layers(int n) {
   const OptionSpec* s = gpu_layers_option();
   CYPRIS_CHECK(s, "this build's engine has no --gpu-layers option");
-  const std::string key = s->key();
-  if (n >= 0) {
-    if (s->binding.type == OptionType::String) return form_.set_value(key, std::to_string(n));
-    return form_.set_value(key, int64_t{n});
-  }
-  if (s->binding.type == OptionType::String) return form_.set_value(key, "auto");
-  if (s->binding.nullable && s->min && *s->min >= 0) return form_.set_value(key, nullptr);
-  return form_.set_value(key, int64_t{-1});
+  return form_.set_value(s->key(), gpu_layers_value(*s, n));
 }
 
 int64_t QuickOptions::context() const {
@@ -82,8 +88,9 @@ MemoryChoice QuickOptions::choice() const {
   c.kv_cache_dtype = cfg.quant.kv_cache_dtype;
   c.context = cfg.model.max_model_len.value_or(0);
   c.use_gpu = cfg.device.device != "cpu" && machine_.gpu.has_value();
-  // Without the gpu-layers option the engine puts every layer on the device it runs on.
-  c.gpu_layers = gpu_layers().value_or(c.use_gpu ? 1 << 30 : 0);
+  // Unset (or without the gpu-layers option) the engine puts every layer on the device it runs on.
+  const int gl = gpu_layers().value_or(kGpuLayersUnset);
+  c.gpu_layers = gl == kGpuLayersUnset ? (c.use_gpu ? 1 << 30 : 0) : gl;
   c.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
   c.cpu_kvcache_space_gib = cfg.cache.cpu_kvcache_space;
   c.max_num_seqs = cfg.scheduler.max_num_seqs;

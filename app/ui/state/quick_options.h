@@ -20,10 +20,16 @@ class QuickOptions {
   // The option behind the GPU-layers slider, looked up by name ("gpu-layers") so the view works
   // whichever way the engine's row arrives; nullptr when this build's table has none.
   static const OptionSpec* gpu_layers_option();
-  // -1: auto (as many as fit). nullopt when the table has no gpu-layers option.
+  // kGpuLayersUnset: the whole model on --device (the option unset); -1: auto (as many as fit);
+  // N: the first N layers on the GPU. nullopt when the table has no gpu-layers option.
+  static constexpr int kGpuLayersUnset = -2;
   std::optional<int> gpu_layers() const;
-  // n < 0: auto. False (and the form's field error) when the value is refused.
+  // False (and the form's field error) when the value is refused. Throws Error without the option.
   bool set_gpu_layers(int n);
+  // The slider's value for an option value (null: unset, "auto" or -1: auto), and back for the
+  // option's type (an int whose range starts at -1, a nullable int, or a string).
+  static int gpu_layers_from_value(const nlohmann::json& v);
+  static nlohmann::json gpu_layers_value(const OptionSpec& s, int n);
 
   // --max-model-len; 0 when unset (the model's own).
   int64_t context() const;

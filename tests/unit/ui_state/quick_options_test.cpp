@@ -192,13 +192,28 @@ TEST(QuickOptions, QuickFieldsAndTheAdvancedTableAreOneConfig) {
     EXPECT_EQ(form.text(*gl), "3");
     ASSERT_TRUE(form.set_text(gl->name, "5"));
     EXPECT_EQ(quick.gpu_layers(), 5);
+    EXPECT_EQ(quick.choice().gpu_layers, 5);
     ASSERT_TRUE(quick.set_gpu_layers(-1));
     EXPECT_EQ(quick.gpu_layers(), -1);
     EXPECT_EQ(quick.choice().gpu_layers, -1);
+    ASSERT_TRUE(quick.set_gpu_layers(QuickOptions::kGpuLayersUnset));
+    EXPECT_TRUE(form.is_default(*gl));
   } else {
     EXPECT_FALSE(quick.gpu_layers().has_value());
     EXPECT_THROW(quick.set_gpu_layers(3), Error);
   }
+  // Without the option, or with it unset, the whole model is on --device: all layers when a GPU
+  // is there, none without.
+  quick.set_machine(machine_without_gpu());
+  EXPECT_EQ(quick.choice().gpu_layers, 0);
+  MachineMemory with_gpu = machine_without_gpu();
+  with_gpu.gpu = GpuMemory{"test GPU", 8 * kGiB, 8 * kGiB};
+  quick.set_machine(with_gpu);
+  EXPECT_GE(quick.choice().gpu_layers, 1 << 20);
+  EXPECT_TRUE(quick.choice().use_gpu);
+  ASSERT_TRUE(form.set_value("device", "cpu"));
+  EXPECT_FALSE(quick.choice().use_gpu);
+  ASSERT_TRUE(form.set_value("device", "auto"));
 
   // The estimate reads the same values the Advanced rows edit.
   ASSERT_TRUE(form.set_text("model", kGguf + "tiny-random-Q4_0.gguf"));
@@ -216,6 +231,38 @@ TEST(QuickOptions, QuickFieldsAndTheAdvancedTableAreOneConfig) {
   EXPECT_EQ(quick.estimate()->weight_float_size, 4);
   ASSERT_TRUE(quick.footprint());
   EXPECT_EQ(quick.footprint()->weight_label, "GGUF Q4_0");
+}
+
+// The slider's three states map onto whatever type the engine's gpu-layers row has: an int whose
+// range starts at -1 ("auto"), unset for the whole model on --device; or a string.
+TEST(QuickOptions, GpuLayersValuesForEachOptionType) {
+  using Q = QuickOptions;
+  EXPECT_EQ(Q::gpu_layers_from_value(nullptr), Q::kGpuLayersUnset);
+  EXPECT_EQ(Q::gpu_layers_from_value(-1), -1);
+  EXPECT_EQ(Q::gpu_layers_from_value(12), 12);
+  EXPECT_EQ(Q::gpu_layers_from_value("auto"), -1);
+  EXPECT_EQ(Q::gpu_layers_from_value("7"), 7);
+  EXPECT_EQ(Q::gpu_layers_from_value(""), Q::kGpuLayersUnset);
+
+  OptionSpec nullable_int;
+  nullable_int.name = "gpu-layers";
+  nullable_int.binding.type = OptionType::Int;
+  nullable_int.binding.nullable = true;
+  nullable_int.min = -1;
+  EXPECT_EQ(Q::gpu_layers_value(nullable_int, Q::kGpuLayersUnset), nullptr);
+  EXPECT_EQ(Q::gpu_layers_value(nullable_int, -1), -1);
+  EXPECT_EQ(Q::gpu_layers_value(nullable_int, 9), 9);
+  OptionSpec text;
+  text.name = "gpu-layers";
+  text.binding.type = OptionType::String;
+  text.binding.nullable = true;
+  EXPECT_EQ(Q::gpu_layers_value(text, -1), "auto");
+  EXPECT_EQ(Q::gpu_layers_value(text, 9), "9");
+  EXPECT_EQ(Q::gpu_layers_value(text, Q::kGpuLayersUnset), nullptr);
+  for (int n : {Q::kGpuLayersUnset, -1, 0, 9}) {
+    EXPECT_EQ(Q::gpu_layers_from_value(Q::gpu_layers_value(nullable_int, n)), n);
+    EXPECT_EQ(Q::gpu_layers_from_value(Q::gpu_layers_value(text, n)), n);
+  }
 }
 
 TEST(OptionsAdvanced, CommonOptionsFirstAndNoEffectOptionsHiddenUnlessAsked) {
