@@ -161,7 +161,10 @@ void OptionsPanel::draw_memory() {
   ImGui::Spacing();
   ImGui::TextUnformatted("Memory (estimated before loading)");
   ImGui::SameLine();
-  if (ImGui::SmallButton("Refresh")) quick.refresh_machine(true);
+  if (ImGui::SmallButton("Refresh")) {
+    quick.refresh_machine(true);
+    quick.reload_model();
+  }
   ui::help_marker(fmt::format(
       "Read from the model's headers, not measured. Weights: float tensors at --dtype, quantized ones as "
       "stored. KV cache per token: layers x 2 (K, V) x KV heads x head size x the cache type's bytes. "

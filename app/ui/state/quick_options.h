@@ -40,6 +40,8 @@ class QuickOptions {
   // options (--model, --gguf-file, --revision, --download-dir) change.
   const ModelFootprint* footprint();
   const std::string& footprint_error();
+  // Reads the model again on the next footprint() (after a download, or files changed on disk).
+  void reload_model() { key_.clear(); footprint_.reset(); }
 
   // What the machine has (query_gpu: also the first CUDA device, through the engine).
   void refresh_machine(bool query_gpu);
