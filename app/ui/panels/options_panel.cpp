@@ -261,7 +261,7 @@ void OptionsPanel::draw_advanced() {
   }
 
   const std::string needle = lower(filter_);
-  for (const auto& section : OptionsForm::advanced_sections(show_no_effect_)) {
+  for (const auto& section : form.advanced_sections(show_no_effect_)) {
     std::vector<const OptionSpec*> shown;
     for (const OptionSpec* s : section.options) {
       if (only_changed_ && form.is_default(*s)) continue;

@@ -80,7 +80,7 @@ const std::vector<std::string>& OptionsForm::common_option_names() {
   return names;
 }
 
-std::vector<OptionsForm::Section> OptionsForm::advanced_sections(bool show_no_effect) {
+std::vector<OptionsForm::Section> OptionsForm::advanced_sections(bool show_no_effect) const {
   std::vector<Section> out;
   const auto& common = common_option_names();
   Section first{"Common options", {}};
@@ -92,7 +92,7 @@ std::vector<OptionsForm::Section> OptionsForm::advanced_sections(bool show_no_ef
     for (const OptionSpec* s : options_in(g)) {
       if (std::find(common.begin(), common.end(), s->name) != common.end()) continue;
       if (s->support == OptionSupport::NoEffect) {
-        no_effect.push_back(s);
+        if (show_no_effect || !is_default(*s)) no_effect.push_back(s);
       } else if (s->support == OptionSupport::NotYet) {
         not_yet.push_back(s);
       } else {
@@ -100,7 +100,7 @@ std::vector<OptionsForm::Section> OptionsForm::advanced_sections(bool show_no_ef
       }
     }
     sec.options.insert(sec.options.end(), not_yet.begin(), not_yet.end());
-    if (show_no_effect) sec.options.insert(sec.options.end(), no_effect.begin(), no_effect.end());
+    sec.options.insert(sec.options.end(), no_effect.begin(), no_effect.end());
     if (!sec.options.empty()) out.push_back(std::move(sec));
   }
   return out;

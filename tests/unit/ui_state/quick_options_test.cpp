@@ -266,7 +266,8 @@ TEST(QuickOptions, GpuLayersValuesForEachOptionType) {
 }
 
 TEST(OptionsAdvanced, CommonOptionsFirstAndNoEffectOptionsHiddenUnlessAsked) {
-  const auto hidden = OptionsForm::advanced_sections(false);
+  OptionsForm form;
+  const auto hidden = form.advanced_sections(false);
   ASSERT_FALSE(hidden.empty());
   EXPECT_EQ(hidden.front().title, "Common options");
   ASSERT_FALSE(hidden.front().options.empty());
@@ -286,7 +287,7 @@ TEST(OptionsAdvanced, CommonOptionsFirstAndNoEffectOptionsHiddenUnlessAsked) {
   EXPECT_GT(OptionsForm::no_effect_count(), 10u);
 
   // Ticked: every option of the panel, each once, the no-effect ones after the others of their group.
-  const auto all = OptionsForm::advanced_sections(true);
+  const auto all = form.advanced_sections(true);
   std::set<std::string> all_names;
   size_t all_count = 0;
   for (const auto& sec : all) {
@@ -305,6 +306,14 @@ TEST(OptionsAdvanced, CommonOptionsFirstAndNoEffectOptionsHiddenUnlessAsked) {
   EXPECT_EQ(all_count, option_table().size() - 2);  // all but --no-ui and --config
   EXPECT_EQ(all_count - count, OptionsForm::no_effect_count());
   EXPECT_EQ(all_names.count("trust-remote-code"), 1u);
+
+  // A no-effect option set to something (e.g. by an old profile) stays visible, to be reset.
+  ASSERT_TRUE(form.set_value("trust-remote-code", true));
+  bool shown = false;
+  for (const auto& sec : form.advanced_sections(false)) {
+    for (const OptionSpec* s : sec.options) shown = shown || s->name == "trust-remote-code";
+  }
+  EXPECT_TRUE(shown);
 }
 
 TEST(WeightTypeLabel, MethodBitsAndGroupSizeOfQuantizedCheckpoints) {
