@@ -17,8 +17,9 @@
 //    activations) + the GPU sampler's [max-num-seqs, vocab] buffers; the engine then fills
 //    --gpu-memory-utilization of the card with KV blocks (sequences_gpu says how many full-length
 //    sequences that holds);
-//  - RAM: weights + --cpu-kvcache-space (the CPU backend's cache, when the CPU holds layers) +
-//    kRamOverheadBytes (the process, tokenizer, activations).
+//  - RAM: weights + --cpu-kvcache-space (the CPU backend's cache, when the CPU holds layers; its
+//    pages are taken as they are used, so this is the most it takes) + kRamOverheadBytes (the
+//    process with its CUDA libraries, tokenizer, activations: docs/perf/memory-estimate-2026-11-27.md).
 #pragma once
 
 #include <cstdint>

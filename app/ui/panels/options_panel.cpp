@@ -170,7 +170,8 @@ void OptionsPanel::draw_memory() {
       "stored. KV cache per token: layers x 2 (K, V) x KV heads x head size x the cache type's bytes. "
       "GPU overhead: {} for the CUDA context, cuBLAS and activations, plus the sampler's [max-num-seqs, "
       "vocab] buffers. RAM overhead: {}. On a GPU the engine then fills --gpu-memory-utilization of the card "
-      "with KV cache; on the CPU it takes --cpu-kvcache-space.",
+      "with KV cache; on the CPU it takes --cpu-kvcache-space as it is used. While loading, the file's pages also "
+      "show in RAM (page cache the system can drop): up to the file's size more than this.",
       format_bytes(kGpuOverheadBytes), format_bytes(kRamOverheadBytes)));
   const MachineMemory& m = quick.machine();
   const auto e = quick.estimate();
@@ -223,9 +224,11 @@ void OptionsPanel::draw_memory() {
   if (e) {
     ImGui::TextColored(e->fits_ram ? ui::kGreen : ui::kRed, "%s%s", format_bytes(e->ram_total()).c_str(),
                        e->fits_ram ? "" : "  more than is available");
-    std::string kv = e->sequences_ram >= 0 ? fmt::format("KV cache {} (--cpu-kvcache-space: {} full-length sequences)",
-                                                         format_bytes(e->ram_kv_bytes), e->sequences_ram)
-                                           : std::string("no KV cache");
+    std::string kv =
+        e->sequences_ram >= 0
+            ? fmt::format("KV cache up to {} (--cpu-kvcache-space, taken as used: {} full-length sequences)",
+                          format_bytes(e->ram_kv_bytes), e->sequences_ram)
+            : std::string("no KV cache");
     ui::text_colored_wrapped(ui::kGrey, fmt::format("weights {}, {}, overhead {}", format_bytes(e->ram_weight_bytes),
                                                     kv, format_bytes(e->ram_overhead_bytes)));
     if (e->sequences_ram == 0) {
