@@ -271,8 +271,11 @@ MemoryEstimate estimate_memory(const ModelFootprint& fp, const MemoryChoice& c, 
   e.context = c.context > 0 ? c.context : fp.max_model_len;
   const int L = fp.num_layers;
   const bool gpu = c.use_gpu && machine.gpu.has_value();
+  const int tp = std::max(1, c.tensor_parallel_size);
   const int64_t per_layer_kv = int64_t{2} * fp.num_kv_heads * fp.head_dim;  // elements per token
-  const int64_t kv_gpu = per_layer_kv * kv_element_size(c.kv_cache_dtype, wdtype, true);
+  // One GPU's share: its KV heads (replicated when there are fewer heads than GPUs).
+  const int64_t kv_heads_rank = (fp.num_kv_heads + tp - 1) / tp;
+  const int64_t kv_gpu = int64_t{2} * kv_heads_rank * fp.head_dim * kv_element_size(c.kv_cache_dtype, wdtype, true);
   const int64_t kv_cpu = per_layer_kv * kv_element_size(c.kv_cache_dtype, wdtype, false);
   if (gpu) {
     e.gpu_budget_bytes =
@@ -297,11 +300,12 @@ MemoryEstimate estimate_memory(const ModelFootprint& fp, const MemoryChoice& c, 
     } else {
       cw += head;
     }
-    e.gpu_weight_bytes = gw;
+    e.gpus = g > 0 ? tp : 0;
+    e.gpu_weight_bytes = (gw + tp - 1) / tp;
     e.ram_weight_bytes = cw;
     e.gpu_kv_bytes = int64_t{g} * kv_gpu * e.context;
     e.gpu_overhead_bytes = g > 0 ? kGpuOverheadBytes + c.max_num_seqs * fp.vocab_size * 8 : 0;
-    e.kv_bytes_per_token = int64_t{g} * kv_gpu + int64_t{L - g} * kv_cpu;
+    e.kv_bytes_per_token = int64_t{g} * kv_gpu * tp + int64_t{L - g} * kv_cpu;
     e.ram_kv_bytes = g < L ? static_cast<int64_t>(c.cpu_kvcache_space_gib * (1 << 30)) : 0;
     e.ram_overhead_bytes = kRamOverheadBytes;
   };

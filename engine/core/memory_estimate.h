@@ -110,13 +110,17 @@ struct MemoryChoice {
   double gpu_memory_utilization = 0.9;
   double cpu_kvcache_space_gib = 4.0;
   int64_t max_num_seqs = 256;
+  // --tensor-parallel-size: on GPUs each holds 1/tp of the weights and of the KV heads (the first
+  // device's memory stands for all of them); CPU ranks share the one RAM.
+  int tensor_parallel_size = 1;
 };
 
 struct MemoryEstimate {
   int gpu_layers = 0;  // resolved (auto: the most that fit)
   int64_t context = 0;
   int64_t weight_float_size = 0;   // bytes of a float weight at --dtype
-  int64_t kv_bytes_per_token = 0;  // all layers, each at its device's cache dtype
+  int64_t kv_bytes_per_token = 0;  // all layers and ranks, each at its device's cache dtype
+  int gpus = 0;                    // GPUs holding layers (tensor parallel); the gpu_* figures are per GPU
   int64_t gpu_weight_bytes = 0, gpu_kv_bytes = 0, gpu_overhead_bytes = 0;
   int64_t ram_weight_bytes = 0, ram_kv_bytes = 0, ram_overhead_bytes = 0;
   int64_t gpu_total() const { return gpu_weight_bytes + gpu_kv_bytes + gpu_overhead_bytes; }

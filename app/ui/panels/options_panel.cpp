@@ -193,7 +193,8 @@ void OptionsPanel::draw_memory() {
   ImGui::TextUnformatted("GPU");
   ImGui::TableSetColumnIndex(1);
   if (e && e->gpu_layers > 0) {
-    ImGui::TextColored(e->fits_gpu ? ui::kGreen : ui::kRed, "%s%s", format_bytes(e->gpu_total()).c_str(),
+    ImGui::TextColored(e->fits_gpu ? ui::kGreen : ui::kRed, "%s%s%s", format_bytes(e->gpu_total()).c_str(),
+                       e->gpus > 1 ? fmt::format(" on each of {} GPUs", e->gpus).c_str() : "",
                        e->fits_gpu ? "" : "  does not fit");
     ui::text_colored_wrapped(
         ui::kGrey, fmt::format("{} layers: weights {}, KV cache {} (one sequence of {}), "

@@ -94,6 +94,7 @@ MemoryChoice QuickOptions::choice() const {
   c.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
   c.cpu_kvcache_space_gib = cfg.cache.cpu_kvcache_space;
   c.max_num_seqs = cfg.scheduler.max_num_seqs;
+  c.tensor_parallel_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
   return c;
 }
 

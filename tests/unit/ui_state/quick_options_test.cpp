@@ -126,6 +126,16 @@ TEST(MemoryEstimate, GpuLayersSplitWeightsAndCacheAndAutoTakesTheMostThatFit) {
   e = estimate_memory(fp, c, m);
   EXPECT_EQ(e.gpu_layers, 2);
   EXPECT_FALSE(e.fits_gpu);
+  // Two tensor-parallel GPUs: each holds half the weights and one of the two KV heads.
+  c.tensor_parallel_size = 2;
+  c.gpu_layers = 2;
+  m.gpu->free_bytes = 10 * kGiB;
+  e = estimate_memory(fp, c, m);
+  EXPECT_EQ(e.gpus, 2);
+  EXPECT_EQ(e.gpu_weight_bytes, (2 * layer + kEmbed + kOutput + 2 * kOutputNorm + 1) / 2);
+  EXPECT_EQ(e.gpu_kv_bytes, 2 * kv_layer_seq / 2);
+  EXPECT_EQ(e.kv_bytes_per_token, 2 * 2 * 64 * 2 * 2);  // all ranks together: unchanged
+  c.tensor_parallel_size = 1;
   // --device cpu (use_gpu false): nothing on the GPU whatever the slider says.
   c.use_gpu = false;
   EXPECT_EQ(estimate_memory(fp, c, m).gpu_layers, 0);
