@@ -239,15 +239,19 @@ void ModelsPanel::draw_cache() {
   HubSession& hub = *ctx_.hub;
   ImGui::TextUnformatted("Downloaded models (Hugging Face cache)");
   ImGui::SameLine();
-  if (ImGui::SmallButton("Refresh")) hub.refresh_cache();
+  if (ImGui::SmallButton("Refresh")) {
+    hub.refresh_cache();
+    cache_labels_.clear();
+  }
   if (!hub.cache_error().empty()) ui::text_colored_wrapped(ui::kRed, hub.cache_error());
   if (hub.cache().empty()) {
     ImGui::TextDisabled("none yet");
     return;
   }
-  if (ImGui::BeginTable("cache", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter)) {
+  if (ImGui::BeginTable("cache", 5, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter)) {
     ImGui::TableSetupColumn("Repository", ImGuiTableColumnFlags_WidthStretch);
     ImGui::TableSetupColumn("Revision", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 6);
+    ImGui::TableSetupColumn("Weights", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 8);
     ImGui::TableSetupColumn("Size", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 5);
     ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed, ImGui::GetFontSize() * 7);
     ImGui::TableHeadersRow();
@@ -261,8 +265,13 @@ void ModelsPanel::draw_cache() {
       ImGui::TableSetColumnIndex(1);
       ImGui::TextUnformatted(c.revision.substr(0, 12).c_str());
       ImGui::TableSetColumnIndex(2);
-      ImGui::TextUnformatted(format_bytes(c.size_bytes).c_str());
+      auto label = cache_labels_.find(c.path);
+      if (label == cache_labels_.end()) label = cache_labels_.emplace(c.path, folder_weight_label(c.path)).first;
+      ImGui::TextUnformatted(label->second.c_str());
+      ui::tooltip(label->second);
       ImGui::TableSetColumnIndex(3);
+      ImGui::TextUnformatted(format_bytes(c.size_bytes).c_str());
+      ImGui::TableSetColumnIndex(4);
       if (ImGui::SmallButton("Use")) ctx_.use_model(c.path);
       ImGui::SameLine();
       if (confirm_delete_ == id) {

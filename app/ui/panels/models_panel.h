@@ -5,6 +5,7 @@
 // selected (and the loaded) model with how its weights are stored ("GPTQ 4-bit g128", "GGUF Q4_K_M").
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "app/ui/app_context.h"
@@ -33,6 +34,7 @@ class ModelsPanel : public Panel {
   std::string confirm_delete_;  // "repo@revision" waiting for confirmation
   std::string loaded_key_;      // the loaded model loaded_label_ was read for
   std::string loaded_label_;
+  std::map<std::string, std::string> cache_labels_;  // cached snapshot folder -> its weight type
 };
 
 }  // namespace cypris

@@ -2,7 +2,9 @@
 #include "app/ui/state/quick_options.h"
 
 #include <algorithm>
+#include <filesystem>
 
+#include "app/ui/state/gguf_choice.h"
 #include "engine/common/error.h"
 
 namespace cypris {
@@ -108,6 +110,28 @@ std::optional<MemoryEstimate> QuickOptions::estimate() {
     estimate_error_ = e.what();
     return std::nullopt;
   }
+}
+
+std::string folder_weight_label(const std::string& dir) {
+  try {
+    return weight_type_label(dir);
+  } catch (const std::exception&) {
+  }
+  std::vector<std::string> quants;
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  for (const auto& name : names) {
+    if (name.size() <= 5 || name.compare(name.size() - 5, 5, ".gguf") != 0) continue;
+    const std::string q = gguf_quant_from_name(name);
+    if (!q.empty() && std::find(quants.begin(), quants.end(), q) == quants.end()) quants.push_back(q);
+  }
+  if (quants.empty()) return "?";
+  std::string out = "GGUF";
+  for (size_t i = 0; i < quants.size() && i < 3; ++i) out += (i ? ", " : " ") + quants[i];
+  if (quants.size() > 3) out += ", ...";
+  return out;
 }
 
 }  // namespace cypris

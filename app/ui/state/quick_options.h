@@ -41,7 +41,10 @@ class QuickOptions {
   const ModelFootprint* footprint();
   const std::string& footprint_error();
   // Reads the model again on the next footprint() (after a download, or files changed on disk).
-  void reload_model() { key_.clear(); footprint_.reset(); }
+  void reload_model() {
+    key_.clear();
+    footprint_.reset();
+  }
 
   // What the machine has (query_gpu: also the first CUDA device, through the engine).
   void refresh_machine(bool query_gpu);
@@ -63,5 +66,10 @@ class QuickOptions {
   std::string estimate_error_;
   MachineMemory machine_;
 };
+
+// The weight type of a downloaded model folder, for the Models panel's cache list: its checkpoint's
+// ("GPTQ 4-bit g128", "BF16"), or for a folder of GGUF files the types their names say ("GGUF
+// Q4_K_M, Q8_0"; each file is a model of its own); "?" when neither can be read. Never throws.
+std::string folder_weight_label(const std::string& dir);
 
 }  // namespace cypris

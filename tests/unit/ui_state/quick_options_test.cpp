@@ -344,5 +344,21 @@ TEST(WeightTypeLabel, MethodBitsAndGroupSizeOfQuantizedCheckpoints) {
   EXPECT_THROW(weight_type_label("/no/such/model"), Error);
 }
 
+TEST(WeightTypeLabel, DownloadedFoldersInTheModelsPanelsCacheList) {
+  EXPECT_EQ(folder_weight_label(kFixtures + "quant/awq_w4_g128"), "AWQ 4-bit g128");
+  // A GGUF repo's snapshot: no config.json, one model per file, the types from the names.
+  const fs::path dir = fs::temp_directory_path() / "cypris_folder_label";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const char* f : {"m-Q8_0.gguf", "m-Q4_K_M.gguf", "m-q8_0.gguf", "README.md"}) std::ofstream(dir / f) << "x";
+  EXPECT_EQ(folder_weight_label(dir.string()), "GGUF Q4_K_M, Q8_0");
+  fs::remove(dir / "m-Q8_0.gguf");
+  fs::remove(dir / "m-q8_0.gguf");
+  fs::remove(dir / "m-Q4_K_M.gguf");
+  EXPECT_EQ(folder_weight_label(dir.string()), "?");
+  EXPECT_EQ(folder_weight_label("/no/such/folder"), "?");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cypris
