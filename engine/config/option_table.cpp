@@ -3,6 +3,10 @@
 // and Cypris's own. Adding an option is one entry here and one field in engine_config.h.
 #include <algorithm>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/config/kv_cache_dtype.h"
 #include "engine/config/options.h"
 
 namespace cypris {
@@ -211,13 +215,13 @@ std::vector<OptionSpec> build_table() {
 
   group = "Quantization Options";
   add(Opt("kv-cache-dtype", bind_field(FIELD(quant.kv_cache_dtype)),
-          "{auto,fp8,fp8_e5m2,fp8_e4m3,float16,bfloat16,float32}",
+          fmt::format("{{{}}}", fmt::join(kv_cache_dtype_names(), ",")),
           "The data type for KV cache. \"auto\" uses the model dtype (bfloat16 or float16) on a GPU and "
           "float16 on the CPU (as llama.cpp); \"float16\", \"bfloat16\" and \"float32\" choose one on any "
           "device (16 bits: twice the blocks of float32); \"fp8\" (= fp8_e4m3) and \"fp8_e5m2\" store it in 8 bits, "
           "twice the blocks of a 16-bit cache in the same memory, with per-layer scales from the checkpoint or "
           "--quantization-param-path.")
-          .choices({"auto", "fp8", "fp8_e5m2", "fp8_e4m3", "float16", "bfloat16", "float32"}));
+          .choices(kv_cache_dtype_names()));
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
           "The method used to quantize the weights. Inferred from the model when possible (the checkpoint's "
           "quantization_config); when given it must agree with the checkpoint. Cypris supports gptq (2/4/8 bits; "

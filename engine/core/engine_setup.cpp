@@ -5,10 +5,10 @@
 #include <regex>
 
 #include "engine/common/error.h"
+#include "engine/config/kv_cache_dtype.h"
 #include "engine/hub/hub.h"
 #include "engine/loader/gguf.h"
 #include "engine/backend/backend_factory.h"
-#include "engine/runtime/kv_cache_scales.h"
 
 namespace cypris {
 

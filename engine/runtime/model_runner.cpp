@@ -1,6 +1,7 @@
 #include "engine/runtime/model_runner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,11 +12,13 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/common/phase_timer.h"
+#include "engine/config/kv_cache_dtype.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/loader/gguf.h"
 #include "engine/runtime/memory_profile.h"
 #include "engine/runtime/kv_cache_scales.h"
 #include "engine/backend/tp_workers.h"
+#include "kernels/cpu/attention.h"  // is_kv_cache_dtype
 #include "engine/runtime/cuda/device_sampler.h"  // no CUDA headers; defined only in CUDA builds
 #include "engine/sampling/gpu_sampling.h"
 #if CYPRIS_HAVE_CUDA
@@ -53,10 +56,10 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
                      (weight_dtype_ == DType::BF16 || weight_dtype_ == DType::F16);
   activation_dtype_ = act16 ? weight_dtype_ : DType::F32;
   kv_cache_dtype_ = options.kv_cache_dtype.value_or(activation_dtype_);
-  CYPRIS_CHECK(kv_cache_dtype_ == DType::F32 || kv_cache_dtype_ == DType::F16 || kv_cache_dtype_ == DType::BF16 ||
-                   kv_cache_dtype_ == DType::F8E4M3 || kv_cache_dtype_ == DType::F8E5M2,
-               "KV cache dtype {} is not one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2",
-               dtype_name(kv_cache_dtype_));
+  // What the attention kernels can store (kernels/cpu/attention.h); every --kv-cache-dtype name parses
+  // to one of these (engine/config/kv_cache_dtype.h).
+  CYPRIS_CHECK(is_kv_cache_dtype(kv_cache_dtype_), "KV cache dtype {} cannot hold a KV cache (--kv-cache-dtype: {})",
+               dtype_name(kv_cache_dtype_), fmt::join(kv_cache_dtype_names(), ", "));
   if (tp == 1) {
     build_rank(options, cfg, 0, options.threads);
   } else {

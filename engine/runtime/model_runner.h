@@ -55,8 +55,8 @@ struct ModelRunnerOptions {
   bool enforce_eager = true;
   int64_t max_seq_len_to_capture = 8192;
   // KV cache element type: F32, F16, BF16, or F8E4M3 / F8E5M2 (parse_kv_cache_dtype in
-  // kv_cache_scales.h); nullopt ("auto") = the activation dtype. --quantization-param-path for the
-  // fp8 scales ("" = none).
+  // engine/config/kv_cache_dtype.h); nullopt ("auto") = the activation dtype.
+  // --quantization-param-path for the fp8 scales ("" = none).
   std::optional<DType> kv_cache_dtype;
   std::string quantization_param_path;
 };
