@@ -1,8 +1,11 @@
 #include "models/cohere.h"
 
 #include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
+#include "engine/loader/gguf.h"
 #include "models/layers/attention.h"
 #include "models/layers/common.h"
 #include "models/layers/decoder_model.h"
@@ -133,6 +136,66 @@ class CohereModel : public DecoderModel {
 std::unique_ptr<Model> create_cohere_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                            const ModelBuildOptions& options) {
   return std::make_unique<CohereModel>(cfg, weights, backend, options);
+}
+
+}  // namespace cypris
+
+// Cohere's config: tied embeddings by default (CohereConfig), the LayerNorm epsilon, the logits'
+// scale, Command R+'s per-head q/k LayerNorm; Cohere 2's every fourth layer is global. GGUF:
+// Command-R / Command R7B with LayerNorm without bias, logit_scale, interleaved rotary on the
+// checkpoint's own row order (not permuted).
+namespace cypris {
+namespace {
+
+void read_cohere_config(const ConfigFields& f, ModelConfig& c) {
+  c.layer_norm_eps = f.get_double("layer_norm_eps", 1e-5);
+  c.logit_scale = f.get_double("logit_scale", 0.0625);
+  c.use_qk_norm = f.get_bool("use_qk_norm", false);
+  CYPRIS_CHECK(c.layer_norm_eps > 0 && std::isfinite(c.logit_scale),
+               "{}: layer_norm_eps must be positive and logit_scale finite", f.source());
+}
+
+// Cohere 2: every sliding_window_pattern-th layer is global (and has no rotary), the others slide.
+void cohere2_sliding_layers(const ConfigFields& f, ModelConfig& c, int window) {
+  const int64_t pattern = f.get_int("sliding_window_pattern", 4);
+  CYPRIS_CHECK(pattern > 0, "{}: sliding_window_pattern must be positive", f.source());
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    if ((i + 1) % pattern != 0) c.layer_sliding_window[i] = window;
+  }
+}
+
+ModelFamily cohere_family(std::string_view name, GgufArchitecture gguf,
+                          void (*sliding)(const ConfigFields&, ModelConfig&, int)) {
+  ModelFamily m;
+  m.name = name;
+  m.tied_embeddings = true;
+  m.sliding_layers = sliding;
+  m.read_config = read_cohere_config;
+  m.gguf = {gguf};
+  return m;
+}
+
+}  // namespace
+
+const ModelFamily& cohere_family() {
+  static const ModelFamily f = [] {
+    GgufArchitecture g{"command-r", "CohereForCausalLM", "cohere"};
+    // Command R+: per-head q/k LayerNorms (attn_q_norm / attn_k_norm, [heads, head_dim]).
+    g.adjust = [](const GgufModel& m, nlohmann::json& j) {
+      if (m.tensor("blk.0.attn_q_norm.weight")) j["use_qk_norm"] = true;
+    };
+    return cohere_family("cohere", g, nullptr);
+  }();
+  return f;
+}
+
+const ModelFamily& cohere2_family() {
+  static const ModelFamily f = [] {
+    GgufArchitecture g{"cohere2", "Cohere2ForCausalLM", "cohere2"};
+    g.fixed_config = R"({"sliding_window_pattern": 4})";
+    return cohere_family("cohere2", g, cohere2_sliding_layers);
+  }();
+  return f;
 }
 
 }  // namespace cypris

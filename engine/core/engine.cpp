@@ -20,6 +20,7 @@
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/spec_config.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 
@@ -51,7 +52,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   // The model's config is read once, here: the scheduler's budget needs its context length before
   // the runner profiles a step of that budget; the runner takes it as is.
   ModelRunnerOptions ro = runner_options(cfg, dir);
-  ro.config = load_model_config(dir, ro.load.overrides);
+  ro.config = load_model_config(model_families(), dir, ro.load.overrides);
   const int64_t max_model_len = ro.config->max_model_len;
   const int64_t max_num_batched_tokens = default_max_num_batched_tokens(cfg, max_model_len);
   ro.device = device;

@@ -37,7 +37,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   const int tp = options.parallel.world_size;
   CYPRIS_CHECK(tp >= 1 && tp <= 256, "--tensor-parallel-size {} must be in [1, 256]", tp);
   const ModelConfig cfg =
-      options.config ? *options.config : load_model_config(options.model_dir, options.load.overrides);
+      options.config ? *options.config : load_model_config(model_families(), options.model_dir, options.load.overrides);
   resolve_architecture(cfg);  // fail before reading any weights
   if (options.load.load_format != "dummy" && is_gguf_path(options.model_dir)) {
     // Which llama.cpp types the file holds ("Q4_K: 193 tensors, Q6_K: 33, F32: 65").
@@ -154,7 +154,7 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   bo.cuda_activation_dtype = activation_dtype_;
   r.backend = make_backend(bo);
   // Each rank opens the checkpoint itself and reads only its slices.
-  auto weights = open_weight_source(options.model_dir, cfg, options.load);
+  auto weights = open_weight_source(model_families(), options.model_dir, cfg, options.load);
   // fp8 cache scales first: a bad --quantization-param-path fails before the weights are read.
   ResolvedKvScales scales =
       resolve_kv_cache_scales(kv_cache_dtype_, options.load.load_format == "dummy" ? nullptr : weights.get(),
