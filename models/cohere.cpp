@@ -15,22 +15,17 @@
 namespace cypris {
 namespace {
 
-// Cohere's LayerNorm without bias, from the RMSNorm op: LN(x) * w = rms_norm(x - mean(x)) * w, since
-// the variance is the mean square of the centred row. The centring is a GEMM by (I - 1/H); a
-// dedicated layer_norm Backend op would save that GEMM (H² multiply-adds per token and norm).
+// Cohere's LayerNorm without bias (Backend::layer_norm).
 class BiaslessLayerNorm {
  public:
   BiaslessLayerNorm() = default;
-  BiaslessLayerNorm(const WeightLoader& w, const std::string& name, int64_t h, float eps, const DeviceTensor* centre)
-      : norm_(w, name, h, eps), centre_(centre) {}
-  void forward(Backend& b, const Tensor& x, Tensor& centred, Tensor& out) const {
-    b.linear(x, centre_->view, nullptr, centred);
-    norm_.forward(b, centred, out);
-  }
+  BiaslessLayerNorm(const WeightLoader& w, const std::string& name, int64_t h, float eps)
+      : weight_(w.load_f32(name, {h})), eps_(eps) {}
+  void forward(Backend& b, const Tensor& x, Tensor& out) const { b.layer_norm(x, weight_.view, nullptr, eps_, out); }
 
  private:
-  RmsNorm norm_;
-  const DeviceTensor* centre_ = nullptr;
+  DeviceTensor weight_;  // F32 [hidden]
+  float eps_ = 1e-5f;
 };
 
 struct CohereLayer {
@@ -51,15 +46,12 @@ class CohereModel : public DecoderModel {
     const WeightLoader w(cfg_, weights, backend, opt_);
     const int64_t h = cfg.hidden_size;
     const float eps = static_cast<float>(cfg.layer_norm_eps);
-    std::vector<float> c(static_cast<size_t>(h * h), -1.0f / static_cast<float>(h));
-    for (int64_t i = 0; i < h; ++i) c[i * h + i] += 1.0f;
-    centre_ = backend.upload(c.data(), DType::F32, {h, h});
     embed_ = VocabParallelEmbedding(w, "model.embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
     for (int i = 0; i < cfg.num_hidden_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       CohereLayer& L = layers_[i];
-      L.input_norm = BiaslessLayerNorm(w, p + "input_layernorm.weight", h, eps, &centre_);
+      L.input_norm = BiaslessLayerNorm(w, p + "input_layernorm.weight", h, eps);
       AttentionSpec a;
       a.prefix = p + "self_attn.";
       a.qkv_bias = a.o_bias = cfg.qkv_bias;
@@ -80,7 +72,7 @@ class CohereModel : public DecoderModel {
       m.intermediate_size = cfg.intermediate_size;
       L.mlp = GatedMlp(w, layout_, m);
     }
-    final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps, &centre_);
+    final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps);
     lm_head_ = LmHead(w, cfg.tie_word_embeddings ? &embed_ : nullptr);
     rope_ = RotaryCache(backend, cfg);
   }
@@ -93,7 +85,6 @@ class CohereModel : public DecoderModel {
     ForwardScratch scratch(backend_, t);
     DeviceTensor residual = backend_.empty(backend_.activation_dtype(), {t, h});  // [T, hidden]
     DeviceTensor normed = backend_.empty(backend_.activation_dtype(), {t, h});
-    DeviceTensor centred = backend_.empty(backend_.activation_dtype(), {t, h});
     DeviceTensor attn = backend_.empty(backend_.activation_dtype(), {t, h});
     DeviceTensor mlp = backend_.empty(backend_.activation_dtype(), {t, h});
 
@@ -102,7 +93,7 @@ class CohereModel : public DecoderModel {
     for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
       const CohereLayer& L = layers_[i];
       const Dumper d = dumper("layers." + std::to_string(i) + ".");
-      L.input_norm.forward(backend_, residual.view, centred.view, normed.view);
+      L.input_norm.forward(backend_, residual.view, normed.view);
       d("input_norm", normed.view);
       // One all-reduce for both branches: each leaves its rank's partial sum.
       L.attn.forward(backend_, normed.view, in, kv[i], rope_, scratch, attn.view, d, /*reduce=*/false);
@@ -113,7 +104,7 @@ class CohereModel : public DecoderModel {
       backend_.add(attn.view, residual.view);
       d("residual", residual.view);
     }
-    final_norm_.forward(backend_, residual.view, centred.view, normed.view);
+    final_norm_.forward(backend_, residual.view, normed.view);
     dump("final_norm", normed.view);
     DeviceTensor logits = lm_head_.forward_selected(backend_, normed.view, in.logits_indices);
     backend_.scale_and_cap(logits.view, logit_scale_, 0.0f);
@@ -123,7 +114,6 @@ class CohereModel : public DecoderModel {
 
  private:
   float logit_scale_ = 1.0f;
-  DeviceTensor centre_;  // F32 [hidden, hidden] = I - 1/hidden
   VocabParallelEmbedding embed_;
   std::vector<CohereLayer> layers_;
   BiaslessLayerNorm final_norm_;

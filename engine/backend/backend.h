@@ -129,6 +129,9 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += x; x = rms_norm(residual) * w.
   virtual void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
+  // LayerNorm of each row: out = (x - mean(x)) / sqrt(var(x) + eps) * w (+ bias); x, out [T, hidden],
+  // w F32 [hidden], bias F32 [hidden] or null (Cohere's has none).
+  virtual void layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) = 0;
   // Neox rotary in place on q [T, Hq*D] and k [T, Hkv*D]; cos_sin F32 [max_pos, rot_dim].
   virtual void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) = 0;
   // Stores k, v [T, Hkv*D] at meta.slot_mapping in the caches [num_blocks, block_size, Hkv, D]

@@ -109,6 +109,12 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& o
   rms_norm_cpu(x.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], out.as<float>(), pool_.get());
 }
 
+void CpuBackend::layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) {
+  backend_checks::check_layer_norm(kName, DType::F32, x, w, bias, out);
+  layer_norm_cpu(x.as<float>(), w.as<float>(), bias ? bias->as<float>() : nullptr, eps, x.shape[0], x.shape[1],
+                 out.as<float>(), pool_.get());
+}
+
 void CpuBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
   backend_checks::check_fused_add_rms_norm(kName, DType::F32, x, residual, w);
   fused_add_rms_norm_cpu(x.as<float>(), residual.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], pool_.get());

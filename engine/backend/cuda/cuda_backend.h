@@ -50,6 +50,7 @@ class CudaBackend : public Backend {
   void grouped_linear(const Tensor& x, const std::vector<LinearGroup>& groups, Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  void layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) override;
   void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) override;
   void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                       Tensor& v_cache, const KvCacheScales& kv_scales = {}) override;
