@@ -19,11 +19,7 @@
 #include "engine/runtime/kv_cache_scales.h"
 #include "engine/backend/tp_workers.h"
 #include "kernels/cpu/attention.h"  // is_kv_cache_dtype
-#include "engine/runtime/cuda/device_sampler.h"  // no CUDA headers; defined only in CUDA builds
 #include "engine/sampling/gpu_sampling.h"
-#if CYPRIS_HAVE_CUDA
-#include "engine/backend/cuda/cuda_backend.h"
-#endif
 #include "models/registry/registry.h"
 
 namespace cypris {
@@ -136,7 +132,6 @@ ModelRunner::~ModelRunner() {
   // Each rank frees its shard on its own thread (a GPU rank's memory belongs to its device).
   try {
     workers_->run([&](int rank) {
-      if (rank == 0) device_sampler_.reset();  // its buffers belong to rank 0's device
       ranks_[static_cast<size_t>(rank)] = Rank{};
     });
   } catch (const std::exception& e) {
@@ -398,7 +393,6 @@ bool ModelRunner::can_sample_on_device() const {
 
 std::vector<SampleOutput> ModelRunner::sample_on_device(const StepLogits& logits, int64_t first_row,
                                                         std::span<const SamplerRow> rows, int max_log_probs) {
-#if CYPRIS_HAVE_CUDA
   CYPRIS_CHECK(can_sample_on_device(), "GPU sampling needs a CUDA backend");
   const int64_t n = static_cast<int64_t>(rows.size());
   CYPRIS_CHECK(first_row >= 0 && first_row + n <= logits.rows(), "GPU sampling: rows [{}, {}) of {} logits rows",
@@ -410,16 +404,10 @@ std::vector<SampleOutput> ModelRunner::sample_on_device(const StepLogits& logits
   view.device_index = t.device_index;
   if (row_stride(t) != logits.vocab()) view.strides = {row_stride(t), 1};
   GpuSamplingOutputs res;
-  on_rank0([&] {
-    if (!device_sampler_) device_sampler_ = std::make_unique<DeviceSampler>(static_cast<CudaBackend&>(backend()));
-    res = device_sampler_->run(view, in);
-  });
+  res.resize(in.rows(), in.max_top);
+  // The logits are rank 0's (StepLogits); its backend samples them (Backend::sample_rows).
+  on_rank0([&] { backend().sample_rows(view, in.host_batch(nullptr, 0, 0), res.results()); });
   return finish_gpu_sampling(rows, in, res);
-#else
-  (void)logits;
-  (void)first_row;
-  CYPRIS_FAIL("GPU sampling: this build has no CUDA backend ({} rows)", rows.size());
-#endif
 }
 
 }  // namespace cypris

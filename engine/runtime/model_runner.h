@@ -24,7 +24,6 @@
 namespace cypris {
 
 class TpWorkers;
-class DeviceSampler;
 struct SampleOutput;
 struct SamplerRow;
 
@@ -172,8 +171,6 @@ class ModelRunner {
   int64_t num_swap_blocks_ = 0;
   DecodeGraphPolicy graph_policy_;  // enforce_eager unless graphs are in use
   bool debug_hook_ = false;         // a hook reads intermediates: graphs cannot replay
-  // GPU sampling scratch, made on first use. Declared last: destroyed before the ranks.
-  std::unique_ptr<DeviceSampler> device_sampler_;
 };
 
 }  // namespace cypris

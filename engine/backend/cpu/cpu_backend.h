@@ -52,6 +52,7 @@ class CpuBackend : public Backend {
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
   void scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) override;
   void add(const Tensor& x, Tensor& out) override;
+  void sample_rows(const Tensor& logits, const SamplingBatch& batch, const SamplingResults& out) override;
   void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) override;
   void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) override;
 
