@@ -46,7 +46,7 @@ class CohereModel : public DecoderModel {
     const WeightLoader w(cfg_, weights, backend, opt_);
     const int64_t h = cfg.hidden_size;
     const float eps = static_cast<float>(cfg.layer_norm_eps);
-    embed_ = VocabParallelEmbedding(w, "model.embed_tokens.weight");
+    load_embedding(w, "model.embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
     for (int i = 0; i < cfg.num_hidden_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -73,51 +73,41 @@ class CohereModel : public DecoderModel {
       L.mlp = GatedMlp(w, layout_, m);
     }
     final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps);
-    lm_head_ = LmHead(w, cfg.tie_word_embeddings ? &embed_ : nullptr);
+    load_lm_head(w, cfg.tie_word_embeddings);
     rope_ = RotaryCache(backend, cfg);
   }
 
 
-  DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
-    check_cache(kv);
-    const int64_t t = in.token_ids.shape[0];
+  // The parallel block: x += attn(norm(x)) + mlp(norm(x)). The stream's `hidden` holds norm(x).
+  void layer_forward(int i, LayerStream& s, const ForwardInputs& in, KvCacheLayer& kv, ForwardScratch& scratch,
+                     const Dumper& d) override {
+    const CohereLayer& L = layers_[i];
     const int64_t h = cfg_.hidden_size;
-    ForwardScratch scratch(backend_, t);
-    DeviceTensor residual = backend_.empty(backend_.activation_dtype(), {t, h});  // [T, hidden]
-    DeviceTensor normed = backend_.empty(backend_.activation_dtype(), {t, h});
-    DeviceTensor attn = backend_.empty(backend_.activation_dtype(), {t, h});
-    DeviceTensor mlp = backend_.empty(backend_.activation_dtype(), {t, h});
-
-    embed_.forward(backend_, in.token_ids, residual.view);
-    dump("embed", residual.view);
-    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
-      const CohereLayer& L = layers_[i];
-      const Dumper d = dumper("layers." + std::to_string(i) + ".");
-      L.input_norm.forward(backend_, residual.view, normed.view);
-      d("input_norm", normed.view);
-      // One all-reduce for both branches: each leaves its rank's partial sum.
-      L.attn.forward(backend_, normed.view, in, kv[i], rope_, scratch, attn.view, d, /*reduce=*/false);
-      L.mlp.forward(backend_, normed.view, scratch, mlp.view, d, /*reduce=*/false);
-      backend_.add(mlp.view, attn.view);
-      tp_all_reduce(opt_, attn.view);
-      d("attn_plus_mlp", attn.view);
-      backend_.add(attn.view, residual.view);
-      d("residual", residual.view);
-    }
-    final_norm_.forward(backend_, residual.view, normed.view);
-    dump("final_norm", normed.view);
-    DeviceTensor logits = lm_head_.forward_selected(backend_, normed.view, in.logits_indices);
-    backend_.scale_and_cap(logits.view, logit_scale_, 0.0f);
-    dump("logits", logits.view);
-    return logits;
+    Tensor& normed = s.hidden.view;
+    Tensor& attn = scratch.get("cohere.attn_out", h);
+    Tensor& mlp = scratch.get("cohere.mlp_out", h);
+    L.input_norm.forward(backend_, s.residual.view, normed);
+    d("input_norm", normed);
+    // One all-reduce for both branches: each leaves its rank's partial sum.
+    L.attn.forward(backend_, normed, in, kv, rope_, scratch, attn, d, /*reduce=*/false);
+    L.mlp.forward(backend_, normed, scratch, mlp, d, /*reduce=*/false);
+    backend_.add(mlp, attn);
+    tp_all_reduce(opt_, attn);
+    d("attn_plus_mlp", attn);
+    backend_.add(attn, s.residual.view);
+    d("residual", s.residual.view);
   }
+
+  void final_norm(LayerStream& s, ForwardScratch& scratch) override {
+    final_norm_.forward(backend_, s.residual.view, s.hidden.view);
+  }
+
+  void finish_logits(Tensor& logits) override { backend_.scale_and_cap(logits, logit_scale_, 0.0f); }
 
  private:
   float logit_scale_ = 1.0f;
-  VocabParallelEmbedding embed_;
   std::vector<CohereLayer> layers_;
   BiaslessLayerNorm final_norm_;
-  LmHead lm_head_;
   RotaryCache rope_;
 };
 

@@ -47,7 +47,7 @@ class GemmaModel : public DecoderModel {
     const int64_t h = cfg.hidden_size;
     const float eps = static_cast<float>(cfg.rms_norm_eps);
     const float scale = static_cast<float>(1.0 / std::sqrt(cfg.query_pre_attn_scalar.value_or(256.0)));
-    embed_ = VocabParallelEmbedding(w, p0 + "embed_tokens.weight");
+    load_embedding(w, p0 + "embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
     for (int i = 0; i < cfg.num_hidden_layers; ++i) {
       const std::string p = p0 + "layers." + std::to_string(i) + ".";
@@ -78,7 +78,7 @@ class GemmaModel : public DecoderModel {
       L.mlp = GatedMlp(w, layout_, m);
     }
     final_norm_ = RmsNorm(w, p0 + "norm.weight", h, eps, 1.0f);
-    lm_head_ = LmHead(w, &embed_);
+    load_lm_head(w, /*tied=*/true);
     rope_global_ = RotaryCache(backend, cfg);
     if (gemma3_) {
       // Gemma 3's sliding layers: RoPE base rope_local_base_freq, no scaling.
@@ -90,56 +90,49 @@ class GemmaModel : public DecoderModel {
   }
 
 
+  void scale_embedding(Tensor& residual) override {
+    backend_.scale_and_cap(residual, std::sqrt(static_cast<float>(cfg_.hidden_size)), 0.0f);
+  }
+
   // Per layer (transformers' Gemma2DecoderLayer): x += post_attn_norm(attn(input_norm(x)));
   // x += post_ff_norm(mlp(pre_ff_norm(x))). Each "x += y; y = norm(x)" is one fused add-norm:
-  // `carry` holds the branch output still to be added into the residual stream.
-  DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
-    check_cache(kv);
-    const int64_t t = in.token_ids.shape[0];
-    const int64_t h = cfg_.hidden_size;
-    ForwardScratch scratch(backend_, t);
-    DeviceTensor residual = backend_.empty(backend_.activation_dtype(), {t, h});  // [T, hidden]
-    DeviceTensor carry = backend_.empty(backend_.activation_dtype(), {t, h});     // [T, hidden]
-    DeviceTensor branch = backend_.empty(backend_.activation_dtype(), {t, h});    // [T, hidden]
+  // the stream's `hidden` (carry) holds the branch output still to be added into the residual.
+  void layer_forward(int i, LayerStream& s, const ForwardInputs& in, KvCacheLayer& kv, ForwardScratch& scratch,
+                     const Dumper& d) override {
+    const GemmaLayer& L = layers_[i];
+    Tensor& residual = s.residual.view;
+    Tensor& carry = s.hidden.view;
+    Tensor& branch = scratch.get("gemma.branch", cfg_.hidden_size);  // [T, hidden]
+    if (i == 0) {
+      L.input_norm.forward(backend_, residual, carry);
+    } else {
+      L.input_norm.add_forward(backend_, carry, residual);
+    }
+    d("input_norm", carry);
+    L.attn.forward(backend_, carry, in, kv, L.sliding && gemma3_ ? rope_local_ : rope_global_, scratch, branch, d);
+    L.post_attn_norm.forward(backend_, branch, carry);
+    d("post_attn_norm", carry);
+    L.pre_ff_norm.add_forward(backend_, carry, residual);
+    d("residual_mid", residual);
+    L.mlp.forward(backend_, carry, scratch, branch, d);
+    L.post_ff_norm.forward(backend_, branch, carry);
+    d("post_ff_norm", carry);
+  }
 
-    embed_.forward(backend_, in.token_ids, residual.view);
-    backend_.scale_and_cap(residual.view, std::sqrt(static_cast<float>(h)), 0.0f);
-    dump("embed", residual.view);
-    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
-      const GemmaLayer& L = layers_[i];
-      const Dumper d = dumper("layers." + std::to_string(i) + ".");
-      if (i == 0) {
-        L.input_norm.forward(backend_, residual.view, carry.view);
-      } else {
-        L.input_norm.add_forward(backend_, carry.view, residual.view);
-      }
-      d("input_norm", carry.view);
-      L.attn.forward(backend_, carry.view, in, kv[i], L.sliding && gemma3_ ? rope_local_ : rope_global_, scratch,
-                     branch.view, d);
-      L.post_attn_norm.forward(backend_, branch.view, carry.view);
-      d("post_attn_norm", carry.view);
-      L.pre_ff_norm.add_forward(backend_, carry.view, residual.view);
-      d("residual_mid", residual.view);
-      L.mlp.forward(backend_, carry.view, scratch, branch.view, d);
-      L.post_ff_norm.forward(backend_, branch.view, carry.view);
-      d("post_ff_norm", carry.view);
-    }
-    final_norm_.add_forward(backend_, carry.view, residual.view);
-    dump("final_norm", carry.view);
-    DeviceTensor logits = lm_head_.forward_selected(backend_, carry.view, in.logits_indices);
+  void final_norm(LayerStream& s, ForwardScratch&) override {
+    final_norm_.add_forward(backend_, s.hidden.view, s.residual.view);
+  }
+
+  void finish_logits(Tensor& logits) override {
     if (cfg_.final_logit_softcapping > 0) {
-      backend_.scale_and_cap(logits.view, 1.0f, static_cast<float>(cfg_.final_logit_softcapping));
+      backend_.scale_and_cap(logits, 1.0f, static_cast<float>(cfg_.final_logit_softcapping));
     }
-    dump("logits", logits.view);
-    return logits;
   }
 
  private:
   bool gemma3_ = false;
-  VocabParallelEmbedding embed_;
   std::vector<GemmaLayer> layers_;
   RmsNorm final_norm_;
-  LmHead lm_head_;
   RotaryCache rope_global_, rope_local_;
 };
 
