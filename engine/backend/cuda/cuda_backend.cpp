@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "engine/backend/backend_factory.h"
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/backend/backend_checks.h"
@@ -189,6 +190,26 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+std::optional<CudaDeviceMemory> cuda_device_memory(int device) {
+  if (device < 0 || device >= cuda_device_count()) return std::nullopt;
+  cudaDeviceProp prop{};
+  int previous = 0;
+  CudaDeviceMemory m;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || cudaGetDevice(&previous) != cudaSuccess ||
+      cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  const bool ok = cudaMemGetInfo(&m.free_bytes, &m.total_bytes) == cudaSuccess;
+  cudaSetDevice(previous);
+  if (!ok) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  m.name = prop.name;
+  return m;
 }
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_unique<Impl>()) {
