@@ -255,7 +255,7 @@ TEST_F(ToolServer, RequiredGivesCallsOfTheTools) {
     auto streamed = chat_stream(body);
     judge(streamed, "tool_calls");
     for (size_t i = 0; i < plain.size(); ++i) {
-      // An answer cut by max_tokens has no calls unstreamed; streamed, the started call was sent.
+      // An answer cut by max_tokens: unstreamed, its complete calls; streamed, also the started one.
       ASSERT_EQ(streamed[i].finish_reason, plain[i].finish_reason);
       if (plain[i].finish_reason == "length") continue;
       ASSERT_EQ(streamed[i].calls.size(), plain[i].calls.size());
