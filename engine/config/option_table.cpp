@@ -267,9 +267,11 @@ std::vector<OptionSpec> build_table() {
           "The token block size. Defaults to 16.")
           .choices({"8", "16", "32"}));
   add(Opt("context-shift", bind_field(FIELD(cache.context_shift)), "",
-          "Enable context shifting. Caches the previously processed prompts to be reused later.")
-          .not_yet("context shifting (prefix caching, on by default, already computes only the new tokens of a "
-                   "re-sent chat)"));
+          "Enable context shifting: a sequence that reaches the context length drops its oldest tokens after a kept "
+          "prefix (the prompt, up to a quarter of the context) and goes on generating until max_tokens, instead of "
+          "stopping with finish_reason length; prompt + max_tokens may then exceed --max-model-len. The kept "
+          "prefix's KV cache is reused, the shifted rest is computed again. Not with banned_strings or beam "
+          "search."));
   add(Opt("num-gpu-blocks-override", bind_field(FIELD(cache.num_gpu_blocks_override)), "NUM",
           "If specified, ignore the profiling result and use this number of GPU (or CPU-device) blocks.")
           .range(1, std::nullopt));

@@ -85,6 +85,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   sc.block_size = static_cast<int32_t>(cfg.cache.block_size);
   sc.num_gpu_blocks = static_cast<int32_t>(num_blocks);
   sc.enable_prefix_caching = cfg.cache.enable_prefix_caching;
+  sc.context_shift = cfg.cache.context_shift;
   if (sc.preemption_mode == PreemptionMode::Swap) {
     sc.num_cpu_blocks = static_cast<int32_t>(cfg.cache.swap_space * kGiB / block_bytes);
     runner_->allocate_swap_space(sc.num_cpu_blocks);
@@ -107,6 +108,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   info_.model = mo.model;
   info_.served_names = mo.served_model_name.empty() ? std::vector<std::string>{mo.model} : mo.served_model_name;
   info_.max_model_len = max_model_len;
+  info_.context_shift = cfg.cache.context_shift;
   info_.vocab_size = runner_->config().vocab_size;
   info_.dtype = std::string(dtype_name(runner_->weight_dtype()));
   info_.device = runner_->backend().name();
@@ -251,6 +253,7 @@ EngineStats Engine::stats() const {
   s.prefix_cache_hit_rate = ss.prefix_cache_hit_rate;
   s.num_preemptions_total = ss.num_preemptions;
   s.num_swap_outs_total = swap_outs_total_;
+  s.num_context_shifts_total = ss.num_context_shifts;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = tracker_->num_generated_tokens();
   if (proposer_) {

@@ -130,7 +130,9 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
   }
   const int64_t prompt_len = static_cast<int64_t>(req.prompt_token_ids.size());
   const int64_t max_tokens = params->max_tokens.value_or(cfg_.max_model_len - prompt_len);
-  CYPRIS_CHECK(prompt_len + max_tokens <= cfg_.max_model_len,
+  // --context-shift: old tokens make room for new ones, only the prompt must fit (Scheduler::check_request).
+  const bool shifts = scheduler_.config().context_shift && prompt_len < cfg_.max_model_len;
+  CYPRIS_CHECK(shifts || prompt_len + max_tokens <= cfg_.max_model_len,
                "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
                "prompt, {} for the completion). Please reduce the prompt or the completion length.",
                cfg_.max_model_len, prompt_len + max_tokens, prompt_len, max_tokens);
