@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdio>
@@ -244,22 +245,26 @@ void MpiWorld::wait(void* request, const char* what, bool idle) {
       fail(fmt::format("{}: {} (a process of the MPI job died or lost its connection)", what, mpi_error_text(rc)));
     }
     if (done) return;
-    if (const int sig = stop_signal_received()) {
+    // While sending the stop itself, a signal does not cut the wait short (the others need the stop
+    // to leave their loop); a short deadline bounds it instead.
+    const double limit = stopping_ ? std::min(timeout_s_, 5.0) : timeout_s_;
+    const int sig = stopping_ ? 0 : stop_signal_received();
+    if (sig != 0) {
       fail(fmt::format("{}: stopped by {} (mpirun sends it to every process when one of the job's processes dies "
                        "or the job is interrupted)",
                        what, stop_signal_name(sig)));
     }
     if (spin < 2000) continue;  // a collective between busy ranks: its peers are microseconds away
-    if (spin % 256 == 0 && stop_signal_pending()) {
+    if (!stopping_ && spin % 256 == 0 && stop_signal_pending()) {
       fail(fmt::format("{}: stopped by a pending SIGTERM/SIGINT (mpirun sends SIGTERM to every process when one of "
                        "the job's processes dies)",
                        what));
     }
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!idle && waited > timeout_s_) {
+    if (!idle && waited > limit) {
       fail(fmt::format("{}: the other processes did not answer within {:.0f} s (CYPRIS_DISTRIBUTED_TIMEOUT): one of "
                        "them died or hangs",
-                       what, timeout_s_));
+                       what, limit));
     }
     if (spin < 4000) {
       sched_yield();
@@ -336,7 +341,14 @@ ControlMessage MpiWorld::receive_control() {
 void MpiWorld::send_stop() {
   if (rank_ != 0 || stop_sent_ || failed()) return;
   stop_sent_ = true;
-  send_control(kControlStop, {});
+  stopping_ = true;
+  try {
+    send_control(kControlStop, {});
+  } catch (...) {
+    stopping_ = false;
+    throw;
+  }
+  stopping_ = false;
 }
 
 std::unique_ptr<Communicator> MpiWorld::make_communicator(Device device, int cuda_device) {

@@ -108,6 +108,7 @@ class MpiWorld {
   double timeout_s_ = 60;
   std::string failure_;
   bool stop_sent_ = false;
+  bool stopping_ = false;  // sending the stop: signals do not cut the wait short
   bool finalized_ = false;
   struct Comms;                   // the MPI communicators (control channel, bootstrap), mpi_world.cpp
   std::unique_ptr<Comms> comms_;

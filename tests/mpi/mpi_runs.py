@@ -10,7 +10,11 @@ CASE:
   bench               cypris bench throughput and latency run under mpirun -np 2
   worker_killed       a server under mpirun -np 2; the worker process is killed mid-request: the request ends
                       with an error and the whole job exits within bounded time
+  worker_timeout      the same with mpirun told not to end the job (Open MPI 4's orte_enable_recovery): the
+                      next request fails after CYPRIS_DISTRIBUTED_TIMEOUT and process 0 exits
   mismatch            processes started with different settings refuse to start, naming the process
+  gpu_greedy          (label gpu; needs 2 GPUs) mpirun -np 2 --device cuda: NCCL across processes, its unique id
+                      sent over MPI, gives one GPU process's greedy tokens
 
 Exit 77 (ctest: skipped) when this build has no MPI or mpirun is not installed. mpirun runs with
 --oversubscribe (CI has 2 cores) and, as root, with --allow-run-as-root.
@@ -24,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 SKIP = 77
@@ -104,15 +109,16 @@ def free_port():
 
 
 class Server:
-    def __init__(self, np, model, extra=(), log_name="server"):
+    def __init__(self, np, model, extra=(), log_name="server", mpirun_extra=(), env=None):
         self.port = free_port()
         args = [CYPRIS, "--no-ui", "--model", model, "--host", "127.0.0.1", "--port", str(self.port),
                 "--threads", "1"] + list(extra)
         if np > 1:
-            args = mpirun_prefix(np) + args + ["--tensor-parallel-size", str(np)]
+            args = mpirun_prefix(np) + list(mpirun_extra) + args + ["--tensor-parallel-size", str(np)]
         self.log_path = os.path.join(WORK, log_name + ".log")
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=env)
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -292,6 +298,65 @@ def case_worker_killed():
             os.killpg(s.proc.pid, signal.SIGKILL)
 
 
+def case_worker_timeout():
+    version = subprocess.run([MPIRUN, "--version"], stdout=subprocess.PIPE, text=True).stdout
+    if "Open MPI) 4." not in version:
+        print("skipped: orte_enable_recovery is an Open MPI 4 parameter; this is " + version.splitlines()[0])
+        sys.exit(SKIP)
+    folder = os.path.join(WORK, "slow-model")
+    write_slow_model(folder)
+    env = dict(os.environ, CYPRIS_DISTRIBUTED_TIMEOUT="3")
+    s = Server(2, folder, ["--load-format", "dummy"], log_name="timeout", env=env,
+               mpirun_extra=["--mca", "orte_enable_recovery", "1", "-x", "CYPRIS_DISTRIBUTED_TIMEOUT"])
+    try:
+        ranks = ranks_of(s.proc.pid)
+        if 1 not in ranks:
+            fail("cannot find the worker process (rank 1) among mpirun's children: {}".format(ranks))
+        os.kill(ranks[1], signal.SIGKILL)
+        time.sleep(1)
+        if s.proc.poll() is not None:
+            print("skipped: mpirun ended the job although told not to")
+            sys.exit(SKIP)
+        t0 = time.time()
+        try:
+            out = s.post("/v1/completions", {"model": server_model_name(s), "prompt": "Once upon a time",
+                                             "max_tokens": 50, "temperature": 0}, timeout=60)
+            fail("a request without its worker succeeded: {}".format(out))
+        except urllib.error.HTTPError as e:
+            body = e.read().decode(errors="replace")
+            if "did not answer within 3 s" not in body:
+                fail("unclear error {}: {}".format(e.code, body))
+        waited = time.time() - t0
+        if waited > 30:
+            fail("the error took {:.1f} s".format(waited))
+        try:
+            s.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            fail("process 0 still runs 30 s after the failed step:\n" + s.text())
+        print("ok: without mpirun's help the request failed after {:.1f} s and the job ended".format(waited))
+    finally:
+        if s.proc.poll() is None:
+            os.killpg(s.proc.pid, signal.SIGKILL)
+
+
+def case_gpu_greedy():
+    try:
+        gpus = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        gpus = ""
+    count = sum(1 for line in gpus.splitlines() if line.startswith("GPU "))
+    if count < 2:
+        print("skipped: NCCL across processes needs 2 GPUs, {} visible".format(count))
+        sys.exit(SKIP)
+    model = os.path.join(TESTDATA, "models", "stories260k")
+    extra = ["--device", "cuda", "--dtype", "float32", "--enforce-eager"]
+    one = generate_ids(model, 1, extra, 48)
+    two = generate_ids(model, 2, extra, 48)
+    if one != two:
+        fail("mpirun -np 2 on GPUs gives {} instead of one GPU's {}".format(two, one))
+    print("ok: mpirun -np 2 on two GPUs (NCCL) gives one GPU's {} greedy tokens".format(len(one)))
+
+
 def case_mismatch():
     model = os.path.join(TESTDATA, "models", "stories260k")
     # Process 1 gets another --block-size (an MPMD launch: "mpirun -np 1 A : -np 1 B").
@@ -327,6 +392,7 @@ def main():
     os.makedirs(WORK, exist_ok=True)
     cases = {"greedy_stories260k": case_greedy_stories260k, "greedy_gguf": case_greedy_gguf,
              "batched_solo": case_batched_solo, "bench": case_bench, "worker_killed": case_worker_killed,
+             "worker_timeout": case_worker_timeout, "gpu_greedy": case_gpu_greedy,
              "mismatch": case_mismatch}
     if case not in cases:
         print("unknown case {} (allowed: {})".format(case, ", ".join(cases)), file=sys.stderr)

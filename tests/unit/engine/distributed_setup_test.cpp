@@ -90,7 +90,7 @@ TEST(LauncherWorld, ReadsOpenMpiAndPmiVariables) {
     EXPECT_EQ(w.rank, 1);
   }
   {
-    LauncherEnv env({{"OMPI_COMM_WORLD_SIZE", "two"}});  // garbage: not a launch
+    LauncherEnv env({{"OMPI_COMM_WORLD_SIZE", "two"}, {"OMPI_COMM_WORLD_RANK", "0"}});  // garbage: not a launch
     EXPECT_EQ(launcher_world().size, 1);
   }
 }
