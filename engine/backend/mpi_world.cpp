@@ -1,7 +1,6 @@
 #include "engine/backend/mpi_world.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -210,6 +209,13 @@ MpiWorld::MpiWorld() : comms_(std::make_unique<Comms>()) {
                  "CYPRIS_DISTRIBUTED_TIMEOUT '{}' must be a number of seconds in (0, 86400]", t);
     timeout_s_ = v;
   }
+  if (const char* t = std::getenv("CYPRIS_MPI_SPIN")) {
+    char* end = nullptr;
+    const long v = std::strtol(t, &end, 10);
+    CYPRIS_CHECK(end && *end == '\0' && v >= 0 && v <= 100000000,
+                 "CYPRIS_MPI_SPIN '{}' must be a number of polls in [0, 100000000]", t);
+    spin_limit_ = v;
+  }
   // generate / bench keep the default dispositions: a signal then only makes the waits give up, and
   // the command ends through its own error path (the server takes the signals with sigwait).
   install_stop_signal_handlers();
@@ -254,8 +260,8 @@ void MpiWorld::wait(void* request, const char* what, bool idle) {
                        "or the job is interrupted)",
                        what, stop_signal_name(sig)));
     }
-    if (spin < 2000) continue;  // a collective between busy ranks: its peers are microseconds away
-    if (!stopping_ && spin % 256 == 0 && stop_signal_pending()) {
+    if (spin < spin_limit_) continue;  // a collective between busy ranks: its peers are microseconds away
+    if (!stopping_ && spin % 64 == 0 && stop_signal_pending()) {
       fail(fmt::format("{}: stopped by a pending SIGTERM/SIGINT (mpirun sends SIGTERM to every process when one of "
                        "the job's processes dies)",
                        what));
@@ -266,11 +272,9 @@ void MpiWorld::wait(void* request, const char* what, bool idle) {
                        "them died or hangs",
                        what, limit));
     }
-    if (spin < 4000) {
-      sched_yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(idle && waited > 0.5 ? 1000 : 50));
-    }
+    // Then short sleeps: the core goes to the peer (or anyone else) instead of to polling, which
+    // matters when there are fewer cores than processes; an idle worker sleeps longer.
+    std::this_thread::sleep_for(std::chrono::microseconds(idle && waited > 0.5 ? 1000 : 20));
   }
 }
 

@@ -106,6 +106,7 @@ class MpiWorld {
   int local_rank_ = 0;
   std::string host_;
   double timeout_s_ = 60;
+  long spin_limit_ = 200;  // MPI_Test polls before a wait starts sleeping (CYPRIS_MPI_SPIN)
   std::string failure_;
   bool stop_sent_ = false;
   bool stopping_ = false;  // sending the stop: signals do not cut the wait short

@@ -194,8 +194,8 @@ std::vector<OptionSpec> build_table() {
           "How the tensor-parallel ranks run: mp = threads of this process; mpi = one process per rank, started "
           "by mpirun (several machines too; docs/distributed.md). Unset: mpi when started by mpirun, else mp.")
           .choices({"mp", "mpi"})
-          .refuse({"ray"}, "Cypris has no Ray; use mp (threads in one process) or mpi (one process per rank, "
-                           "started by mpirun)"));
+          .refuse({"ray"}, "not supported in Cypris, which has no Ray; use mp (threads in one process) or mpi (one "
+                           "process per rank, started by mpirun)"));
   add(Opt("tensor-parallel-size", bind_field(FIELD(parallel.tensor_parallel_size)), "SIZE",
           "The number of GPUs (or CPU ranks on the CPU device) to split the model over (tensor parallelism).")
           .alias("-tp")

@@ -11,8 +11,8 @@ bool use_mpi_processes(const EngineConfig& cfg) {
   const std::string backend =
       cfg.parallel.distributed_executor_backend.value_or(launcher.size > 1 ? "mpi" : "mp");
   CYPRIS_CHECK(backend != "ray",
-               "--distributed-executor-backend ray: Cypris has no Ray; use mp (threads in one process) or mpi (one "
-               "process per rank, started by mpirun)");
+               "--distributed-executor-backend ray: not supported in Cypris, which has no Ray; use mp (threads in one "
+               "process) or mpi (one process per rank, started by mpirun)");
   CYPRIS_CHECK(backend == "mp" || backend == "mpi", "--distributed-executor-backend {}: allowed are mp and mpi",
                backend);
   const int64_t tp = cfg.parallel.tensor_parallel_size;
