@@ -12,6 +12,7 @@ CASE:
                       with an error and the whole job exits within bounded time
   worker_timeout      the same with mpirun told not to end the job (Open MPI 4's orte_enable_recovery): the
                       next request fails after CYPRIS_DISTRIBUTED_TIMEOUT and process 0 exits
+  root_killed         process 0 is killed: the workers do not outlive it (the job ends within bounded time)
   mismatch            processes started with different settings refuse to start, naming the process
   gpu_greedy          (label gpu; needs 2 GPUs) mpirun -np 2 --device cuda: NCCL across processes, its unique id
                       sent over MPI, gives one GPU process's greedy tokens
@@ -357,6 +358,30 @@ def case_gpu_greedy():
     print("ok: mpirun -np 2 on two GPUs (NCCL) gives one GPU's {} greedy tokens".format(len(one)))
 
 
+def case_root_killed():
+    model = os.path.join(TESTDATA, "models", "stories260k")
+    s = Server(2, model, log_name="root_killed")
+    try:
+        ranks = ranks_of(s.proc.pid)
+        if 0 not in ranks or 1 not in ranks:
+            fail("cannot find both processes among mpirun's children: {}".format(ranks))
+        os.kill(ranks[0], signal.SIGKILL)
+        t0 = time.time()
+        try:
+            s.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            fail("the job still runs 30 s after process 0 was killed:\n" + s.text())
+        if os.path.exists("/proc/{}".format(ranks[1])):
+            with open("/proc/{}/stat".format(ranks[1])) as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    fail("the worker outlived the job")
+        print("ok: process 0 killed; the job ended {:.1f} s later (exit {})".format(time.time() - t0,
+                                                                                   s.proc.returncode))
+    finally:
+        if s.proc.poll() is None:
+            os.killpg(s.proc.pid, signal.SIGKILL)
+
+
 def case_mismatch():
     model = os.path.join(TESTDATA, "models", "stories260k")
     # Process 1 gets another --block-size (an MPMD launch: "mpirun -np 1 A : -np 1 B").
@@ -392,7 +417,7 @@ def main():
     os.makedirs(WORK, exist_ok=True)
     cases = {"greedy_stories260k": case_greedy_stories260k, "greedy_gguf": case_greedy_gguf,
              "batched_solo": case_batched_solo, "bench": case_bench, "worker_killed": case_worker_killed,
-             "worker_timeout": case_worker_timeout, "gpu_greedy": case_gpu_greedy,
+             "worker_timeout": case_worker_timeout, "gpu_greedy": case_gpu_greedy, "root_killed": case_root_killed,
              "mismatch": case_mismatch}
     if case not in cases:
         print("unknown case {} (allowed: {})".format(case, ", ".join(cases)), file=sys.stderr)
