@@ -395,6 +395,12 @@ void MpiWorld::abort_job(int code) {
 
 void MpiWorld::finalize_at_exit() {
   if (finalized_) return;
+  if (size_ > 1 && !failed() && (rank_ != 0 || !serving_)) {
+    // A worker leaves only through exit_process; one that gets here failed before or while it set up
+    // (its error is on its stderr). So did process 0 if its runner never got going. MPI_Finalize
+    // would wait for the others, who wait in a start-up collective: end the whole job instead.
+    abort_job(1);
+  }
   if (!failed()) {
     try {
       send_stop();  // the workers wait for it: MPI_Finalize below would wait for them forever

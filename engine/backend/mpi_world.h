@@ -73,6 +73,9 @@ class MpiWorld {
   ControlMessage receive_control();
   // Rank 0: tells the others to leave their loop (once; also done at exit if nobody did).
   void send_stop();
+  // Rank 0: the other processes are in their step loop (they need a stop at exit; before this, a
+  // process that exits ends the whole job instead).
+  void mark_serving() { serving_ = true; }
 
   // The tensor-parallel communicator over all processes, this process being rank rank(): MPI
   // collectives on host memory for CPU ranks; on GPUs, NCCL (ncclCommInitRank with the unique id
@@ -109,7 +112,8 @@ class MpiWorld {
   long spin_limit_ = 200;  // MPI_Test polls before a wait starts sleeping (CYPRIS_MPI_SPIN)
   std::string failure_;
   bool stop_sent_ = false;
-  bool stopping_ = false;  // sending the stop: signals do not cut the wait short
+  bool stopping_ = false;
+  bool serving_ = false;  // sending the stop: signals do not cut the wait short
   bool finalized_ = false;
   struct Comms;                   // the MPI communicators (control channel, bootstrap), mpi_world.cpp
   std::unique_ptr<Comms> comms_;

@@ -142,6 +142,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
              options.quantization_param_path);
   }
   if (world && !drives_processes_) serve_mpi_worker(*this);  // never returns
+  if (world) world->mark_serving();
 }
 
 ModelRunner::~ModelRunner() {

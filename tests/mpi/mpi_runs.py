@@ -13,6 +13,7 @@ CASE:
   worker_timeout      the same with mpirun told not to end the job (Open MPI 4's orte_enable_recovery): the
                       next request fails after CYPRIS_DISTRIBUTED_TIMEOUT and process 0 exits
   root_killed         process 0 is killed: the workers do not outlive it (the job ends within bounded time)
+  worker_start_fails  a worker that fails while loading (after MPI started) ends the job with its error, quickly
   mismatch            processes started with different settings refuse to start, naming the process
   gpu_greedy          (label gpu; needs 2 GPUs) mpirun -np 2 --device cuda: NCCL across processes, its unique id
                       sent over MPI, gives one GPU process's greedy tokens
@@ -382,6 +383,29 @@ def case_root_killed():
             os.killpg(s.proc.pid, signal.SIGKILL)
 
 
+def case_worker_start_fails():
+    # The worker's --quantization-param-path is missing: it fails while loading, after MPI started and
+    # the start-up checks passed, while process 0 goes on into the next collective.
+    model = os.path.join(TESTDATA, "models", "stories260k")
+    base = [CYPRIS, "generate", "--model", model, "--prompt-ids", "1", "--max-tokens", "4", "--threads", "1",
+            "-tp", "2", "--kv-cache-dtype", "fp8"]
+    missing = os.path.join(WORK, "no-such-scales.json")
+    cmd = mpirun_prefix(1) + base + [":", "-np", "1"] + base + ["--quantization-param-path", missing]
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        fail("the job still ran 60 s after a worker failed to start")
+    elapsed = time.time() - t0
+    if p.returncode == 0:
+        fail("the job succeeded without its worker:\n" + p.stdout[-4000:])
+    if "no-such-scales.json" not in p.stdout:
+        fail("the worker's error is not in the output:\n" + p.stdout[-4000:])
+    if elapsed > 30:
+        fail("the job took {:.1f} s to end".format(elapsed))
+    print("ok: a worker that cannot start ends the job in {:.1f} s with its error".format(elapsed))
+
+
 def case_mismatch():
     model = os.path.join(TESTDATA, "models", "stories260k")
     # Process 1 gets another --block-size (an MPMD launch: "mpirun -np 1 A : -np 1 B").
@@ -418,6 +442,7 @@ def main():
     cases = {"greedy_stories260k": case_greedy_stories260k, "greedy_gguf": case_greedy_gguf,
              "batched_solo": case_batched_solo, "bench": case_bench, "worker_killed": case_worker_killed,
              "worker_timeout": case_worker_timeout, "gpu_greedy": case_gpu_greedy, "root_killed": case_root_killed,
+             "worker_start_fails": case_worker_start_fails,
              "mismatch": case_mismatch}
     if case not in cases:
         print("unknown case {} (allowed: {})".format(case, ", ".join(cases)), file=sys.stderr)
