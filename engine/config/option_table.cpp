@@ -73,7 +73,9 @@ std::vector<OptionSpec> build_table() {
     o.s.group = group;
     t.push_back(std::move(o.s));
   };
-  const std::string kRay = "Cypris runs one worker thread per GPU inside one process; there is no Ray";
+  const std::string kRay =
+      "Cypris runs its ranks as threads of one process or as processes started by mpirun "
+      "(--distributed-executor-backend); there is no Ray";
   const std::string kVision = "vision-language models";
   const std::string kSpec = "speculative decoding";
   const std::string kQuantRefused =
@@ -192,10 +194,12 @@ std::vector<OptionSpec> build_table() {
   add(Opt("engine-use-ray", bind_field(FIELD(parallel.engine_use_ray)), "",
           "Use Ray to start the engine in a separate process.")
           .no_effect(kRay));
-  add(Opt("distributed-executor-backend", bind_field(FIELD(parallel.distributed_executor_backend)), "{ray,mp}",
-          "Backend to use for distributed serving.")
-          .choices({"ray", "mp"})
-          .no_effect(kRay));
+  add(Opt("distributed-executor-backend", bind_field(FIELD(parallel.distributed_executor_backend)), "{mp,mpi}",
+          "How the tensor-parallel ranks run: mp = threads of this process; mpi = one process per rank, started "
+          "by mpirun (several machines too; docs/distributed.md). Unset: mpi when started by mpirun, else mp.")
+          .choices({"mp", "mpi"})
+          .refuse({"ray"}, "not supported in Cypris, which has no Ray; use mp (threads in one process) or mpi (one "
+                           "process per rank, started by mpirun)"));
   add(Opt("tensor-parallel-size", bind_field(FIELD(parallel.tensor_parallel_size)), "SIZE",
           "The number of GPUs (or CPU ranks on the CPU device) to split the model over (tensor parallelism).")
           .alias("-tp")

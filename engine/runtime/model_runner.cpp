@@ -19,6 +19,8 @@
 #include "engine/runtime/kv_cache_scales.h"
 #include "engine/backend/tp_workers.h"
 #include "kernels/cpu/attention.h"  // is_kv_cache_dtype
+#include "engine/backend/mpi_world.h"
+#include "engine/runtime/mpi_worker.h"
 #include "engine/sampling/gpu_sampling.h"
 #include "models/registry/registry.h"
 
@@ -35,6 +37,14 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   const ModelConfig cfg =
       options.config ? *options.config : load_model_config(model_families(), options.model_dir, options.load.overrides);
   resolve_architecture(cfg);  // fail before reading any weights
+  tp_ = tp;
+  // MPI: this process is one rank; every process has the same config, or none starts (mpi_worker.h).
+  MpiWorld* world = options.mpi ? &MpiWorld::instance() : nullptr;
+  if (world) {
+    first_rank_ = world->rank();
+    drives_processes_ = world->rank() == 0;
+    check_mpi_layout(*world, tp, cfg, options);
+  }
   if (options.load.load_format != "dummy" && is_gguf_path(options.model_dir)) {
     // Which llama.cpp types the file holds ("Q4_K: 193 tensors, Q6_K: 33, F32: 65").
     const GgufModel gguf(options.model_dir);
@@ -44,7 +54,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   startup.mark("config");
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
-  ranks_.resize(static_cast<size_t>(tp));
+  ranks_.resize(world ? 1 : static_cast<size_t>(tp));
   const Device device = resolve_device(options.device) == "cuda" ? Device::Cuda : Device::Cpu;
   // Activations in the model dtype on a GPU (fp32 accumulation inside the kernels, as vLLM); the
   // CPU backend and the fp32-GEMM equivalence mode keep fp32.
@@ -56,7 +66,10 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   // to one of these (engine/config/kv_cache_dtype.h).
   CYPRIS_CHECK(is_kv_cache_dtype(kv_cache_dtype_), "KV cache dtype {} cannot hold a KV cache (--kv-cache-dtype: {})",
                dtype_name(kv_cache_dtype_), fmt::join(kv_cache_dtype_names(), ", "));
-  if (tp == 1) {
+  if (world && tp > 1) {
+    process_comm_ = world->make_communicator(device, world->local_rank());
+    build_rank(options, cfg, 0, options.threads);
+  } else if (tp == 1) {
     build_rank(options, cfg, 0, options.threads);
   } else {
     // CPU ranks share the cores: each gets its part of --threads. GPU ranks get one GPU each.
@@ -94,6 +107,8 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   } else {
     num_blocks_ = (cfg.max_model_len + block_size_ - 1) / block_size_;
   }
+  // Every process holds the same blocks: the fewest any of them has room for (GPUs may differ).
+  if (world) num_blocks_ = world->all_reduce_min(num_blocks_);
   if (backend().device() != Device::Cuda) {
     // The cache's pages are taken only as they are used, so a size memory cannot back would start
     // and fail much later (or die in the OOM killer): refuse it now (issue #20).
@@ -125,9 +140,18 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     LOG_WARN("--quantization-param-path {} has no effect without an fp8 --kv-cache-dtype",
              options.quantization_param_path);
   }
+  if (world && !drives_processes_) serve_mpi_worker(*this);  // never returns
+  if (world) world->mark_serving();
 }
 
 ModelRunner::~ModelRunner() {
+  if (drives_processes_) {
+    try {
+      MpiWorld::instance().send_stop();  // the other processes leave their step loop and exit
+    } catch (const std::exception& e) {
+      LOG_ERROR("stopping the other MPI processes: {}", e.what());
+    }
+  }
   if (!workers_) return;
   // Each rank frees its shard on its own thread (a GPU rank's memory belongs to its device).
   try {
@@ -144,7 +168,7 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   BackendOptions bo;
   bo.device = options.device;
   bo.threads = threads;
-  bo.cuda_device = rank;
+  bo.cuda_device = process_comm_ ? MpiWorld::instance().local_rank() : rank;
   bo.cuda_fp32_gemm = options.cuda_fp32_gemm;
   bo.cuda_activation_dtype = activation_dtype_;
   r.backend = make_backend(bo);
@@ -153,13 +177,13 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   // fp8 cache scales first: a bad --quantization-param-path fails before the weights are read.
   ResolvedKvScales scales =
       resolve_kv_cache_scales(kv_cache_dtype_, options.load.load_format == "dummy" ? nullptr : weights.get(),
-                              options.quantization_param_path, cfg.num_hidden_layers, rank);
+                              options.quantization_param_path, cfg.num_hidden_layers, first_rank_ + rank);
   r.kv_scales = std::move(scales.layers);
   if (rank == 0) kv_scales_source_ = std::move(scales.source);
   ModelBuildOptions build;
   build.weight_dtype = weight_dtype_;
-  build.parallel = {rank, static_cast<int>(ranks_.size())};
-  build.comm = workers_ ? &workers_->comm(rank) : nullptr;
+  build.parallel = {first_rank_ + rank, tp_};
+  build.comm = workers_ ? &workers_->comm(rank) : process_comm_.get();
   r.model = build_model(cfg, *weights, *r.backend, build);
 }
 
@@ -302,8 +326,9 @@ Logits ModelRunner::execute(const BatchContext& b) {
 
 StepLogits ModelRunner::execute_step(const BatchContext& b) {
   b.validate(num_blocks_, block_size_);
-  if (backend().device() != Device::Cpu) {
-    // Device kernels cannot throw: check on the host what the CPU kernels check as they go.
+  if (backend().device() != Device::Cpu || drives_processes_) {
+    // Device kernels cannot throw: check on the host what the CPU kernels check as they go (and
+    // before the other processes get the batch: a rank that fails alone would leave them behind).
     const int64_t vocab = config().vocab_size;
     const int64_t max_pos = config().max_model_len;
     for (int64_t t = 0; t < b.num_tokens(); ++t) {
@@ -314,12 +339,23 @@ StepLogits ModelRunner::execute_step(const BatchContext& b) {
                    max_pos);
     }
   }
+  if (drives_processes_) send_to_mpi_workers(StepMessage::kExecute, encode_batch(b));
   StepLogits out;
   if (!debug_hook_ && is_graph_eligible(b, graph_policy_)) {
     out.view = ranks_.front().graphs->replay(b);  // the graph's buffer: valid until the next replay
     return out;
   }
-  if (!workers_) {
+  if (drives_processes_) {
+    try {
+      forward_rank(ranks_.front(), b, &out);
+    } catch (const Error& e) {
+      // The other processes ran (or wait in) this step's collectives: they cannot be brought back in
+      // step with this one, so the job ends (in-flight requests get this error).
+      MpiWorld& world = MpiWorld::instance();
+      if (!world.failed()) world.fail(fmt::format("process 0 failed a step the others ran: {}", e.what()));
+      throw;
+    }
+  } else if (!workers_) {
     forward_rank(ranks_.front(), b, &out);
   } else {
     workers_->run([&](int rank) { forward_rank(ranks_[static_cast<size_t>(rank)], b, rank == 0 ? &out : nullptr); });
