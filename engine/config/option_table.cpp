@@ -370,7 +370,7 @@ std::vector<OptionSpec> build_table() {
   group = "Speculative Decoding Options";
   add(Opt("speculative-model", bind_field(FIELD(spec.speculative_model)), "{MODEL,\"[ngram]\"}",
           "The name or path of the draft model, or \"[ngram]\" for ngram prompt lookup decoding. "
-          "Cypris runs \"[ngram]\" so far; a draft model is refused."));
+          "A draft model must share the target's vocabulary; Medusa, EAGLE and MLP speculators are refused."));
   add(Opt("num-speculative-tokens", bind_field(FIELD(spec.num_speculative_tokens)), "NUM",
           "The number of speculative tokens to sample from the draft model.")
           .range(1, 64));
@@ -381,8 +381,7 @@ std::vector<OptionSpec> build_table() {
           .not_yet("speculative decoding"));
   add(Opt("speculative-max-model-len", bind_field(FIELD(spec.speculative_max_model_len)), "LEN",
           "The maximum sequence length supported by the draft model.")
-          .range(1, std::nullopt)
-          .not_yet("speculative decoding"));
+          .range(1, std::nullopt));
   add(Opt("speculative-disable-by-batch-size", bind_field(FIELD(spec.speculative_disable_by_batch_size)), "NUM",
           "Disable speculative decoding in a step when more than this many requests are running.")
           .range(1, std::nullopt));
@@ -396,31 +395,26 @@ std::vector<OptionSpec> build_table() {
           "The method used to quantize the weights of the draft model.")
           .choices({"aqlm", "awq", "deepspeedfp", "tpu_int8", "fp8", "fbgemm_fp8", "modelopt", "marlin", "gguf",
                     "gptq_marlin_24", "gptq_marlin", "awq_marlin", "gptq", "compressed-tensors", "bitsandbytes", "qqq",
-                    "experts_int8", "neuron_quant"})
-          .not_yet(kSpec));
+                    "experts_int8", "neuron_quant"}));
   add(Opt("speculative-draft-tensor-parallel-size", bind_field(FIELD(spec.speculative_draft_tensor_parallel_size)),
           "SIZE", "Number of tensor parallel replicas for the draft model.")
           .alias("-spec-draft-tp")
-          .range(1, std::nullopt)
-          .not_yet(kSpec));
+          .range(1, std::nullopt));
   add(Opt("speculative-disable-mqa-scorer", bind_field(FIELD(spec.speculative_disable_mqa_scorer)), "",
           "Disable the MQA scorer in speculative decoding and fall back to batch expansion.")
           .not_yet(kSpec));
   add(Opt("spec-decoding-acceptance-method", bind_field(FIELD(spec.spec_decoding_acceptance_method)),
           "{rejection_sampler,typical_acceptance_sampler}",
           "How draft tokens are accepted during speculative decoding.")
-          .choices({"rejection_sampler", "typical_acceptance_sampler"})
-          .not_yet(kSpec));
+          .choices({"rejection_sampler", "typical_acceptance_sampler"}));
   add(Opt("typical-acceptance-sampler-posterior-threshold",
           bind_field(FIELD(spec.typical_acceptance_sampler_posterior_threshold)), "THRESHOLD",
           "Lower bound of the posterior probability of a token to be accepted (typical acceptance sampler).")
-          .range(0, std::nullopt)
-          .not_yet(kSpec));
+          .range(0, std::nullopt));
   add(Opt("typical-acceptance-sampler-posterior-alpha",
           bind_field(FIELD(spec.typical_acceptance_sampler_posterior_alpha)), "ALPHA",
           "Scaling factor of the entropy-based acceptance threshold (typical acceptance sampler).")
-          .range(0, std::nullopt)
-          .not_yet(kSpec));
+          .range(0, std::nullopt));
   add(Opt("disable-logprobs-during-spec-decoding", bind_field(FIELD(spec.disable_logprobs_during_spec_decoding)),
           "{true,false}", "Do not compute token log probabilities during speculative decoding.")
           .not_yet(kSpec));
