@@ -19,6 +19,7 @@
 #include "kernels/cuda/dummy_fill.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/quant/quant_gemm.h"
 #include "kernels/cuda/rms_norm.h"
@@ -465,6 +466,12 @@ void CudaBackend::grouped_linear(const Tensor& x, const std::vector<LinearGroup>
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   backend_checks::check_rms_norm(kName, activation_dtype(), x, w, out);
   rms_norm_cuda(x.data, x.dtype, w.as<float>(), eps, x.shape[0], x.shape[1], out.data, impl_->stream);
+}
+
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) {
+  backend_checks::check_layer_norm(kName, activation_dtype(), x, w, bias, out);
+  layer_norm_cuda(x.data, x.dtype, w.as<float>(), bias ? bias->as<float>() : nullptr, eps, x.shape[0], x.shape[1],
+                  out.data, impl_->stream);
 }
 
 void CudaBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
