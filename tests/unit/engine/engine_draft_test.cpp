@@ -23,9 +23,15 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using namespace testing_support;
 
-std::string fixture(const std::string& name) { return std::string(CYPRIS_FIXTURES_DIR) + "/models/" + name; }
-std::string stories_dir() { return std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k"; }
-std::string gguf(const std::string& name) { return std::string(CYPRIS_TESTDATA_DIR) + "/gguf/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(CYPRIS_FIXTURES_DIR) + "/models/" + name;
+}
+std::string stories_dir() {
+  return std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+}
+std::string gguf(const std::string& name) {
+  return std::string(CYPRIS_TESTDATA_DIR) + "/gguf/" + name;
+}
 
 EngineConfig with_draft(EngineConfig cfg, const std::string& draft, int k) {
   cfg.spec.speculative_model = draft;
