@@ -10,12 +10,12 @@
 #include "engine/common/log.h"
 #include "engine/core/engine_setup.h"
 #include "engine/loader/model_config.h"
-#include "engine/spec/spec_config.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "models/registry/registry.h"
 #include "engine/sampling/sampler.h"
 #include "engine/spec/rejection_sampler.h"
+#include "engine/spec/spec_config.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/common/philox.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 
@@ -101,7 +101,7 @@ std::vector<DraftProposal> DraftModelProposer::propose(std::span<const DraftInpu
     Seq& s = seqs_[in.request_id];
     size_t common = 0;
     while (common < s.cached.size() && common < in.tokens.size() && s.cached[common] == in.tokens[common]) ++common;
-    s.cached.resize(std::min(common, in.tokens.size() - 1));  // at least the last token is fed
+    s.cached.resize(std::min(common, in.tokens.size() - 1));     // at least the last token is fed
     if (!reserve(s, n + static_cast<int32_t>(k) - 1)) continue;  // no room in the draft's cache this step
     active.push_back(Active{i, &s, n, static_cast<int32_t>(k), *in.state, {}});
   }
@@ -201,8 +201,9 @@ std::unique_ptr<DraftModelProposer> load_draft_model(const EngineConfig& cfg, co
     try {
       draft_tok = load_tokenizer(resolve_local_model_dir(dir.string(), std::nullopt, mo.download_dir));
     } catch (const std::exception& e) {
-      LOG_WARN("--speculative-model {}: no tokenizer to compare with the target's ({}); checked the vocabulary size only",
-               spec.draft_model, e.what());
+      LOG_WARN(
+          "--speculative-model {}: no tokenizer to compare with the target's ({}); checked the vocabulary size only",
+          spec.draft_model, e.what());
     }
     if (draft_tok) {
       const int32_t n = std::min(draft_tok->vocab_size(), target_tokenizer->vocab_size());
@@ -224,8 +225,8 @@ std::unique_ptr<DraftModelProposer> load_draft_model(const EngineConfig& cfg, co
   const int64_t per_seq = (spec.ngram.num_tokens + ro.block_size - 1) / ro.block_size + 1;
   ro.num_blocks = target.num_blocks() + std::min<int64_t>(cfg.scheduler.max_num_seqs, target.num_blocks()) * per_seq;
   auto runner = std::make_unique<ModelRunner>(ro);
-  LOG_INFO("speculative decoding: draft model {} ({} layers), up to {} tokens a step, {} KV blocks",
-           spec.draft_model, runner->config().num_hidden_layers, dc.num_tokens, runner->num_blocks());
+  LOG_INFO("speculative decoding: draft model {} ({} layers), up to {} tokens a step, {} KV blocks", spec.draft_model,
+           runner->config().num_hidden_layers, dc.num_tokens, runner->num_blocks());
   return std::make_unique<DraftModelProposer>(std::move(runner), sampler, dc);
 }
 

@@ -57,7 +57,7 @@ struct RequestTracker::Seq {
   // Back-off when guesses fail: a moving average of the accepted fraction of drafts; below
   // RequestTracker's floor the sequence decodes without drafts for a while.
   double spec_acceptance = 1.0;
-  int spec_pause = 0;  // steps left without drafts
+  int spec_pause = 0;               // steps left without drafts
   AdaptiveDraftLength spec_length;  // how many tokens to draft next
   // A draft model's q of each drafted position ([proposed, vocab]; empty for prompt lookup), and
   // for a verification by the general rules the target's p of each drafted position ([drafts,

@@ -19,10 +19,10 @@
 #include "engine/scheduler/scheduler.h"
 #include "engine/spec/rejection_sampler.h"
 #include "engine/spec/typical_acceptance.h"
-#include "kernels/common/philox.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/stop_strings.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "kernels/common/philox.h"
 
 namespace cypris {
 

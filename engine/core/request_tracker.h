@@ -47,13 +47,13 @@ struct TrackerConfig {
   int max_log_probs = 0;     // --max-log-probs
   int64_t max_num_seqs = 0;  // --max-num-seqs (bounds the beam width)
   LoggingOptions logging;
-  std::string guided_backend;  // --guided-decoding-backend (named in the log; our engine runs)
-  bool spec_decode = false;    // --speculative-model: beam-search requests are refused
+  std::string guided_backend;   // --guided-decoding-backend (named in the log; our engine runs)
+  bool spec_decode = false;     // --speculative-model: beam-search requests are refused
   int32_t spec_num_tokens = 1;  // --num-speculative-tokens: the longest draft (adaptive below it)
   SpecAcceptance spec_acceptance = SpecAcceptance::Rejection;
   double typical_threshold = 0.09;  // --typical-acceptance-sampler-posterior-threshold
   double typical_alpha = 0.3;       // --typical-acceptance-sampler-posterior-alpha
-  uint64_t seed = 0;           // --seed: seeds the generator that requests without a seed draw theirs from
+  uint64_t seed = 0;                // --seed: seeds the generator that requests without a seed draw theirs from
 };
 
 struct StepRows;

@@ -23,9 +23,15 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using namespace testing_support;
 
-std::string fixture(const std::string& name) { return std::string(CYPRIS_FIXTURES_DIR) + "/models/" + name; }
-std::string stories_dir() { return std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k"; }
-std::string gguf(const std::string& name) { return std::string(CYPRIS_TESTDATA_DIR) + "/gguf/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(CYPRIS_FIXTURES_DIR) + "/models/" + name;
+}
+std::string stories_dir() {
+  return std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+}
+std::string gguf(const std::string& name) {
+  return std::string(CYPRIS_TESTDATA_DIR) + "/gguf/" + name;
+}
 
 EngineConfig with_draft(EngineConfig cfg, const std::string& draft, int k) {
   cfg.spec.speculative_model = draft;
@@ -232,6 +238,87 @@ TEST(DraftSampled, VerifiedTokensKeepTheTargetDistributionOverSeeds) {
       counts[want.at(r.request_id)[pos]].second++;
     }
     expect_same_distribution(counts);
+  }
+}
+
+// Every output's tokens and logprobs, and the prompt logprobs, of the given requests.
+struct Full {
+  std::vector<int32_t> tokens;
+  std::vector<PositionLogprobs> logprobs;
+  std::vector<PositionLogprobs> prompt_logprobs;
+};
+std::map<std::string, Full> run_full(Engine& engine, const std::vector<GenerateRequest>& reqs) {
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+  for (const auto& r : reqs) {
+    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
+    engine.add_request(r, streams[r.request_id]);
+  }
+  std::map<std::string, Full> out;
+  for (int step = 0; engine.has_unfinished_requests() && step < 100000; ++step) {
+    engine.step();
+    for (auto& [id, st] : streams) {
+      while (auto o = st->next(std::chrono::milliseconds(0))) {
+        EXPECT_FALSE(o->error.has_value()) << *o->error;
+        Full& f = out[id];
+        f.prompt_logprobs.insert(f.prompt_logprobs.end(), o->prompt_logprobs.begin(), o->prompt_logprobs.end());
+        for (const auto& d : o->outputs) {
+          f.tokens.insert(f.tokens.end(), d.token_ids.begin(), d.token_ids.end());
+          f.logprobs.insert(f.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(DraftSampled, LogprobsAreTheTargetsForTheEmittedTokens) {
+  // A random draft at temperature 1: most verified positions emit a residual draw, not the token the
+  // row's own sampler drew, so their logprobs are recomputed from the target's logits. Checked
+  // against the target alone: the same text fed back as a prompt, with its prompt logprobs.
+  const std::vector<int32_t> prompt = {1, 403, 261, 340, 385, 261, 442, 270, 300};
+  std::vector<GenerateRequest> reqs;
+  for (int seed = 0; seed < 16; ++seed) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = seed;
+    p.max_tokens = 10;
+    p.ignore_eos = true;
+    p.logprobs = 2;
+    reqs.push_back(request("l" + std::to_string(seed), prompt, p));
+  }
+  Engine spec(with_draft(stories_config(), gguf("tiny-random-Q8_0.gguf"), 3));
+  const auto got = run_full(spec, reqs);
+  EXPECT_GT(totals(spec).verifications, 16);
+  std::vector<GenerateRequest> replays;
+  for (const auto& r : reqs) {
+    const Full& f = got.at(r.request_id);
+    ASSERT_EQ(f.tokens.size(), 10u);
+    ASSERT_EQ(f.logprobs.size(), 10u);
+    std::vector<int32_t> text = prompt;
+    text.insert(text.end(), f.tokens.begin(), f.tokens.end());
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = 1;
+    p.prompt_logprobs = 2;
+    replays.push_back(request(r.request_id, text, p));
+  }
+  Engine plain(stories_config());
+  const auto want = run_full(plain, replays);
+  for (const auto& r : reqs) {
+    const Full& g = got.at(r.request_id);
+    const Full& w = want.at(r.request_id);
+    ASSERT_EQ(w.prompt_logprobs.size(), prompt.size() - 1 + 10);
+    for (size_t i = 0; i < 10; ++i) {
+      const PositionLogprobs& a = g.logprobs[i];
+      const PositionLogprobs& b = w.prompt_logprobs[prompt.size() - 1 + i];
+      EXPECT_EQ(a.token_id, g.tokens[i]);
+      EXPECT_EQ(a.token_id, b.token_id);
+      EXPECT_NEAR(a.logprob, b.logprob, 1e-4) << r.request_id << " position " << i;
+      EXPECT_EQ(a.rank, b.rank) << r.request_id << " position " << i;
+      ASSERT_EQ(a.top.size(), 2u);
+      ASSERT_EQ(b.top.size(), 2u);
+      for (size_t t = 0; t < 2; ++t) EXPECT_NEAR(a.top[t].logprob, b.top[t].logprob, 1e-4);
+    }
   }
 }
 
