@@ -98,9 +98,15 @@ ExprPtr int_range(long long lo, long long hi) {
   return alt(std::move(alts));
 }
 
-ExprPtr bounded_digits() { return repeat(digit_range('0', '9'), 1, kMaxNumberDigits); }
-ExprPtr frac() { return seq({byte('.'), bounded_digits()}); }
-ExprPtr zero_frac() { return opt(seq({byte('.'), repeat(byte('0'), 1, kMaxNumberDigits)})); }
+ExprPtr bounded_digits() {
+  return repeat(digit_range('0', '9'), 1, kMaxNumberDigits);
+}
+ExprPtr frac() {
+  return seq({byte('.'), bounded_digits()});
+}
+ExprPtr zero_frac() {
+  return opt(seq({byte('.'), repeat(byte('0'), 1, kMaxNumberDigits)}));
+}
 
 // The number of JSON values in v (counting stops above `stop_above`), without recursion.
 size_t json_nodes(const json& v, size_t stop_above) {

@@ -126,8 +126,8 @@ class ToolCallParser {
   std::string region_ws_;          // the whitespace before the region
   std::vector<ToolStreamEvent> region_pending_;
   int region_first_index_ = 0;
-  int region_done_calls_ = 0;  // calls of this region whose object closed
-  int done_calls_ = 0;         // calls whose object closed, in the whole output
+  int region_done_calls_ = 0;    // calls of this region whose object closed
+  int done_calls_ = 0;           // calls whose object closed, in the whole output
   std::string end_marker_held_;  // hermes: the part of </tool_call> seen
 
   // The call object being read

@@ -99,7 +99,8 @@ TEST(JsonSchemaWhitespace, DefaultIsOneNewlinePlusIndentation) {
   EXPECT_EQ(longest_run(g, "{", ' '), 1);
   // An object that may be empty: one whitespace site between its braces, not two.
   const Grammar opt_obj = schema(json::parse(R"({"type": "object", "properties": {"k": {"type": "boolean"}}})"));
-  for (const char* ok : {"{}", "{ }", "{\n}", "{\n  \"k\": true\n}", "{\"k\":false}"}) EXPECT_TRUE(matches(opt_obj, ok)) << ok;
+  for (const char* ok : {"{}", "{ }", "{\n}", "{\n  \"k\": true\n}", "{\"k\":false}"})
+    EXPECT_TRUE(matches(opt_obj, ok)) << ok;
   for (const char* bad : {"{\n\n}", "{ \n}", "{  }"}) EXPECT_FALSE(matches(opt_obj, bad)) << bad;
   // The tool-call array of tool_choice "required" is JSON Schema too: between calls the same.
   const Grammar arr = schema(json::parse(R"({"type": "array", "items": {"type": "integer"}})"));

@@ -237,14 +237,14 @@ TEST(ToolParsers, CutShortKeepsTheCompleteCalls) {
     if (!tail.empty()) EXPECT_TRUE(parse_tool_calls(F::Required, text).calls.empty()) << text;
   }
   // Mistral's array the same way, content before the marker kept.
-  auto m = parse_tool_calls(F::Mistral, "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\"", "",
-                            true);
+  auto m =
+      parse_tool_calls(F::Mistral, "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\"", "", true);
   ASSERT_EQ(m.calls.size(), 1u);
   EXPECT_EQ(m.calls[0].name, "f");
   EXPECT_EQ(m.content.value_or(""), "ok");
   // Hermes: an unfinished region after a complete call is dropped.
-  auto h = parse_tool_calls(F::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n<tool_call>{\"na", "",
-                            true);
+  auto h = parse_tool_calls(F::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n<tool_call>{\"na",
+                            "", true);
   ASSERT_EQ(h.calls.size(), 1u);
   EXPECT_FALSE(h.content) << *h.content;
   // No complete call at all: the text stays content.
