@@ -53,7 +53,7 @@ class CohereModel : public DecoderModel {
     centre_ = backend.upload(c.data(), DType::F32, {h, h});
     load_embedding(w, "model.embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
-    for (int i = 0; i < cfg.num_hidden_layers; ++i) {
+    for (int i = first_layer(); i < end_layer(); ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       CohereLayer& L = layers_[i];
       L.input_norm = BiaslessLayerNorm(w, p + "input_layernorm.weight", h, eps, &centre_);
@@ -77,7 +77,7 @@ class CohereModel : public DecoderModel {
       m.intermediate_size = cfg.intermediate_size;
       L.mlp = GatedMlp(w, layout_, m);
     }
-    final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps, &centre_);
+    if (last_stage()) final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps, &centre_);
     load_lm_head(w, cfg.tie_word_embeddings);
     rope_ = RotaryCache(backend, cfg);
   }

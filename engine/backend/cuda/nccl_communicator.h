@@ -27,6 +27,9 @@ class NcclCommunicator : public Communicator {
 
  private:
   friend std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
+// One communicator per listed GPU (rank r on devices[r]): a pipeline stage's tensor-parallel group.
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices);
+  friend std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices);
   NcclCommunicator(void* comm, int rank, int world_size, int device);
 
   void* comm_ = nullptr;  // ncclComm_t
@@ -43,5 +46,7 @@ int visible_cuda_devices();
 // world_size communicators on devices 0 .. world_size-1 (index = rank), created together in this
 // process (ncclCommInitAll). Throws Error naming --tensor-parallel-size when fewer GPUs are visible.
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
+// One communicator per listed GPU (rank r on devices[r]): a pipeline stage's tensor-parallel group.
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices);
 
 }  // namespace cypris
