@@ -449,7 +449,25 @@ size_t ModelRunner::profile_peak(const ModelConfig& /*cfg*/, const BatchContext&
     r.backend->synchronize();
     r.backend->reset_peak_memory();
   });
-  run_batch(b, nullptr, 1);
+  if (pipeline_parallel_size() == 1) {
+    run_batch(b, nullptr, 1);
+  } else {
+    // Only the profiled stage runs, on a zero hand-off: the peak does not depend on the values, and
+    // a CPU stage beside a GPU one (--gpu-layers) would spend long on a step of this size.
+    const int pp = pipeline_parallel_size();
+    workers_->run([&](int rank) {
+      Rank& r = ranks_[static_cast<size_t>(rank)];
+      if (r.stage != stage) return;
+      StageHandoff in, sink;
+      if (stage > 0) {
+        const DType act = stages_[static_cast<size_t>(stage)].activation_dtype;
+        const std::vector<int64_t> shape = {b.num_tokens(), config().hidden_size};
+        in.hidden = r.backend->zeros(act, shape);
+        in.residual = r.backend->zeros(act, shape);
+      }
+      forward_rank(r, b, stage > 0 ? &in : nullptr, stage + 1 < pp ? &sink : nullptr, nullptr);
+    });
+  }
   size_t peak = 0;
   for_each_rank([&](Rank& r) {
     r.backend->synchronize();
