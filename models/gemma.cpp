@@ -1,8 +1,10 @@
 #include "models/gemma.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
+#include "engine/loader/gguf.h"
 #include "models/layers/attention.h"
 #include "models/layers/common.h"
 #include "models/layers/decoder_model.h"
@@ -139,6 +141,100 @@ class GemmaModel : public DecoderModel {
 std::unique_ptr<Model> create_gemma_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                           const ModelBuildOptions& options) {
   return std::make_unique<GemmaModel>(cfg, weights, backend, options);
+}
+
+}  // namespace cypris
+
+// Gemma's config: tied embeddings by default (Gemma2Config, Gemma3TextConfig), "gelu" meaning the tanh
+// approximation, the softmax scale query_pre_attn_scalar^-0.5, attention and final-logit soft-capping,
+// Gemma 3's RoPE base of the sliding layers; which layers slide. GGUF: llama.cpp's converter stores
+// every norm with the "1 +" folded in and names a layer's four norms attn_norm /
+// post_attention_norm / ffn_norm (pre-feedforward) / post_ffw_norm; the gelu-tanh MLP, Gemma 3's
+// sliding-window pattern and local rope base are fixed by llama.cpp, not in the file.
+namespace cypris {
+namespace {
+
+void read_gemma_config(const ConfigFields& f, ModelConfig& c) {
+  if (f.has("query_pre_attn_scalar")) {
+    c.query_pre_attn_scalar = f.get_double("query_pre_attn_scalar");
+    CYPRIS_CHECK(*c.query_pre_attn_scalar > 0, "{}: query_pre_attn_scalar must be positive", f.source());
+  }
+  c.attn_logit_softcapping = f.get_double("attn_logit_softcapping", 0.0);
+  c.final_logit_softcapping = f.get_double("final_logit_softcapping", 0.0);
+  CYPRIS_CHECK(c.attn_logit_softcapping >= 0 && c.final_logit_softcapping >= 0,
+               "{}: attn_logit_softcapping and final_logit_softcapping must be >= 0 or null", f.source());
+  c.rope_local_base_freq = f.get_opt_double("rope_local_base_freq");
+  CYPRIS_CHECK(!c.rope_local_base_freq || *c.rope_local_base_freq > 0, "{}: rope_local_base_freq must be positive",
+               f.source());
+}
+
+// Gemma 2: the even layers slide.
+void gemma2_sliding_layers(const ConfigFields&, ModelConfig& c, int window) {
+  for (int i = 0; i < c.num_hidden_layers; i += 2) c.layer_sliding_window[i] = window;
+}
+
+// Gemma 3: every sliding_window_pattern-th layer is global, the others slide.
+void gemma3_sliding_layers(const ConfigFields& f, ModelConfig& c, int window) {
+  const int64_t pattern = f.get_int("sliding_window_pattern", 6);
+  CYPRIS_CHECK(pattern > 0, "{}: sliding_window_pattern must be positive", f.source());
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    if ((i + 1) % pattern != 0) c.layer_sliding_window[i] = window;
+  }
+}
+
+constexpr GgufNameMap kGemmaLayerNames[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+};
+
+// The query scale, as llama.cpp derives it (the file leaves query_pre_attn_scalar out):
+// 1/sqrt(head_dim), except for the 27B sizes (46 layers for Gemma 2, 62 for Gemma 3), where it is
+// 1/sqrt(hidden / heads).
+void gemma_query_scalar(nlohmann::json& j, int layers_27b) {
+  const int64_t layers = j.at("num_hidden_layers").get<int64_t>();
+  const int64_t heads = j.at("num_attention_heads").get<int64_t>();
+  const int64_t hidden = j.at("hidden_size").get<int64_t>();
+  j["query_pre_attn_scalar"] = layers == layers_27b    ? hidden / heads
+                               : j.contains("head_dim") ? j.at("head_dim").get<int64_t>()
+                                                        : hidden / heads;
+}
+
+ModelFamily gemma_family(std::string_view name, GgufArchitecture gguf,
+                         void (*sliding)(const ConfigFields&, ModelConfig&, int)) {
+  ModelFamily m;
+  m.name = name;
+  m.tied_embeddings = true;
+  m.gelu_is_tanh = true;
+  m.sliding_layers = sliding;
+  m.read_config = read_gemma_config;
+  gguf.gemma_norms = true;
+  gguf.layer_names = kGemmaLayerNames;
+  m.gguf = {gguf};
+  return m;
+}
+
+}  // namespace
+
+const ModelFamily& gemma2_family() {
+  static const ModelFamily f = [] {
+    GgufArchitecture g{"gemma2", "Gemma2ForCausalLM", "gemma2"};
+    g.fixed_config = R"({"hidden_activation": "gelu_pytorch_tanh"})";
+    g.adjust = [](const GgufModel&, nlohmann::json& j) { gemma_query_scalar(j, 46); };
+    return gemma_family("gemma2", g, gemma2_sliding_layers);
+  }();
+  return f;
+}
+
+const ModelFamily& gemma3_family() {
+  static const ModelFamily f = [] {
+    GgufArchitecture g{"gemma3", "Gemma3ForCausalLM", "gemma3_text"};
+    g.fixed_config =
+        R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window_pattern": 6, "rope_local_base_freq": 10000.0})";
+    g.adjust = [](const GgufModel&, nlohmann::json& j) { gemma_query_scalar(j, 62); };
+    return gemma_family("gemma3", g, gemma3_sliding_layers);
+  }();
+  return f;
 }
 
 }  // namespace cypris

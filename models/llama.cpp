@@ -1,6 +1,7 @@
 #include "models/llama.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
 #include "models/layers/attention.h"
@@ -124,6 +125,37 @@ std::unique_ptr<Model> create_llama_model(const ModelConfig& cfg, const WeightSo
 std::unique_ptr<Model> create_llama_style_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                                 const ModelBuildOptions& options, const LlamaVariant& variant) {
   return std::make_unique<LlamaModel>(cfg, weights, backend, options, variant);
+}
+
+}  // namespace cypris
+
+// Llama and Mistral read config.json with the shared fields only (Mistral's sliding window covers
+// every layer). GGUF: llama.cpp writes Llama, Mistral and Mixtral as "llama", with its rotary row
+// order on q/k; a file with experts is a Mixtral.
+namespace cypris {
+namespace {
+
+void llama_gguf_adjust(const GgufModel&, nlohmann::json& j) {
+  if (!j.contains("num_experts")) return;
+  j["architectures"] = {"MixtralForCausalLM"};
+  j["model_type"] = "mixtral";
+  j["num_local_experts"] = j["num_experts"];
+  j.erase("num_experts");
+}
+
+}  // namespace
+
+const ModelFamily& llama_family() {
+  static const ModelFamily f = [] {
+    ModelFamily m;
+    m.name = "llama";
+    GgufArchitecture g{"llama", "LlamaForCausalLM", "llama", /*qkv_bias=*/false, /*permuted_qk=*/true};
+    g.experts = GgufExperts::Optional;
+    g.adjust = llama_gguf_adjust;
+    m.gguf = {g};
+    return m;
+  }();
+  return f;
 }
 
 }  // namespace cypris

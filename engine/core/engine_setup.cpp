@@ -5,10 +5,11 @@
 #include <regex>
 
 #include "engine/common/error.h"
+#include "engine/config/kv_cache_dtype.h"
+#include "engine/core/distributed_setup.h"
 #include "engine/hub/hub.h"
 #include "engine/loader/gguf.h"
 #include "engine/backend/backend_factory.h"
-#include "engine/runtime/kv_cache_scales.h"
 
 namespace cypris {
 
@@ -91,6 +92,7 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
                "--pipeline-parallel-size {} must be in [1, 1024]", cfg.parallel.pipeline_parallel_size);
   ro.pipeline_stages = static_cast<int>(cfg.parallel.pipeline_parallel_size);
   ro.parallel.world_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
+  ro.mpi = use_mpi_processes(cfg);  // starts MPI and checks the world under --distributed-executor-backend mpi
   if (cfg.device.gpu_layers) {
     CYPRIS_CHECK(*cfg.device.gpu_layers >= -1 && *cfg.device.gpu_layers <= 100000,
                  "--gpu-layers {} must be -1 (auto) or a number of layers", *cfg.device.gpu_layers);

@@ -1,6 +1,7 @@
 #include "engine/runtime/model_runner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,17 +14,17 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/common/phase_timer.h"
+#include "engine/config/kv_cache_dtype.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/loader/gguf.h"
 #include "engine/runtime/memory_profile.h"
 #include "engine/runtime/micro_batches.h"
 #include "engine/runtime/kv_cache_scales.h"
 #include "engine/backend/tp_workers.h"
-#include "engine/runtime/cuda/device_sampler.h"  // no CUDA headers; defined only in CUDA builds
+#include "kernels/cpu/attention.h"  // is_kv_cache_dtype
+#include "engine/backend/mpi_world.h"
+#include "engine/runtime/mpi_worker.h"
 #include "engine/sampling/gpu_sampling.h"
-#if CYPRIS_HAVE_CUDA
-#include "engine/backend/cuda/cuda_backend.h"
-#endif
 #include "models/registry/registry.h"
 
 namespace cypris {
@@ -38,8 +39,16 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   CYPRIS_CHECK(tp >= 1 && tp <= 256, "--tensor-parallel-size {} must be in [1, 256]", tp);
   tp_ = tp;
   const ModelConfig cfg =
-      options.config ? *options.config : load_model_config(options.model_dir, options.load.overrides);
+      options.config ? *options.config : load_model_config(model_families(), options.model_dir, options.load.overrides);
   resolve_architecture(cfg);  // fail before reading any weights
+  tp_ = tp;
+  // MPI: this process is one rank; every process has the same config, or none starts (mpi_worker.h).
+  MpiWorld* world = options.mpi ? &MpiWorld::instance() : nullptr;
+  if (world) {
+    first_rank_ = world->rank();
+    drives_processes_ = world->rank() == 0;
+    check_mpi_layout(*world, tp, cfg, options);
+  }
   if (options.load.load_format != "dummy" && is_gguf_path(options.model_dir)) {
     // Which llama.cpp types the file holds ("Q4_K: 193 tensors, Q6_K: 33, F32: 65").
     const GgufModel gguf(options.model_dir);
@@ -48,6 +57,11 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   check_tensor_parallel(cfg, tp);
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
+  // Pipeline stages run inside one process; an MPI process holds one tensor-parallel rank.
+  CYPRIS_CHECK(!world || (options.pipeline_stages == 1 && options.stage_layers.empty() && !options.gpu_layers),
+               "--pipeline-parallel-size {} / --gpu-layers with --distributed-executor-backend mpi: pipeline stages "
+               "run in one process and are not supported across MPI processes yet",
+               options.pipeline_stages);
   plan_stages(options, cfg);
   startup.mark("config");
   const int pp = pipeline_parallel_size();
@@ -62,28 +76,31 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   }
   for (Stage& st : stages_) {
     // A CPU stage beside a GPU stage (--gpu-layers) keeps the CPU's float16 default cache.
-    const DType fallback = st.device == Device::Cpu && (any_cuda || options.gpu_layers) ? DType::F16 : st.activation_dtype;
+    const DType fallback =
+        st.device == Device::Cpu && (any_cuda || options.gpu_layers) ? DType::F16 : st.activation_dtype;
     st.kv_dtype = options.kv_cache_dtype.value_or(fallback);
-    CYPRIS_CHECK(st.kv_dtype == DType::F32 || st.kv_dtype == DType::F16 || st.kv_dtype == DType::BF16 ||
-                     st.kv_dtype == DType::F8E4M3 || st.kv_dtype == DType::F8E5M2,
-                 "KV cache dtype {} is not one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2",
-                 dtype_name(st.kv_dtype));
+    // What the attention kernels can store (kernels/cpu/attention.h); every --kv-cache-dtype name
+    // parses to one of these (engine/config/kv_cache_dtype.h).
+    CYPRIS_CHECK(is_kv_cache_dtype(st.kv_dtype), "KV cache dtype {} cannot hold a KV cache (--kv-cache-dtype: {})",
+                 dtype_name(st.kv_dtype), fmt::join(kv_cache_dtype_names(), ", "));
     st.kv_block_bytes = cypris::kv_cache_bytes_per_block(cfg, block_size_, tp, st.kv_dtype) *
                         (st.end_layer - st.first_layer) / cfg.num_hidden_layers;
   }
   activation_dtype_ = stages_.front().activation_dtype;
   kv_cache_dtype_ = stages_.front().kv_dtype;
   const Device device = stages_.front().device;
-  ranks_.resize(static_cast<size_t>(pp * tp));
-  for (int r = 0; r < pp * tp; ++r) {
+  // The ranks this process holds: rank s * tp + t of every stage, or its one MPI rank.
+  const int local = world ? 1 : pp * tp;
+  ranks_.resize(static_cast<size_t>(local));
+  for (int r = 0; r < local; ++r) {
     ranks_[static_cast<size_t>(r)].stage = r / tp;
-    ranks_[static_cast<size_t>(r)].tp_rank = r % tp;
+    ranks_[static_cast<size_t>(r)].tp_rank = world ? first_rank_ : r % tp;
   }
   // GPU ranks take GPUs 0, 1, ... in rank order; CPU ranks share the cores (each gets its part of
   // --threads).
   std::vector<int> gpu_of_rank(ranks_.size(), -1);
   int gpus = 0, cpu_ranks = 0;
-  for (int r = 0; r < pp * tp; ++r) {
+  for (int r = 0; r < local; ++r) {
     if (stages_[static_cast<size_t>(r / tp)].device == Device::Cuda) {
       gpu_of_rank[static_cast<size_t>(r)] = gpus++;
     } else {
@@ -92,7 +109,10 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   }
   const int total = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   const int per_rank = std::max(1, total / std::max(1, cpu_ranks));
-  if (pp * tp == 1) {
+  if (world && tp > 1) {
+    process_comm_ = world->make_communicator(device, world->local_rank());
+    build_rank(options, cfg, 0, options.threads, 0);
+  } else if (local == 1) {
     build_rank(options, cfg, 0, options.threads, 0);
   } else {
     if (pp == 1) {
@@ -128,6 +148,8 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   kv_block_bytes_ = 0;
   for (const Stage& st : stages_) kv_block_bytes_ += st.kv_block_bytes;
   size_kv_cache(options, cfg);
+  // Every process holds the same blocks: the fewest any of them has room for (GPUs may differ).
+  if (world) num_blocks_ = world->all_reduce_min(num_blocks_);
   startup.mark("memory profile");
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
   startup.mark("KV cache");
@@ -155,6 +177,8 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     LOG_WARN("--quantization-param-path {} has no effect without an fp8 --kv-cache-dtype",
              options.quantization_param_path);
   }
+  if (world && !drives_processes_) serve_mpi_worker(*this);  // never returns
+  if (world) world->mark_serving();
 }
 
 void ModelRunner::plan_stages(const ModelRunnerOptions& options, const ModelConfig& cfg) {
@@ -233,7 +257,7 @@ int ModelRunner::auto_gpu_layers(const ModelRunnerOptions& options, const ModelC
                           static_cast<double>(cfg.shared_expert_intermediate_size));
   }
   double bytes_per_weight = static_cast<double>(dtype_size(weight_dtype_));
-  auto weights = open_weight_source(options.model_dir, cfg, options.load);
+  auto weights = open_weight_source(model_families(), options.model_dir, cfg, options.load);
   for (const char* name : {"model.layers.0.mlp.down_proj.weight", "layers.0.mlp.down_proj.weight"}) {
     if (auto native = weights->native_dtype(name)) {
       const DTypeBlock blk = dtype_block(*native);
@@ -297,11 +321,17 @@ void ModelRunner::size_kv_cache(const ModelRunnerOptions& options, const ModelCo
 }
 
 ModelRunner::~ModelRunner() {
+  if (drives_processes_) {
+    try {
+      MpiWorld::instance().send_stop();  // the other processes leave their step loop and exit
+    } catch (const std::exception& e) {
+      LOG_ERROR("stopping the other MPI processes: {}", e.what());
+    }
+  }
   if (!workers_) return;
   // Each rank frees its shard on its own thread (a GPU rank's memory belongs to its device).
   try {
     workers_->run([&](int rank) {
-      if (rank == pipeline_parallel_size() * tp_ - tp_) device_sampler_.reset();  // on the logits rank's device
       ranks_[static_cast<size_t>(rank)] = Rank{};
     });
   } catch (const std::exception& e) {
@@ -316,12 +346,12 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   BackendOptions bo;
   bo.device = st.device == Device::Cuda ? "cuda" : "cpu";
   bo.threads = threads;
-  bo.cuda_device = std::max(0, gpu);
+  bo.cuda_device = process_comm_ ? MpiWorld::instance().local_rank() : std::max(0, gpu);
   bo.cuda_fp32_gemm = options.cuda_fp32_gemm;
   bo.cuda_activation_dtype = st.activation_dtype;
   r.backend = make_backend(bo);
   // Each rank opens the checkpoint itself and reads only its slices.
-  auto weights = open_weight_source(options.model_dir, cfg, options.load);
+  auto weights = open_weight_source(model_families(), options.model_dir, cfg, options.load);
   // fp8 cache scales first: a bad --quantization-param-path fails before the weights are read.
   ResolvedKvScales scales =
       resolve_kv_cache_scales(st.kv_dtype, options.load.load_format == "dummy" ? nullptr : weights.get(),
@@ -330,8 +360,8 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   if (rank == 0) kv_scales_source_ = std::move(scales.source);
   ModelBuildOptions build;
   build.weight_dtype = weight_dtype_;
-  build.parallel = {r.tp_rank, tp_};
-  build.comm = workers_ && tp_ > 1 ? &workers_->comm(rank) : nullptr;
+  build.parallel = {r.tp_rank, tp_};  // under MPI, this process's rank
+  build.comm = workers_ && tp_ > 1 ? &workers_->comm(rank) : process_comm_.get();
   build.first_layer = st.first_layer;
   build.last_layer = st.end_layer;
   r.model = build_model(cfg, *weights, *r.backend, build);
@@ -515,8 +545,9 @@ StepLogits ModelRunner::execute_step(const BatchContext& b) {
   b.validate(num_blocks_, block_size_);
   bool any_device = false;
   for (const Stage& st : stages_) any_device = any_device || st.device != Device::Cpu;
-  if (any_device) {
-    // Device kernels cannot throw: check on the host what the CPU kernels check as they go.
+  if (any_device || drives_processes_) {
+    // Device kernels cannot throw: check on the host what the CPU kernels check as they go (and
+    // before the other processes get the batch: a rank that fails alone would leave them behind).
     const int64_t vocab = config().vocab_size;
     const int64_t max_pos = config().max_model_len;
     for (int64_t t = 0; t < b.num_tokens(); ++t) {
@@ -527,13 +558,26 @@ StepLogits ModelRunner::execute_step(const BatchContext& b) {
                    max_pos);
     }
   }
+  if (drives_processes_) send_to_mpi_workers(StepMessage::kExecute, encode_batch(b));
   StepLogits out;
   if (!debug_hook_ && is_graph_eligible(b, graph_policy_)) {
     out.view = ranks_.front().graphs->replay(b);  // the graph's buffer: valid until the next replay
     return out;
   }
-  // A debug hook reads the stages' intermediates one stage after the other.
-  run_batch(b, &out, debug_hook_ ? 1 : micro_batches_);
+  if (drives_processes_) {
+    try {
+      run_batch(b, &out, 1);
+    } catch (const Error& e) {
+      // The other processes ran (or wait in) this step's collectives: they cannot be brought back in
+      // step with this one, so the job ends (in-flight requests get this error).
+      MpiWorld& world = MpiWorld::instance();
+      if (!world.failed()) world.fail(fmt::format("process 0 failed a step the others ran: {}", e.what()));
+      throw;
+    }
+  } else {
+    // A debug hook reads the stages' intermediates one stage after the other.
+    run_batch(b, &out, debug_hook_ ? 1 : micro_batches_);
+  }
   return out;
 }
 
@@ -742,7 +786,6 @@ bool ModelRunner::can_sample_on_device() const {
 
 std::vector<SampleOutput> ModelRunner::sample_on_device(const StepLogits& logits, int64_t first_row,
                                                         std::span<const SamplerRow> rows, int max_log_probs) {
-#if CYPRIS_HAVE_CUDA
   CYPRIS_CHECK(can_sample_on_device(), "GPU sampling needs a CUDA backend");
   const int64_t n = static_cast<int64_t>(rows.size());
   CYPRIS_CHECK(first_row >= 0 && first_row + n <= logits.rows(), "GPU sampling: rows [{}, {}) of {} logits rows",
@@ -754,18 +797,11 @@ std::vector<SampleOutput> ModelRunner::sample_on_device(const StepLogits& logits
   view.device_index = t.device_index;
   if (row_stride(t) != logits.vocab()) view.strides = {row_stride(t), 1};
   GpuSamplingOutputs res;
-  on_logits_rank([&] {
-    if (!device_sampler_) {
-      device_sampler_ = std::make_unique<DeviceSampler>(static_cast<CudaBackend&>(*logits_rank().backend));
-    }
-    res = device_sampler_->run(view, in);
-  });
+  res.resize(in.rows(), in.max_top);
+  // The logits are the logits rank's (StepLogits: the last stage's rank 0); its backend samples them
+  // (Backend::sample_rows).
+  on_logits_rank([&] { logits_rank().backend->sample_rows(view, in.host_batch(nullptr, 0, 0), res.results()); });
   return finish_gpu_sampling(rows, in, res);
-#else
-  (void)logits;
-  (void)first_row;
-  CYPRIS_FAIL("GPU sampling: this build has no CUDA backend ({} rows)", rows.size());
-#endif
 }
 
 }  // namespace cypris

@@ -27,7 +27,7 @@
 namespace cypris {
 
 class TpWorkers;
-class DeviceSampler;
+class Communicator;
 struct SampleOutput;
 struct SamplerRow;
 
@@ -58,6 +58,11 @@ struct ModelRunnerOptions {
   // Micro-batches a step is cut into when there are several stages (at most one per sequence):
   // 0 = one per stage; 1 = none (the stages take turns).
   int micro_batches = 0;
+  // The tensor-parallel ranks are the processes of the MPI world (--distributed-executor-backend mpi,
+  // one rank per process; mpi_worker.h): process 0 returns from the constructor and drives the
+  // others, which never return from it (they serve steps until process 0 stops them, then exit).
+  // --threads is then per process. Pipeline stages run in one process only (not with mpi).
+  bool mpi = false;
   std::string device = "cpu";   // auto | cuda | cpu (backend_factory.h)
   bool cuda_fp32_gemm = false;  // CUDA: fp32 GEMMs for 16-bit weights (CPU numerics; for tests)
   // CUDA with num_blocks == 0: the KV cache takes what is left of this fraction of device memory
@@ -71,8 +76,8 @@ struct ModelRunnerOptions {
   bool enforce_eager = true;
   int64_t max_seq_len_to_capture = 8192;
   // KV cache element type: F32, F16, BF16, or F8E4M3 / F8E5M2 (parse_kv_cache_dtype in
-  // kv_cache_scales.h); nullopt ("auto") = the activation dtype. --quantization-param-path for the
-  // fp8 scales ("" = none).
+  // engine/config/kv_cache_dtype.h); nullopt ("auto") = the activation dtype.
+  // --quantization-param-path for the fp8 scales ("" = none).
   std::optional<DType> kv_cache_dtype;
   std::string quantization_param_path;
 };
@@ -215,11 +220,16 @@ class ModelRunner {
   void on_logits_rank(const std::function<void()>& fn);
 
   std::vector<Stage> stages_;
-  int tp_ = 1;
   int micro_batches_ = 1;
   double pipeline_seconds_ = 0;
+  // MPI: this process's tensor-parallel rank (first_rank_) and its communicator to the other
+  // processes; drives_processes_ on process 0, which sends every step and block move to the others.
+  std::unique_ptr<Communicator> process_comm_;  // outlives the ranks' models
+  int tp_ = 1;
+  int first_rank_ = 0;
+  bool drives_processes_ = false;
   std::vector<Rank> ranks_;
-  std::unique_ptr<TpWorkers> workers_;  // null with one rank
+  std::unique_ptr<TpWorkers> workers_;  // null with one rank in this process (also under MPI)
   DType weight_dtype_ = DType::F32;
   int block_size_ = 16;
   DType kv_cache_dtype_ = DType::F32;
@@ -230,8 +240,6 @@ class ModelRunner {
   int64_t num_swap_blocks_ = 0;
   DecodeGraphPolicy graph_policy_;  // enforce_eager unless graphs are in use
   bool debug_hook_ = false;         // a hook reads intermediates: graphs cannot replay
-  // GPU sampling scratch, made on first use. Declared last: destroyed before the ranks.
-  std::unique_ptr<DeviceSampler> device_sampler_;
 };
 
 }  // namespace cypris

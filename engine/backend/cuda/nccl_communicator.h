@@ -2,6 +2,7 @@
 // (device ordinals as CUDA_VISIBLE_DEVICES presents them). Compiled only in the CUDA build.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -27,9 +28,9 @@ class NcclCommunicator : public Communicator {
 
  private:
   friend std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
-// One communicator per listed GPU (rank r on devices[r]): a pipeline stage's tensor-parallel group.
-std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices);
   friend std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices);
+  friend std::unique_ptr<NcclCommunicator> make_nccl_communicator_rank(const std::array<char, 128>& unique_id,
+                                                                      int rank, int world_size, int device);
   NcclCommunicator(void* comm, int rank, int world_size, int device);
 
   void* comm_ = nullptr;  // ncclComm_t
@@ -48,5 +49,15 @@ int visible_cuda_devices();
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
 // One communicator per listed GPU (rank r on devices[r]): a pipeline stage's tensor-parallel group.
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices);
+
+// NCCL's unique id (ncclUniqueId, 128 bytes): made once by rank 0 of a world spanning processes and
+// sent to the others (over MPI, mpi_world.cpp).
+using NcclUniqueIdBytes = std::array<char, 128>;
+NcclUniqueIdBytes make_nccl_unique_id();
+// This process's communicator in such a world: rank `rank` of world_size on GPU `device`
+// (ncclCommInitRank; every rank must call it with the same id). Makes `device` the calling thread's
+// current device.
+std::unique_ptr<NcclCommunicator> make_nccl_communicator_rank(const NcclUniqueIdBytes& unique_id, int rank,
+                                                              int world_size, int device);
 
 }  // namespace cypris
