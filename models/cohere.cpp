@@ -48,7 +48,7 @@ class CohereModel : public DecoderModel {
     const float eps = static_cast<float>(cfg.layer_norm_eps);
     load_embedding(w, "model.embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
-    for (int i = 0; i < cfg.num_hidden_layers; ++i) {
+    for (int i = first_layer(); i < end_layer(); ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       CohereLayer& L = layers_[i];
       L.input_norm = BiaslessLayerNorm(w, p + "input_layernorm.weight", h, eps);
@@ -72,7 +72,7 @@ class CohereModel : public DecoderModel {
       m.intermediate_size = cfg.intermediate_size;
       L.mlp = GatedMlp(w, layout_, m);
     }
-    final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps);
+    if (last_stage()) final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps);
     load_lm_head(w, cfg.tie_word_embeddings);
     rope_ = RotaryCache(backend, cfg);
   }

@@ -49,7 +49,7 @@ class GemmaModel : public DecoderModel {
     const float scale = static_cast<float>(1.0 / std::sqrt(cfg.query_pre_attn_scalar.value_or(256.0)));
     load_embedding(w, p0 + "embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
-    for (int i = 0; i < cfg.num_hidden_layers; ++i) {
+    for (int i = first_layer(); i < end_layer(); ++i) {
       const std::string p = p0 + "layers." + std::to_string(i) + ".";
       GemmaLayer& L = layers_[i];
       // Gemma's RMSNorm multiplies by (1 + w): the 1 is added once here.
@@ -77,7 +77,7 @@ class GemmaModel : public DecoderModel {
       m.act = Activation::GeluTanh;
       L.mlp = GatedMlp(w, layout_, m);
     }
-    final_norm_ = RmsNorm(w, p0 + "norm.weight", h, eps, 1.0f);
+    if (last_stage()) final_norm_ = RmsNorm(w, p0 + "norm.weight", h, eps, 1.0f);
     load_lm_head(w, /*tied=*/true);
     rope_global_ = RotaryCache(backend, cfg);
     if (gemma3_) {

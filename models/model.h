@@ -22,12 +22,25 @@ struct KvCacheLayer {
   KvCacheScales scales;
 };
 
+// What one pipeline stage hands the next: the residual stream after its last layer, and the
+// hidden state of that layer not yet added into it (a family whose layers add their own branches
+// ignores it). Each [num_tokens, hidden] in the producing backend's activation dtype.
+struct StageHandoff {
+  DeviceTensor hidden;
+  DeviceTensor residual;
+};
+
 // The batch on the backend's device.
 struct ForwardInputs {
   Tensor token_ids;       // I32 [num_tokens]
   Tensor positions;       // I32 [num_tokens]
   Tensor logits_indices;  // I32 [num_logits]
   AttentionMetadata attn;
+  // Pipeline stages (ModelBuildOptions::first_layer / last_layer): a stage after the first reads
+  // its input from stage_in instead of embedding token_ids; a stage before the last writes its
+  // output into stage_out and returns no logits.
+  const StageHandoff* stage_in = nullptr;
+  StageHandoff* stage_out = nullptr;
 };
 
 // Called with each named intermediate ("embed", "layers.3.q_rot", "logits", ...) when set, so a
@@ -55,19 +68,25 @@ struct ModelBuildOptions {
   // Joins this rank to the others (all-reduce after row-parallel layers, vocab-parallel
   // embedding and LM head). Required when parallel.world_size > 1; must outlive the model.
   Communicator* comm = nullptr;
+  // Pipeline stage: this model holds and runs decoder layers [first_layer, last_layer) only
+  // (last_layer -1: to the end); the first stage also the embedding, the last the final norm and
+  // LM head (and the embedding when the head is tied to it).
+  int first_layer = 0;
+  int last_layer = -1;
 };
 
 class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
-  virtual int num_layers() const = 0;
+  virtual int num_layers() const = 0;  // decoder layers this model holds (its pipeline stage's)
   virtual int num_kv_heads() const = 0;  // on this rank
   virtual int head_dim() const = 0;
   // False when a forward pass reads device data on the host (the mixture-of-experts router routes on
   // the CPU), which a CUDA graph cannot capture: such a model always runs eagerly.
   virtual bool graph_capturable() const { return true; }
-  // Returns logits F32 [num_logits, vocab].
+  // Returns logits F32 [num_logits, vocab]; a stage before the last fills in.stage_out and returns
+  // an empty tensor. kv_cache holds one entry per layer of this model (num_layers()).
   virtual DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv_cache) = 0;
   void set_debug_hook(DebugHook hook) { hook_ = std::move(hook); }
 

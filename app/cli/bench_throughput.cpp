@@ -152,6 +152,15 @@ int bench(const Args& args) {
   row("outside steps (client loop)", secs - in_steps);
   std::printf("| steps | %lld (%lld decode-only) | |\n", static_cast<long long>(sp.steps),
               static_cast<long long>(sp.decode_steps));
+  if (!sp.stages.empty()) {
+    // How busy each pipeline stage kept its device while the forward passes ran.
+    std::printf("\n| pipeline stage | busy seconds | utilisation |\n|---|---|---|\n");
+    for (size_t s = 0; s < sp.stages.size(); ++s) {
+      std::printf("| %zu: %s | %.2f | %.0f%% |\n", s, sp.stages[s].first.c_str(), sp.stages[s].second,
+                  sp.pipeline > 0 ? 100.0 * sp.stages[s].second / sp.pipeline : 0.0);
+    }
+    std::printf("| forward passes (wall) | %.2f | |\n", sp.pipeline);
+  }
   return 0;
 }
 

@@ -49,8 +49,9 @@ TpWorkers::TpWorkers(std::vector<std::unique_ptr<Communicator>> comms, std::func
       init_errors_(comms_.size()) {
   CYPRIS_CHECK(!comms_.empty(), "tensor parallel workers need at least one rank");
   for (int r = 0; r < world_size(); ++r) {
-    CYPRIS_CHECK(comms_[r]->rank() == r && comms_[r]->world_size() == world_size(), "communicator {} has rank {} of {}",
-                 r, comms_[r]->rank(), comms_[r]->world_size());
+    const int group = comms_[r]->world_size();
+    CYPRIS_CHECK(group >= 1 && world_size() % group == 0 && comms_[r]->rank() == r % group,
+                 "communicator {} has rank {} of {}", r, comms_[r]->rank(), group);
   }
   for (int r = 0; r < world_size(); ++r) threads_.emplace_back([this, r] { loop(r); });
 }
@@ -82,6 +83,11 @@ void TpWorkers::run(const std::function<void(int)>& fn) {
   work_cv_.notify_all();
   done_cv_.wait(lock, [&] { return pending_ == 0; });
   job_ = nullptr;
+  {
+    std::lock_guard barrier_lock(barrier_mu_);
+    barrier_arrived_ = 0;
+    barrier_aborted_ = false;
+  }
   if (first_error_) {
     // Every rank has left its collectives: the group can be re-armed for the next step.
     if (on_reset_) on_reset_();
@@ -123,10 +129,33 @@ void TpWorkers::loop(int rank) {
       }
       // Outside the lock: ranks blocked in a collective must wake up and fail too.
       if (first && on_abort_) on_abort_();
+      if (first) abort_barrier();
     }
     std::lock_guard lock(mu_);
     if (--pending_ == 0) done_cv_.notify_all();
   }
+}
+
+void TpWorkers::barrier_all() {
+  std::unique_lock lock(barrier_mu_);
+  CYPRIS_CHECK(!barrier_aborted_, "pipeline barrier: another rank failed");
+  const uint64_t gen = barrier_generation_;
+  if (++barrier_arrived_ == world_size()) {
+    barrier_arrived_ = 0;
+    ++barrier_generation_;
+    barrier_cv_.notify_all();
+    return;
+  }
+  barrier_cv_.wait(lock, [&] { return barrier_generation_ != gen || barrier_aborted_; });
+  CYPRIS_CHECK(barrier_generation_ != gen, "pipeline barrier: another rank failed");
+}
+
+void TpWorkers::abort_barrier() {
+  {
+    std::lock_guard lock(barrier_mu_);
+    barrier_aborted_ = true;
+  }
+  barrier_cv_.notify_all();
 }
 
 std::unique_ptr<TpWorkers> make_tp_workers(Device device, int world_size) {
@@ -145,6 +174,54 @@ std::unique_ptr<TpWorkers> make_tp_workers(Device device, int world_size) {
 #else
   CYPRIS_FAIL("--tensor-parallel-size {} on GPUs needs the CUDA build", world_size);
 #endif
+}
+
+std::unique_ptr<TpWorkers> make_pipeline_workers(const std::vector<Device>& stage_devices, int tp,
+                                                 const std::vector<int>& gpu_of_rank) {
+  CYPRIS_CHECK(!stage_devices.empty() && tp >= 1, "pipeline workers: {} stages of {} ranks", stage_devices.size(), tp);
+  CYPRIS_CHECK(gpu_of_rank.size() == stage_devices.size() * static_cast<size_t>(tp),
+               "pipeline workers: {} GPU ids for {} ranks", gpu_of_rank.size(), stage_devices.size() * tp);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  std::vector<std::shared_ptr<CpuCommGroup>> groups;
+  for (size_t s = 0; s < stage_devices.size(); ++s) {
+    if (stage_devices[s] == Device::Cuda && tp > 1) {
+#ifdef CYPRIS_HAVE_CUDA
+      std::vector<int> devices(gpu_of_rank.begin() + static_cast<ptrdiff_t>(s * tp),
+                               gpu_of_rank.begin() + static_cast<ptrdiff_t>((s + 1) * tp));
+      for (auto& c : make_nccl_communicators(devices)) comms.push_back(std::move(c));
+      continue;
+#else
+      CYPRIS_FAIL("pipeline stage {} on GPUs needs the CUDA build", s);
+#endif
+    }
+    // CPU ranks, or a GPU stage of one rank (no collectives): an in-process group.
+    std::shared_ptr<CpuCommGroup> group;
+    for (auto& c : make_cpu_communicators(tp, &group)) comms.push_back(std::move(c));
+    groups.push_back(group);
+  }
+  auto abort = [groups] {
+    for (auto& g : groups) g->abort();
+  };
+  auto reset = [groups] {
+    for (auto& g : groups) g->reset();
+  };
+  std::function<void(int)> init;
+  bool any_gpu = false;
+  for (Device d : stage_devices) any_gpu = any_gpu || d == Device::Cuda;
+  if (any_gpu) {
+#ifdef CYPRIS_HAVE_CUDA
+    init = [stage_devices, tp, gpu_of_rank](int rank) {
+      if (stage_devices[static_cast<size_t>(rank / tp)] != Device::Cuda) return;
+      const int gpu = gpu_of_rank[static_cast<size_t>(rank)];
+      const cudaError_t e = cudaSetDevice(gpu);
+      CYPRIS_CHECK(e == cudaSuccess, "pipeline rank {}: cudaSetDevice({}) failed: {}", rank, gpu,
+                   cudaGetErrorString(e));
+    };
+#else
+    CYPRIS_FAIL("pipeline stages on GPUs need the CUDA build");
+#endif
+  }
+  return std::make_unique<TpWorkers>(std::move(comms), std::move(abort), std::move(reset), std::move(init));
 }
 
 }  // namespace cypris

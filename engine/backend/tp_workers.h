@@ -1,6 +1,8 @@
 // Tensor-parallel rank workers: one thread per rank of one process, each running the same step on
 // its own shard (backend, model slice, KV-cache slice) and meeting the others in the
-// communicator's collectives. Also the start-up checks of a tensor-parallel layout.
+// communicator's collectives. With pipeline stages, rank s * tp + t is tensor-parallel rank t of
+// stage s: the ranks of a stage share a communicator group, and all ranks meet at barrier_all()
+// between the pipeline's ticks. Also the start-up checks of a tensor-parallel layout.
 #pragma once
 
 #include <condition_variable>
@@ -30,7 +32,8 @@ int first_kv_head(int num_kv_heads, int rank, int tp);
 
 class TpWorkers {
  public:
-  // One thread per communicator (comms[r] has rank r). on_abort wakes ranks blocked in a
+  // One thread per communicator (comms[r] has rank r % its group's size: one group, or one per
+  // pipeline stage of equal size). on_abort wakes ranks blocked in a
   // collective when another rank failed; on_reset re-arms the group after such a step (either may
   // be empty). thread_init(rank) runs first on each rank's thread (a GPU rank selects its device
   // there, so everything the rank creates later lives on it).
@@ -50,8 +53,13 @@ class TpWorkers {
   // is usable again for the next call. Not reentrant: one caller at a time.
   void run(const std::function<void(int rank)>& fn);
 
+  // Inside run(): waits until every rank of the workers (all stages) arrived. Throws Error when a
+  // rank failed during this run, so no rank waits forever.
+  void barrier_all();
+
  private:
   void loop(int rank);
+  void abort_barrier();
 
   std::vector<std::unique_ptr<Communicator>> comms_;
   std::function<void()> on_abort_, on_reset_;
@@ -65,11 +73,22 @@ class TpWorkers {
   int pending_ = 0;
   bool stop_ = false;
   std::exception_ptr first_error_;
+  std::mutex barrier_mu_;
+  std::condition_variable barrier_cv_;
+  int barrier_arrived_ = 0;
+  uint64_t barrier_generation_ = 0;
+  bool barrier_aborted_ = false;
 };
 
 // The workers for world_size ranks on `device`: in-process CpuCommunicators for CPU ranks; in the
 // CUDA build, NCCL communicators on GPUs 0 .. world_size-1 with each thread bound to its GPU
 // (throws Error naming --tensor-parallel-size when fewer GPUs are visible).
 std::unique_ptr<TpWorkers> make_tp_workers(Device device, int world_size);
+
+// The workers of pipeline stages: stage_devices.size() stages of tp ranks each, rank s * tp + t on
+// stage_devices[s]. CPU stages join their ranks by in-process communicators; GPU stages by NCCL
+// over the GPUs gpu_of_rank[r] (one per rank of the stage, the thread bound to it).
+std::unique_ptr<TpWorkers> make_pipeline_workers(const std::vector<Device>& stage_devices, int tp,
+                                                 const std::vector<int>& gpu_of_rank);
 
 }  // namespace cypris

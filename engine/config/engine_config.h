@@ -96,6 +96,7 @@ struct SchedulerOptions {
 struct DeviceOptions {
   std::string device = "auto";
   std::optional<int64_t> threads;  // CPU backend worker threads; default: all cores
+  std::optional<int64_t> gpu_layers;  // --gpu-layers: first N layers on the GPU, the rest on the CPU; -1 = auto
 };
 
 struct SpeculativeOptions {

@@ -205,10 +205,11 @@ std::vector<OptionSpec> build_table() {
           .alias("-tp")
           .range(1, 256));
   add(Opt("pipeline-parallel-size", bind_field(FIELD(parallel.pipeline_parallel_size)), "SIZE",
-          "The number of pipeline stages to use for loading the model.")
+          "The number of pipeline stages to use for loading the model: stage s holds layers [s L/P, (s+1) L/P) "
+          "and their KV cache, on its own --tensor-parallel-size ranks (in this process: CPU ranks, or one GPU "
+          "per rank); a step's sequences go through the stages in micro-batches, so the stages work at once.")
           .alias("-pp")
-          .range(1, std::nullopt)
-          .not_yet("pipeline parallelism (-pp > 1)"));
+          .range(1, 1024));
   add(Opt("ray-workers-use-nsight", bind_field(FIELD(parallel.ray_workers_use_nsight)), "",
           "Use nsight for profiling Ray workers.")
           .no_effect(kRay + "; run nsys on the cypris process"));
@@ -293,7 +294,8 @@ std::vector<OptionSpec> build_table() {
   add(Opt("cpu-offload-gb", bind_field(FIELD(cache.cpu_offload_gb)), "GIB",
           "Space in GiB per GPU to offload weights to the CPU.")
           .range(0, std::nullopt)
-          .not_yet("weight offloading to the CPU"));
+          .not_yet("streaming offloaded weights to the GPU (--gpu-layers N runs the layers past N on the CPU "
+                   "instead)"));
   add(Opt("cpu-kvcache-space", bind_field(FIELD(cache.cpu_kvcache_space)), "GIB",
           "KV cache size in GiB when the engine runs on the CPU device.")
           .range(0, std::nullopt, true));
@@ -362,6 +364,14 @@ std::vector<OptionSpec> build_table() {
   add(Opt("threads", bind_field(FIELD(device.threads)), "NUM",
           "Worker threads of the CPU backend. Defaults to the number of cores.")
           .range(1, 1024));
+  add(Opt("gpu-layers", bind_field(FIELD(device.gpu_layers)), "N",
+          "Put the first N decoder layers and their KV cache on the GPU and the rest, with the LM head, on the CPU: "
+          "two pipeline stages in one process (KoboldCpp's --gpulayers, llama.cpp's -ngl). -1 or \"auto\": as "
+          "many as fit in --gpu-memory-utilization beside a KV cache of --max-model-len tokens (0 without a GPU). "
+          "Unset: the whole model on --device.")
+          .alias("--gpulayers")
+          .alias("-ngl")
+          .range(-1, std::nullopt));
   add(Opt("override-neuron-config", bind_field(FIELD(parallel.override_neuron_config)), "JSON",
           "Overrides for the AWS Neuron device configuration (JSON).")
           .json()

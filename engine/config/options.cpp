@@ -304,6 +304,8 @@ json parse_option_text(const OptionSpec& s, const std::string& text, const std::
       return b;
     }
     case OptionType::Int: {
+      // An integer option whose range starts at -1 uses it for "auto" (--gpu-layers auto).
+      if (text == "auto" && s.min && *s.min == -1.0) return int64_t{-1};
       char* end = nullptr;
       errno = 0;
       long long v = std::strtoll(text.c_str(), &end, 10);

@@ -259,6 +259,14 @@ std::vector<SampleOutput> Engine::execute_and_sample(const BatchContext& batch, 
   if (profile_sync_) runner_->synchronize();
   const auto t1 = std::chrono::steady_clock::now();
   profile_.execute += seconds_between(t0, t1);
+  if (runner_->pipeline_parallel_size() > 1) {
+    profile_.stages.clear();
+    for (const StageStats& st : runner_->stage_stats()) {
+      profile_.stages.emplace_back(fmt::format("layers [{}, {}) on {}", st.first_layer, st.end_layer, st.device),
+                                   st.busy_seconds);
+    }
+    profile_.pipeline = runner_->pipeline_seconds();
+  }
   // The GPU sampler's rows come first; the others are downloaded (CPU-sampled, beam, prompt rows).
   std::vector<SampleOutput> samples;
   if (!rows.device.empty()) samples = runner_->sample_on_device(logits, 0, rows.device, max_lp);

@@ -48,6 +48,11 @@ struct StepProfile {
   double execute = 0;        // ModelRunner::execute_step
   double sample = 0;         // GPU and CPU sampling, logits downloads
   double update = 0;         // stop checks, scheduler update, outputs to the streams
+  // With pipeline stages (-pp, --gpu-layers): each stage ("layers [0, 3) on cpu") and the seconds it
+  // spent running its micro-batches; `pipeline` is the wall time of those forward passes, so
+  // busy / pipeline is the stage's utilisation.
+  std::vector<std::pair<std::string, double>> stages;
+  double pipeline = 0;
 };
 
 class Engine {

@@ -87,17 +87,29 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   ro.load.ignore_patterns = mo.ignore_patterns;
   ro.threads = static_cast<int>(cfg.device.threads.value_or(0));
   ro.block_size = static_cast<int>(cfg.cache.block_size);
-  CYPRIS_CHECK(cfg.parallel.pipeline_parallel_size == 1,
-               "--pipeline-parallel-size {}: pipeline parallelism is not supported yet in Cypris (see "
-               "docs/distributed.md)",
-               cfg.parallel.pipeline_parallel_size);
+  // Pipeline stages in this process (docs/distributed.md); the runner checks them against the model.
+  CYPRIS_CHECK(cfg.parallel.pipeline_parallel_size >= 1 && cfg.parallel.pipeline_parallel_size <= 1024,
+               "--pipeline-parallel-size {} must be in [1, 1024]", cfg.parallel.pipeline_parallel_size);
+  ro.pipeline_stages = static_cast<int>(cfg.parallel.pipeline_parallel_size);
   ro.parallel.world_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
   ro.mpi = use_mpi_processes(cfg);  // starts MPI and checks the world under --distributed-executor-backend mpi
+  if (cfg.device.gpu_layers) {
+    CYPRIS_CHECK(*cfg.device.gpu_layers >= -1 && *cfg.device.gpu_layers <= 100000,
+                 "--gpu-layers {} must be -1 (auto) or a number of layers", *cfg.device.gpu_layers);
+    CYPRIS_CHECK(cfg.device.device == "auto" || cfg.device.device == "cuda",
+                 "--gpu-layers splits the model between the GPU and the CPU; it needs --device auto or cuda, not {}",
+                 cfg.device.device);
+    ro.gpu_layers = static_cast<int>(*cfg.device.gpu_layers);
+  }
+  // With --gpu-layers the runner places each stage itself (the GPU part needs a GPU only when it
+  // gets layers).
   ro.device = resolve_device(cfg.device.device);
   // The KV cache: the runner sizes it for every device (model_runner.h, num_blocks).
   ro.num_blocks = cfg.cache.num_gpu_blocks_override.value_or(0);
   ro.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
-  if (ro.device == "cpu") ro.cpu_kv_cache_bytes = cfg.cache.cpu_kvcache_space * 1024.0 * 1024.0 * 1024.0;
+  if (ro.device == "cpu" || ro.gpu_layers) {
+    ro.cpu_kv_cache_bytes = cfg.cache.cpu_kvcache_space * 1024.0 * 1024.0 * 1024.0;
+  }
   ro.max_num_seqs = cfg.scheduler.max_num_seqs;
   // Decode CUDA graphs are captured once the cache exists (model_runner.cpp, decode_graphs.h).
   ro.enforce_eager = mo.enforce_eager;
@@ -105,7 +117,7 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   ro.kv_cache_dtype = parse_kv_cache_dtype(cfg.quant.kv_cache_dtype);
   // "auto" on the CPU: a float16 cache, as llama.cpp's default: half the bytes of float32 per token
   // (twice the context in --cpu-kvcache-space, half the reads per decoded token at long contexts).
-  if (!ro.kv_cache_dtype && ro.device == "cpu") ro.kv_cache_dtype = DType::F16;
+  if (!ro.kv_cache_dtype && ro.device == "cpu" && !ro.gpu_layers) ro.kv_cache_dtype = DType::F16;
   ro.quantization_param_path = cfg.quant.quantization_param_path.value_or("");
   return ro;
 }

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <string_view>
 #include <thread>
@@ -16,6 +18,7 @@
 #include "engine/backend/backend_factory.h"
 #include "engine/loader/gguf.h"
 #include "engine/runtime/memory_profile.h"
+#include "engine/runtime/micro_batches.h"
 #include "engine/runtime/kv_cache_scales.h"
 #include "engine/backend/tp_workers.h"
 #include "kernels/cpu/attention.h"  // is_kv_cache_dtype
@@ -34,6 +37,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   // shapes in check_tensor_parallel, the GPU count where the communicators are made.
   const int tp = options.parallel.world_size;
   CYPRIS_CHECK(tp >= 1 && tp <= 256, "--tensor-parallel-size {} must be in [1, 256]", tp);
+  tp_ = tp;
   const ModelConfig cfg =
       options.config ? *options.config : load_model_config(model_families(), options.model_dir, options.load.overrides);
   resolve_architecture(cfg);  // fail before reading any weights
@@ -51,38 +55,81 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     LOG_INFO("GGUF v{} {}: {}", gguf.main().version(), gguf.describe(), gguf_type_mix(gguf));
   }
   check_tensor_parallel(cfg, tp);
-  startup.mark("config");
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
-  ranks_.resize(world ? 1 : static_cast<size_t>(tp));
-  const Device device = resolve_device(options.device) == "cuda" ? Device::Cuda : Device::Cpu;
-  // Activations in the model dtype on a GPU (fp32 accumulation inside the kernels, as vLLM); the
-  // CPU backend and the fp32-GEMM equivalence mode keep fp32.
-  const bool act16 = device == Device::Cuda && !options.cuda_fp32_gemm &&
-                     (weight_dtype_ == DType::BF16 || weight_dtype_ == DType::F16);
-  activation_dtype_ = act16 ? weight_dtype_ : DType::F32;
-  kv_cache_dtype_ = options.kv_cache_dtype.value_or(activation_dtype_);
-  // What the attention kernels can store (kernels/cpu/attention.h); every --kv-cache-dtype name parses
-  // to one of these (engine/config/kv_cache_dtype.h).
-  CYPRIS_CHECK(is_kv_cache_dtype(kv_cache_dtype_), "KV cache dtype {} cannot hold a KV cache (--kv-cache-dtype: {})",
-               dtype_name(kv_cache_dtype_), fmt::join(kv_cache_dtype_names(), ", "));
+  // Pipeline stages run inside one process; an MPI process holds one tensor-parallel rank.
+  CYPRIS_CHECK(!world || (options.pipeline_stages == 1 && options.stage_layers.empty() && !options.gpu_layers),
+               "--pipeline-parallel-size {} / --gpu-layers with --distributed-executor-backend mpi: pipeline stages "
+               "run in one process and are not supported across MPI processes yet",
+               options.pipeline_stages);
+  plan_stages(options, cfg);
+  startup.mark("config");
+  const int pp = pipeline_parallel_size();
+  bool any_cuda = false;
+  for (Stage& st : stages_) {
+    // Activations in the model dtype on a GPU (fp32 accumulation inside the kernels, as vLLM); the
+    // CPU backend and the fp32-GEMM equivalence mode keep fp32.
+    const bool act16 = st.device == Device::Cuda && !options.cuda_fp32_gemm &&
+                       (weight_dtype_ == DType::BF16 || weight_dtype_ == DType::F16);
+    st.activation_dtype = act16 ? weight_dtype_ : DType::F32;
+    any_cuda = any_cuda || st.device == Device::Cuda;
+  }
+  for (Stage& st : stages_) {
+    // A CPU stage beside a GPU stage (--gpu-layers) keeps the CPU's float16 default cache.
+    const DType fallback =
+        st.device == Device::Cpu && (any_cuda || options.gpu_layers) ? DType::F16 : st.activation_dtype;
+    st.kv_dtype = options.kv_cache_dtype.value_or(fallback);
+    // What the attention kernels can store (kernels/cpu/attention.h); every --kv-cache-dtype name
+    // parses to one of these (engine/config/kv_cache_dtype.h).
+    CYPRIS_CHECK(is_kv_cache_dtype(st.kv_dtype), "KV cache dtype {} cannot hold a KV cache (--kv-cache-dtype: {})",
+                 dtype_name(st.kv_dtype), fmt::join(kv_cache_dtype_names(), ", "));
+    st.kv_block_bytes = cypris::kv_cache_bytes_per_block(cfg, block_size_, tp, st.kv_dtype) *
+                        (st.end_layer - st.first_layer) / cfg.num_hidden_layers;
+  }
+  activation_dtype_ = stages_.front().activation_dtype;
+  kv_cache_dtype_ = stages_.front().kv_dtype;
+  const Device device = stages_.front().device;
+  // The ranks this process holds: rank s * tp + t of every stage, or its one MPI rank.
+  const int local = world ? 1 : pp * tp;
+  ranks_.resize(static_cast<size_t>(local));
+  for (int r = 0; r < local; ++r) {
+    ranks_[static_cast<size_t>(r)].stage = r / tp;
+    ranks_[static_cast<size_t>(r)].tp_rank = world ? first_rank_ : r % tp;
+  }
+  // GPU ranks take GPUs 0, 1, ... in rank order; CPU ranks share the cores (each gets its part of
+  // --threads).
+  std::vector<int> gpu_of_rank(ranks_.size(), -1);
+  int gpus = 0, cpu_ranks = 0;
+  for (int r = 0; r < local; ++r) {
+    if (stages_[static_cast<size_t>(r / tp)].device == Device::Cuda) {
+      gpu_of_rank[static_cast<size_t>(r)] = gpus++;
+    } else {
+      ++cpu_ranks;
+    }
+  }
+  const int total = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int per_rank = std::max(1, total / std::max(1, cpu_ranks));
   if (world && tp > 1) {
     process_comm_ = world->make_communicator(device, world->local_rank());
-    build_rank(options, cfg, 0, options.threads);
-  } else if (tp == 1) {
-    build_rank(options, cfg, 0, options.threads);
+    build_rank(options, cfg, 0, options.threads, 0);
+  } else if (local == 1) {
+    build_rank(options, cfg, 0, options.threads, 0);
   } else {
-    // CPU ranks share the cores: each gets its part of --threads. GPU ranks get one GPU each.
-    const int total = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
-    const int per_rank = std::max(1, total / tp);
-    workers_ = make_tp_workers(device, tp);
-    workers_->run([&](int rank) { build_rank(options, cfg, rank, per_rank); });
+    if (pp == 1) {
+      workers_ = make_tp_workers(device, tp);
+    } else {
+      std::vector<Device> devices;
+      for (const Stage& st : stages_) devices.push_back(st.device);
+      workers_ = make_pipeline_workers(devices, tp, gpu_of_rank);
+    }
+    workers_->run([&](int rank) { build_rank(options, cfg, rank, per_rank, gpu_of_rank[static_cast<size_t>(rank)]); });
   }
   startup.mark("weights");
+  micro_batches_ = pp == 1 ? 1 : (options.micro_batches > 0 ? options.micro_batches : pp);
   graph_policy_.max_seq_len_to_capture = std::min<int64_t>(options.max_seq_len_to_capture, cfg.max_model_len);
   graph_policy_.sizes = graph_capture_sizes(options.max_num_seqs);
   const bool capturable = model().graph_capturable();
-  graph_policy_.enforce_eager = options.enforce_eager || device != Device::Cuda || tp > 1 || !capturable;
+  graph_policy_.enforce_eager = options.enforce_eager || device != Device::Cuda || tp > 1 || pp > 1 || !capturable;
   if (!options.enforce_eager && device == Device::Cuda && !capturable) {
     LOG_INFO("--enforce-eager false: {} routes its experts on the host, which CUDA graphs cannot capture; "
              "running eagerly",
@@ -92,36 +139,17 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
         "--enforce-eager false: no CUDA graphs at --tensor-parallel-size {} yet (the vocab-parallel embedding "
         "reads token ids on the host); running eagerly",
         tp);
+  } else if (!options.enforce_eager && any_cuda && pp > 1) {
+    LOG_WARN("--enforce-eager false: no CUDA graphs with {} pipeline stages yet (the hand-off between stages goes "
+             "through the host); running eagerly",
+             pp);
   }
   // The cache is sized once the weights are in place (on a GPU, from the memory left).
-  kv_block_bytes_ = cypris::kv_cache_bytes_per_block(cfg, block_size_, tp, kv_cache_dtype_);
-  if (options.num_blocks > 0) {
-    num_blocks_ = options.num_blocks;
-  } else if (backend().device() == Device::Cuda && options.gpu_memory_utilization > 0) {
-    num_blocks_ = blocks_from_device_memory(cfg, options);
-  } else if (options.cpu_kv_cache_bytes > 0) {
-    num_blocks_ = static_cast<int64_t>(options.cpu_kv_cache_bytes / static_cast<double>(kv_block_bytes_));
-    CYPRIS_CHECK(num_blocks_ >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",
-                 options.cpu_kv_cache_bytes / (1024.0 * 1024.0 * 1024.0),
-                 static_cast<double>(kv_block_bytes_) / 1024.0);
-  } else {
-    num_blocks_ = (cfg.max_model_len + block_size_ - 1) / block_size_;
-  }
+  kv_block_bytes_ = 0;
+  for (const Stage& st : stages_) kv_block_bytes_ += st.kv_block_bytes;
+  size_kv_cache(options, cfg);
   // Every process holds the same blocks: the fewest any of them has room for (GPUs may differ).
   if (world) num_blocks_ = world->all_reduce_min(num_blocks_);
-  if (backend().device() != Device::Cuda) {
-    // The cache's pages are taken only as they are used, so a size memory cannot back would start
-    // and fail much later (or die in the OOM killer): refuse it now (issue #20).
-    const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
-    const double want = static_cast<double>(num_blocks_) * static_cast<double>(kv_block_bytes_);  // all ranks
-    constexpr double kGiB = 1 << 30;
-    CYPRIS_CHECK(phys <= 0 || want <= 0.9 * phys,
-                 "{}: the KV cache would take {:.1f} GiB ({} blocks of {:.1f} KiB), more than 90% of this machine's "
-                 "{:.1f} GiB of memory; lower it",
-                 options.num_blocks > 0 ? fmt::format("--num-gpu-blocks-override {}", options.num_blocks)
-                                        : fmt::format("--cpu-kvcache-space {}", options.cpu_kv_cache_bytes / kGiB),
-                 want / kGiB, num_blocks_, static_cast<double>(kv_block_bytes_) / 1024.0, phys / kGiB);
-  }
   startup.mark("memory profile");
   for_each_rank([&](Rank& r) { allocate_kv_cache(r, cfg); });
   startup.mark("KV cache");
@@ -133,6 +161,15 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
            resolve_architecture(cfg), cfg.num_hidden_layers, dtype_name(weight_dtype_), dtype_name(activation_dtype_),
            device == Device::Cuda ? "cuda" : "cpu", tp, options.model_dir.string(), num_blocks_, block_size_,
            dtype_name(kv_cache_dtype_));
+  if (pp > 1) {
+    std::string desc;
+    for (size_t s = 0; s < stages_.size(); ++s) {
+      const Stage& st = stages_[s];
+      desc += fmt::format("{}stage {}: layers [{}, {}) on {}, KV cache {}", s ? "; " : "", s, st.first_layer,
+                          st.end_layer, st.device == Device::Cuda ? "cuda" : "cpu", dtype_name(st.kv_dtype));
+    }
+    LOG_INFO("{} pipeline stages ({}), {} micro-batches per step", pp, desc, micro_batches_);
+  }
   if (kv_cache_dtype_ == DType::F8E4M3 || kv_cache_dtype_ == DType::F8E5M2) {
     LOG_INFO("KV cache dtype {} (1 byte per element); K/V scales from {}", dtype_name(kv_cache_dtype_),
              kv_scales_source_);
@@ -142,6 +179,145 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   }
   if (world && !drives_processes_) serve_mpi_worker(*this);  // never returns
   if (world) world->mark_serving();
+}
+
+void ModelRunner::plan_stages(const ModelRunnerOptions& options, const ModelConfig& cfg) {
+  const int layers = cfg.num_hidden_layers;
+  const Device device = resolve_device(options.device) == "cuda" ? Device::Cuda : Device::Cpu;
+  int pp = options.pipeline_stages;
+  std::vector<int> counts = options.stage_layers;
+  std::vector<std::string> devices = options.stage_devices;
+  if (options.gpu_layers) {
+    CYPRIS_CHECK(pp == 1 && counts.empty() && devices.empty(),
+                 "--gpu-layers {} cannot be combined with --pipeline-parallel-size {} yet", *options.gpu_layers, pp);
+    CYPRIS_CHECK(*options.gpu_layers >= -1, "--gpu-layers {} must be -1 (auto) or a number of layers in [0, {}]",
+                 *options.gpu_layers, layers);
+    int n = *options.gpu_layers == -1 ? auto_gpu_layers(options, cfg) : *options.gpu_layers;
+    if (n > layers) {
+      LOG_INFO("--gpu-layers {}: the model has {} layers; all of them on the GPU", n, layers);
+      n = layers;
+    }
+    if (n > 0) {
+      CYPRIS_CHECK(cuda_device_count() > 0,
+                   "--gpu-layers {} puts layers on a GPU, but {}; use --gpu-layers 0 (all on the CPU)", n,
+                   cuda_compiled() ? "no GPU is visible" : "this build has no CUDA backend");
+    }
+    if (n == 0) {
+      devices = {"cpu"};
+    } else if (n == layers) {
+      devices = {"cuda"};
+    } else {
+      counts = {n, layers - n};
+      devices = {"cuda", "cpu"};
+    }
+    pp = static_cast<int>(devices.size());
+    LOG_INFO("--gpu-layers {}: {} of {} layers on the GPU, the rest and the LM head on the CPU",
+             *options.gpu_layers, n, layers);
+  }
+  CYPRIS_CHECK(pp >= 1 && pp <= layers, "--pipeline-parallel-size {} must be in [1, {}] (the model's layers, {})", pp,
+               layers, cfg.source);
+  CYPRIS_CHECK(counts.empty() || static_cast<int>(counts.size()) == pp,
+               "pipeline stages: {} layer counts for {} stages", counts.size(), pp);
+  CYPRIS_CHECK(devices.empty() || static_cast<int>(devices.size()) == pp, "pipeline stages: {} devices for {} stages",
+               devices.size(), pp);
+  stages_.assign(static_cast<size_t>(pp), Stage{});
+  int first = 0;
+  for (int s = 0; s < pp; ++s) {
+    Stage& st = stages_[static_cast<size_t>(s)];
+    st.first_layer = first;
+    st.end_layer = counts.empty() ? (s + 1) * layers / pp : first + counts[static_cast<size_t>(s)];
+    CYPRIS_CHECK(st.end_layer > st.first_layer && st.end_layer <= layers,
+                 "pipeline stage {}: layers [{}, {}) are not a non-empty part of the model's {} layers", s,
+                 st.first_layer, st.end_layer, layers);
+    first = st.end_layer;
+    st.device = devices.empty() ? device
+                                : (resolve_device(devices[static_cast<size_t>(s)]) == "cuda" ? Device::Cuda : Device::Cpu);
+  }
+  CYPRIS_CHECK(first == layers, "pipeline stages hold {} of the model's {} layers", first, layers);
+}
+
+int ModelRunner::auto_gpu_layers(const ModelRunnerOptions& options, const ModelConfig& cfg) {
+  if (cuda_device_count() == 0) {
+    LOG_INFO("--gpu-layers auto: {}; all layers on the CPU",
+             cuda_compiled() ? "no GPU is visible" : "this build has no CUDA backend");
+    return 0;
+  }
+  // What one decoder layer takes on the GPU: its linear weights (in the checkpoint's quantized type
+  // when it has one, else the weight dtype) and the K/V of max_model_len tokens.
+  BackendOptions bo;
+  bo.device = "cuda";
+  bo.threads = 1;
+  auto probe = make_backend(bo);
+  const DeviceMemoryInfo mem = probe->memory_info();
+  const double hidden = cfg.hidden_size, hd = cfg.head_dim;
+  const double attn = hidden * hd * (2.0 * cfg.num_attention_heads + 2.0 * cfg.num_key_value_heads);
+  double mlp = 3.0 * hidden * cfg.intermediate_size;
+  if (cfg.num_experts > 0) {
+    mlp = 3.0 * hidden * (cfg.num_experts * static_cast<double>(cfg.moe_intermediate_size) +
+                          static_cast<double>(cfg.shared_expert_intermediate_size));
+  }
+  double bytes_per_weight = static_cast<double>(dtype_size(weight_dtype_));
+  auto weights = open_weight_source(model_families(), options.model_dir, cfg, options.load);
+  for (const char* name : {"model.layers.0.mlp.down_proj.weight", "layers.0.mlp.down_proj.weight"}) {
+    if (auto native = weights->native_dtype(name)) {
+      const DTypeBlock blk = dtype_block(*native);
+      bytes_per_weight = static_cast<double>(blk.bytes) / blk.elems;
+      break;
+    }
+  }
+  const DType kv = options.kv_cache_dtype.value_or(weight_dtype_);
+  const double kv_per_layer =
+      2.0 * static_cast<double>(cfg.max_model_len) * cfg.num_key_value_heads * hd * static_cast<double>(dtype_size(kv));
+  const double per_layer = (attn + mlp) * bytes_per_weight + kv_per_layer;
+  constexpr double kReserve = 1.0 * (1 << 30);  // activations, cuBLAS workspace, the CUDA context
+  const double budget = options.gpu_memory_utilization * static_cast<double>(mem.total_bytes) -
+                        static_cast<double>(mem.total_bytes - mem.free_bytes) - kReserve;
+  const int n = budget > 0 ? static_cast<int>(std::min<double>(cfg.num_hidden_layers, std::floor(budget / per_layer)))
+                           : 0;
+  LOG_INFO("--gpu-layers auto: {:.2f} GiB free of {:.2f} GiB, about {:.1f} MiB per layer with its KV cache: {} layers",
+           static_cast<double>(mem.free_bytes) / (1 << 30), static_cast<double>(mem.total_bytes) / (1 << 30),
+           per_layer / (1 << 20), n);
+  return n;
+}
+
+void ModelRunner::size_kv_cache(const ModelRunnerOptions& options, const ModelConfig& cfg) {
+  // One pool of block ids for every stage: each stage's cache has num_blocks_ blocks of its own
+  // layers, so the tightest stage decides.
+  int64_t cpu_bytes = 0;
+  for (const Stage& st : stages_) cpu_bytes += st.device == Device::Cpu ? st.kv_block_bytes : 0;
+  if (options.num_blocks > 0) {
+    num_blocks_ = options.num_blocks;
+  } else {
+    num_blocks_ = 0;
+    bool sized = false;
+    for (int s = 0; s < pipeline_parallel_size(); ++s) {
+      if (stages_[static_cast<size_t>(s)].device != Device::Cuda || options.gpu_memory_utilization <= 0) continue;
+      const int64_t b = blocks_from_device_memory(cfg, options, s);
+      num_blocks_ = sized ? std::min(num_blocks_, b) : b;
+      sized = true;
+    }
+    if (cpu_bytes > 0 && options.cpu_kv_cache_bytes > 0) {
+      const int64_t b = static_cast<int64_t>(options.cpu_kv_cache_bytes / static_cast<double>(cpu_bytes));
+      CYPRIS_CHECK(b >= 1, "--cpu-kvcache-space {} GiB holds no KV block of {:.1f} KiB for this model",
+                   options.cpu_kv_cache_bytes / (1024.0 * 1024.0 * 1024.0), static_cast<double>(cpu_bytes) / 1024.0);
+      num_blocks_ = sized ? std::min(num_blocks_, b) : b;
+      sized = true;
+    }
+    if (!sized) num_blocks_ = (cfg.max_model_len + block_size_ - 1) / block_size_;
+  }
+  if (cpu_bytes > 0) {
+    // The cache's pages are taken only as they are used, so a size memory cannot back would start
+    // and fail much later (or die in the OOM killer): refuse it now (issue #20).
+    const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    const double want = static_cast<double>(num_blocks_) * static_cast<double>(cpu_bytes);  // all CPU ranks
+    constexpr double kGiB = 1 << 30;
+    CYPRIS_CHECK(phys <= 0 || want <= 0.9 * phys,
+                 "{}: the KV cache would take {:.1f} GiB ({} blocks of {:.1f} KiB), more than 90% of this machine's "
+                 "{:.1f} GiB of memory; lower it",
+                 options.num_blocks > 0 ? fmt::format("--num-gpu-blocks-override {}", options.num_blocks)
+                                        : fmt::format("--cpu-kvcache-space {}", options.cpu_kv_cache_bytes / kGiB),
+                 want / kGiB, num_blocks_, static_cast<double>(cpu_bytes) / 1024.0, phys / kGiB);
+  }
 }
 
 ModelRunner::~ModelRunner() {
@@ -163,38 +339,43 @@ ModelRunner::~ModelRunner() {
   }
 }
 
-void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads) {
+void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads,
+                             int gpu) {
   Rank& r = ranks_[static_cast<size_t>(rank)];
+  const Stage& st = stages_[static_cast<size_t>(r.stage)];
   BackendOptions bo;
-  bo.device = options.device;
+  bo.device = st.device == Device::Cuda ? "cuda" : "cpu";
   bo.threads = threads;
-  bo.cuda_device = process_comm_ ? MpiWorld::instance().local_rank() : rank;
+  bo.cuda_device = process_comm_ ? MpiWorld::instance().local_rank() : std::max(0, gpu);
   bo.cuda_fp32_gemm = options.cuda_fp32_gemm;
-  bo.cuda_activation_dtype = activation_dtype_;
+  bo.cuda_activation_dtype = st.activation_dtype;
   r.backend = make_backend(bo);
   // Each rank opens the checkpoint itself and reads only its slices.
   auto weights = open_weight_source(model_families(), options.model_dir, cfg, options.load);
   // fp8 cache scales first: a bad --quantization-param-path fails before the weights are read.
   ResolvedKvScales scales =
-      resolve_kv_cache_scales(kv_cache_dtype_, options.load.load_format == "dummy" ? nullptr : weights.get(),
-                              options.quantization_param_path, cfg.num_hidden_layers, first_rank_ + rank);
-  r.kv_scales = std::move(scales.layers);
+      resolve_kv_cache_scales(st.kv_dtype, options.load.load_format == "dummy" ? nullptr : weights.get(),
+                              options.quantization_param_path, cfg.num_hidden_layers, r.tp_rank);
+  r.kv_scales.assign(scales.layers.begin() + st.first_layer, scales.layers.begin() + st.end_layer);
   if (rank == 0) kv_scales_source_ = std::move(scales.source);
   ModelBuildOptions build;
   build.weight_dtype = weight_dtype_;
-  build.parallel = {first_rank_ + rank, tp_};
-  build.comm = workers_ ? &workers_->comm(rank) : process_comm_.get();
+  build.parallel = {r.tp_rank, tp_};  // under MPI, this process's rank
+  build.comm = workers_ && tp_ > 1 ? &workers_->comm(rank) : process_comm_.get();
+  build.first_layer = st.first_layer;
+  build.last_layer = st.end_layer;
   r.model = build_model(cfg, *weights, *r.backend, build);
 }
 
-void ModelRunner::allocate_kv_cache(Rank& r, const ModelConfig& cfg) {
+void ModelRunner::allocate_kv_cache(Rank& r, const ModelConfig& /*cfg*/) {
   const std::vector<int64_t> shape = {num_blocks_, block_size_, r.model->num_kv_heads(), r.model->head_dim()};
-  r.kv_cache.resize(cfg.num_hidden_layers);
+  const DType dtype = stages_[static_cast<size_t>(r.stage)].kv_dtype;
+  r.kv_cache.resize(static_cast<size_t>(r.model->num_layers()));  // this stage's layers
   for (size_t l = 0; l < r.kv_cache.size(); ++l) {
     KvCacheLayer& layer = r.kv_cache[l];
     // Uninitialised: attention reads only slots written earlier, and untouched pages cost no RAM.
-    layer.k = r.backend->empty(kv_cache_dtype_, shape);
-    layer.v = r.backend->empty(kv_cache_dtype_, shape);
+    layer.k = r.backend->empty(dtype, shape);
+    layer.v = r.backend->empty(dtype, shape);
     layer.scales = r.kv_scales.at(l);
   }
 }
@@ -209,60 +390,74 @@ void ModelRunner::for_each_rank(const std::function<void(Rank&)>& fn) {
 
 void ModelRunner::set_debug_hook(DebugHook hook) {
   debug_hook_ = static_cast<bool>(hook);
-  Rank& r0 = ranks_.front();
-  if (!hook || r0.backend->device() == Device::Cpu) {
-    r0.model->set_debug_hook(std::move(hook));
-    return;
-  }
-  Backend* be = r0.backend.get();
-  r0.model->set_debug_hook([be, hook = std::move(hook)](const std::string& name, const Tensor& t) {
-    if (t.ndim() != 2) return hook(name, t);
-    const int64_t rows = t.shape[0], cols = t.shape[1], ld = row_stride(t);
-    Buffer host(static_cast<size_t>(rows * cols) * dtype_size(t.dtype));
-    for (int64_t row = 0; row < rows; ++row) {  // row by row: the intermediate may be a column slice
-      Tensor view(static_cast<char*>(t.data) + row * ld * dtype_size(t.dtype), t.dtype, {cols}, t.device);
-      be->download(view, static_cast<char*>(host.data()) + row * cols * dtype_size(t.dtype));
+  for (Rank& r : ranks_) {
+    if (r.tp_rank != 0) continue;  // each stage's rank 0
+    if (!hook || r.backend->device() == Device::Cpu) {
+      r.model->set_debug_hook(hook);
+      continue;
     }
-    hook(name, Tensor(host.data(), t.dtype, {rows, cols}, Device::Cpu));
-  });
+    Backend* be = r.backend.get();
+    r.model->set_debug_hook([be, hook](const std::string& name, const Tensor& t) {
+      if (t.ndim() != 2) return hook(name, t);
+      const int64_t rows = t.shape[0], cols = t.shape[1], ld = row_stride(t);
+      Buffer host(static_cast<size_t>(rows * cols) * dtype_size(t.dtype));
+      for (int64_t row = 0; row < rows; ++row) {  // row by row: the intermediate may be a column slice
+        Tensor view(static_cast<char*>(t.data) + row * ld * dtype_size(t.dtype), t.dtype, {cols}, t.device);
+        be->download(view, static_cast<char*>(host.data()) + row * cols * dtype_size(t.dtype));
+      }
+      hook(name, Tensor(host.data(), t.dtype, {rows, cols}, Device::Cpu));
+    });
+  }
 }
 
-int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options) {
+std::vector<StageStats> ModelRunner::stage_stats() const {
+  std::vector<StageStats> out;
+  for (const Stage& st : stages_) {
+    out.push_back({st.first_layer, st.end_layer, st.device == Device::Cuda ? "cuda" : "cpu", st.busy_seconds});
+  }
+  return out;
+}
+
+int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options,
+                                               int stage) {
   // vLLM's profile run: what the weights left in use, then the peak of the largest step the
-  // scheduler can build and, with graphs, of the largest graph's decode batch. Rank 0's device
-  // stands for all (the ranks hold equal shards).
-  Backend& be = backend();
+  // scheduler can build and, with graphs, of the largest graph's decode batch. The stage's rank 0
+  // device stands for the stage's (its ranks hold equal shards).
+  Backend& be = *ranks_[static_cast<size_t>(stage) * tp_].backend;
   be.synchronize();
   const DeviceMemoryInfo mem = be.memory_info();
   GpuMemoryBudget m;
   m.utilization = options.gpu_memory_utilization;
   m.total_bytes = mem.total_bytes;
   m.used_bytes = mem.total_bytes - mem.free_bytes;
-  m.bytes_per_block = kv_cache_bytes_per_block() / tensor_parallel_size();
+  m.bytes_per_block = stages_[static_cast<size_t>(stage)].kv_block_bytes / tp_;
   if (m.utilization > 0 && m.utilization <= 1.0) {
     const int64_t tokens = std::max<int64_t>(1, options.max_num_batched_tokens);
-    m.activation_peak =
-        profile_peak(cfg, make_profile_prefill_batch(tokens, options.max_num_seqs, cfg.max_model_len, block_size_));
+    m.activation_peak = profile_peak(
+        cfg, make_profile_prefill_batch(tokens, options.max_num_seqs, cfg.max_model_len, block_size_), stage);
     if (!graph_policy_.enforce_eager) {
       // The graphs' private pool holds about the largest graph's activations; its best-fit reuse
       // (blocks up to twice a request) can need up to that again for the smaller sizes.
       constexpr size_t kPerGraph = size_t{1} << 20;  // instantiated graph, rough
       const size_t decode = profile_peak(
-          cfg, make_profile_decode_batch(graph_policy_.sizes.back(),
-                                         static_cast<int32_t>(graph_policy_.max_seq_len_to_capture), block_size_));
+          cfg,
+          make_profile_decode_batch(graph_policy_.sizes.back(),
+                                    static_cast<int32_t>(graph_policy_.max_seq_len_to_capture), block_size_),
+          stage);
       m.graph_reserve = 2 * decode + kPerGraph * graph_policy_.sizes.size();
     }
   }
   // The GPU sampler allocates its scratch on first use, after the cache: keep room for a full batch.
-  if (can_sample_on_device()) {
+  if (stage + 1 == pipeline_parallel_size() && can_sample_on_device()) {
     m.sampler_scratch = static_cast<size_t>(std::max<int64_t>(1, options.max_num_seqs)) *
                         static_cast<size_t>(cfg.vocab_size) * (sizeof(float) + sizeof(int32_t));
   }
   const int64_t blocks = kv_cache_blocks(m);
   constexpr double kGiB = 1 << 30;
   LOG_INFO(
-      "GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the weights, activation peak {:.2f} GiB (profiled), "
+      "GPU memory{}: {:.2f} GiB total, {:.2f} GiB in use after the weights, activation peak {:.2f} GiB (profiled), "
       "{:.2f} GiB kept for CUDA graphs, {:.2f} GiB for GPU sampling; KV cache gets {} blocks ({:.2f} GiB)",
+      pipeline_parallel_size() > 1 ? fmt::format(" (stage {})", stage) : std::string(),
       static_cast<double>(m.total_bytes) / kGiB, static_cast<double>(m.used_bytes) / kGiB,
       static_cast<double>(m.activation_peak) / kGiB, static_cast<double>(m.graph_reserve) / kGiB,
       static_cast<double>(m.sampler_scratch) / kGiB, blocks,
@@ -270,22 +465,44 @@ int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const Mod
   return blocks;
 }
 
-size_t ModelRunner::profile_peak(const ModelConfig& cfg, const BatchContext& b) {
+size_t ModelRunner::profile_peak(const ModelConfig& /*cfg*/, const BatchContext& b, int stage) {
   b.validate(1, block_size_);
   for_each_rank([&](Rank& r) {
     // The profile batches write no K/V and read every context through block 0.
-    r.kv_cache.resize(cfg.num_hidden_layers);
+    r.kv_cache.resize(static_cast<size_t>(r.model->num_layers()));
+    const DType dtype = stages_[static_cast<size_t>(r.stage)].kv_dtype;
     const std::vector<int64_t> shape = {1, block_size_, r.model->num_kv_heads(), r.model->head_dim()};
     for (auto& layer : r.kv_cache) {
-      layer.k = r.backend->zeros(kv_cache_dtype_, shape);
-      layer.v = r.backend->zeros(kv_cache_dtype_, shape);
+      layer.k = r.backend->zeros(dtype, shape);
+      layer.v = r.backend->zeros(dtype, shape);
     }
     r.backend->synchronize();
     r.backend->reset_peak_memory();
-    forward_rank(r, b, nullptr);
-    r.backend->synchronize();
   });
-  const size_t peak = backend().peak_memory_bytes();
+  if (pipeline_parallel_size() == 1) {
+    run_batch(b, nullptr, 1);
+  } else {
+    // Only the profiled stage runs, on a zero hand-off: the peak does not depend on the values, and
+    // a CPU stage beside a GPU one (--gpu-layers) would spend long on a step of this size.
+    const int pp = pipeline_parallel_size();
+    workers_->run([&](int rank) {
+      Rank& r = ranks_[static_cast<size_t>(rank)];
+      if (r.stage != stage) return;
+      StageHandoff in, sink;
+      if (stage > 0) {
+        const DType act = stages_[static_cast<size_t>(stage)].activation_dtype;
+        const std::vector<int64_t> shape = {b.num_tokens(), config().hidden_size};
+        in.hidden = r.backend->zeros(act, shape);
+        in.residual = r.backend->zeros(act, shape);
+      }
+      forward_rank(r, b, stage > 0 ? &in : nullptr, stage + 1 < pp ? &sink : nullptr, nullptr);
+    });
+  }
+  size_t peak = 0;
+  for_each_rank([&](Rank& r) {
+    r.backend->synchronize();
+    if (r.stage == stage && r.tp_rank == 0) peak = r.backend->peak_memory_bytes();
+  });
   for_each_rank([&](Rank& r) {
     r.kv_cache.clear();
     // The budget counts the peak, not what the exact-size pool happens to cache after two
@@ -326,7 +543,9 @@ Logits ModelRunner::execute(const BatchContext& b) {
 
 StepLogits ModelRunner::execute_step(const BatchContext& b) {
   b.validate(num_blocks_, block_size_);
-  if (backend().device() != Device::Cpu || drives_processes_) {
+  bool any_device = false;
+  for (const Stage& st : stages_) any_device = any_device || st.device != Device::Cpu;
+  if (any_device || drives_processes_) {
     // Device kernels cannot throw: check on the host what the CPU kernels check as they go (and
     // before the other processes get the batch: a rank that fails alone would leave them behind).
     const int64_t vocab = config().vocab_size;
@@ -347,7 +566,7 @@ StepLogits ModelRunner::execute_step(const BatchContext& b) {
   }
   if (drives_processes_) {
     try {
-      forward_rank(ranks_.front(), b, &out);
+      run_batch(b, &out, 1);
     } catch (const Error& e) {
       // The other processes ran (or wait in) this step's collectives: they cannot be brought back in
       // step with this one, so the job ends (in-flight requests get this error).
@@ -355,12 +574,145 @@ StepLogits ModelRunner::execute_step(const BatchContext& b) {
       if (!world.failed()) world.fail(fmt::format("process 0 failed a step the others ran: {}", e.what()));
       throw;
     }
-  } else if (!workers_) {
-    forward_rank(ranks_.front(), b, &out);
   } else {
-    workers_->run([&](int rank) { forward_rank(ranks_[static_cast<size_t>(rank)], b, rank == 0 ? &out : nullptr); });
+    // A debug hook reads the stages' intermediates one stage after the other.
+    run_batch(b, &out, debug_hook_ ? 1 : micro_batches_);
   }
   return out;
+}
+
+void ModelRunner::run_batch(const BatchContext& b, StepLogits* out, int micro_batches) {
+  if (pipeline_parallel_size() > 1) return run_pipeline(b, out, micro_batches);
+  if (!workers_) return forward_rank(ranks_.front(), b, nullptr, nullptr, out);
+  workers_->run([&](int rank) {
+    forward_rank(ranks_[static_cast<size_t>(rank)], b, nullptr, nullptr, rank == 0 ? out : nullptr);
+  });
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// A stage's output in host memory as F32 (what every CPU stage computes in): a GPU stage's output
+// goes through here to the next stage.
+DeviceTensor host_f32(Backend& be, const DeviceTensor& x) {
+  if (x.view.device == Device::Cpu && x.view.dtype == DType::F32) return x;
+  const int64_t n = x.view.numel();
+  std::vector<uint16_t> raw;
+  auto storage = std::shared_ptr<float[]>(new float[static_cast<size_t>(std::max<int64_t>(n, 1))]);
+  if (x.view.dtype == DType::F32) {
+    be.download(x.view, storage.get());
+  } else {
+    CYPRIS_CHECK(x.view.dtype == DType::BF16 || x.view.dtype == DType::F16,
+                 "pipeline hand-off: {} activations are not supported", dtype_name(x.view.dtype));
+    raw.resize(static_cast<size_t>(n));
+    be.download(x.view, raw.data());
+    for (int64_t i = 0; i < n; ++i) {
+      storage[static_cast<size_t>(i)] = x.view.dtype == DType::BF16 ? bf16_to_f32(raw[static_cast<size_t>(i)])
+                                                                    : f16_to_f32(raw[static_cast<size_t>(i)]);
+    }
+  }
+  DeviceTensor out;
+  out.view = Tensor(storage.get(), DType::F32, x.view.shape, Device::Cpu);
+  out.storage = std::shared_ptr<void>(storage, storage.get());
+  return out;
+}
+
+// A host F32 hand-off onto a stage's backend in its activation dtype.
+DeviceTensor to_stage(Backend& be, const DeviceTensor& x) {
+  const DType act = be.activation_dtype();
+  if (be.device() == Device::Cpu && act == DType::F32) return x;  // host memory, read in place
+  const int64_t n = x.view.numel();
+  const float* src = static_cast<const float*>(x.view.data);
+  if (act == DType::F32) return be.upload(src, DType::F32, x.view.shape);
+  std::vector<uint16_t> raw(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) raw[static_cast<size_t>(i)] = act == DType::BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+  return be.upload(raw.data(), act, x.view.shape);
+}
+
+}  // namespace
+
+void ModelRunner::run_pipeline(const BatchContext& b, StepLogits* out, int micro_batches) {
+  const int pp = pipeline_parallel_size();
+  const std::vector<MicroBatch> parts = split_micro_batches(b, micro_batches);
+  const int m = static_cast<int>(parts.size());
+  // handoff[(s * m + k) * tp + t]: what stage s's tp rank t hands stage s + 1 for micro-batch k,
+  // in host memory (F32) when either side is not a CPU stage.
+  std::vector<StageHandoff> handoff(static_cast<size_t>((pp - 1) * m * tp_));
+  std::vector<StepLogits> logits(static_cast<size_t>(m));
+  std::vector<double> busy(static_cast<size_t>(pp), 0.0);
+  const Clock::time_point start = Clock::now();
+  workers_->run([&](int rank) {
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    const int s = r.stage, t = r.tp_rank;
+    Backend& be = *r.backend;
+    const bool last = s + 1 == pp;
+    // Tick i: stage s runs micro-batch i - s, so stage s + 1 works on k while stage s runs k + 1.
+    for (int tick = 0; tick < m + pp - 1; ++tick) {
+      const int k = tick - s;
+      if (k >= 0 && k < m) {
+        const Clock::time_point t0 = Clock::now();
+        StageHandoff in;
+        if (s > 0) {
+          const StageHandoff& prev = handoff[static_cast<size_t>(((s - 1) * m + k) * tp_ + t)];
+          in.hidden = to_stage(be, prev.hidden);
+          in.residual = to_stage(be, prev.residual);
+        }
+        StageHandoff* next = last ? nullptr : &handoff[static_cast<size_t>((s * m + k) * tp_ + t)];
+        forward_rank(r, parts[static_cast<size_t>(k)].batch, s > 0 ? &in : nullptr, next,
+                     last && t == 0 ? &logits[static_cast<size_t>(k)] : nullptr);
+        if (next && be.device() != Device::Cpu) {
+          next->hidden = host_f32(be, next->hidden);
+          next->residual = host_f32(be, next->residual);
+        }
+        if (be.device() != Device::Cpu) be.synchronize();  // its work is done when the busy time ends
+        if (t == 0) busy[static_cast<size_t>(s)] += seconds_since(t0);
+      }
+      workers_->barrier_all();
+    }
+    if (!last || t != 0 || !out) return;
+    // The logits rows back in the step's order: micro-batch k computed parts[k].rows.
+    if (m == 1) {
+      *out = std::move(logits.front());
+      return;
+    }
+    const int64_t rows = static_cast<int64_t>(b.logits_indices.size());
+    const int64_t vocab = config().vocab_size;
+    DeviceTensor cat = be.empty(DType::F32, {rows, vocab});  // [rows, vocab] in micro-batch order
+    std::vector<int32_t> where(static_cast<size_t>(rows));  // step row -> row of cat
+    int64_t off = 0;
+    for (int k = 0; k < m; ++k) {
+      const MicroBatch& part = parts[static_cast<size_t>(k)];
+      const int64_t n = static_cast<int64_t>(part.rows.size());
+      if (n == 0) continue;
+      std::vector<int32_t> iota(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) {
+        iota[static_cast<size_t>(j)] = static_cast<int32_t>(j);
+        where[static_cast<size_t>(part.rows[static_cast<size_t>(j)])] = static_cast<int32_t>(off + j);
+      }
+      DeviceTensor idx = be.upload(iota.data(), DType::I32, {n});
+      Tensor dst(static_cast<float*>(cat.view.data) + off * vocab, DType::F32, {n, vocab}, cat.view.device);
+      dst.device_index = cat.view.device_index;
+      be.gather_rows(logits[static_cast<size_t>(k)].view, idx.view, dst);
+      off += n;
+    }
+    bool ordered = true;
+    for (int64_t j = 0; j < rows; ++j) ordered = ordered && where[static_cast<size_t>(j)] == j;
+    if (ordered) {
+      out->view = cat.view;
+      out->storage = std::move(cat.storage);
+      return;
+    }
+    DeviceTensor idx = be.upload(where.data(), DType::I32, {rows});
+    DeviceTensor fin = be.empty(DType::F32, {rows, vocab});
+    be.gather_rows(cat.view, idx.view, fin.view);
+    out->view = fin.view;
+    out->storage = std::move(fin.storage);
+  });
+  pipeline_seconds_ += seconds_since(start);
+  for (int s = 0; s < pp; ++s) stages_[static_cast<size_t>(s)].busy_seconds += busy[static_cast<size_t>(s)];
 }
 
 Logits ModelRunner::download(const StepLogits& logits, int64_t first_row, int64_t num_rows) {
@@ -376,18 +728,20 @@ Logits ModelRunner::download(const StepLogits& logits, int64_t first_row, int64_
   Tensor rows(static_cast<float*>(t.data) + first_row * ld, DType::F32, {num_rows, out.vocab}, t.device);
   rows.device_index = t.device_index;
   if (ld != out.vocab) rows.strides = {ld, 1};
-  on_rank0([&] { backend().download(rows, out.data.data()); });
+  on_logits_rank([&] { logits_rank().backend->download(rows, out.data.data()); });
   return out;
 }
 
-void ModelRunner::on_rank0(const std::function<void()>& fn) {
+void ModelRunner::on_logits_rank(const std::function<void()>& fn) {
   if (!workers_) return fn();
+  const int target = (pipeline_parallel_size() - 1) * tp_;
   workers_->run([&](int rank) {
-    if (rank == 0) fn();
+    if (rank == target) fn();
   });
 }
 
-void ModelRunner::forward_rank(Rank& r, const BatchContext& b, StepLogits* out) {
+void ModelRunner::forward_rank(Rank& r, const BatchContext& b, const StageHandoff* stage_in, StageHandoff* handoff,
+                               StepLogits* out) {
   Backend& be = *r.backend;
   const int64_t n = b.num_tokens();
   ForwardInputs in;
@@ -409,6 +763,8 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, StepLogits* out) 
   in.attn.max_blocks_per_seq = b.max_blocks_per_seq;
   in.attn.max_query_len = b.max_query_len;  // the scheduler's maxima (validate() checked them)
   in.attn.max_seq_len = b.max_seq_len;
+  in.stage_in = stage_in;
+  in.stage_out = handoff;
   DeviceTensor logits = r.model->forward(in, r.kv_cache);
   if (!out) return;
   out->view = logits.view;
@@ -421,7 +777,8 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, StepLogits* out) 
 bool ModelRunner::can_sample_on_device() const {
 #if CYPRIS_HAVE_CUDA
   const char* env = std::getenv("CYPRIS_GPU_SAMPLING");  // read each step: tests switch it
-  return !(env && std::string_view(env) == "0") && ranks_.front().backend->device() == Device::Cuda;
+  return !(env && std::string_view(env) == "0") &&
+         ranks_[static_cast<size_t>(pipeline_parallel_size() - 1) * tp_].backend->device() == Device::Cuda;
 #else
   return false;
 #endif
@@ -441,8 +798,9 @@ std::vector<SampleOutput> ModelRunner::sample_on_device(const StepLogits& logits
   if (row_stride(t) != logits.vocab()) view.strides = {row_stride(t), 1};
   GpuSamplingOutputs res;
   res.resize(in.rows(), in.max_top);
-  // The logits are rank 0's (StepLogits); its backend samples them (Backend::sample_rows).
-  on_rank0([&] { backend().sample_rows(view, in.host_batch(nullptr, 0, 0), res.results()); });
+  // The logits are the logits rank's (StepLogits: the last stage's rank 0); its backend samples them
+  // (Backend::sample_rows).
+  on_logits_rank([&] { logits_rank().backend->sample_rows(view, in.host_batch(nullptr, 0, 0), res.results()); });
   return finish_gpu_sampling(rows, in, res);
 }
 

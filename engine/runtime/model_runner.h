@@ -2,7 +2,10 @@
 // (BatchContext) to logits (StepLogits, left on the device). The engine core calls execute() once
 // per step, then samples rows on the device and/or downloads the others. With tensor
 // parallelism (parallel.world_size > 1) it owns one shard of each per rank, runs the ranks on
-// worker threads (tp_workers.h) and returns rank 0's logits.
+// worker threads (tp_workers.h) and returns rank 0's logits. With pipeline stages (-pp, or
+// --gpu-layers: a GPU stage and a CPU stage) each stage holds consecutive decoder layers and their
+// KV cache on its own ranks (rank s * tp + t); a step's batch is cut into micro-batches that move
+// through the stages like a bucket brigade, and the logits come from the last stage's rank 0.
 #pragma once
 
 #include <cstdint>
@@ -41,11 +44,24 @@ struct ModelRunnerOptions {
   // (--cpu-kvcache-space); else one sequence of max_model_len.
   int64_t num_blocks = 0;
   double cpu_kv_cache_bytes = 0;
-  ParallelConfig parallel;  // world_size = --tensor-parallel-size; rank is ignored
+  ParallelConfig parallel;  // world_size = --tensor-parallel-size (of each stage); rank is ignored
+  // Pipeline stages (--pipeline-parallel-size): stage s holds layers [s L / P, (s + 1) L / P), or
+  // stage_layers[s] layers when given (they must add up to L); each stage runs on stage_devices[s]
+  // ("cpu" / "cuda"; empty: `device` for all).
+  int pipeline_stages = 1;
+  std::vector<int> stage_layers;
+  std::vector<std::string> stage_devices;
+  // --gpu-layers: the first N decoder layers (and their KV cache) on the GPU, the rest with the LM
+  // head on the CPU, as two stages; -1: as many as fit in --gpu-memory-utilization after a KV cache
+  // of max_model_len tokens (0 without a GPU). nullopt: no split.
+  std::optional<int> gpu_layers;
+  // Micro-batches a step is cut into when there are several stages (at most one per sequence):
+  // 0 = one per stage; 1 = none (the stages take turns).
+  int micro_batches = 0;
   // The tensor-parallel ranks are the processes of the MPI world (--distributed-executor-backend mpi,
   // one rank per process; mpi_worker.h): process 0 returns from the constructor and drives the
   // others, which never return from it (they serve steps until process 0 stops them, then exit).
-  // --threads is then per process.
+  // --threads is then per process. Pipeline stages run in one process only (not with mpi).
   bool mpi = false;
   std::string device = "cpu";   // auto | cuda | cpu (backend_factory.h)
   bool cuda_fp32_gemm = false;  // CUDA: fp32 GEMMs for 16-bit weights (CPU numerics; for tests)
@@ -75,6 +91,14 @@ struct StepLogits {
   std::shared_ptr<void> storage;  // keeps an eager forward's output alive (a graph replay's is the graph's)
   int64_t rows() const { return view.ndim() == 2 ? view.shape[0] : 0; }
   int64_t vocab() const { return view.ndim() == 2 ? view.shape[1] : 0; }
+};
+
+// Time the pipeline stages spent working, for the utilisation the benchmarks print.
+struct StageStats {
+  int first_layer = 0;  // the stage's decoder layers [first_layer, end_layer)
+  int end_layer = 0;
+  std::string device;          // "cpu" / "cuda"
+  double busy_seconds = 0;     // running its micro-batches (tp rank 0)
 };
 
 // Logits of the requested rows, fp32 on the host.
@@ -113,6 +137,11 @@ class ModelRunner {
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
   int tensor_parallel_size() const { return tp_; }
+  int pipeline_parallel_size() const { return static_cast<int>(stages_.size()); }
+  // Per stage: its layers, device and busy time over the steps so far; pipeline_seconds() is the
+  // wall time of those steps (so busy / wall is the stage's utilisation).
+  std::vector<StageStats> stage_stats() const;
+  double pipeline_seconds() const { return pipeline_seconds_; }
   // Number of decode CUDA graphs captured (0 when running eagerly).
   int num_cuda_graphs() const { return ranks_.front().graphs ? ranks_.front().graphs->num_graphs() : 0; }
   DType kv_cache_dtype() const { return kv_cache_dtype_; }
@@ -125,11 +154,12 @@ class ModelRunner {
   // K and V of every layer for one block, summed over the ranks (4 bytes per element for fp32, 1 for
   // fp8; memory_profile.h): for sizing the cache and the swap pool from a memory budget.
   int64_t kv_cache_bytes_per_block() const { return kv_block_bytes_; }
-  // Rank 0's backend and model shard.
+  // Rank 0's backend and model shard (the first pipeline stage's).
   Backend& backend() { return *ranks_.front().backend; }
   Model& model() { return *ranks_.front().model; }
-  // Rank 0's intermediates (its slices at tp > 1), called on rank 0's thread. On a GPU backend the
-  // hook receives host copies of the (2-D fp32) intermediates.
+  // The intermediates of tp rank 0 of every stage (its slices at tp > 1), called on that rank's
+  // thread, one stage after the other (a step with a hook is not micro-batched). On a GPU backend
+  // the hook receives host copies of the (2-D fp32) intermediates.
   void set_debug_hook(DebugHook hook);
 
   // KV block moves the scheduler asks for before a step (kv_block_ops.cpp). Pairs are
@@ -142,8 +172,21 @@ class ModelRunner {
   int64_t num_swap_blocks() const { return num_swap_blocks_; }
 
  private:
-  // One tensor-parallel rank's share (the only one at world size 1).
+  // One pipeline stage: its layers and device, the types of its activations and cache, the bytes
+  // of one KV block of its layers over its tp ranks.
+  struct Stage {
+    int first_layer = 0;
+    int end_layer = 0;
+    Device device = Device::Cpu;
+    DType activation_dtype = DType::F32;
+    DType kv_dtype = DType::F32;
+    int64_t kv_block_bytes = 0;
+    double busy_seconds = 0;
+  };
+  // One tensor-parallel rank's share (the only one at world size 1) of one stage.
   struct Rank {
+    int stage = 0;
+    int tp_rank = 0;
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Model> model;
     std::vector<KvCacheLayer> kv_cache;
@@ -152,19 +195,33 @@ class ModelRunner {
     std::unique_ptr<DecodeGraphRunner> graphs;  // last: released before the backend and the cache
   };
   const Model* rank0_model() const { return ranks_.front().model.get(); }
-  void build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads);
+  // The stages' layers and devices from the options (stage_layers / stage_devices / gpu_layers).
+  void plan_stages(const ModelRunnerOptions& options, const ModelConfig& cfg);
+  int auto_gpu_layers(const ModelRunnerOptions& options, const ModelConfig& cfg);
+  void size_kv_cache(const ModelRunnerOptions& options, const ModelConfig& cfg);
+  void build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads, int gpu);
   void allocate_kv_cache(Rank& r, const ModelConfig& cfg);
-  int64_t blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options);
-  // Peak activation bytes (rank 0) of one eager forward of b over a one-block cache per layer.
-  size_t profile_peak(const ModelConfig& cfg, const BatchContext& b);
+  int64_t blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options, int stage);
+  // Peak activation bytes (tp rank 0 of `stage`) of one eager forward of b over a one-block cache
+  // per layer.
+  size_t profile_peak(const ModelConfig& cfg, const BatchContext& b, int stage);
   void capture_graphs();
-  // Runs the batch on one rank; fills *out with the logits when out is not null (rank 0).
-  void forward_rank(Rank& r, const BatchContext& batch, StepLogits* out);
+  // Runs the batch on every rank (through the stages); fills *out with the logits when not null.
+  void run_batch(const BatchContext& batch, StepLogits* out, int micro_batches);
+  // The stages' ticks: stage s runs micro-batch k at tick s + k.
+  void run_pipeline(const BatchContext& batch, StepLogits* out, int micro_batches);
+  // Runs the batch on one rank; fills *out with the logits when out is not null (the logits rank).
+  void forward_rank(Rank& r, const BatchContext& batch, const StageHandoff* in, StageHandoff* handoff,
+                    StepLogits* out);
+  Rank& logits_rank() { return ranks_[static_cast<size_t>(pipeline_parallel_size() - 1) * tp_]; }
   // Runs fn(rank) on every rank: on the worker threads at tp > 1, else right here.
   void for_each_rank(const std::function<void(Rank&)>& fn);
-  // Runs fn on rank 0's thread (its device is current there).
-  void on_rank0(const std::function<void()>& fn);
+  // Runs fn on the logits rank's thread (its device is current there).
+  void on_logits_rank(const std::function<void()>& fn);
 
+  std::vector<Stage> stages_;
+  int micro_batches_ = 1;
+  double pipeline_seconds_ = 0;
   // MPI: this process's tensor-parallel rank (first_rank_) and its communicator to the other
   // processes; drives_processes_ on process 0, which sends every step and block move to the others.
   std::unique_ptr<Communicator> process_comm_;  // outlives the ranks' models
@@ -172,7 +229,7 @@ class ModelRunner {
   int first_rank_ = 0;
   bool drives_processes_ = false;
   std::vector<Rank> ranks_;
-  std::unique_ptr<TpWorkers> workers_;  // null at world size 1 and under MPI
+  std::unique_ptr<TpWorkers> workers_;  // null with one rank in this process (also under MPI)
   DType weight_dtype_ = DType::F32;
   int block_size_ = 16;
   DType kv_cache_dtype_ = DType::F32;

@@ -28,7 +28,7 @@ struct LayerStream {
 class DecoderModel : public Model {
  public:
   const ModelConfig& config() const override { return cfg_; }
-  int num_layers() const override { return cfg_.num_hidden_layers; }
+  int num_layers() const override { return end_layer_ - first_layer_; }
   int num_kv_heads() const override { return layout_.kv_heads; }
   int head_dim() const override { return layout_.head_dim; }
 
@@ -37,18 +37,30 @@ class DecoderModel : public Model {
   DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) final;
 
  protected:
-  DecoderModel(const ModelConfig& cfg, Backend& backend, const ModelBuildOptions& opt)
-      : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)) {}
+  // Checks the stage's layer range (ModelBuildOptions::first_layer / last_layer).
+  DecoderModel(const ModelConfig& cfg, Backend& backend, const ModelBuildOptions& opt);
 
-  // Constructor pieces: the embedding table `name`, and the LM head (tied: the embedding's rows,
-  // else lm_head.weight).
-  void load_embedding(const WeightLoader& w, const std::string& name) { embed_ = VocabParallelEmbedding(w, name); }
-  void load_lm_head(const WeightLoader& w, bool tied) { lm_head_ = LmHead(w, tied ? &embed_ : nullptr); }
+  // The decoder layers this model builds and runs: [first_layer(), end_layer()) of the whole model.
+  int first_layer() const { return first_layer_; }
+  int end_layer() const { return end_layer_; }
+  bool first_stage() const { return first_layer_ == 0; }
+  bool last_stage() const { return end_layer_ == cfg_.num_hidden_layers; }
+
+  // Constructor pieces: the embedding table `name` (read by the first stage, and by the last when
+  // the LM head is tied to it), and the LM head of the last stage (tied: the embedding's rows,
+  // else lm_head.weight). A family loads its final norm only when last_stage().
+  void load_embedding(const WeightLoader& w, const std::string& name) {
+    if (first_stage() || (last_stage() && cfg_.tie_word_embeddings)) embed_ = VocabParallelEmbedding(w, name);
+  }
+  void load_lm_head(const WeightLoader& w, bool tied) {
+    if (last_stage()) lm_head_ = LmHead(w, tied ? &embed_ : nullptr);
+  }
 
   // The family's pieces of forward().
   // After the embedding lookup into s.residual (Gemma scales it by sqrt(hidden)).
   virtual void scale_embedding(Tensor& /*residual*/) {}
-  // Decoder layer i (of the whole model) on the stream; `kv` is its cache layer.
+  // Decoder layer i (of the whole model, in [first_layer(), end_layer())) on the stream; `kv` is its
+  // cache layer.
   virtual void layer_forward(int i, LayerStream& s, const ForwardInputs& in, KvCacheLayer& kv, ForwardScratch& scratch,
                              const Dumper& d) = 0;
   // The final norm of the stream into s.hidden (the LM head's input).
@@ -65,9 +77,12 @@ class DecoderModel : public Model {
 
  private:
   void check_cache(const std::vector<KvCacheLayer>& kv) const {
-    CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",
-                 kv.size(), cfg_.num_hidden_layers);
+    CYPRIS_CHECK(kv.size() == static_cast<size_t>(num_layers()), "forward: {} cache layers for {} layers", kv.size(),
+                 num_layers());
   }
+
+  int first_layer_ = 0;
+  int end_layer_ = 0;
 };
 
 }  // namespace cypris

@@ -1,6 +1,8 @@
 #include "engine/backend/cuda/nccl_communicator.h"
 
 #include <cuda_runtime.h>
+
+#include <algorithm>
 #include <nccl.h>
 
 #include <cstring>
@@ -105,9 +107,17 @@ int visible_cuda_devices() {
 
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size) {
   check_gpu_count(world_size, visible_cuda_devices());
-  std::vector<ncclComm_t> comms(static_cast<size_t>(world_size));
   std::vector<int> devices(static_cast<size_t>(world_size));
   for (int r = 0; r < world_size; ++r) devices[r] = r;
+  return make_nccl_communicators(devices);
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices) {
+  const int world_size = static_cast<int>(devices.size());
+  int highest = 0;
+  for (int d : devices) highest = std::max(highest, d + 1);
+  check_gpu_count(highest, visible_cuda_devices());
+  std::vector<ncclComm_t> comms(static_cast<size_t>(world_size));
   check_nccl(ncclCommInitAll(comms.data(), world_size, devices.data()), "communicator init");
   std::vector<std::unique_ptr<NcclCommunicator>> out;
   for (int r = 0; r < world_size; ++r) {

@@ -28,6 +28,7 @@ class NcclCommunicator : public Communicator {
 
  private:
   friend std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
+  friend std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices);
   friend std::unique_ptr<NcclCommunicator> make_nccl_communicator_rank(const std::array<char, 128>& unique_id,
                                                                       int rank, int world_size, int device);
   NcclCommunicator(void* comm, int rank, int world_size, int device);
@@ -46,6 +47,8 @@ int visible_cuda_devices();
 // world_size communicators on devices 0 .. world_size-1 (index = rank), created together in this
 // process (ncclCommInitAll). Throws Error naming --tensor-parallel-size when fewer GPUs are visible.
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
+// One communicator per listed GPU (rank r on devices[r]): a pipeline stage's tensor-parallel group.
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(const std::vector<int>& devices);
 
 // NCCL's unique id (ncclUniqueId, 128 bytes): made once by rank 0 of a world spanning processes and
 // sent to the others (over MPI, mpi_world.cpp).

@@ -219,9 +219,26 @@ TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
   EXPECT_EQ(error_of({"-q", "gptq"}), "");
   EXPECT_EQ(error_of({"-q", "awq"}), "");
   EXPECT_THAT(error_of({"--enable-lora"}), HasSubstr("not supported yet"));
-  EXPECT_THAT(error_of({"-pp", "2"}), HasSubstr("not supported yet"));
+  EXPECT_THAT(error_of({"--cpu-offload-gb", "4"}), AllOf(HasSubstr("--cpu-offload-gb"), HasSubstr("not supported yet")));
   // The default value given explicitly is harmless.
-  EXPECT_EQ(error_of({"-pp", "1"}), "");
+  EXPECT_EQ(error_of({"--cpu-offload-gb", "0"}), "");
+}
+
+TEST(Validate, PipelineStagesAndGpuLayers) {
+  EXPECT_EQ(error_of({"-pp", "2"}), "");
+  EXPECT_THAT(error_of({"-pp", "0"}), HasSubstr("--pipeline-parallel-size"));
+  // KoboldCpp's and llama.cpp's spellings, and "auto" for -1.
+  for (const auto& [args, want] : std::vector<std::pair<std::vector<std::string>, int64_t>>{
+           {{"--gpu-layers", "12"}, 12}, {{"--gpulayers", "7"}, 7}, {{"-ngl", "99"}, 99},
+           {{"--gpu-layers", "auto"}, -1}, {{"-ngl", "-1"}, -1}}) {
+    EngineConfig cfg;
+    parse(args, cfg);
+    EXPECT_NO_THROW(validate_options(cfg)) << args[0];
+    EXPECT_EQ(cfg.device.gpu_layers.value_or(-100), want) << args[0] << " " << args[1];
+  }
+  EXPECT_THAT(error_of({"--gpu-layers", "-2"}), HasSubstr("--gpu-layers"));
+  EXPECT_THAT(error_of({"--gpu-layers", "many"}), AllOf(HasSubstr("--gpu-layers"), HasSubstr("integer")));
+  EXPECT_THAT(error_of({"--threads", "auto"}), HasSubstr("integer"));  // "auto" only where -1 means it
 }
 
 TEST(Validate, Fp8KvCacheDtypesAreAcceptedAndBadOnesNameTheChoices) {
