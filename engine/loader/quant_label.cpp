@@ -12,7 +12,9 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string group_text(int64_t g) { return g > 0 ? fmt::format(" g{}", g) : " per-channel"; }
+std::string group_text(int64_t g) {
+  return g > 0 ? fmt::format(" g{}", g) : " per-channel";
+}
 
 std::string upper_method(const std::string& m) {
   if (m == "gptq" || m == "awq" || m == "fp8" || m == "exl2" || m == "aqlm" || m == "eetq" || m == "hqq") {

@@ -42,9 +42,10 @@ TEST(QuantLabel, PlainAndUnreadableConfigsHaveNone) {
 }
 
 TEST(QuantLabel, UnsupportedMethodsAreLabelledAsSuch) {
-  EXPECT_EQ(quant_label_from_json(
-                R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4"}})"),
-            "bitsandbytes nf4 (not supported)");
+  EXPECT_EQ(
+      quant_label_from_json(
+          R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4"}})"),
+      "bitsandbytes nf4 (not supported)");
   EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"exl2","bits":4.65}})"),
             "EXL2 4.65-bit (not supported)");
   EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"gptq","bits":3}})"),
