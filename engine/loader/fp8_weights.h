@@ -2,7 +2,9 @@
 // every linear layer stored as an F8_E4M3 `weight` with its scales (`weight_scale`: per tensor or
 // per output channel; `weight_scale_inv`: one per block of rows x columns, as DeepSeek-V3 and
 // Qwen3-FP8 ship) is offered to the model as F8G128 (kernels/common/fp8_blocks.h), so it stays in
-// 8 bits in memory; read in a plain dtype it is dequantized exactly (fp8 * scale in fp32). Layers
+// 8 bits in memory; read in a plain dtype it is dequantized exactly (fp8 * scale in fp32). The same
+// source reads compressed-tensors int-quantized (W8A8) checkpoints: I8 weights with tensor or
+// channel scales (and zero points) become W8G128 / W8G32 blocks (kernels/common/wq_blocks.h). Layers
 // the checkpoint keeps in 16 bits (its ignore list, lm_head) come from the plain source.
 #pragma once
 

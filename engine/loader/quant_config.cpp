@@ -103,6 +103,36 @@ QuantConfig float_quantized(QuantConfig q, const json& grp, const json& w, const
   return q;
 }
 
+// compressed-tensors int-quantized (W8A8): int8 weights with tensor or channel scales (and zero
+// points when asymmetric), int8 activations (dynamic per token, or a static input_scale). Cypris
+// repacks the weights into W8 blocks and quantizes the activations to int8 itself, per 128 (or 32)
+// values rather than per token (finer), with integer dots on the CPU.
+QuantConfig int_quantized(QuantConfig q, const json& grp, const json& w, const std::string& source) {
+  const std::string key = "quantization_config.config_groups";
+  q.bits = static_cast<int>(int_field(w, "num_bits", source, 0));
+  const std::string type = string_field(w, "type", source, "int");
+  CYPRIS_CHECK(q.bits == 8 && type == "int",
+               "{}: {} weights: int-quantized needs num_bits 8 and type int (int8), got num_bits {} type {}", source,
+               key, q.bits, type);
+  q.scale_strategy = string_field(w, "strategy", source, "");
+  CYPRIS_CHECK(q.scale_strategy == "tensor" || q.scale_strategy == "channel",
+               "{}: {} weights.strategy '{}': allowed for int8 weights: tensor, channel (group: not supported yet)",
+               source, key, q.scale_strategy);
+  CYPRIS_CHECK(w.value("actorder", json()).is_null(), "{}: {} weights.actorder {}: not supported yet", source, key,
+               w.at("actorder").dump());
+  q.sym = bool_field(w, "symmetric", source, true);
+  if (grp.contains("input_activations") && !grp.at("input_activations").is_null()) {
+    const json& a = grp.at("input_activations");
+    CYPRIS_CHECK(a.is_object(), "{}: {} input_activations must be an object or null", source, key);
+    CYPRIS_CHECK(string_field(a, "type", source, "int") == "int" && int_field(a, "num_bits", source, 8) == 8,
+                 "{}: {} input_activations: only int8 activations go with int8 weights", source, key);
+    q.act_scheme = bool_field(a, "dynamic", source, false) ? "dynamic" : "static";
+  }
+  q.group_size = -1;
+  q.zero_point_plus_one = false;
+  return q;
+}
+
 QuantConfig from_json(const json& j, const std::string& source) {
   CYPRIS_CHECK(j.is_object(), "{}: quantization_config must be an object, got {}", source, j.dump());
   QuantConfig q;
@@ -176,9 +206,10 @@ QuantConfig from_json(const json& j, const std::string& source) {
     // llm-compressor's pack-quantized W4A16 / W8A16: one config group of integer weights, no
     // activation quantization.
     q.checkpoint_format = string_field(j, "format", source, "");
-    CYPRIS_CHECK(q.checkpoint_format == "pack-quantized" || q.checkpoint_format == "float-quantized",
+    CYPRIS_CHECK(q.checkpoint_format == "pack-quantized" || q.checkpoint_format == "float-quantized" ||
+                     q.checkpoint_format == "int-quantized",
                  "{}: quantization_config.format '{}': compressed-tensors {} checkpoints are not supported yet; "
-                 "Cypris loads pack-quantized (W4A16, W8A16) and float-quantized (FP8)",
+                 "Cypris loads pack-quantized (W4A16, W8A16), int-quantized (W8A8 int8) and float-quantized (FP8)",
                  source, q.checkpoint_format, q.checkpoint_format);
     CYPRIS_CHECK(j.contains("config_groups") && j.at("config_groups").is_object() && j.at("config_groups").size() == 1,
                  "{}: quantization_config.config_groups: Cypris loads compressed-tensors checkpoints with one config "
@@ -190,6 +221,7 @@ QuantConfig from_json(const json& j, const std::string& source) {
                  j.at("config_groups").begin().key());
     const json& w = grp.at("weights");
     if (q.checkpoint_format == "float-quantized") return float_quantized(q, grp, w, source);
+    if (q.checkpoint_format == "int-quantized") return int_quantized(q, grp, w, source);
     CYPRIS_CHECK(!grp.contains("input_activations") || grp.at("input_activations").is_null(),
                  "{}: quantization_config: quantized input activations (W8A8) are not supported yet; Cypris loads "
                  "weight-only pack-quantized checkpoints",
@@ -232,6 +264,12 @@ std::string QuantConfig::summary() const {
   }
   if (method == "awq") {
     return fmt::format("awq {}-bit, group size {}, zero points, version {}", bits, group_size, checkpoint_format);
+  }
+  if (checkpoint_format == "int-quantized") {
+    return fmt::format("compressed-tensors int-quantized int8 weights, per-{} scales, {}, {}", scale_strategy,
+                       sym ? "symmetric" : "asymmetric",
+                       act_scheme.empty() ? "16-bit activations"
+                                          : act_scheme + " int8 activations (quantized by Cypris per 128 values)");
   }
   if (method == "compressed-tensors") {
     return fmt::format("compressed-tensors {} W{}A16, group size {}, {}", checkpoint_format, bits, group_size,

@@ -57,6 +57,10 @@ std::string quant_label(const QuantConfig& q) {
     if (!q.act_scheme.empty()) s += " W8A8 " + q.act_scheme;
     return s;
   }
+  if (q.checkpoint_format == "int-quantized") {
+    return fmt::format("compressed-tensors W8A{} per-{}", q.act_scheme.empty() ? "16" : "8 " + q.act_scheme,
+                       q.scale_strategy);
+  }
   if (q.method == "compressed-tensors") {
     return fmt::format("compressed-tensors W{}A16{}", q.bits, group_text(q.group_size));
   }

@@ -261,7 +261,7 @@ std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& di
   const std::optional<QuantConfig> q = resolve_quantization(ckpt, options.quantization, dir.string());
   if (!q) return plain;
   LOG_INFO("{}: quantized checkpoint, {} (layers kept quantized)", dir.string(), q->summary());
-  if (q->method == "fp8" || q->checkpoint_format == "float-quantized") {
+  if (q->method == "fp8" || q->checkpoint_format == "float-quantized" || q->checkpoint_format == "int-quantized") {
     return make_fp8_weight_source(dir, *q, std::move(plain));
   }
   return make_quantized_weight_source(dir, *q, std::move(plain));

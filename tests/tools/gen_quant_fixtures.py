@@ -159,6 +159,13 @@ def to_bf16_exact(a):
     return (f.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
 
 
+class I8:
+    """int8 values, written with the safetensors dtype I8."""
+
+    def __init__(self, values):
+        self.bits, self.shape = np.asarray(values, dtype=np.int8).view(np.uint8), np.shape(values)
+
+
 class F8:
     """e4m3 codes, written with the safetensors dtype F8_E4M3."""
 
@@ -175,6 +182,8 @@ def write_safetensors(path, tensors):
             raw, tag, shape = tensors[n].bits.astype("<u2").tobytes(), "BF16", list(tensors[n].shape)
         elif isinstance(tensors[n], F8):
             raw, tag, shape = tensors[n].bits.tobytes(), "F8_E4M3", list(tensors[n].shape)
+        elif isinstance(tensors[n], I8):
+            raw, tag, shape = tensors[n].bits.tobytes(), "I8", list(tensors[n].shape)
         else:
             t = np.ascontiguousarray(tensors[n])
             raw, tag, shape = t.astype(t.dtype.newbyteorder("<")).tobytes(), tags[t.dtype], list(t.shape)
@@ -321,7 +330,33 @@ FP8_FIXTURES = {
     "fp8_block128_dynamic": ("fp8", "block", "dynamic", False),
     "ct_fp8_channel_dynamic": ("ct", "channel", "dynamic", True),
     "ct_fp8_tensor_static": ("ct", "tensor", "static", False),
+    # compressed-tensors int-quantized W8A8: I8 weights, q = clip(round(W / s) + zp, -128, 127)
+    "ct_w8a8_channel_dynamic": ("ct_int8", "channel", "dynamic", True),
+    "ct_w8a8_tensor_static_asym": ("ct_int8", "tensor", "static", False),
 }
+
+
+def quantize_int8(W, strategy, bf16_scales, sym):
+    """compressed-tensors' int8 weights: per channel or tensor, symmetric (zero 0) or min/max
+    asymmetric. Scales kept exact in fp16 (Cypris's W8 blocks hold fp16). Returns q, scale, zero
+    (as stored, or None), the dequantized weight scale * (q - zero) in fp32."""
+    out, inp = W.shape
+    axis = 1 if strategy == "channel" else None
+    if sym:
+        s = np.abs(W).max(axis=axis, keepdims=True) / 127.0
+        zp = np.zeros_like(s)
+    else:
+        lo, hi = np.minimum(W.min(axis=axis, keepdims=True), 0), np.maximum(W.max(axis=axis, keepdims=True), 0)
+        s = (hi - lo) / 255.0
+    s = to_bf16_exact(s) if bf16_scales else s.astype(np.float16).astype(np.float32)
+    s64 = s.astype(np.float64)
+    if not sym:
+        zp = np.clip(np.round(-128 - lo / s64), -128, 127)
+    q = np.clip(np.round(W / s64) + zp, -128, 127)
+    deq = (s64 * (q - zp)).astype(np.float32).astype(np.float64)
+    assert (s64 * (q - zp) == deq).all()
+    shape = (out, 1) if strategy == "channel" else (1,)
+    return q.astype(np.int8), s.reshape(shape).astype(np.float32), None if sym else zp.reshape(shape).astype(np.int8), deq
 
 
 def make(name, spec):
@@ -372,6 +407,17 @@ def make_fp8_seed(name, spec, seed):
         out, inp = shapes[lin]
         # Rows of different magnitude, so per-channel and block scales differ from the tensor's.
         W = rng.standard_normal((out, inp)) * inp ** -0.5 * np.exp(rng.uniform(-1, 1, (out, 1)))
+        if fmt_ == "ct_int8":
+            q, scale, zp, deq = quantize_int8(W, strategy, bf16, act == "dynamic")
+            R[p + lin] = deq
+            hashes[p + lin] = fnv1a64(deq.astype("<f4").tobytes())
+            T[p + lin + ".weight"] = I8(q)
+            T[p + lin + ".weight_scale"] = BF16(scale) if bf16 else scale
+            if zp is not None:
+                T[p + lin + ".weight_zero_point"] = I8(zp)
+            if act == "static":
+                T[p + lin + ".input_scale"] = np.array([0.02], dtype=np.float32)
+            continue
         codes, scale, deq = quantize_fp8(W, strategy, bf16)
         R[p + lin] = deq
         hashes[p + lin] = fnv1a64(deq.astype("<f4").tobytes())
@@ -388,6 +434,15 @@ def make_fp8_seed(name, spec, seed):
         qc = {"quant_method": "fp8", "activation_scheme": act}
         if strategy == "block":
             qc["weight_block_size"] = [128, 128]
+    elif fmt_ == "ct_int8":
+        weights = {"num_bits": 8, "type": "int", "symmetric": act == "dynamic", "strategy": strategy,
+                   "dynamic": False, "group_size": None, "actorder": None}
+        acts = {"num_bits": 8, "type": "int", "symmetric": True, "dynamic": act == "dynamic",
+                "strategy": "token" if act == "dynamic" else "tensor"}
+        qc = {"quant_method": "compressed-tensors", "format": "int-quantized", "quantization_status": "compressed",
+              "ignore": ["lm_head"], "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights,
+                                                                  "input_activations": acts,
+                                                                  "output_activations": None}}}
     else:
         weights = {"num_bits": 8, "type": "float", "symmetric": True, "strategy": strategy, "dynamic": False,
                    "group_size": None, "block_structure": None, "actorder": None}

@@ -1,6 +1,7 @@
 // FP8 checkpoints (tests/fixtures/quant/fp8_*, ct_fp8_*, written by tests/tools/gen_quant_fixtures.py
-// as vLLM's Fp8Config checkpoints and compressed-tensors float-quantized ones are laid out): every
-// layer dequantizes to the float64 reference bit for bit, stays in 8 bits (F8G128) in memory,
+// as vLLM's Fp8Config checkpoints and compressed-tensors float-quantized ones are laid out) and
+// compressed-tensors int-quantized W8A8 ones (ct_w8a8_*): every layer dequantizes to the float64
+// reference bit for bit, stays in 8 bits (F8G128, or W8 blocks for int8) in memory,
 // tensor-parallel slices are slices of the whole, and malformed files are errors naming the file,
 // the tensor and what was expected.
 #include <fmt/format.h>
@@ -30,8 +31,13 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
-const std::vector<std::string> kFp8 = {"fp8_tensor_static", "fp8_block128_dynamic", "ct_fp8_channel_dynamic",
-                                       "ct_fp8_tensor_static"};
+const std::vector<std::string> kFp8 = {"fp8_tensor_static",    "fp8_block128_dynamic",   "ct_fp8_channel_dynamic",
+                                       "ct_fp8_tensor_static", "ct_w8a8_channel_dynamic", "ct_w8a8_tensor_static_asym"};
+
+// FP8 layers stay F8G128; compressed-tensors int8 (W8A8) layers become W8 blocks.
+DType kept_as(const std::string& fixture) {
+  return fixture.find("w8a8") != std::string::npos ? DType::W8G128 : DType::F8G128;
+}
 
 nlohmann::json expected(const std::string& name) {
   std::ifstream in(kQuant + name + "/expected.json");
@@ -87,13 +93,14 @@ TEST_P(Fp8Checkpoint, LayersStayInEightBitsAndHoldTheReferenceValues) {
   const auto w = open(kQuant + GetParam());
   const auto want = expected(GetParam())["dequant_fnv1a64"];
   for (const auto& [layer, hash] : want.items()) {
-    ASSERT_EQ(w->native_dtype(layer + ".weight"), DType::F8G128) << layer;
+    const DType type = kept_as(GetParam());
+    ASSERT_EQ(w->native_dtype(layer + ".weight"), type) << layer;
     const auto shape = layer_shape(layer);
-    const HostTensor t = w->load(layer + ".weight", shape, DType::F8G128);
+    const HostTensor t = w->load(layer + ".weight", shape, type);
     const size_t fp8_bytes = static_cast<size_t>(shape[0] * shape[1]);
     EXPECT_LE(t.buffer.size(), fp8_bytes * 11 / 10) << layer;
     std::vector<float> deq(fp8_bytes);
-    quant::dequantize_row(DType::F8G128, t.buffer.data(), deq.data(), shape[0] * shape[1]);
+    quant::dequantize_row(type, t.buffer.data(), deq.data(), shape[0] * shape[1]);
     EXPECT_EQ(hash_of(deq.data(), deq.size()), hash.get<std::string>()) << layer;
   }
   // lm_head is not in FP8 (the checkpoints' ignore list): a plain tensor.
@@ -105,14 +112,15 @@ TEST_P(Fp8Checkpoint, TensorParallelSlicesAreSlicesOfTheWhole) {
   const auto w = open(kQuant + GetParam());
   const std::string name = "model.layers.0.mlp.down_proj.weight";
   const std::vector<int64_t> full = {128, 256};
-  const HostTensor whole = w->load(name, full, DType::F8G128);
-  const size_t row_bytes = dtype_nbytes(DType::F8G128, 256), half = row_bytes / 2;
+  const DType type = kept_as(GetParam());
+  const HostTensor whole = w->load(name, full, type);
+  const size_t row_bytes = dtype_nbytes(type, 256), half = row_bytes / 2;
   for (int rank = 0; rank < 2; ++rank) {
-    const HostTensor rows = w->load(name, full, DType::F8G128, ShardSpec::split(0, rank, 2));
+    const HostTensor rows = w->load(name, full, type, ShardSpec::split(0, rank, 2));
     EXPECT_EQ(std::memcmp(rows.buffer.data(), static_cast<const char*>(whole.buffer.data()) + rank * 64 * row_bytes,
                           64 * row_bytes),
               0);
-    const HostTensor cols = w->load(name, full, DType::F8G128, ShardSpec::split(1, rank, 2));
+    const HostTensor cols = w->load(name, full, type, ShardSpec::split(1, rank, 2));
     for (int64_t r = 0; r < 128; ++r) {
       ASSERT_EQ(std::memcmp(static_cast<const char*>(cols.buffer.data()) + r * half,
                             static_cast<const char*>(whole.buffer.data()) + r * row_bytes + rank * half, half),
@@ -152,6 +160,12 @@ TEST(Fp8Config, UnsupportedVariantsAreRefusedByName) {
   EXPECT_THAT(
       err(R"({"quant_method":"compressed-tensors","format":"float-quantized","config_groups":{"g":{"weights":{"num_bits":8,"type":"float","strategy":"group","group_size":128}}}})"),
       AllOf(HasSubstr("strategy 'group'"), HasSubstr("tensor, channel, block")));
+  EXPECT_THAT(
+      err(R"({"quant_method":"compressed-tensors","format":"int-quantized","config_groups":{"g":{"weights":{"num_bits":8,"type":"int","strategy":"group","group_size":128}}}})"),
+      AllOf(HasSubstr("strategy 'group'"), HasSubstr("tensor, channel")));
+  EXPECT_THAT(
+      err(R"({"quant_method":"compressed-tensors","format":"int-quantized","config_groups":{"g":{"weights":{"num_bits":4,"type":"int","strategy":"channel"}}}})"),
+      AllOf(HasSubstr("num_bits 8"), HasSubstr("num_bits 4")));
 }
 
 // ---- malformed FP8 checkpoints: a copy of a fixture with one thing changed ----
@@ -213,6 +227,23 @@ TEST_F(MalformedFp8, MisShapedWeightAndWrongScaleDtype) {
   tensors_[q_ + ".weight_scale"].dtype = "I32";
   save();
   EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".weight_scale"), HasSubstr("I32"), HasSubstr("F32, F16 or BF16")));
+}
+
+TEST_F(MalformedFp8, Int8ScalesNotExactInFp16AndMisShapedZeroPoints) {
+  copy("ct_w8a8_tensor_static_asym");
+  const float inexact = 0.1f;  // not an fp16 value
+  std::memcpy(tensors_[q_ + ".weight_scale"].bytes.data(), &inexact, 4);
+  save();
+  EXPECT_THAT(load_error(DType::W8G128),
+              AllOf(HasSubstr(q_ + ".weight_scale"), HasSubstr("not exact in fp16"), HasSubstr("not supported yet")));
+  copy("ct_w8a8_tensor_static_asym");
+  tensors_[q_ + ".weight_zero_point"].shape = {1, 1};
+  save();
+  EXPECT_THAT(load_error(DType::W8G128), AllOf(HasSubstr(q_ + ".weight_zero_point"), HasSubstr("[1, 1]")));
+  copy("ct_w8a8_tensor_static_asym");
+  tensors_.erase(q_ + ".weight_zero_point");
+  save();
+  EXPECT_THAT(load_error(DType::W8G128), AllOf(HasSubstr(q_ + ".weight_zero_point"), HasSubstr("not found")));
 }
 
 TEST_F(MalformedFp8, RequestedMethodMustAgree) {

@@ -82,8 +82,8 @@ TEST(QuantConfig, PlainCheckpointHasNone) {
 }
 
 TEST(QuantConfig, UnimplementedMethodsAndVariantsAreRefusedByName) {
-  EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"int-quantized"})"),
-              AllOf(HasSubstr("config.json"), HasSubstr("int-quantized"), HasSubstr("not supported yet")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"marlin-24"})"),
+              AllOf(HasSubstr("config.json"), HasSubstr("marlin-24"), HasSubstr("not supported yet")));
   EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true})"),
               AllOf(HasSubstr("quant_method 'bitsandbytes'"), HasSubstr("not supported yet")));
   EXPECT_THAT(

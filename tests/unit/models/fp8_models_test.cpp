@@ -45,7 +45,10 @@ TEST_P(Fp8Models, FullPrefillMatchesTheFloat64Reference) {
   ASSERT_EQ(l.rows, static_cast<int64_t>(e.ids.size()));
   double worst = 0;
   for (int64_t r = 0; r < l.rows; ++r) worst = std::max(worst, rel_err(l.row(r), e.logits[r].data(), l.vocab));
-  EXPECT_LT(worst, kTolerance) << GetParam();
+  // int8 (W8A8) layers: 8-bit activations per 128 values, as the online int8 layers (see
+  // online_quant_models_test.cpp for the tolerance); FP8: fp32 activations.
+  const double tol = GetParam().find("w8a8") != std::string::npos ? 8e-2 : kTolerance;
+  EXPECT_LT(worst, tol) << GetParam();
   RecordProperty("max_rel_err", std::to_string(worst));
 }
 
@@ -66,8 +69,9 @@ TEST_P(Fp8Models, GreedyDecodeMatchesTheReference) {
   EXPECT_EQ(got, e.greedy) << GetParam();
 }
 
-// Two ranks: every split falls on whole 128-value blocks (down_proj's 256 columns), so the layers
-// stay FP8 on both and the logits agree with one rank to float summation order.
+// Two ranks: FP8 layers split on whole 128-value blocks stay FP8, the others (o_proj's 64 columns
+// per rank) are read dequantized, which with fp32 activations gives the same products: the logits
+// agree with one rank to float summation order.
 TEST_P(Fp8Models, TwoCpuRanksGiveTheOneRankLogits) {
   const Expected e = load_expected_from(kQuant + GetParam());
   ModelRunner one(options(GetParam()));
@@ -76,12 +80,22 @@ TEST_P(Fp8Models, TwoCpuRanksGiveTheOneRankLogits) {
   const Logits a = full_prefill(one, e.ids);
   const Logits b = full_prefill(two, e.ids);
   ASSERT_EQ(a.rows, b.rows);
-  for (int64_t r = 0; r < a.rows; ++r) EXPECT_LT(rel_err(b.row(r), a.row(r), a.vocab), 1e-5) << "row " << r;
+  // int8 layers whose 128-column blocks do not split (o_proj over two ranks) are read dequantized on
+  // the ranks: held to the reference's tolerance instead, as the 128-block GPTQ fixtures.
+  const bool int8 = GetParam().find("w8a8") != std::string::npos;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    if (int8) {
+      EXPECT_LT(rel_err(b.row(r), e.logits[r].data(), a.vocab), 8e-2) << "row " << r;
+    } else {
+      EXPECT_LT(rel_err(b.row(r), a.row(r), a.vocab), 1e-5) << "row " << r;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Fp8Models,
                          ::testing::Values("fp8_tensor_static", "fp8_block128_dynamic", "ct_fp8_channel_dynamic",
-                                           "ct_fp8_tensor_static"));
+                                           "ct_fp8_tensor_static", "ct_w8a8_channel_dynamic",
+                                           "ct_w8a8_tensor_static_asym"));
 
 }  // namespace
 }  // namespace cypris
