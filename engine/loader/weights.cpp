@@ -213,8 +213,8 @@ std::unique_ptr<WeightSource> make_dummy_weight_source(uint64_t seed) {
   return std::make_unique<DummyWeightSource>(seed);
 }
 
-std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& dir, const ModelConfig& cfg,
-                                                 const LoadOptions& options) {
+std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, const std::filesystem::path& dir,
+                                                 const ModelConfig& cfg, const LoadOptions& options) {
   const std::string& f = options.load_format;
   if (f == "dummy") return make_dummy_weight_source(options.seed);
   if (is_gguf_path(dir)) {
@@ -225,7 +225,7 @@ std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& di
     CYPRIS_CHECK(!options.load_in_8bit && !options.load_in_4bit,
                  "{}: {} is a GGUF file, already quantized; it loads as it is, leave the flag out",
                  options.load_in_8bit ? "--load-in-8bit" : "--load-in-4bit", dir.string());
-    return make_gguf_weight_source(std::make_shared<GgufModel>(dir));
+    return make_gguf_weight_source(families, std::make_shared<GgufModel>(dir));
   }
   CYPRIS_CHECK(f != "gguf", "--load-format gguf: {} is not a .gguf file; pass the file as --model (or --gguf-file NAME)",
                dir.string());
