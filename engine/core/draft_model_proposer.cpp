@@ -15,6 +15,7 @@
 #include "engine/sampling/sampler.h"
 #include "engine/spec/rejection_sampler.h"
 #include "kernels/common/philox.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 
@@ -189,7 +190,7 @@ std::unique_ptr<DraftModelProposer> load_draft_model(const EngineConfig& cfg, co
   dcfg.quant.quantization = spec.draft_quantization;
   dcfg.parallel.tensor_parallel_size = 1;
   ModelRunnerOptions ro = runner_options(dcfg, dir);
-  ro.config = load_model_config(dir, ro.load.overrides);
+  ro.config = load_model_config(model_families(), dir, ro.load.overrides);
   const std::string& target_name = cfg.model.model;
   CYPRIS_CHECK(ro.config->vocab_size == target.config().vocab_size,
                "--speculative-model {}: its vocabulary has {} tokens, the target's (--model {}) {}; a draft model "

@@ -12,12 +12,14 @@
 #include "engine/backend/backend_factory.h"
 #include "engine/common/dtype.h"
 #include "engine/common/error.h"
+#include "engine/config/kv_cache_dtype.h"
 #include "engine/hub/hub.h"
 #include "engine/loader/gguf.h"
 #include "engine/loader/gguf_model.h"
 #include "engine/loader/model_config.h"
 #include "engine/loader/quant_config.h"
 #include "engine/loader/safetensors.h"
+#include "models/registry/registry.h"
 #include "engine/loader/weights.h"
 #include "engine/runtime/kv_cache_scales.h"
 
@@ -156,7 +158,7 @@ std::string gguf_file_type_name(int64_t t) {
 std::string weight_type_label(const std::filesystem::path& path) {
   if (is_gguf_path(path)) return gguf_label(GgufModel(path));
   if (auto q = read_quant_config(path)) return checkpoint_quant_label(*q);
-  return dtype_label(load_model_config(path).torch_dtype);
+  return dtype_label(load_model_config(model_families(), path).torch_dtype);
 }
 
 ModelFootprint read_model_footprint(const std::filesystem::path& path) {
@@ -166,7 +168,7 @@ ModelFootprint read_model_footprint(const std::filesystem::path& path) {
   CYPRIS_CHECK(std::filesystem::exists(path, ec), "model '{}' does not exist", path.string());
   if (is_gguf_path(path)) {
     GgufModel m(path);
-    fill_from_config(fp, gguf_model_config(m));
+    fill_from_config(fp, gguf_model_config(model_families(), m));
     for (const auto& [name, entry] : m.tensors()) {
       const GgufTensorInfo& t = *entry.first;
       WeightBytes w;
@@ -182,7 +184,7 @@ ModelFootprint read_model_footprint(const std::filesystem::path& path) {
   }
   CYPRIS_CHECK(std::filesystem::is_directory(path, ec), "model '{}' is neither a folder nor a .gguf file",
                path.string());
-  const ModelConfig cfg = load_model_config(path);
+  const ModelConfig cfg = load_model_config(model_families(), path);
   fill_from_config(fp, cfg);
   const auto quant = read_quant_config(path);
   fp.weight_label = quant ? checkpoint_quant_label(*quant) : dtype_label(cfg.torch_dtype);

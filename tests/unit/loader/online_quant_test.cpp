@@ -16,6 +16,7 @@
 #include "engine/loader/model_config.h"
 #include "engine/loader/weights.h"
 #include "kernels/cpu/quant/quant_ref.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 namespace {
@@ -42,7 +43,7 @@ LoadOptions options_for(const std::string& method) {
 }
 
 std::unique_ptr<WeightSource> open(const std::string& dir, const LoadOptions& o) {
-  return open_weight_source(dir, load_model_config(dir), o);
+  return open_weight_source(model_families(), dir, load_model_config(model_families(), dir), o);
 }
 
 std::vector<int64_t> layer_shape(const std::string& layer) {
