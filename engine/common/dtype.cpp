@@ -54,6 +54,7 @@ std::optional<DTypeBlock> wq_block(DType t) {
     case DType::W4G128: return DTypeBlock{128, 4 + 64};
     case DType::W8G32: return DTypeBlock{32, 4 + 32};
     case DType::W8G128: return DTypeBlock{128, 4 + 128};
+    case DType::F8G128: return DTypeBlock{128, 4 + 128};  // fp32 scale + 128 e4m3 bytes
     default: return std::nullopt;
   }
 }
@@ -90,6 +91,7 @@ std::string_view dtype_name(DType t) {
     case DType::W4G128: return "W4G128";
     case DType::W8G32: return "W8G32";
     case DType::W8G128: return "W8G128";
+    case DType::F8G128: return "F8G128";
     default:
       if (auto g = ggml_type_of(t)) return ggml_traits(*g).name;
   }

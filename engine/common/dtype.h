@@ -19,6 +19,9 @@ enum class DType : uint8_t {
   // Integer weights with a zero point, one fp16 scale per block of 32 or 128 values: what GPTQ and
   // AWQ checkpoints are repacked into at load (kernels/common/wq_blocks.h).
   W4G32, W4G128, W8G32, W8G128,
+  // FP8 e4m3 weights with one fp32 scale per block of 128 values (per-tensor, per-channel and
+  // 128x128 block scales all become one scale per block: kernels/common/fp8_blocks.h).
+  F8G128,
 };
 
 // Bytes of one element of a plain type; 0 for a block-quantized type (use dtype_nbytes).

@@ -79,9 +79,9 @@ std::vector<OptionSpec> build_table() {
   const std::string kVision = "vision-language models";
   const std::string kSpec = "speculative decoding";
   const std::string kQuantRefused =
-      "not supported yet in Cypris; supported: gptq (also gptq_marlin), awq, compressed-tensors (pack-quantized; "
-      "all read from the checkpoint's quantization_config, so -q may be left out) and gguf (a .gguf --model or "
-      "--gguf-file NAME)";
+      "not supported yet in Cypris; supported: gptq (also gptq_marlin), awq, compressed-tensors (pack-quantized, "
+      "int-quantized, float-quantized), fp8 (all read from the checkpoint's quantization_config, so -q may be left "
+      "out; -q fp8 on a 16-bit checkpoint quantizes it at load) and gguf (a .gguf --model or --gguf-file NAME)";
 
   group = "Model Options";
   add(Opt("model", bind_field(FIELD(model.model)), "MODEL",
@@ -230,11 +230,12 @@ std::vector<OptionSpec> build_table() {
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
           "The method used to quantize the weights. Inferred from the model when possible (the checkpoint's "
           "quantization_config); when given it must agree with the checkpoint. Cypris supports gptq (2/4/8 bits; "
-          "gptq_marlin loads the same checkpoints), awq (4-bit GEMM), compressed-tensors (pack-quantized W4A16/W8A16) "
-          "and gguf (llama.cpp's quantization types, read from a .gguf --model); the others are not supported yet. "
-          "See docs/quantization.md.")
+          "gptq_marlin loads the same checkpoints), awq (4-bit GEMM), compressed-tensors (pack-quantized W4A16/W8A16, "
+          "int-quantized W8A8, float-quantized FP8), fp8 (FP8 checkpoints; on a 16-bit checkpoint: quantized at load "
+          "to FP8 with one scale per output channel) and gguf (llama.cpp's quantization types, read from a .gguf "
+          "--model); the others are not supported yet. See docs/quantization.md.")
           .alias("-q")
-          .choices({"gguf", "gptq", "gptq_marlin", "awq", "compressed-tensors"})
+          .choices({"gguf", "gptq", "gptq_marlin", "awq", "compressed-tensors", "fp8"})
           .refuse({"aqlm",
                    "bnb",
                    "eetq",
@@ -242,7 +243,6 @@ std::vector<OptionSpec> build_table() {
                    "quip",
                    "squeezellm",
                    "marlin",
-                   "fp8",
                    "deepspeedfp",
                    "gptq_marlin_24",
                    "bitsandbytes",
@@ -255,14 +255,14 @@ std::vector<OptionSpec> build_table() {
                    "neuron_quant"},
                   kQuantRefused));
   add(Opt("load-in-4bit", bind_field(FIELD(quant.load_in_4bit)), "",
-          "Load the 32/16bit or AWQ model in 4bit, using SmoothQuant+.")
-          .not_yet("quantized weights"));
+          "Load the 32/16bit model in 4bit: its linear layers quantized at load to 4 bits with a scale and zero "
+          "point per 128 (or 32) input columns (Cypris's W4 blocks, not SmoothQuant+)."));
   add(Opt("load-in-smooth", bind_field(FIELD(quant.load_in_smooth)), "",
           "Load the 32/16bit model in 8bit, using SmoothQuant+.")
           .not_yet("quantized weights"));
   add(Opt("load-in-8bit", bind_field(FIELD(quant.load_in_8bit)), "",
-          "Load the 32/16bit model in 8bit, using BitsAndBytes.")
-          .not_yet("quantized weights"));
+          "Load the 32/16bit model in 8bit: its linear layers quantized at load to int8 with one scale per output "
+          "channel (Cypris's W8 blocks, not BitsAndBytes' LLM.int8())."));
   add(Opt("quantization-param-path", bind_field(FIELD(quant.quantization_param_path)), "PATH",
           "Path to the JSON file containing the KV cache scaling factors for FP8 (vLLM's format). Used when the "
           "checkpoint has no k_scale/v_scale tensors; without either, the scales are 1.0."));

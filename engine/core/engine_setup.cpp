@@ -80,6 +80,8 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   ro.load.load_format = mo.load_format;
   ro.load.seed = static_cast<uint64_t>(mo.seed);
   ro.load.quantization = cfg.quant.quantization;
+  ro.load.load_in_8bit = cfg.quant.load_in_8bit;
+  ro.load.load_in_4bit = cfg.quant.load_in_4bit;
   if (!mo.rope_scaling.empty()) ro.load.overrides.rope_scaling_json = mo.rope_scaling;
   ro.load.overrides.rope_theta = mo.rope_theta;
   ro.load.overrides.max_model_len = mo.max_model_len;

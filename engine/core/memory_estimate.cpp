@@ -19,6 +19,7 @@
 #include "engine/loader/model_config.h"
 #include "engine/loader/quant_config.h"
 #include "engine/loader/safetensors.h"
+#include "models/registry/registry.h"
 #include "engine/loader/weights.h"
 #include "models/registry/registry.h"
 

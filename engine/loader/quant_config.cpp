@@ -62,6 +62,77 @@ void check_group_size(const QuantConfig& q) {
                q.source, q.group_size);
 }
 
+// compressed-tensors float-quantized: FP8 e4m3 weights with tensor, channel or block scales, and
+// optionally FP8 activations (static input_scale or dynamic per token). Cypris keeps the weights in
+// FP8 and runs the activations unquantized (fp32 on the CPU, the model's 16-bit type on CUDA).
+QuantConfig float_quantized(QuantConfig q, const json& grp, const json& w, const std::string& source) {
+  const std::string key = "quantization_config.config_groups";
+  q.bits = static_cast<int>(int_field(w, "num_bits", source, 0));
+  const std::string type = string_field(w, "type", source, "float");
+  CYPRIS_CHECK(q.bits == 8 && type == "float",
+               "{}: {} weights: float-quantized needs num_bits 8 and type float (FP8 e4m3), got num_bits {} type {}",
+               source, key, q.bits, type);
+  q.scale_strategy = string_field(w, "strategy", source, "");
+  CYPRIS_CHECK(q.scale_strategy == "tensor" || q.scale_strategy == "channel" || q.scale_strategy == "block",
+               "{}: {} weights.strategy '{}': allowed for FP8 weights: tensor, channel, block", source, key,
+               q.scale_strategy);
+  if (q.scale_strategy == "block") {
+    const json b = w.value("block_structure", json());
+    CYPRIS_CHECK(b.is_array() && b.size() == 2 && b[0].is_number_integer() && b[1].is_number_integer() &&
+                     b[0].get<int64_t>() > 0 && b[1].get<int64_t>() > 0 && b[1].get<int64_t>() % 128 == 0,
+                 "{}: {} weights.block_structure must be [rows, columns] with columns a multiple of 128, got {}",
+                 source, key, b.dump());
+    q.block_n = b[0].get<int64_t>();
+    q.block_k = b[1].get<int64_t>();
+  }
+  CYPRIS_CHECK(w.value("actorder", json()).is_null(), "{}: {} weights.actorder {}: not supported yet", source, key,
+               w.at("actorder").dump());
+  CYPRIS_CHECK(bool_field(w, "symmetric", source, true),
+               "{}: {} weights.symmetric false: FP8 weights with zero points are not supported yet", source, key);
+  if (grp.contains("input_activations") && !grp.at("input_activations").is_null()) {
+    const json& a = grp.at("input_activations");
+    CYPRIS_CHECK(a.is_object(), "{}: {} input_activations must be an object or null", source, key);
+    const std::string atype = string_field(a, "type", source, "float");
+    CYPRIS_CHECK(atype == "float" && int_field(a, "num_bits", source, 8) == 8,
+                 "{}: {} input_activations: only FP8 activations (type float, num_bits 8) go with FP8 weights", source,
+                 key);
+    q.act_scheme = bool_field(a, "dynamic", source, false) ? "dynamic" : "static";
+  }
+  q.group_size = -1;
+  q.zero_point_plus_one = false;
+  return q;
+}
+
+// compressed-tensors int-quantized (W8A8): int8 weights with tensor or channel scales (and zero
+// points when asymmetric), int8 activations (dynamic per token, or a static input_scale). Cypris
+// repacks the weights into W8 blocks and quantizes the activations to int8 itself, per 128 (or 32)
+// values rather than per token (finer), with integer dots on the CPU.
+QuantConfig int_quantized(QuantConfig q, const json& grp, const json& w, const std::string& source) {
+  const std::string key = "quantization_config.config_groups";
+  q.bits = static_cast<int>(int_field(w, "num_bits", source, 0));
+  const std::string type = string_field(w, "type", source, "int");
+  CYPRIS_CHECK(q.bits == 8 && type == "int",
+               "{}: {} weights: int-quantized needs num_bits 8 and type int (int8), got num_bits {} type {}", source,
+               key, q.bits, type);
+  q.scale_strategy = string_field(w, "strategy", source, "");
+  CYPRIS_CHECK(q.scale_strategy == "tensor" || q.scale_strategy == "channel",
+               "{}: {} weights.strategy '{}': allowed for int8 weights: tensor, channel (group: not supported yet)",
+               source, key, q.scale_strategy);
+  CYPRIS_CHECK(w.value("actorder", json()).is_null(), "{}: {} weights.actorder {}: not supported yet", source, key,
+               w.at("actorder").dump());
+  q.sym = bool_field(w, "symmetric", source, true);
+  if (grp.contains("input_activations") && !grp.at("input_activations").is_null()) {
+    const json& a = grp.at("input_activations");
+    CYPRIS_CHECK(a.is_object(), "{}: {} input_activations must be an object or null", source, key);
+    CYPRIS_CHECK(string_field(a, "type", source, "int") == "int" && int_field(a, "num_bits", source, 8) == 8,
+                 "{}: {} input_activations: only int8 activations go with int8 weights", source, key);
+    q.act_scheme = bool_field(a, "dynamic", source, false) ? "dynamic" : "static";
+  }
+  q.group_size = -1;
+  q.zero_point_plus_one = false;
+  return q;
+}
+
 QuantConfig from_json(const json& j, const std::string& source) {
   CYPRIS_CHECK(j.is_object(), "{}: quantization_config must be an object, got {}", source, j.dump());
   QuantConfig q;
@@ -106,13 +177,39 @@ QuantConfig from_json(const json& j, const std::string& source) {
     CYPRIS_CHECK(q.group_size > 0, "{}: quantization_config.group_size {}: AWQ needs a positive group size", source,
                  q.group_size);
     check_group_size(q);
+  } else if (q.method == "fp8") {
+    // vLLM's Fp8Config: e4m3 weights with per-tensor (or per-channel) weight_scale, or 128x128
+    // block scales (weight_scale_inv) when weight_block_size is given.
+    q.bits = 8;
+    q.checkpoint_format = "fp8";
+    q.act_scheme = string_field(j, "activation_scheme", source, "dynamic");
+    CYPRIS_CHECK(q.act_scheme == "dynamic" || q.act_scheme == "static",
+                 "{}: quantization_config.activation_scheme '{}': allowed: dynamic, static", source, q.act_scheme);
+    const std::string fmt_name = lower(string_field(j, "fmt", source, "e4m3"));
+    CYPRIS_CHECK(fmt_name == "e4m3", "{}: quantization_config.fmt '{}': only e4m3 FP8 weights are supported", source,
+                 fmt_name);
+    if (j.contains("weight_block_size") && !j.at("weight_block_size").is_null()) {
+      const json& b = j.at("weight_block_size");
+      CYPRIS_CHECK(b.is_array() && b.size() == 2 && b[0].is_number_integer() && b[1].is_number_integer() &&
+                       b[0].get<int64_t>() > 0 && b[1].get<int64_t>() > 0,
+                   "{}: quantization_config.weight_block_size must be two positive integers [rows, columns], got {}",
+                   source, b.dump());
+      q.scale_strategy = "block";
+      q.block_n = b[0].get<int64_t>();
+      q.block_k = b[1].get<int64_t>();
+      CYPRIS_CHECK(q.block_k % 128 == 0,
+                   "{}: quantization_config.weight_block_size [{}, {}]: the column block must be a multiple of 128 "
+                   "(128x128 as DeepSeek-V3 and Qwen3-FP8 ship); other block shapes are not supported yet",
+                   source, q.block_n, q.block_k);
+    }
   } else if (q.method == "compressed-tensors") {
     // llm-compressor's pack-quantized W4A16 / W8A16: one config group of integer weights, no
     // activation quantization.
     q.checkpoint_format = string_field(j, "format", source, "");
-    CYPRIS_CHECK(q.checkpoint_format == "pack-quantized",
+    CYPRIS_CHECK(q.checkpoint_format == "pack-quantized" || q.checkpoint_format == "float-quantized" ||
+                     q.checkpoint_format == "int-quantized",
                  "{}: quantization_config.format '{}': compressed-tensors {} checkpoints are not supported yet; "
-                 "Cypris loads pack-quantized (W4A16, W8A16)",
+                 "Cypris loads pack-quantized (W4A16, W8A16), int-quantized (W8A8 int8) and float-quantized (FP8)",
                  source, q.checkpoint_format, q.checkpoint_format);
     CYPRIS_CHECK(j.contains("config_groups") && j.at("config_groups").is_object() && j.at("config_groups").size() == 1,
                  "{}: quantization_config.config_groups: Cypris loads compressed-tensors checkpoints with one config "
@@ -123,6 +220,8 @@ QuantConfig from_json(const json& j, const std::string& source) {
                  "{}: quantization_config.config_groups.{}.weights must be an object", source,
                  j.at("config_groups").begin().key());
     const json& w = grp.at("weights");
+    if (q.checkpoint_format == "float-quantized") return float_quantized(q, grp, w, source);
+    if (q.checkpoint_format == "int-quantized") return int_quantized(q, grp, w, source);
     CYPRIS_CHECK(!grp.contains("input_activations") || grp.at("input_activations").is_null(),
                  "{}: quantization_config: quantized input activations (W8A8) are not supported yet; Cypris loads "
                  "weight-only pack-quantized checkpoints",
@@ -144,8 +243,8 @@ QuantConfig from_json(const json& j, const std::string& source) {
     check_group_size(q);
   } else {
     CYPRIS_FAIL(
-        "{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq, awq and "
-        "compressed-tensors pack-quantized checkpoints (and GGUF files)",
+        "{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq, awq, fp8 and "
+        "compressed-tensors (pack-quantized, float-quantized) checkpoints (and GGUF files)",
         source, q.method);
   }
   return q;
@@ -154,8 +253,23 @@ QuantConfig from_json(const json& j, const std::string& source) {
 }  // namespace
 
 std::string QuantConfig::summary() const {
+  if (method == "fp8" || checkpoint_format == "float-quantized") {
+    const std::string scales = scale_strategy == "block"     ? fmt::format("{}x{} block", block_n, block_k)
+                               : scale_strategy.empty()      ? "per-tensor or per-channel"
+                               : scale_strategy == "tensor" ? "per-tensor"
+                                                             : "per-channel";
+    return fmt::format("{}{} e4m3 weights, {} scales, {}", method, method == "fp8" ? "" : " float-quantized", scales,
+                       act_scheme.empty() ? "16-bit activations"
+                                          : act_scheme + " activation scales (activations run unquantized)");
+  }
   if (method == "awq") {
     return fmt::format("awq {}-bit, group size {}, zero points, version {}", bits, group_size, checkpoint_format);
+  }
+  if (checkpoint_format == "int-quantized") {
+    return fmt::format("compressed-tensors int-quantized int8 weights, per-{} scales, {}, {}", scale_strategy,
+                       sym ? "symmetric" : "asymmetric",
+                       act_scheme.empty() ? "16-bit activations"
+                                          : act_scheme + " int8 activations (quantized by Cypris per 128 values)");
   }
   if (method == "compressed-tensors") {
     return fmt::format("compressed-tensors {} W{}A16, group size {}, {}", checkpoint_format, bits, group_size,

@@ -9,7 +9,9 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/loader/fp8_weights.h"
 #include "engine/loader/gguf_model.h"
+#include "engine/loader/online_quant_weights.h"
 #include "engine/loader/quant_config.h"
 #include "engine/loader/quant_weights.h"
 #include "engine/loader/safetensors.h"
@@ -52,6 +54,11 @@ class CheckpointWeightSource : public WeightSource {
 
   std::string describe() const override { return dir_.string(); }
   bool contains(const std::string& name) const override { return ckpt_.find(name) != nullptr; }
+  std::optional<std::vector<int64_t>> stored_shape(const std::string& name) const override {
+    const SafetensorsTensor* t = ckpt_.find(name);
+    if (t == nullptr) return std::nullopt;
+    return t->shape;
+  }
 
   void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype, const ShardSpec& shard,
                  void* dst) const override {
@@ -215,6 +222,9 @@ std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, 
     CYPRIS_CHECK(!options.quantization || *options.quantization == "gguf",
                  "--quantization {}: {} is a GGUF file (its quantization is gguf; leave -q out or pass -q gguf)",
                  *options.quantization, dir.string());
+    CYPRIS_CHECK(!options.load_in_8bit && !options.load_in_4bit,
+                 "{}: {} is a GGUF file, already quantized; it loads as it is, leave the flag out",
+                 options.load_in_8bit ? "--load-in-8bit" : "--load-in-4bit", dir.string());
     return make_gguf_weight_source(families, std::make_shared<GgufModel>(dir));
   }
   CYPRIS_CHECK(f != "gguf", "--load-format gguf: {} is not a .gguf file; pass the file as --model (or --gguf-file NAME)",
@@ -240,9 +250,20 @@ std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, 
     }
   }
   if (!plain) plain = std::make_unique<CheckpointWeightSource<SafetensorsCheckpoint>>(dir, options.ignore_patterns);
-  const std::optional<QuantConfig> q = resolve_quantization(read_quant_config(dir), options.quantization, dir.string());
+  const std::optional<QuantConfig> ckpt = read_quant_config(dir);
+  if (const auto online = online_quant_mode(options, ckpt ? ckpt->method : "", dir.string())) {
+    LOG_INFO("{}: linear layers quantized at load: {}", dir.string(),
+             *online == quant::OnlineQuant::Fp8    ? "fp8 e4m3, one scale per output channel (F8G128)"
+             : *online == quant::OnlineQuant::Int8 ? "int8, one scale per output channel (W8G128 / W8G32)"
+                                                   : "4-bit, one scale and zero point per 128 or 32 columns (W4G128 / W4G32)");
+    return make_online_quant_source(std::move(plain), *online);
+  }
+  const std::optional<QuantConfig> q = resolve_quantization(ckpt, options.quantization, dir.string());
   if (!q) return plain;
   LOG_INFO("{}: quantized checkpoint, {} (layers kept quantized)", dir.string(), q->summary());
+  if (q->method == "fp8" || q->checkpoint_format == "float-quantized" || q->checkpoint_format == "int-quantized") {
+    return make_fp8_weight_source(dir, *q, std::move(plain));
+  }
   return make_quantized_weight_source(dir, *q, std::move(plain));
 }
 

@@ -49,6 +49,8 @@ class WeightSource {
   // read_into for that DType and keep the weight quantized. nullopt for plain tensors and sources
   // that have none.
   virtual std::optional<DType> native_dtype(const std::string& name) const { return std::nullopt; }
+  // The shape `name` is stored with, when the source has it (checkpoints); nullopt otherwise.
+  virtual std::optional<std::vector<int64_t>> stored_shape(const std::string& name) const { return std::nullopt; }
   // Writes this rank's slice of `name` (whose full shape must equal full_shape) converted to dtype
   // into dst. Throws Error naming the file and tensor when it is missing or does not match.
   virtual void read_into(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype,
@@ -69,7 +71,10 @@ struct LoadOptions {
   std::string dtype = "auto";        // auto, half/float16, bfloat16, float/float32
   std::string load_format = "auto";  // auto, safetensors, pt, gguf, dummy ('npcache': not supported yet)
   uint64_t seed = 0;                 // for dummy weights
-  std::optional<std::string> quantization;  // -q / --quantization: must agree with the checkpoint's
+  std::optional<std::string> quantization;  // -q / --quantization: must agree with the checkpoint's (fp8 on a
+                                            // 16-bit checkpoint: quantized at load, engine/loader/online_quant.h)
+  bool load_in_8bit = false;  // --load-in-8bit: 16-bit linear layers quantized at load to int8 per channel
+  bool load_in_4bit = false;  // --load-in-4bit: 16-bit linear layers quantized at load to 4 bits per group
   ConfigOverrides overrides;         // --rope-scaling, --rope-theta, --max-model-len
   std::vector<std::string> ignore_patterns;  // --ignore-patterns: checkpoint files not to read
 };

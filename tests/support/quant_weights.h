@@ -2,7 +2,9 @@
 // field set to a small random normal number, so each block is a valid block of its type.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -41,6 +43,14 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t n, int64_t k, uint32
       // GPTQ/AWQ repacked blocks: a zero point in the range of their bits (4-bit v1: 0..16; 8-bit: -128..128).
       case DType::W4G32: case DType::W4G128: set(reinterpret_cast<uint16_t*>(p)), reinterpret_cast<int16_t*>(p)[1] = static_cast<int16_t>(g() % 17); break;
       case DType::W8G32: case DType::W8G128: set(reinterpret_cast<uint16_t*>(p)), reinterpret_cast<int16_t*>(p)[1] = static_cast<int16_t>(static_cast<int>(g() % 257) - 128); break;
+      // FP8 blocks: an fp32 scale (2^-12..2^-4 in magnitude), and no NaN codes (0x7f, 0xff).
+      case DType::F8G128: {
+        const float d = std::ldexp(1.0f + static_cast<float>(g() % 1024) / 1024.0f, -4 - static_cast<int>(g() % 9));
+        std::memcpy(p, &d, 4);
+        for (int i = 4; i < 132; ++i)
+          if ((p[i] & 0x7f) == 0x7f) p[i] = static_cast<uint8_t>(p[i] & 0xf0);
+        break;
+      }
       default: break;
     }
   }

@@ -13,6 +13,7 @@
 
 #include "engine/common/error.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant/fp8_gemm.h"
 #include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "kernels/cpu/quant/tile_dot_rows.h"
@@ -116,6 +117,10 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
     q8_0_gemm_acts16(x, m, k, ldx, w, n, bias, y, ldy, pool, isa);
     return;
   }
+  if (w_dtype == DType::F8G128) {  // fp8 weights: fp32 activations, dequantized in the dot (fp8_gemm.h)
+    f8_gemm_xwt(x, m, k, ldx, w, n, bias, y, ldy, pool, isa);
+    return;
+  }
   const QuantizedActs acts = quantize_acts(x, m, k, ldx, w_dtype, isa, pool);
   const quant::DotFn dot = quant::dot_fn(w_dtype, isa);
   const auto* wb = static_cast<const uint8_t*>(w);
@@ -133,6 +138,10 @@ void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGr
     m = std::max(m, groups[g].first + groups[g].rows);
   }
   if (live.empty() || n == 0) return;
+  if (w_dtype == DType::F8G128) {
+    f8_gemm_xwt_grouped(x, k, ldx, live.data(), static_cast<int64_t>(live.size()), n, y, ldy, pool);
+    return;
+  }
   if (w_dtype == DType::Q8_0) {
     q8_0_gemm_acts16_grouped(x, m, k, ldx, live.data(), static_cast<int64_t>(live.size()), n, y, ldy, pool);
     return;

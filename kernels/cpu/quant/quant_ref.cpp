@@ -6,7 +6,9 @@
 #include <cstring>
 
 #include "engine/common/error.h"
+#include "kernels/common/fp8_blocks.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/fp8_gemm.h"
 #include "kernels/cpu/quant/wq_kernels.h"
 
 namespace cypris::quant {
@@ -39,6 +41,8 @@ int block_elems(DType t) {
       return kQK;
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_XS:
       return kQKK;
+    case DType::F8G128:
+      return kF8Block;  // FP8: dequantize_row only; its products are fp8_gemm.h's
     default:
       return wq_block_elems(t);  // the repacked checkpoint types (wq_kernels.h), else 0
   }
@@ -178,6 +182,7 @@ void unpack_block(DType t, const void* block, QuantUnpacked& u) {
 }
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  if (t == DType::F8G128) return dequantize_f8_row(src, dst, n);  // not in the integer common form
   const int be = block_elems(t), bb = block_bytes(t);
   CYPRIS_CHECK(be > 0 && n % be == 0, "dequantize: {} elements of {} are not a whole number of blocks", n,
                dtype_name(t));

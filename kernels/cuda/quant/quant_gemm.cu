@@ -15,6 +15,9 @@
 // needs vectorised 16-byte loads of whole blocks and the int8 dp4a path).
 //
 // Dequantize (prefill, embedding): one thread per group of 16, writing fp16 or fp32.
+//
+// FP8 weights (F8G128) go through the same paths: decoded in the GEMV, dequantized to 16-bit tiles
+// for prefill. Not cuBLASLt's FP8 GEMM (sm_89+) yet.
 #include "kernels/cuda/quant/quant_gemm.h"
 
 #include <cuda_fp16.h>
@@ -23,6 +26,8 @@
 #include <type_traits>
 
 #include "engine/common/error.h"
+#include "kernels/common/fp8.h"
+#include "kernels/common/fp8_blocks.h"
 #include "kernels/common/quant_blocks.h"
 #include "kernels/common/wq_blocks.h"
 #include "kernels/cuda/cuda_check.h"
@@ -65,10 +70,19 @@ template <> struct Traits<DType::W4G32> { static constexpr int kElems = 32, kByt
 template <> struct Traits<DType::W4G128> { static constexpr int kElems = 128, kBytes = 68; };
 template <> struct Traits<DType::W8G32> { static constexpr int kElems = 32, kBytes = 36; };
 template <> struct Traits<DType::W8G128> { static constexpr int kElems = 128, kBytes = 132; };
+// FP8 weights (kernels/common/fp8_blocks.h): w = fp8 * d.
+template <> struct Traits<DType::F8G128> { static constexpr int kElems = 128, kBytes = 132; };
 
 template <DType T>
 __device__ __forceinline__ void dq_group(const uint8_t* blk, int g, float w[16]) {
-  if constexpr (T == DType::W4G32 || T == DType::W4G128) {
+  if constexpr (T == DType::F8G128) {
+    // The same fp32 product as the CPU's dequantize_f8_row (fp8 -> fp32 is exact).
+    const auto* b = reinterpret_cast<const BlockF8*>(blk);
+    const float d = b->d;
+    const uint8_t* qs = b->qs + 16 * g;
+#pragma unroll
+    for (int l = 0; l < 16; ++l) w[l] = __fmul_rn(fp8_e4m3_to_f32(qs[l]), d);
+  } else if constexpr (T == DType::W4G32 || T == DType::W4G128) {
     const auto* b = reinterpret_cast<const BlockW4<Traits<T>::kElems>*>(blk);
     const float d = h2f(b->d), ml = __fmul_rn(d, static_cast<float>(b->z));
     const uint8_t* qs = b->qs + 16 * (g / 2);
@@ -314,6 +328,7 @@ static __global__ void quant_dequant_kernel(const uint8_t* __restrict__ w, int64
     case DType::W4G128: { constexpr DType T = DType::W4G128; BODY; } break;              \
     case DType::W8G32: { constexpr DType T = DType::W8G32; BODY; } break;                \
     case DType::W8G128: { constexpr DType T = DType::W8G128; BODY; } break;              \
+    case DType::F8G128: { constexpr DType T = DType::F8G128; BODY; } break;              \
     default: CYPRIS_FAIL("{}: {} is not a supported quantized type", what, dtype_name(dtype)); \
   }
 

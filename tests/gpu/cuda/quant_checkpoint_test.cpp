@@ -46,7 +46,38 @@ TEST_P(CudaQuantCheckpoint, PrefillLogitsMatchTheFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaQuantCheckpoint,
                          ::testing::Values("gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
                                            "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
-                                           "ct_w8a16_channel_asym"));
+                                           "ct_w8a16_channel_asym", "fp8_tensor_static", "fp8_block128_dynamic",
+                                           "ct_fp8_channel_dynamic", "ct_fp8_tensor_static", "ct_w8a8_channel_dynamic",
+                                           "ct_w8a8_tensor_static_asym"));
+
+// A 16-bit checkpoint quantized at load (-q fp8, --load-in-8bit, --load-in-4bit) on the GPU, against
+// the float64 forward over the reference quantization (tests/fixtures/quant/online_f16). Never ran on a GPU.
+class CudaOnlineQuant : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaOnlineQuant, PrefillLogitsMatchTheReferenceQuantization) {
+  CYPRIS_REQUIRE_GPU();
+  const std::string dir = std::string(CYPRIS_FIXTURES_DIR) + "/quant/online_f16";
+  std::ifstream in(dir + "/expected.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto j = nlohmann::json::parse(ss.str());
+  const auto ids = j["input_ids"].get<std::vector<int32_t>>();
+  const auto want = j["online"][GetParam()]["logits"].get<std::vector<std::vector<float>>>();
+  ModelRunnerOptions o;
+  o.model_dir = dir;
+  o.device = "cuda";
+  o.threads = 2;
+  if (GetParam() == "fp8") o.load.quantization = "fp8";
+  o.load.load_in_8bit = GetParam() == "int8";
+  o.load.load_in_4bit = GetParam() == "int4";
+  ModelRunner r(o);
+  const Logits l = reference_fixture::full_prefill(r, ids);
+  for (int64_t row = 0; row < static_cast<int64_t>(ids.size()); ++row) {
+    EXPECT_LT(reference_fixture::rel_err(l.data.data() + row * l.vocab, want[row]), 5e-2) << GetParam() << " row " << row;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, CudaOnlineQuant, ::testing::Values("fp8", "int8", "int4"));
 
 #endif  // CYPRIS_HAVE_CUDA
 

@@ -82,10 +82,10 @@ TEST(QuantConfig, PlainCheckpointHasNone) {
 }
 
 TEST(QuantConfig, UnimplementedMethodsAndVariantsAreRefusedByName) {
-  EXPECT_THAT(parse_error(R"({"quant_method":"fp8","activation_scheme":"dynamic"})"),
-              AllOf(HasSubstr("config.json"), HasSubstr("quant_method 'fp8'"), HasSubstr("not supported yet")));
-  EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"float-quantized"})"),
-              AllOf(HasSubstr("float-quantized"), HasSubstr("not supported yet")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"marlin-24"})"),
+              AllOf(HasSubstr("config.json"), HasSubstr("marlin-24"), HasSubstr("not supported yet")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true})"),
+              AllOf(HasSubstr("quant_method 'bitsandbytes'"), HasSubstr("not supported yet")));
   EXPECT_THAT(
       parse_error(
           R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"group","group_size":128},"input_activations":{"num_bits":8}}}})"),

@@ -1,0 +1,101 @@
+// Whole FP8 models (tests/fixtures/quant/fp8_*, ct_fp8_*: tiny Llamas in vLLM's Fp8Config layout and
+// compressed-tensors float-quantized) against the float64 forward of tests/tools/gen_quant_fixtures.py
+// over the dequantized weights: prefill logits, the greedy continuation, two CPU ranks.
+//
+// Tolerance: the weights stay in FP8 and decode exactly (fp8 * scale in fp32, checked bit for bit by
+// the loader tests), and the CPU multiplies them with fp32 activations (not quantized), so the only
+// differences from the float64 forward are fp32 roundings: about 2^-24 relative per operation,
+// growing with the square root of the ≤256-term sums and through one layer, the final norm and
+// lm_head — of the order of 1e-6 of the largest logit (measured 1e-6). 1e-4 leaves a hundredfold
+// margin and is far below what a wrong scale does (checked by hand: reading each layer's first
+// scale instead of its block's or row's puts the 128x128-block fixture 12% and the per-channel one
+// 119% of the largest logit off).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "engine/runtime/model_runner.h"
+#include "tests/support/reference_fixture.h"
+
+namespace cypris {
+namespace {
+
+using namespace reference_fixture;
+
+constexpr double kTolerance = 1e-4;
+const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
+
+ModelRunnerOptions options(const std::string& name, int tp = 1) {
+  ModelRunnerOptions o;
+  o.model_dir = kQuant + name;
+  o.load.dtype = "float32";
+  o.threads = 2;
+  o.block_size = 4;
+  o.num_blocks = 16;
+  o.parallel.world_size = tp;
+  return o;
+}
+
+class Fp8Models : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Fp8Models, FullPrefillMatchesTheFloat64Reference) {
+  const Expected e = load_expected_from(kQuant + GetParam());
+  ModelRunner runner(options(GetParam()));
+  const Logits l = full_prefill(runner, e.ids);
+  ASSERT_EQ(l.rows, static_cast<int64_t>(e.ids.size()));
+  double worst = 0;
+  for (int64_t r = 0; r < l.rows; ++r) worst = std::max(worst, rel_err(l.row(r), e.logits[r].data(), l.vocab));
+  // int8 (W8A8) layers: 8-bit activations per 128 values, as the online int8 layers (see
+  // online_quant_models_test.cpp for the tolerance); FP8: fp32 activations.
+  const double tol = GetParam().find("w8a8") != std::string::npos ? 8e-2 : kTolerance;
+  EXPECT_LT(worst, tol) << GetParam();
+  RecordProperty("max_rel_err", std::to_string(worst));
+}
+
+TEST_P(Fp8Models, GreedyDecodeMatchesTheReference) {
+  const Expected e = load_expected_from(kQuant + GetParam());
+  ModelRunner runner(options(GetParam()));
+  std::vector<int32_t> ids(e.ids.begin(), e.ids.begin() + 12);
+  Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
+  ASSERT_FALSE(e.greedy.empty());
+  std::vector<int32_t> got;
+  for (size_t step = 0; step < e.greedy.size(); ++step) {
+    const int32_t next = static_cast<int32_t>(std::max_element(l.row(0), l.row(0) + l.vocab) - l.row(0));
+    got.push_back(next);
+    ids.push_back(next);
+    const int32_t one[] = {next};
+    l = runner.execute(make_single_sequence_batch(one, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
+  }
+  EXPECT_EQ(got, e.greedy) << GetParam();
+}
+
+// Two ranks: FP8 layers split on whole 128-value blocks stay FP8, the others (o_proj's 64 columns
+// per rank) are read dequantized, which with fp32 activations gives the same products: the logits
+// agree with one rank to float summation order.
+TEST_P(Fp8Models, TwoCpuRanksGiveTheOneRankLogits) {
+  const Expected e = load_expected_from(kQuant + GetParam());
+  ModelRunner one(options(GetParam()));
+  ModelRunner two(options(GetParam(), 2));
+  ASSERT_EQ(two.tensor_parallel_size(), 2);
+  const Logits a = full_prefill(one, e.ids);
+  const Logits b = full_prefill(two, e.ids);
+  ASSERT_EQ(a.rows, b.rows);
+  // int8 layers whose 128-column blocks do not split (o_proj over two ranks) are read dequantized on
+  // the ranks: held to the reference's tolerance instead, as the 128-block GPTQ fixtures.
+  const bool int8 = GetParam().find("w8a8") != std::string::npos;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    if (int8) {
+      EXPECT_LT(rel_err(b.row(r), e.logits[r].data(), a.vocab), 8e-2) << "row " << r;
+    } else {
+      EXPECT_LT(rel_err(b.row(r), a.row(r), a.vocab), 1e-5) << "row " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Fp8Models,
+                         ::testing::Values("fp8_tensor_static", "fp8_block128_dynamic", "ct_fp8_channel_dynamic",
+                                           "ct_fp8_tensor_static", "ct_w8a8_channel_dynamic",
+                                           "ct_w8a8_tensor_static_asym"));
+
+}  // namespace
+}  // namespace cypris
