@@ -34,6 +34,7 @@ packages=(
   libimgui-dev libglfw3-dev libgl-dev
   libgtest-dev libgmock-dev
   python3-jsonschema python3-lark python3-numpy
+  python3-torch  # the float64 references that regenerate the test fixtures (tests/tools/gen_*_fixtures.py)
   xvfb xauth xdotool fonts-dejavu-core
 )
 
