@@ -93,6 +93,7 @@ class GemmaModel : public DecoderModel {
   // `carry` holds the branch output still to be added into the residual stream.
   DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
     check_cache(kv);
+    bind_lora(in);
     const int64_t t = in.token_ids.shape[0];
     const int64_t h = cfg_.hidden_size;
     ForwardScratch scratch(backend_, t);

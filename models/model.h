@@ -13,6 +13,7 @@
 namespace cypris {
 
 class Communicator;
+class LoraSites;
 
 // One layer's cache: K and V, each [num_blocks, block_size, num_kv_heads (this rank), head_dim],
 // F32 or fp8 (F8E4M3 / F8E5M2) with the layer's scales.
@@ -28,6 +29,9 @@ struct ForwardInputs {
   Tensor positions;       // I32 [num_tokens]
   Tensor logits_indices;  // I32 [num_logits]
   AttentionMetadata attn;
+  // I32 [num_tokens]: each token's LoRA adapter slot (-1: the base model); empty when the batch
+  // uses no adapter. A device tensor, so a captured graph replays it.
+  Tensor lora_slots;
 };
 
 // Called with each named intermediate ("embed", "layers.3.q_rot", "logits", ...) when set, so a
@@ -55,6 +59,9 @@ struct ModelBuildOptions {
   // Joins this rank to the others (all-reduce after row-parallel layers, vocab-parallel
   // embedding and LM head). Required when parallel.world_size > 1; must outlive the model.
   Communicator* comm = nullptr;
+  // --enable-lora: the linear layers register their LoRA sites here (models/layers/lora.h); must
+  // outlive the model. Null: no LoRA.
+  LoraSites* lora = nullptr;
 };
 
 class Model {

@@ -45,6 +45,8 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   startup.mark("config");
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
+  max_loras_ = options.max_loras;
+  max_lora_rank_ = options.max_lora_rank;
   ranks_.resize(static_cast<size_t>(tp));
   const Device device = resolve_device(options.device) == "cuda" ? Device::Cuda : Device::Cpu;
   // Activations in the model dtype on a GPU (fp32 accumulation inside the kernels, as vLLM); the
@@ -70,8 +72,12 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   graph_policy_.max_seq_len_to_capture = std::min<int64_t>(options.max_seq_len_to_capture, cfg.max_model_len);
   graph_policy_.sizes = graph_capture_sizes(options.max_num_seqs);
   const bool capturable = model().graph_capturable();
-  graph_policy_.enforce_eager = options.enforce_eager || device != Device::Cuda || tp > 1 || !capturable;
-  if (!options.enforce_eager && device == Device::Cuda && !capturable) {
+  graph_policy_.enforce_eager =
+      options.enforce_eager || device != Device::Cuda || tp > 1 || !capturable || lora_enabled();
+  if (!options.enforce_eager && device == Device::Cuda && lora_enabled()) {
+    LOG_INFO("--enforce-eager false: no CUDA graphs with --enable-lora yet (adapters load into weights allocated "
+             "when first used); running eagerly");
+  } else if (!options.enforce_eager && device == Device::Cuda && !capturable) {
     LOG_INFO("--enforce-eager false: {} routes its experts on the host, which CUDA graphs cannot capture; "
              "running eagerly",
              resolve_architecture(cfg));
@@ -162,6 +168,10 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   build.weight_dtype = weight_dtype_;
   build.parallel = {rank, static_cast<int>(ranks_.size())};
   build.comm = workers_ ? &workers_->comm(rank) : nullptr;
+  if (max_loras_ > 0) {
+    r.lora = std::make_unique<LoraSites>(*r.backend, max_loras_, max_lora_rank_);
+    build.lora = r.lora.get();
+  }
   r.model = build_model(cfg, *weights, *r.backend, build);
 }
 
@@ -302,8 +312,34 @@ Logits ModelRunner::execute(const BatchContext& b) {
   return download(logits, 0, logits.rows());
 }
 
+void ModelRunner::check_lora(const LoraAdapter& adapter) const {
+  CYPRIS_CHECK(lora_enabled(), "LoRA adapters need --enable-lora");
+  ranks_.front().lora->check(adapter);
+}
+
+void ModelRunner::load_lora(int slot, const LoraAdapter& adapter) {
+  check_lora(adapter);
+  for_each_rank([&](Rank& r) { r.lora->load(slot, adapter); });
+}
+
+void ModelRunner::clear_lora(int slot) {
+  CYPRIS_CHECK(lora_enabled(), "LoRA adapters need --enable-lora");
+  for_each_rank([&](Rank& r) { r.lora->clear(slot); });
+}
+
+size_t ModelRunner::lora_device_bytes() const { return lora_enabled() ? ranks_.front().lora->device_bytes() : 0; }
+
 StepLogits ModelRunner::execute_step(const BatchContext& b) {
   b.validate(num_blocks_, block_size_);
+  if (!b.lora_slots.empty()) {
+    // The kernels read the slots on the device: check them here.
+    CYPRIS_CHECK(lora_enabled(), "the batch names LoRA slots but LoRA is not enabled (--enable-lora)");
+    CYPRIS_CHECK(static_cast<int64_t>(b.lora_slots.size()) == b.num_tokens(), "batch: {} LoRA slots for {} tokens",
+                 b.lora_slots.size(), b.num_tokens());
+    for (int32_t s : b.lora_slots) {
+      CYPRIS_CHECK(s < max_loras_, "batch: LoRA slot {} is not below --max-loras {}", s, max_loras_);
+    }
+  }
   if (backend().device() != Device::Cpu) {
     // Device kernels cannot throw: check on the host what the CPU kernels check as they go.
     const int64_t vocab = config().vocab_size;
@@ -375,6 +411,11 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, StepLogits* out) 
   in.attn.max_blocks_per_seq = b.max_blocks_per_seq;
   in.attn.max_query_len = b.max_query_len;  // the scheduler's maxima (validate() checked them)
   in.attn.max_seq_len = b.max_seq_len;
+  DeviceTensor lora_slots;
+  if (!b.lora_slots.empty()) {
+    lora_slots = be.upload(b.lora_slots.data(), DType::I32, {n});
+    in.lora_slots = lora_slots.view;
+  }
   DeviceTensor logits = r.model->forward(in, r.kv_cache);
   if (!out) return;
   out->view = logits.view;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "models/layers/lora.h"
 #include "models/layers/weight_loader.h"
 #include "models/model.h"
 
@@ -21,6 +22,11 @@ class DecoderModel : public Model {
  protected:
   DecoderModel(const ModelConfig& cfg, Backend& backend, const ModelBuildOptions& opt)
       : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)) {}
+
+  // Hands the batch's per-row LoRA slots to the layers' LoRA sites (--enable-lora).
+  void bind_lora(const ForwardInputs& in) const {
+    if (opt_.lora) opt_.lora->bind(in.lora_slots);
+  }
 
   void check_cache(const std::vector<KvCacheLayer>& kv) const {
     CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",
