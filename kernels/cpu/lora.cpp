@@ -8,9 +8,8 @@
 namespace cypris {
 namespace {
 
-// Dot product with 16 independent partial sums, so the compiler vectorises it without reassociating
-// (one clone per instruction set, picked at load time).
-__attribute__((target_clones("avx512f", "avx2", "default"))) float dot(const float* a, const float* b, int64_t n) {
+inline float dot(const float* a, const float* b, int64_t n) {
+  // 16 independent partial sums, so the compiler vectorises without reassociating.
   float acc[16] = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -20,6 +19,18 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float dot(const flo
   for (; i < n; ++i) s += a[i] * b[i];
   for (int j = 0; j < 16; ++j) s += acc[j];
   return s;
+}
+
+// shrunk[j] = scale * (a[j] · x), j < r (one clone per instruction set, picked at load time).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void shrink(const float* a, const float* x, int64_t r,
+                                                                        int64_t k, float scale, float* shrunk) {
+  for (int64_t j = 0; j < r; ++j) shrunk[j] = scale * dot(a + j * k, x, k);
+}
+
+// o[c] += b[c] · shrunk for c in [c0, c1).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void expand(const float* b, const float* shrunk,
+                                                                        int64_t r, int64_t c0, int64_t c1, float* o) {
+  for (int64_t c = c0; c < c1; ++c) o[c] += dot(b + c * r, shrunk, r);
 }
 
 }  // namespace
@@ -45,11 +56,9 @@ void lora_bgmv_f32(const float* x, int64_t ldx, const int32_t* slots, int64_t t,
       const float* xr = x + row * ldx;
       const float* as = a + static_cast<int64_t>(s) * r * k;
       const float* bs = b + static_cast<int64_t>(s) * n * r;
-      for (int64_t j = 0; j < r; ++j) shrunk[static_cast<size_t>(j)] = scale * dot(as + j * k, xr, k);
+      shrink(as, xr, r, k, scale, shrunk.data());
       const int64_t c0 = (item % chunks) * chunk_n;
-      const int64_t c1 = std::min(n, c0 + chunk_n);
-      float* o = out + row * ldo;
-      for (int64_t c = c0; c < c1; ++c) o[c] += dot(bs + c * r, shrunk.data(), r);
+      expand(bs, shrunk.data(), r, c0, std::min(n, c0 + chunk_n), out + row * ldo);
     }
   };
   const int64_t items = t * chunks;

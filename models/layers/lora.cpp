@@ -61,7 +61,8 @@ int LoraSites::add_row(const std::string& module, int64_t out, int64_t in, const
 }
 
 void LoraSites::apply(Backend& b, int site, const Tensor& x, Tensor& out) const {
-  if (site < 0 || slots_.numel() == 0) return;
+  // No slots bound (a batch without adapters; a default Tensor has no shape): nothing to add.
+  if (site < 0 || !slots_.data || slots_.ndim() != 1 || slots_.shape[0] == 0) return;
   const Site& s = sites_[static_cast<size_t>(site)];
   if (!s.a.view.data) return;
   CYPRIS_CHECK(slots_.shape[0] == x.shape[0], "LoRA: {} bound slots for {} rows", slots_.shape[0], x.shape[0]);

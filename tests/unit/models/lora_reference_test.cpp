@@ -148,6 +148,9 @@ TEST(LoraReference, AnEmptiedSlotGivesTheBaseModelAgain) {
   runner.clear_lora(0);
   const Expected base = load_expected(c.base);
   expect_rows(multi_prefill(runner, {base.ids}, {0}), 0, base, "cleared slot");
+  // A batch that names no slot at all (no request uses an adapter) runs the base model.
+  runner.load_lora(1, adapter(c));
+  expect_rows(full_prefill(runner, base.ids), 0, base, "batch without slots");
   // A smaller adapter written over a larger one leaves nothing of the first behind.
   runner.load_lora(0, adapter(kCases[1]));
   runner.load_lora(0, adapter(kCases[0]));
