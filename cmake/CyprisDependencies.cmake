@@ -46,6 +46,22 @@ if(NOT CYPRIS_CUDA STREQUAL "OFF")
   endif()
 endif()
 
+# Several processes over MPI (`--distributed-executor-backend mpi`, docs/distributed.md): Open MPI
+# from Debian (libopenmpi-dev, openmpi-bin). Optional: without it the build refuses that backend at
+# start-up and everything else is unchanged.
+set(CYPRIS_MPI "AUTO" CACHE STRING "Build MPI support for multi-process runs: AUTO (when found), ON or OFF")
+set_property(CACHE CYPRIS_MPI PROPERTY STRINGS AUTO ON OFF)
+set(CYPRIS_HAVE_MPI OFF)
+if(NOT CYPRIS_MPI STREQUAL "OFF")
+  find_package(MPI COMPONENTS C QUIET)
+  if(MPI_C_FOUND)
+    set(CYPRIS_HAVE_MPI ON)
+    find_program(CYPRIS_MPIEXEC NAMES mpirun mpiexec)
+  elseif(CYPRIS_MPI STREQUAL "ON")
+    message(FATAL_ERROR "CYPRIS_MPI=ON but MPI was not found (install libopenmpi-dev openmpi-bin)")
+  endif()
+endif()
+
 # Desktop UI: GLFW + OpenGL + Dear ImGui (libimgui-dev, whose GLFW/OpenGL3 backend sources
 # ship in /usr/share/doc/libimgui-dev/examples/backends).
 set(CYPRIS_HAVE_UI OFF)

@@ -7,8 +7,8 @@
 #   installer/install.sh --with-tests  also build the tests (then: ctest --test-dir build)
 #   installer/install.sh --no-deps     skip the package step (you installed them yourself)
 #
-# Environment: CYPRIS_CUDA=AUTO|ON|OFF, CYPRIS_UI=AUTO|ON|OFF, CYPRIS_CUDA_ARCHS="80;86;89;90",
-# BUILD_DIR (default build), JOBS (default: number of cores).
+# Environment: CYPRIS_CUDA=AUTO|ON|OFF, CYPRIS_UI=AUTO|ON|OFF, CYPRIS_MPI=AUTO|ON|OFF,
+# CYPRIS_CUDA_ARCHS="80;86;89;90", BUILD_DIR (default build), JOBS (default: number of cores).
 set -euo pipefail
 
 with_tests=OFF
@@ -31,6 +31,7 @@ packages=(
   nlohmann-json3-dev libfmt-dev libspdlog-dev libyaml-cpp-dev
   libcurl4-openssl-dev libssl-dev libcpp-httplib-dev
   libsentencepiece-dev libpcre2-dev libutf8proc-dev libopenblas-dev
+  libopenmpi-dev openmpi-bin
   libimgui-dev libglfw3-dev libgl-dev
   libgtest-dev libgmock-dev
   python3-jsonschema python3-lark python3-numpy
@@ -79,7 +80,7 @@ fi
 
 cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release \
   -DCYPRIS_BUILD_TESTS="$with_tests" \
-  -DCYPRIS_CUDA="${CYPRIS_CUDA:-AUTO}" -DCYPRIS_UI="${CYPRIS_UI:-AUTO}" \
+  -DCYPRIS_CUDA="${CYPRIS_CUDA:-AUTO}" -DCYPRIS_UI="${CYPRIS_UI:-AUTO}" -DCYPRIS_MPI="${CYPRIS_MPI:-AUTO}" \
   -DCYPRIS_CUDA_ARCHS="$archs"
 cmake --build "$build_dir" -j "$jobs"
 echo "install.sh: built $build_dir/app/cypris"

@@ -1,8 +1,11 @@
 #include "models/cohere.h"
 
 #include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
+#include "engine/loader/gguf.h"
 #include "models/layers/attention.h"
 #include "models/layers/common.h"
 #include "models/layers/decoder_model.h"
@@ -12,22 +15,17 @@
 namespace cypris {
 namespace {
 
-// Cohere's LayerNorm without bias, from the RMSNorm op: LN(x) * w = rms_norm(x - mean(x)) * w, since
-// the variance is the mean square of the centred row. The centring is a GEMM by (I - 1/H); a
-// dedicated layer_norm Backend op would save that GEMM (H² multiply-adds per token and norm).
+// Cohere's LayerNorm without bias (Backend::layer_norm).
 class BiaslessLayerNorm {
  public:
   BiaslessLayerNorm() = default;
-  BiaslessLayerNorm(const WeightLoader& w, const std::string& name, int64_t h, float eps, const DeviceTensor* centre)
-      : norm_(w, name, h, eps), centre_(centre) {}
-  void forward(Backend& b, const Tensor& x, Tensor& centred, Tensor& out) const {
-    b.linear(x, centre_->view, nullptr, centred);
-    norm_.forward(b, centred, out);
-  }
+  BiaslessLayerNorm(const WeightLoader& w, const std::string& name, int64_t h, float eps)
+      : weight_(w.load_f32(name, {h})), eps_(eps) {}
+  void forward(Backend& b, const Tensor& x, Tensor& out) const { b.layer_norm(x, weight_.view, nullptr, eps_, out); }
 
  private:
-  RmsNorm norm_;
-  const DeviceTensor* centre_ = nullptr;
+  DeviceTensor weight_;  // F32 [hidden]
+  float eps_ = 1e-5f;
 };
 
 struct CohereLayer {
@@ -48,15 +46,12 @@ class CohereModel : public DecoderModel {
     const WeightLoader w(cfg_, weights, backend, opt_);
     const int64_t h = cfg.hidden_size;
     const float eps = static_cast<float>(cfg.layer_norm_eps);
-    std::vector<float> c(static_cast<size_t>(h * h), -1.0f / static_cast<float>(h));
-    for (int64_t i = 0; i < h; ++i) c[i * h + i] += 1.0f;
-    centre_ = backend.upload(c.data(), DType::F32, {h, h});
-    embed_ = VocabParallelEmbedding(w, "model.embed_tokens.weight");
+    load_embedding(w, "model.embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
     for (int i = 0; i < cfg.num_hidden_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       CohereLayer& L = layers_[i];
-      L.input_norm = BiaslessLayerNorm(w, p + "input_layernorm.weight", h, eps, &centre_);
+      L.input_norm = BiaslessLayerNorm(w, p + "input_layernorm.weight", h, eps);
       AttentionSpec a;
       a.prefix = p + "self_attn.";
       a.qkv_bias = a.o_bias = cfg.qkv_bias;
@@ -77,55 +72,42 @@ class CohereModel : public DecoderModel {
       m.intermediate_size = cfg.intermediate_size;
       L.mlp = GatedMlp(w, layout_, m);
     }
-    final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps, &centre_);
-    lm_head_ = LmHead(w, cfg.tie_word_embeddings ? &embed_ : nullptr);
+    final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps);
+    load_lm_head(w, cfg.tie_word_embeddings);
     rope_ = RotaryCache(backend, cfg);
   }
 
 
-  DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
-    check_cache(kv);
-    bind_lora(in);
-    const int64_t t = in.token_ids.shape[0];
+  // The parallel block: x += attn(norm(x)) + mlp(norm(x)). The stream's `hidden` holds norm(x).
+  void layer_forward(int i, LayerStream& s, const ForwardInputs& in, KvCacheLayer& kv, ForwardScratch& scratch,
+                     const Dumper& d) override {
+    const CohereLayer& L = layers_[i];
     const int64_t h = cfg_.hidden_size;
-    ForwardScratch scratch(backend_, t);
-    DeviceTensor residual = backend_.empty(backend_.activation_dtype(), {t, h});  // [T, hidden]
-    DeviceTensor normed = backend_.empty(backend_.activation_dtype(), {t, h});
-    DeviceTensor centred = backend_.empty(backend_.activation_dtype(), {t, h});
-    DeviceTensor attn = backend_.empty(backend_.activation_dtype(), {t, h});
-    DeviceTensor mlp = backend_.empty(backend_.activation_dtype(), {t, h});
-
-    embed_.forward(backend_, in.token_ids, residual.view);
-    dump("embed", residual.view);
-    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
-      const CohereLayer& L = layers_[i];
-      const Dumper d = dumper("layers." + std::to_string(i) + ".");
-      L.input_norm.forward(backend_, residual.view, centred.view, normed.view);
-      d("input_norm", normed.view);
-      // One all-reduce for both branches: each leaves its rank's partial sum.
-      L.attn.forward(backend_, normed.view, in, kv[i], rope_, scratch, attn.view, d, /*reduce=*/false);
-      L.mlp.forward(backend_, normed.view, scratch, mlp.view, d, /*reduce=*/false);
-      backend_.add(mlp.view, attn.view);
-      tp_all_reduce(opt_, attn.view);
-      d("attn_plus_mlp", attn.view);
-      backend_.add(attn.view, residual.view);
-      d("residual", residual.view);
-    }
-    final_norm_.forward(backend_, residual.view, centred.view, normed.view);
-    dump("final_norm", normed.view);
-    DeviceTensor logits = lm_head_.forward_selected(backend_, normed.view, in.logits_indices);
-    backend_.scale_and_cap(logits.view, logit_scale_, 0.0f);
-    dump("logits", logits.view);
-    return logits;
+    Tensor& normed = s.hidden.view;
+    Tensor& attn = scratch.get("cohere.attn_out", h);
+    Tensor& mlp = scratch.get("cohere.mlp_out", h);
+    L.input_norm.forward(backend_, s.residual.view, normed);
+    d("input_norm", normed);
+    // One all-reduce for both branches: each leaves its rank's partial sum.
+    L.attn.forward(backend_, normed, in, kv, rope_, scratch, attn, d, /*reduce=*/false);
+    L.mlp.forward(backend_, normed, scratch, mlp, d, /*reduce=*/false);
+    backend_.add(mlp, attn);
+    tp_all_reduce(opt_, attn);
+    d("attn_plus_mlp", attn);
+    backend_.add(attn, s.residual.view);
+    d("residual", s.residual.view);
   }
+
+  void final_norm(LayerStream& s, ForwardScratch& scratch) override {
+    final_norm_.forward(backend_, s.residual.view, s.hidden.view);
+  }
+
+  void finish_logits(Tensor& logits) override { backend_.scale_and_cap(logits, logit_scale_, 0.0f); }
 
  private:
   float logit_scale_ = 1.0f;
-  DeviceTensor centre_;  // F32 [hidden, hidden] = I - 1/hidden
-  VocabParallelEmbedding embed_;
   std::vector<CohereLayer> layers_;
   BiaslessLayerNorm final_norm_;
-  LmHead lm_head_;
   RotaryCache rope_;
 };
 
@@ -134,6 +116,66 @@ class CohereModel : public DecoderModel {
 std::unique_ptr<Model> create_cohere_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                            const ModelBuildOptions& options) {
   return std::make_unique<CohereModel>(cfg, weights, backend, options);
+}
+
+}  // namespace cypris
+
+// Cohere's config: tied embeddings by default (CohereConfig), the LayerNorm epsilon, the logits'
+// scale, Command R+'s per-head q/k LayerNorm; Cohere 2's every fourth layer is global. GGUF:
+// Command-R / Command R7B with LayerNorm without bias, logit_scale, interleaved rotary on the
+// checkpoint's own row order (not permuted).
+namespace cypris {
+namespace {
+
+void read_cohere_config(const ConfigFields& f, ModelConfig& c) {
+  c.layer_norm_eps = f.get_double("layer_norm_eps", 1e-5);
+  c.logit_scale = f.get_double("logit_scale", 0.0625);
+  c.use_qk_norm = f.get_bool("use_qk_norm", false);
+  CYPRIS_CHECK(c.layer_norm_eps > 0 && std::isfinite(c.logit_scale),
+               "{}: layer_norm_eps must be positive and logit_scale finite", f.source());
+}
+
+// Cohere 2: every sliding_window_pattern-th layer is global (and has no rotary), the others slide.
+void cohere2_sliding_layers(const ConfigFields& f, ModelConfig& c, int window) {
+  const int64_t pattern = f.get_int("sliding_window_pattern", 4);
+  CYPRIS_CHECK(pattern > 0, "{}: sliding_window_pattern must be positive", f.source());
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    if ((i + 1) % pattern != 0) c.layer_sliding_window[i] = window;
+  }
+}
+
+ModelFamily cohere_family(std::string_view name, GgufArchitecture gguf,
+                          void (*sliding)(const ConfigFields&, ModelConfig&, int)) {
+  ModelFamily m;
+  m.name = name;
+  m.tied_embeddings = true;
+  m.sliding_layers = sliding;
+  m.read_config = read_cohere_config;
+  m.gguf = {gguf};
+  return m;
+}
+
+}  // namespace
+
+const ModelFamily& cohere_family() {
+  static const ModelFamily f = [] {
+    GgufArchitecture g{"command-r", "CohereForCausalLM", "cohere"};
+    // Command R+: per-head q/k LayerNorms (attn_q_norm / attn_k_norm, [heads, head_dim]).
+    g.adjust = [](const GgufModel& m, nlohmann::json& j) {
+      if (m.tensor("blk.0.attn_q_norm.weight")) j["use_qk_norm"] = true;
+    };
+    return cohere_family("cohere", g, nullptr);
+  }();
+  return f;
+}
+
+const ModelFamily& cohere2_family() {
+  static const ModelFamily f = [] {
+    GgufArchitecture g{"cohere2", "Cohere2ForCausalLM", "cohere2"};
+    g.fixed_config = R"({"sliding_window_pattern": 4})";
+    return cohere_family("cohere2", g, cohere2_sliding_layers);
+  }();
+  return f;
 }
 
 }  // namespace cypris

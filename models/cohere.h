@@ -14,4 +14,8 @@ namespace cypris {
 std::unique_ptr<Model> create_cohere_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                            const ModelBuildOptions& options);
 
+// CohereForCausalLM's and Cohere2ForCausalLM's config fields and GGUF architectures (model_family.h).
+const ModelFamily& cohere_family();
+const ModelFamily& cohere2_family();
+
 }  // namespace cypris

@@ -15,4 +15,9 @@ namespace cypris {
 std::unique_ptr<Model> create_gemma_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                           const ModelBuildOptions& options);
 
+// Gemma2ForCausalLM's, and Gemma3ForCausalLM's / Gemma3ForConditionalGeneration's, config fields and
+// GGUF architectures (model_family.h).
+const ModelFamily& gemma2_family();
+const ModelFamily& gemma3_family();
+
 }  // namespace cypris

@@ -1,6 +1,7 @@
 #include "models/llama.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "engine/common/error.h"
 #include "models/layers/attention.h"
@@ -32,7 +33,7 @@ class LlamaModel : public DecoderModel {
     const WeightLoader w(cfg_, weights, backend, opt_);
     const int64_t h = cfg.hidden_size;
     const float eps = static_cast<float>(cfg.rms_norm_eps);
-    embed_ = VocabParallelEmbedding(w, "model.embed_tokens.weight");
+    load_embedding(w, "model.embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
     for (int i = 0; i < cfg.num_hidden_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -74,7 +75,7 @@ class LlamaModel : public DecoderModel {
       }
     }
     final_norm_ = RmsNorm(w, "model.norm.weight", h, eps);
-    lm_head_ = LmHead(w, cfg.tie_word_embeddings ? &embed_ : nullptr);
+    load_lm_head(w, cfg.tie_word_embeddings);
     rope_ = RotaryCache(backend, cfg);
   }
 
@@ -82,49 +83,35 @@ class LlamaModel : public DecoderModel {
     return std::none_of(layers_.begin(), layers_.end(), [](const LlamaLayer& L) { return L.is_moe; });
   }
 
-  DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) override {
-    check_cache(kv);
-    bind_lora(in);
-    const int64_t t = in.token_ids.shape[0];
-    const int64_t h = cfg_.hidden_size;
-    ForwardScratch scratch(backend_, t);
-    DeviceTensor residual = backend_.empty(backend_.activation_dtype(), {t, h});  // [T, hidden]
-    DeviceTensor hidden = backend_.empty(backend_.activation_dtype(), {t, h});    // [T, hidden]
-
-    embed_.forward(backend_, in.token_ids, residual.view);
-    dump("embed", residual.view);
-    for (int i = 0; i < cfg_.num_hidden_layers; ++i) {
-      const LlamaLayer& L = layers_[i];
-      const Dumper d = dumper("layers." + std::to_string(i) + ".");
-      if (i == 0) {
-        L.input_norm.forward(backend_, residual.view, hidden.view);
-      } else {
-        L.input_norm.add_forward(backend_, hidden.view, residual.view);
-      }
-      d("input_norm", hidden.view);
-      L.attn.forward(backend_, hidden.view, in, kv[i], rope_, scratch, hidden.view, d);
-      L.post_norm.add_forward(backend_, hidden.view, residual.view);
-      d("residual_mid", residual.view);
-      d("post_norm", hidden.view);
-      if (L.is_moe) {
-        hidden = L.moe.forward(backend_, hidden.view, d);
-        d("mlp_out", hidden.view);
-      } else {
-        L.mlp.forward(backend_, hidden.view, scratch, hidden.view, d);
-      }
+  void layer_forward(int i, LayerStream& s, const ForwardInputs& in, KvCacheLayer& kv, ForwardScratch& scratch,
+                     const Dumper& d) override {
+    const LlamaLayer& L = layers_[i];
+    Tensor& residual = s.residual.view;
+    if (i == 0) {
+      L.input_norm.forward(backend_, residual, s.hidden.view);
+    } else {
+      L.input_norm.add_forward(backend_, s.hidden.view, residual);
     }
-    final_norm_.add_forward(backend_, hidden.view, residual.view);
-    dump("final_norm", hidden.view);
-    DeviceTensor logits = lm_head_.forward_selected(backend_, hidden.view, in.logits_indices);
-    dump("logits", logits.view);
-    return logits;
+    d("input_norm", s.hidden.view);
+    L.attn.forward(backend_, s.hidden.view, in, kv, rope_, scratch, s.hidden.view, d);
+    L.post_norm.add_forward(backend_, s.hidden.view, residual);
+    d("residual_mid", residual);
+    d("post_norm", s.hidden.view);
+    if (L.is_moe) {
+      s.hidden = L.moe.forward(backend_, s.hidden.view, d);
+      d("mlp_out", s.hidden.view);
+    } else {
+      L.mlp.forward(backend_, s.hidden.view, scratch, s.hidden.view, d);
+    }
+  }
+
+  void final_norm(LayerStream& s, ForwardScratch&) override {
+    final_norm_.add_forward(backend_, s.hidden.view, s.residual.view);
   }
 
  private:
-  VocabParallelEmbedding embed_;
   std::vector<LlamaLayer> layers_;
   RmsNorm final_norm_;
-  LmHead lm_head_;
   RotaryCache rope_;
 };
 
@@ -138,6 +125,37 @@ std::unique_ptr<Model> create_llama_model(const ModelConfig& cfg, const WeightSo
 std::unique_ptr<Model> create_llama_style_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                                 const ModelBuildOptions& options, const LlamaVariant& variant) {
   return std::make_unique<LlamaModel>(cfg, weights, backend, options, variant);
+}
+
+}  // namespace cypris
+
+// Llama and Mistral read config.json with the shared fields only (Mistral's sliding window covers
+// every layer). GGUF: llama.cpp writes Llama, Mistral and Mixtral as "llama", with its rotary row
+// order on q/k; a file with experts is a Mixtral.
+namespace cypris {
+namespace {
+
+void llama_gguf_adjust(const GgufModel&, nlohmann::json& j) {
+  if (!j.contains("num_experts")) return;
+  j["architectures"] = {"MixtralForCausalLM"};
+  j["model_type"] = "mixtral";
+  j["num_local_experts"] = j["num_experts"];
+  j.erase("num_experts");
+}
+
+}  // namespace
+
+const ModelFamily& llama_family() {
+  static const ModelFamily f = [] {
+    ModelFamily m;
+    m.name = "llama";
+    GgufArchitecture g{"llama", "LlamaForCausalLM", "llama", /*qkv_bias=*/false, /*permuted_qk=*/true};
+    g.experts = GgufExperts::Optional;
+    g.adjust = llama_gguf_adjust;
+    m.gguf = {g};
+    return m;
+  }();
+  return f;
 }
 
 }  // namespace cypris

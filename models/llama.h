@@ -14,6 +14,9 @@ namespace cypris {
 std::unique_ptr<Model> create_llama_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                           const ModelBuildOptions& options);
 
+// LlamaForCausalLM and MistralForCausalLM's config fields and GGUF architecture (model_family.h).
+const ModelFamily& llama_family();
+
 // What a Llama-shaped family changes in the pre-norm decoder (models/qwen3.cpp uses it).
 struct LlamaVariant {
   bool qk_norm = false;  // per-head RMSNorm of q and k before rotary ("self_attn.q_norm.weight")

@@ -17,3 +17,25 @@ std::unique_ptr<Model> create_mixtral_model(const ModelConfig& cfg, const Weight
 }
 
 }  // namespace cypris
+
+namespace cypris {
+namespace {
+
+// Mixtral always renormalises the top-k gates (it has no norm_topk_prob field).
+void read_mixtral_config(const ConfigFields&, ModelConfig& c) {
+  if (c.num_experts > 0) c.norm_topk_prob = true;
+}
+
+}  // namespace
+
+const ModelFamily& mixtral_family() {
+  static const ModelFamily f = [] {
+    ModelFamily m;
+    m.name = "mixtral";
+    m.read_config = read_mixtral_config;  // GGUF: a "llama" file with experts (llama_family)
+    return m;
+  }();
+  return f;
+}
+
+}  // namespace cypris

@@ -13,4 +13,7 @@ namespace cypris {
 std::unique_ptr<Model> create_mixtral_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                             const ModelBuildOptions& options);
 
+// MixtralForCausalLM's config fields (model_family.h).
+const ModelFamily& mixtral_family();
+
 }  // namespace cypris

@@ -13,3 +13,20 @@ std::unique_ptr<Model> create_phi3_model(const ModelConfig& cfg, const WeightSou
 }
 
 }  // namespace cypris
+
+namespace cypris {
+
+// Phi-3 / Phi-3.5 / Phi-4: the shared config fields (LongRoPE is rope scaling, read for every
+// family). GGUF: fused attn_qkv and gate+up (ffn_up) tensors; LongRoPE as the rope_factors_long /
+// rope_factors_short tensors.
+const ModelFamily& phi3_family() {
+  static const ModelFamily f = [] {
+    ModelFamily m;
+    m.name = "phi3";
+    m.gguf = {GgufArchitecture{"phi3", "Phi3ForCausalLM", "phi3"}};
+    return m;
+  }();
+  return f;
+}
+
+}  // namespace cypris

@@ -13,4 +13,7 @@ namespace cypris {
 std::unique_ptr<Model> create_phi3_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                          const ModelBuildOptions& options);
 
+// Phi3ForCausalLM's config fields and GGUF architecture (model_family.h).
+const ModelFamily& phi3_family();
+
 }  // namespace cypris

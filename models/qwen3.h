@@ -21,4 +21,9 @@ std::unique_ptr<Model> create_qwen3_moe_model(const ModelConfig& cfg, const Weig
 std::unique_ptr<Model> create_qwen2_moe_model(const ModelConfig& cfg, const WeightSource& weights, Backend& backend,
                                               const ModelBuildOptions& options);
 
+// Config fields and GGUF architectures (model_family.h): Qwen2ForCausalLM (built by
+// create_llama_model) and Qwen2MoeForCausalLM; Qwen3ForCausalLM and Qwen3MoeForCausalLM.
+const ModelFamily& qwen2_family();
+const ModelFamily& qwen3_family();
+
 }  // namespace cypris

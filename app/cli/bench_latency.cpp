@@ -27,6 +27,7 @@ namespace {
 const char* kUsage =
     "usage: cypris bench latency --model DIR [--input-len N] [--output-len N] [--batch-size 1]\n"
     "                            [--num-iters N] [--num-iters-warmup N] [--through-engine] [--prompt-repeat N]\n"
+    "                            [--temperature T]\n"
     "                            [engine flags, e.g. --speculative-model \"[ngram]\" --num-speculative-tokens 5\n"
     "                             --ngram-prompt-lookup-max 4]";
 
@@ -82,6 +83,7 @@ struct LatencyFlags {
   int64_t num_iters_warmup = 1;
   int64_t prompt_repeat = 0;
   bool through_engine = false;
+  double temperature = 0.0;  // the engine path's request: 0 greedy, else seeded sampling
 };
 
 std::vector<OptionSpec> latency_specs(LatencyFlags& f) {
@@ -97,6 +99,10 @@ std::vector<OptionSpec> latency_specs(LatencyFlags& f) {
           spec("num-iters-warmup", &f.num_iters_warmup, "Untimed runs first."),
           spec("prompt-repeat", &f.prompt_repeat,
                "Build the prompt from one random block of N tokens, repeated (0: all random)."),
+          external_option("Benchmark Options", "temperature", &f.temperature, "T",
+                          "Through the engine: sample at this temperature (seeded per iteration from --seed) "
+                          "instead of greedy decoding; a random-weight model then gives an output that never "
+                          "repeats (prompt lookup finds nothing)."),
           external_option("Benchmark Options", "through-engine", &f.through_engine, "",
                           "Run a greedy request through the whole engine (implied by --speculative-model).")};
 }
@@ -136,7 +142,8 @@ int bench_engine(const EngineConfig& ecfg, const LatencyFlags& f) {
     req.request_id = "bench-" + std::to_string(it);
     req.prompt_token_ids = make_prompt(rng, f.input_len, f.prompt_repeat, info.vocab_size);
     auto p = std::make_shared<SamplingParams>();
-    p->temperature = 0.0f;
+    p->temperature = static_cast<float>(f.temperature);
+    if (f.temperature > 0.0) p->seed = static_cast<int>(ecfg.model.seed + it);
     p->max_tokens = static_cast<int>(f.output_len);
     p->ignore_eos = true;
     req.params = p;
@@ -172,11 +179,15 @@ int bench_engine(const EngineConfig& ecfg, const LatencyFlags& f) {
                                       ? "a random block of " + std::to_string(f.prompt_repeat) + " tokens, repeated"
                                       : "random tokens";
   std::printf("| prompt | %s |\n", prompt_kind.c_str());
-  if (s.spec_decode) {
+  if (f.temperature > 0.0) std::printf("| sampling | temperature %.2f, seeded |\n", f.temperature);
+  if (s.spec_decode && cfg.spec.ngram_prompt_lookup_max) {
     std::printf("| speculative decoding | prompt lookup, %lld tokens, %lld..%lld-grams |\n",
                 static_cast<long long>(*cfg.spec.num_speculative_tokens),
                 static_cast<long long>(cfg.spec.ngram_prompt_lookup_min.value_or(1)),
                 static_cast<long long>(*cfg.spec.ngram_prompt_lookup_max));
+  } else if (s.spec_decode) {
+    std::printf("| speculative decoding | draft model %s, up to %lld tokens (adaptive) |\n",
+                cfg.spec.speculative_model->c_str(), static_cast<long long>(*cfg.spec.num_speculative_tokens));
   } else {
     std::printf("| speculative decoding | off |\n");
   }
@@ -219,7 +230,7 @@ int bench(const Args& args) {
   CYPRIS_CHECK(batch_size == 1, "--batch-size {}: only batch size 1 is supported yet", batch_size);
   CYPRIS_CHECK(f.prompt_repeat <= input_len, "--prompt-repeat {} is longer than --input-len {}", f.prompt_repeat,
                input_len);
-  if (f.through_engine || ecfg.spec.speculative_model) return bench_engine(ecfg, f);
+  if (f.through_engine || ecfg.spec.speculative_model || f.temperature > 0.0) return bench_engine(ecfg, f);
 
   ModelRunnerOptions opt = runner_options(ecfg, resolve_model_path(ecfg.model));
   opt.num_blocks = (input_len + output_len + opt.block_size - 1) / opt.block_size;

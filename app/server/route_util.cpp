@@ -183,7 +183,8 @@ void check_fits_context(const EngineClient& engine, size_t prompt_len, const Sam
   if (max_len <= 0) return;
   const auto len = static_cast<int64_t>(prompt_len);
   const int64_t max_tokens = p.max_tokens.value_or(max_len - len);
-  if (len + max_tokens > max_len) {
+  // --context-shift: old tokens make room for new ones, only the prompt must fit.
+  if (len + max_tokens > max_len && !(engine.model_info().context_shift && len < max_len)) {
     throw HttpError(400, fmt::format("This model's maximum context length is {} tokens. However, you requested {} "
                                      "tokens ({} in the prompt, {} for the completion). Please reduce the prompt or "
                                      "the completion length.",

@@ -13,6 +13,7 @@
 #include "engine/common/error.h"
 #include "engine/common/heap.h"
 #include "engine/common/log.h"
+#include "engine/common/stop_signal.h"
 #include "engine/core/engine_client.h"
 
 namespace cypris {
@@ -85,6 +86,7 @@ int serve_forever(const EngineConfig& cfg,
     // here printed every line twice.
     int sig = 0;
     sigwait(&set, &sig);
+    note_stop_signal(sig);  // a wait on other MPI processes gives up now (stop_signal.h)
     LOG_INFO("received {}, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     watchdog.emplace(set);
     server.stop();

@@ -88,6 +88,7 @@ class App {
   BackgroundJobs jobs_;
   AppSettings settings_;
   OptionsForm options_;
+  QuickOptions quick_{options_};
   EngineSession engine_;
   ChatSession chat_;
   HubSession hub_;
@@ -143,6 +144,7 @@ App::App(const AppLaunch& launch, std::unique_ptr<AppServices> services)
   ctx_.hub = &hub_;
   ctx_.server = &server_;
   ctx_.options = &options_;
+  ctx_.quick = &quick_;
   ctx_.log = log_;
   ctx_.settings = &settings_;
   ctx_.config_dir = config_dir();

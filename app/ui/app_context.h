@@ -13,6 +13,7 @@
 #include "app/ui/state/hub_session.h"
 #include "app/ui/state/log_buffer.h"
 #include "app/ui/state/options_form.h"
+#include "app/ui/state/quick_options.h"
 #include "app/ui/state/server_session.h"
 #include "app/ui/state/services.h"
 #include "app/ui/state/settings.h"
@@ -31,6 +32,9 @@ struct AppContext {
   HubSession* hub = nullptr;
   ServerSession* server = nullptr;
   OptionsForm* options = nullptr;
+  QuickOptions* quick = nullptr;  // the options panel's Quick view over *options
+  // --ui-script options_view: "quick", "advanced" or "advanced_all"; the panel takes it (and clears it).
+  std::string options_view_request;
   std::shared_ptr<LogBuffer> log;
   AppSettings* settings = nullptr;
   std::string config_dir;

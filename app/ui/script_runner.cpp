@@ -43,6 +43,9 @@ std::optional<int> ScriptRunner::step(double now_s) {
           return fail(a, ctx_.options->field_error(find_option(a.arg)->key()).value_or("invalid value"), 2);
         }
         break;
+      case K::OptionsView:
+        ctx_.options_view_request = a.arg;
+        break;
       case K::Sampler:
         try {
           nlohmann::json v = nlohmann::json::parse(a.value, nullptr, false);

@@ -130,6 +130,22 @@ void check_rms_norm(const char* backend, DType act, const Tensor& x, const Tenso
                x.shape_str(), w.shape_str(), out.shape_str());
 }
 
+void check_layer_norm(const char* backend, DType act, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      const Tensor& out) {
+  require(backend, x, act, 2, "layer_norm input");
+  require(backend, w, DType::F32, 1, "layer_norm weight");
+  require_contiguous(backend, x, "layer_norm input");
+  require_contiguous(backend, out, "layer_norm output");
+  require(backend, out, act, 2, "layer_norm output");
+  CYPRIS_CHECK(w.shape[0] == x.shape[1] && out.shape == x.shape, "{}: layer_norm shapes x {} w {} out {}", backend,
+               x.shape_str(), w.shape_str(), out.shape_str());
+  if (bias) {
+    require(backend, *bias, DType::F32, 1, "layer_norm bias");
+    CYPRIS_CHECK(bias->shape == w.shape, "{}: layer_norm bias {} must have the weight's shape {}", backend,
+                 bias->shape_str(), w.shape_str());
+  }
+}
+
 void check_fused_add_rms_norm(const char* backend, DType act, const Tensor& x, const Tensor& residual, const Tensor& w) {
   require(backend, x, act, 2, "rms_norm input");
   require(backend, residual, act, 2, "rms_norm residual");

@@ -15,6 +15,7 @@
 
 #include "engine/common/tensor.h"
 #include "engine/loader/weights.h"
+#include "kernels/common/sampling_types.h"
 
 namespace cypris {
 
@@ -117,6 +118,14 @@ class Backend {
   // Gives the allocator's cached free blocks back to the device (after the profile run, so that
   // the KV cache and the CUDA graphs find the memory the budget left them); no-op on the CPU.
   virtual void release_cached_memory() {}
+  // What the decode graphs (engine/runtime/cuda/cuda_graphs.cpp) capture with, so that the runtime
+  // never needs the concrete backend: the native stream all work is queued on (a cudaStream_t; null
+  // where there is none: no graphs), memory outside the caching pool (never moves or goes back to
+  // the pool), and the graphs' private activation pool, switched on around warm-up and capture.
+  virtual void* stream() const { return nullptr; }
+  virtual DeviceTensor empty_exact(DType dtype, const std::vector<int64_t>& shape) { return empty(dtype, shape); }
+  virtual void set_graph_pool(bool on) {}
+  virtual size_t graph_pool_bytes() const { return 0; }
 
   // out[t] = table[ids[t]]; ids I32 [T], table [vocab, hidden], out [T, hidden].
   virtual void embedding(const Tensor& ids, const Tensor& table, Tensor& out) = 0;
@@ -140,6 +149,9 @@ class Backend {
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += x; x = rms_norm(residual) * w.
   virtual void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) = 0;
+  // LayerNorm of each row: out = (x - mean(x)) / sqrt(var(x) + eps) * w (+ bias); x, out [T, hidden],
+  // w F32 [hidden], bias F32 [hidden] or null (Cohere's has none).
+  virtual void layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) = 0;
   // Neox rotary in place on q [T, Hq*D] and k [T, Hkv*D]; cos_sin F32 [max_pos, rot_dim].
   virtual void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) = 0;
   // Stores k, v [T, Hkv*D] at meta.slot_mapping in the caches [num_blocks, block_size, Hkv, D]
@@ -173,6 +185,13 @@ class Backend {
   // In place on x [R, C] (may be a column slice): x = cap * tanh(scale * x / cap) when
   // cap > 0, else x * scale (embedding scaling, logit soft-capping, logit scale).
   virtual void scale_and_cap(Tensor& x, float scale, float cap) = 0;
+  // One token per row of logits [>= batch.rows, vocab] F32 on this backend's device, by the sampling
+  // fast path (logit_bias, penalties, temperature, top-k, top-p, min-p, a draw from the row's Philox
+  // stream, raw logprobs; kernels/common/sampling_types.h). batch's arrays (params, history, biases)
+  // and out are host memory; batch.logits / ld / vocab are taken from `logits`. CPU: sample_rows_cpu
+  // (kernels/cpu/sampling.h); CUDA: sample_rows_cuda. Both draw the same uniform per row, so a
+  // row's token does not depend on the backend.
+  virtual void sample_rows(const Tensor& logits, const SamplingBatch& batch, const SamplingResults& out) = 0;
   // out[r] = x[indices[r]]; x [T, H], indices I32 [R], out [R, H].
   virtual void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) = 0;
   // out += x, element-wise; x and out [T, H] (either may be a column slice): the residual adds of

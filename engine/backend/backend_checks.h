@@ -46,6 +46,8 @@ PagedAttentionParams paged_attention_params(const char* backend, DType act, cons
 // silu_and_mul and gelu_tanh_and_mul.
 void check_silu_and_mul(const char* backend, DType act, const Tensor& x, const Tensor& out);
 void check_rms_norm_heads(const char* backend, DType act, const Tensor& x, const Tensor& w);
+void check_layer_norm(const char* backend, DType act, const Tensor& x, const Tensor& w, const Tensor* bias,
+                      const Tensor& out);
 void check_layer_norm_heads(const char* backend, DType act, const Tensor& x, const Tensor& w);
 void check_scale_and_cap(const char* backend, DType act, const Tensor& x, float scale, float cap);
 void check_scatter_add_rows(const char* backend, DType act, const Tensor& src, const Tensor& indices, const Tensor& weights,

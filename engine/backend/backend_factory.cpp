@@ -18,6 +18,7 @@ bool cuda_compiled() {
 
 #ifndef CYPRIS_HAVE_CUDA
 int cuda_device_count() { return 0; }
+std::optional<CudaDeviceMemory> cuda_device_memory(int) { return std::nullopt; }
 #endif
 
 std::string resolve_device(const std::string& device) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/backend/backend.h"
@@ -22,6 +23,14 @@ struct BackendOptions {
 bool cuda_compiled();
 // Usable CUDA devices: 0 without CUDA in the build, without a driver, or on any driver error.
 int cuda_device_count();
+// Name, total and free memory of a CUDA device (creates the device's CUDA context when the process
+// has none yet); nullopt without CUDA in the build, without the device, or on any driver error.
+struct CudaDeviceMemory {
+  std::string name;
+  size_t total_bytes = 0;
+  size_t free_bytes = 0;
+};
+std::optional<CudaDeviceMemory> cuda_device_memory(int device);
 // "cuda" or "cpu" for a --device value. Throws Error for "cuda" when the build has no CUDA or no
 // GPU is present, and for unknown values.
 std::string resolve_device(const std::string& device);

@@ -1,6 +1,8 @@
 // The collectives tensor parallelism needs between the ranks of one model: a sum all-reduce after
-// the row-parallel layers, an all-gather of vocab-parallel logits, and a barrier. CpuCommunicator
-// (in-process threads) and NcclCommunicator (one per GPU) implement it.
+// the row-parallel layers, an all-gather of vocab-parallel logits, and a barrier; point-to-point
+// send / recv for hand-offs between pipeline stages. CpuCommunicator (in-process threads),
+// NcclCommunicator (one per GPU) and the MPI communicator between processes (mpi_world.h)
+// implement it.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,14 @@ class Communicator {
   // recv = [rank 0's send | rank 1's send | ...], world_size * count elements, on every rank.
   virtual void all_gather(const float* send, float* recv, int64_t count) = 0;
   virtual void barrier() = 0;
+  // Point to point: count floats to / from rank `peer`, in order per pair. Only communicators that
+  // span pipeline stages implement them.
+  virtual void send(const float* data, int64_t count, int peer) {
+    CYPRIS_FAIL("this communicator has no point-to-point send ({} floats to rank {})", count, peer);
+  }
+  virtual void recv(float* data, int64_t count, int peer) {
+    CYPRIS_FAIL("this communicator has no point-to-point recv ({} floats from rank {})", count, peer);
+  }
 };
 
 }  // namespace cypris

@@ -3,6 +3,10 @@
 // and Cypris's own. Adding an option is one entry here and one field in engine_config.h.
 #include <algorithm>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/config/kv_cache_dtype.h"
 #include "engine/config/options.h"
 
 namespace cypris {
@@ -69,7 +73,9 @@ std::vector<OptionSpec> build_table() {
     o.s.group = group;
     t.push_back(std::move(o.s));
   };
-  const std::string kRay = "Cypris runs one worker thread per GPU inside one process; there is no Ray";
+  const std::string kRay =
+      "Cypris runs its ranks as threads of one process or as processes started by mpirun "
+      "(--distributed-executor-backend); there is no Ray";
   const std::string kVision = "vision-language models";
   const std::string kSpec = "speculative decoding";
   const std::string kQuantRefused =
@@ -188,10 +194,12 @@ std::vector<OptionSpec> build_table() {
   add(Opt("engine-use-ray", bind_field(FIELD(parallel.engine_use_ray)), "",
           "Use Ray to start the engine in a separate process.")
           .no_effect(kRay));
-  add(Opt("distributed-executor-backend", bind_field(FIELD(parallel.distributed_executor_backend)), "{ray,mp}",
-          "Backend to use for distributed serving.")
-          .choices({"ray", "mp"})
-          .no_effect(kRay));
+  add(Opt("distributed-executor-backend", bind_field(FIELD(parallel.distributed_executor_backend)), "{mp,mpi}",
+          "How the tensor-parallel ranks run: mp = threads of this process; mpi = one process per rank, started "
+          "by mpirun (several machines too; docs/distributed.md). Unset: mpi when started by mpirun, else mp.")
+          .choices({"mp", "mpi"})
+          .refuse({"ray"}, "not supported in Cypris, which has no Ray; use mp (threads in one process) or mpi (one "
+                           "process per rank, started by mpirun)"));
   add(Opt("tensor-parallel-size", bind_field(FIELD(parallel.tensor_parallel_size)), "SIZE",
           "The number of GPUs (or CPU ranks on the CPU device) to split the model over (tensor parallelism).")
           .alias("-tp")
@@ -211,13 +219,13 @@ std::vector<OptionSpec> build_table() {
 
   group = "Quantization Options";
   add(Opt("kv-cache-dtype", bind_field(FIELD(quant.kv_cache_dtype)),
-          "{auto,fp8,fp8_e5m2,fp8_e4m3,float16,bfloat16,float32}",
+          fmt::format("{{{}}}", fmt::join(kv_cache_dtype_names(), ",")),
           "The data type for KV cache. \"auto\" uses the model dtype (bfloat16 or float16) on a GPU and "
           "float16 on the CPU (as llama.cpp); \"float16\", \"bfloat16\" and \"float32\" choose one on any "
           "device (16 bits: twice the blocks of float32); \"fp8\" (= fp8_e4m3) and \"fp8_e5m2\" store it in 8 bits, "
           "twice the blocks of a 16-bit cache in the same memory, with per-layer scales from the checkpoint or "
           "--quantization-param-path.")
-          .choices({"auto", "fp8", "fp8_e5m2", "fp8_e4m3", "float16", "bfloat16", "float32"}));
+          .choices(kv_cache_dtype_names()));
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
           "The method used to quantize the weights. Inferred from the model when possible (the checkpoint's "
           "quantization_config); when given it must agree with the checkpoint. Cypris supports gptq (2/4/8 bits; "
@@ -263,9 +271,11 @@ std::vector<OptionSpec> build_table() {
           "The token block size. Defaults to 16.")
           .choices({"8", "16", "32"}));
   add(Opt("context-shift", bind_field(FIELD(cache.context_shift)), "",
-          "Enable context shifting. Caches the previously processed prompts to be reused later.")
-          .not_yet("context shifting (prefix caching, on by default, already computes only the new tokens of a "
-                   "re-sent chat)"));
+          "Enable context shifting: a sequence that reaches the context length drops its oldest tokens after a kept "
+          "prefix (the prompt, up to a quarter of the context) and goes on generating until max_tokens, instead of "
+          "stopping with finish_reason length; prompt + max_tokens may then exceed --max-model-len. The kept "
+          "prefix's KV cache is reused, the shifted rest is computed again. Not with banned_strings or beam "
+          "search."));
   add(Opt("num-gpu-blocks-override", bind_field(FIELD(cache.num_gpu_blocks_override)), "NUM",
           "If specified, ignore the profiling result and use this number of GPU (or CPU-device) blocks.")
           .range(1, std::nullopt));
@@ -360,7 +370,7 @@ std::vector<OptionSpec> build_table() {
   group = "Speculative Decoding Options";
   add(Opt("speculative-model", bind_field(FIELD(spec.speculative_model)), "{MODEL,\"[ngram]\"}",
           "The name or path of the draft model, or \"[ngram]\" for ngram prompt lookup decoding. "
-          "Cypris runs \"[ngram]\" so far; a draft model is refused."));
+          "A draft model must share the target's vocabulary; Medusa, EAGLE and MLP speculators are refused."));
   add(Opt("num-speculative-tokens", bind_field(FIELD(spec.num_speculative_tokens)), "NUM",
           "The number of speculative tokens to sample from the draft model.")
           .range(1, 64));
@@ -371,8 +381,7 @@ std::vector<OptionSpec> build_table() {
           .not_yet("speculative decoding"));
   add(Opt("speculative-max-model-len", bind_field(FIELD(spec.speculative_max_model_len)), "LEN",
           "The maximum sequence length supported by the draft model.")
-          .range(1, std::nullopt)
-          .not_yet("speculative decoding"));
+          .range(1, std::nullopt));
   add(Opt("speculative-disable-by-batch-size", bind_field(FIELD(spec.speculative_disable_by_batch_size)), "NUM",
           "Disable speculative decoding in a step when more than this many requests are running.")
           .range(1, std::nullopt));
@@ -386,31 +395,26 @@ std::vector<OptionSpec> build_table() {
           "The method used to quantize the weights of the draft model.")
           .choices({"aqlm", "awq", "deepspeedfp", "tpu_int8", "fp8", "fbgemm_fp8", "modelopt", "marlin", "gguf",
                     "gptq_marlin_24", "gptq_marlin", "awq_marlin", "gptq", "compressed-tensors", "bitsandbytes", "qqq",
-                    "experts_int8", "neuron_quant"})
-          .not_yet(kSpec));
+                    "experts_int8", "neuron_quant"}));
   add(Opt("speculative-draft-tensor-parallel-size", bind_field(FIELD(spec.speculative_draft_tensor_parallel_size)),
           "SIZE", "Number of tensor parallel replicas for the draft model.")
           .alias("-spec-draft-tp")
-          .range(1, std::nullopt)
-          .not_yet(kSpec));
+          .range(1, std::nullopt));
   add(Opt("speculative-disable-mqa-scorer", bind_field(FIELD(spec.speculative_disable_mqa_scorer)), "",
           "Disable the MQA scorer in speculative decoding and fall back to batch expansion.")
           .not_yet(kSpec));
   add(Opt("spec-decoding-acceptance-method", bind_field(FIELD(spec.spec_decoding_acceptance_method)),
           "{rejection_sampler,typical_acceptance_sampler}",
           "How draft tokens are accepted during speculative decoding.")
-          .choices({"rejection_sampler", "typical_acceptance_sampler"})
-          .not_yet(kSpec));
+          .choices({"rejection_sampler", "typical_acceptance_sampler"}));
   add(Opt("typical-acceptance-sampler-posterior-threshold",
           bind_field(FIELD(spec.typical_acceptance_sampler_posterior_threshold)), "THRESHOLD",
           "Lower bound of the posterior probability of a token to be accepted (typical acceptance sampler).")
-          .range(0, std::nullopt)
-          .not_yet(kSpec));
+          .range(0, std::nullopt));
   add(Opt("typical-acceptance-sampler-posterior-alpha",
           bind_field(FIELD(spec.typical_acceptance_sampler_posterior_alpha)), "ALPHA",
           "Scaling factor of the entropy-based acceptance threshold (typical acceptance sampler).")
-          .range(0, std::nullopt)
-          .not_yet(kSpec));
+          .range(0, std::nullopt));
   add(Opt("disable-logprobs-during-spec-decoding", bind_field(FIELD(spec.disable_logprobs_during_spec_decoding)),
           "{true,false}", "Do not compute token log probabilities during speculative decoding.")
           .not_yet(kSpec));

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <thread>
+#include <unordered_set>
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/common/phase_timer.h"
+#include "engine/core/draft_model_proposer.h"
 #include "engine/core/engine_setup.h"
 #include "engine/request/request.h"
 #include "engine/core/request_tracker.h"
@@ -22,6 +24,7 @@
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/spec_config.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 
@@ -53,7 +56,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   // The model's config is read once, here: the scheduler's budget needs its context length before
   // the runner profiles a step of that budget; the runner takes it as is.
   ModelRunnerOptions ro = runner_options(cfg, dir);
-  ro.config = load_model_config(dir, ro.load.overrides);
+  ro.config = load_model_config(model_families(), dir, ro.load.overrides);
   const int64_t max_model_len = ro.config->max_model_len;
   const int64_t max_num_batched_tokens = default_max_num_batched_tokens(cfg, max_model_len);
   ro.device = device;
@@ -90,6 +93,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   sc.block_size = static_cast<int32_t>(cfg.cache.block_size);
   sc.num_gpu_blocks = static_cast<int32_t>(num_blocks);
   sc.enable_prefix_caching = cfg.cache.enable_prefix_caching;
+  sc.context_shift = cfg.cache.context_shift;
   if (sc.preemption_mode == PreemptionMode::Swap) {
     sc.num_cpu_blocks = static_cast<int32_t>(cfg.cache.swap_space * kGiB / block_bytes);
     runner_->allocate_swap_space(sc.num_cpu_blocks);
@@ -112,6 +116,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   info_.model = mo.model;
   info_.served_names = mo.served_model_name.empty() ? std::vector<std::string>{mo.model} : mo.served_model_name;
   info_.max_model_len = max_model_len;
+  info_.context_shift = cfg.cache.context_shift;
   info_.vocab_size = runner_->config().vocab_size;
   info_.dtype = std::string(dtype_name(runner_->weight_dtype()));
   info_.device = runner_->backend().name();
@@ -124,10 +129,20 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   tc.logging = cfg.logging;
   tc.guided_backend = cfg.model.guided_decoding_backend;
   tc.spec_decode = spec.has_value();
+  if (spec) {
+    tc.spec_num_tokens = spec->ngram.num_tokens;
+    tc.spec_acceptance = spec->acceptance;
+    tc.typical_threshold = spec->typical_threshold;
+    tc.typical_alpha = spec->typical_alpha;
+  }
   tc.seed = static_cast<uint64_t>(cfg.model.seed);
   tracker_ = std::make_unique<RequestTracker>(tc, *scheduler_, *sampler_, tokenizer_.get(), std::move(eos_ids));
 
-  if (spec) {
+  if (spec && spec->draft_model_proposer()) {
+    draft_ = load_draft_model(cfg, *spec, *runner_, tokenizer_.get(), *sampler_, max_num_batched_tokens);
+    spec_disable_by_batch_size_ = spec->disable_by_batch_size;
+    startup.mark("draft model");
+  } else if (spec) {
     proposer_ = std::make_unique<NgramProposer>(spec->ngram);
     spec_disable_by_batch_size_ = spec->disable_by_batch_size;
     LOG_INFO("speculative decoding: prompt lookup, up to {} tokens from {}..{}-grams", spec->ngram.num_tokens,
@@ -221,7 +236,7 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
 void Engine::step() {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  if (proposer_) propose_drafts();
+  if (proposer_ || draft_) propose_drafts();
   SchedulerOutput so = scheduler_->schedule();
   if (so.empty()) return;
   const auto t1 = Clock::now();
@@ -254,14 +269,33 @@ void Engine::step() {
 void Engine::propose_drafts() {
   const auto& running = scheduler_->running();
   const bool on = !spec_disable_by_batch_size_ || static_cast<int64_t>(running.size()) <= *spec_disable_by_batch_size_;
+  std::vector<DraftInput> inputs;
+  std::vector<Request*> drafted;
   for (const auto& r : running) {
+    const std::string& id = r->request_id();
     const bool decodes = r->num_computed_tokens() == r->num_tokens() - 1;
-    if (!on || !decodes || !tracker_->may_speculate(r->request_id())) {
-      r->set_spec_token_ids({});
+    r->set_spec_token_ids({});
+    if (!on || !decodes || !tracker_->may_speculate(id)) continue;
+    // The adaptive draft length, within max_tokens (the last token comes from the target).
+    const int32_t want = std::min(tracker_->spec_draft_length(id), r->max_tokens() - r->num_output_tokens() - 1);
+    if (proposer_) {
+      r->set_spec_token_ids(proposer_->propose(r->all_token_ids(), want));
       continue;
     }
-    r->set_spec_token_ids(proposer_->propose(r->all_token_ids(), r->max_tokens() - r->num_output_tokens() - 1));
+    inputs.push_back(DraftInput{id, r->all_token_ids(), tracker_->sampling_params(id), tracker_->sampling_state(id),
+                                std::max(0, want)});
+    drafted.push_back(r.get());
   }
+  if (!draft_) return;
+  std::vector<DraftProposal> proposals = draft_->propose(inputs);
+  for (size_t i = 0; i < drafted.size(); ++i) {
+    drafted[i]->set_spec_token_ids(std::move(proposals[i].tokens));
+    tracker_->set_draft_probs(drafted[i]->request_id(), std::move(proposals[i].probs));
+  }
+  // The draft cache of sequences that finished or were preempted goes back.
+  std::unordered_set<std::string> live;
+  for (const auto& r : running) live.insert(r->request_id());
+  draft_->retain(live);
 }
 
 void Engine::prepare(const SchedulerOutput& so) {
@@ -287,11 +321,11 @@ std::vector<SampleOutput> Engine::execute_and_sample(const BatchContext& batch, 
   if (!rows.device.empty()) samples = runner_->sample_on_device(logits, 0, rows.device, max_lp);
   const auto first_host = static_cast<int64_t>(rows.device.size());
   const Logits host = runner_->download(logits, first_host, logits.rows() - first_host);
+  tracker_->take_host_rows(rows, host);  // before the draws: verification reads the rows' distributions
   if (!rows.host.empty()) {
     std::vector<SampleOutput> cpu = sampler_->sample(host.data.data(), rows.host);
     samples.insert(samples.end(), std::make_move_iterator(cpu.begin()), std::make_move_iterator(cpu.end()));
   }
-  tracker_->take_host_rows(rows, host);
   profile_.sample += seconds_between(t1, std::chrono::steady_clock::now());
   return samples;
 }
@@ -307,9 +341,10 @@ EngineStats Engine::stats() const {
   s.prefix_cache_hit_rate = ss.prefix_cache_hit_rate;
   s.num_preemptions_total = ss.num_preemptions;
   s.num_swap_outs_total = swap_outs_total_;
+  s.num_context_shifts_total = ss.num_context_shifts;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = tracker_->num_generated_tokens();
-  if (proposer_) {
+  if (proposer_ || draft_) {
     const auto& c = tracker_->spec_counters();
     s.spec_decode = true;
     s.spec_draft_tokens_total = c.draft_tokens;

@@ -25,6 +25,7 @@
 
 namespace cypris {
 
+class DraftModelProposer;
 class LoraTable;
 class ModelRunner;
 struct LoraAdapter;
@@ -107,8 +108,9 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<RequestTracker> tracker_;  // last: refers to the scheduler and the sampler
-  std::unique_ptr<NgramProposer> proposer_;  // null without --speculative-model
-  std::unique_ptr<LoraTable> lora_;          // null without --enable-lora
+  std::unique_ptr<NgramProposer> proposer_;  // --speculative-model "[ngram]"
+  std::unique_ptr<DraftModelProposer> draft_;  // --speculative-model PATH (refers to the sampler)
+  std::unique_ptr<LoraTable> lora_;            // null without --enable-lora
   std::optional<int64_t> spec_disable_by_batch_size_;
 
   StepProfile profile_;

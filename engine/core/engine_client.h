@@ -44,6 +44,7 @@ struct ModelInfo {
   std::string model;                      // --model as given
   std::vector<std::string> served_names;  // --served-model-name, else {model}
   int64_t max_model_len = 0;
+  bool context_shift = false;  // --context-shift: prompt + max_tokens may exceed max_model_len
   int64_t vocab_size = 0;
   std::string dtype;
   std::string device;  // "cpu" or "cuda"

@@ -5,10 +5,11 @@
 #include <regex>
 
 #include "engine/common/error.h"
+#include "engine/config/kv_cache_dtype.h"
+#include "engine/core/distributed_setup.h"
 #include "engine/hub/hub.h"
 #include "engine/loader/gguf.h"
 #include "engine/backend/backend_factory.h"
-#include "engine/runtime/kv_cache_scales.h"
 
 namespace cypris {
 
@@ -91,6 +92,7 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
                "docs/distributed.md)",
                cfg.parallel.pipeline_parallel_size);
   ro.parallel.world_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
+  ro.mpi = use_mpi_processes(cfg);  // starts MPI and checks the world under --distributed-executor-backend mpi
   ro.device = resolve_device(cfg.device.device);
   // The KV cache: the runner sizes it for every device (model_runner.h, num_blocks).
   ro.num_blocks = cfg.cache.num_gpu_blocks_override.value_or(0);

@@ -16,6 +16,7 @@
 #include "engine/sampling/banned_strings.h"
 #include "engine/sampling/beam_search.h"
 #include "engine/sampling/sampler.h"
+#include "engine/spec/adaptive_draft_length.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/stop_strings.h"
 
@@ -57,6 +58,13 @@ struct RequestTracker::Seq {
   // RequestTracker's floor the sequence decodes without drafts for a while.
   double spec_acceptance = 1.0;
   int spec_pause = 0;  // steps left without drafts
+  AdaptiveDraftLength spec_length;  // how many tokens to draft next
+  // A draft model's q of each drafted position ([proposed, vocab]; empty for prompt lookup), and
+  // for a verification by the general rules the target's p of each drafted position ([drafts,
+  // vocab]) and raw logits of each verified one ([drafts + 1, vocab], for logprobs).
+  std::vector<float> draft_probs;
+  std::vector<float> target_probs;
+  std::vector<float> target_logits;
 };
 
 // Beam search for one request (beam width = best_of): the search itself, the Seq of each running

@@ -20,6 +20,8 @@
 #include "engine/sampling/gpu_sampling.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/spec/rejection_sampler.h"
+#include "engine/spec/typical_acceptance.h"
+#include "kernels/common/philox.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/stop_strings.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -132,7 +134,9 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
   }
   const int64_t prompt_len = static_cast<int64_t>(req.prompt_token_ids.size());
   const int64_t max_tokens = params->max_tokens.value_or(cfg_.max_model_len - prompt_len);
-  CYPRIS_CHECK(prompt_len + max_tokens <= cfg_.max_model_len,
+  // --context-shift: old tokens make room for new ones, only the prompt must fit (Scheduler::check_request).
+  const bool shifts = scheduler_.config().context_shift && prompt_len < cfg_.max_model_len;
+  CYPRIS_CHECK(shifts || prompt_len + max_tokens <= cfg_.max_model_len,
                "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
                "prompt, {} for the completion). Please reduce the prompt or the completion length.",
                cfg_.max_model_len, prompt_len + max_tokens, prompt_len, max_tokens);
@@ -168,6 +172,7 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
             std::make_shared<Request>(id, prompt, static_cast<int32_t>(max_tokens), params, g->req.priority, now);
         set_lora(*seq->req, g->req);
         seq->sampling = SamplingState(*params, prompt, static_cast<uint32_t>(i), g->seed);
+        seq->spec_length = AdaptiveDraftLength(cfg_.spec_num_tokens);
         if (params->guided.active()) seq->guided = make_guided_matcher(*params);
         seq->detok = make_detokenizer(*params, prompt);
         if (seq->detok)
@@ -451,6 +456,33 @@ void RequestTracker::take_host_rows(const StepRows& rows, const Logits& host) {
   if (host.rows != static_cast<int64_t>(rows.num_host_rows())) {
     throw std::logic_error(fmt::format("{} host logits rows for {} planned", host.rows, rows.num_host_rows()));
   }
+  // Verification by the general rules needs the target's distribution of each drafted position.
+  const size_t V = static_cast<size_t>(cfg_.vocab_size);
+  const size_t num_device = rows.device.size();
+  for (size_t r = 0; r < rows.host.size();) {
+    Seq& s = *rows.sampled[num_device + r];
+    if (s.drafts.empty()) {
+      ++r;
+      continue;
+    }
+    const size_t m = s.drafts.size() + 1;
+    const SamplingParams& p = *s.group->req.params;
+    s.target_probs.clear();
+    s.target_logits.clear();
+    const bool general = p.temperature != 0.0f && (cfg_.spec_acceptance == SpecAcceptance::Typical ||
+                                                   s.draft_probs.size() >= s.drafts.size() * V);
+    if (general) {
+      for (size_t i = 0; i < m; ++i) {
+        const float* row = host.row(static_cast<int64_t>(r + i));
+        s.target_logits.insert(s.target_logits.end(), row, row + V);
+        if (i + 1 == m) break;  // the bonus position is the sampler's own draw
+        SamplingState st = *rows.host[r + i].state;
+        const std::vector<float> probs = sampler_.probabilities({row, V}, p, st);
+        s.target_probs.insert(s.target_probs.end(), probs.begin(), probs.end());
+      }
+    }
+    r += m;
+  }
   int64_t row = static_cast<int64_t>(rows.host.size());  // the first beam row
   for (Seq* s : rows.beam) take_beam_row(*s, host.row(row++));
   for (const auto& pr : rows.prompt) {
@@ -483,14 +515,79 @@ bool RequestTracker::may_speculate(const std::string& request_id) {
   return true;
 }
 
+int32_t RequestTracker::spec_draft_length(const std::string& request_id) const {
+  auto it = seqs_.find(request_id);
+  return it == seqs_.end() ? 0 : it->second->spec_length.current();
+}
+
+const SamplingState* RequestTracker::sampling_state(const std::string& request_id) const {
+  auto it = seqs_.find(request_id);
+  return it == seqs_.end() ? nullptr : &it->second->sampling;
+}
+
+const SamplingParams* RequestTracker::sampling_params(const std::string& request_id) const {
+  auto it = seqs_.find(request_id);
+  return it == seqs_.end() ? nullptr : it->second->group->req.params.get();
+}
+
+void RequestTracker::set_draft_probs(const std::string& request_id, std::vector<float> probs) {
+  auto it = seqs_.find(request_id);
+  if (it != seqs_.end()) it->second->draft_probs = std::move(probs);
+}
+
+std::vector<int32_t> RequestTracker::verify_with_probs(Seq& s, std::span<const SampleOutput> samples) const {
+  const size_t V = static_cast<size_t>(cfg_.vocab_size);
+  const size_t k = s.drafts.size();
+  // Row 0's output position (the sampler appended row 0's own draw already).
+  const uint64_t first_pos = s.sampling.output_ids().size() - 1;
+  const uint64_t key = s.sampling.stream_key() ^ kVerifyKeyMix;
+  std::vector<int32_t> emitted;
+  for (size_t i = 0; i < k; ++i) {
+    const std::span<const float> p(s.target_probs.data() + i * V, V);
+    const int32_t d = s.drafts[i];
+    if (cfg_.spec_acceptance == SpecAcceptance::Typical) {
+      if (typical_accept(p, d, cfg_.typical_threshold, cfg_.typical_alpha)) {
+        emitted.push_back(d);
+        continue;
+      }
+      emitted.push_back(typical_recovered_token(p));
+      return emitted;
+    }
+    const std::span<const float> q(s.draft_probs.data() + i * V, V);
+    const RejectionResult res =
+        rejection_sample(p, q, d, philox_uniform(key, first_pos + i, 0), philox_uniform(key, first_pos + i, 1));
+    emitted.push_back(res.token);
+    if (!res.accepted) return emitted;
+  }
+  emitted.push_back(samples[k].token);  // every draft kept: the bonus token is the target's own draw
+  return emitted;
+}
+
 // A Seq with drafts: verify them against the target's draws, cut at EOS / stop ids.
-StepResult RequestTracker::check_drafts(Seq& s, std::span<const SampleOutput> samples) {
+StepResult RequestTracker::check_drafts(Seq& s, std::span<SampleOutput> samples) {
   const SamplingParams& p = *s.group->req.params;
   StepResult r;
   r.request_id = s.req->request_id();
   std::vector<int32_t> targets;
-  for (const auto& so : samples) targets.push_back(so.token);
-  const int32_t n = verify_point_mass_drafts(s.drafts, targets);
+  if (s.target_probs.empty()) {
+    // Point-mass drafts (prompt lookup) or a greedy row: the rule is "keep while the draw equals the draft".
+    for (const auto& so : samples) targets.push_back(so.token);
+    targets.resize(static_cast<size_t>(verify_point_mass_drafts(s.drafts, targets)));
+  } else {
+    targets = verify_with_probs(s, samples);
+    // The emitted token of row 0 replaces the sampler's own draw in the history.
+    s.sampling.rewind(1);
+    s.sampling.append(targets[0]);
+    const int num_top = p.logprobs ? std::min(*p.logprobs, cfg_.max_log_probs) : 0;
+    const size_t V = static_cast<size_t>(cfg_.vocab_size);
+    for (size_t e = 0; e < targets.size(); ++e) {
+      if (samples[e].token == targets[e]) continue;
+      samples[e] = token_logprobs({s.target_logits.data() + e * V, V}, targets[e], num_top);
+      if (!p.logprobs) samples[e].rank = 0;
+    }
+  }
+  const int32_t n = static_cast<int32_t>(targets.size());
+  s.spec_length.update(static_cast<int32_t>(s.drafts.size()), n - 1);
   spec_.draft_tokens += static_cast<int64_t>(s.drafts.size());
   spec_.accepted_tokens += n - 1;
   spec_.emitted_tokens += n;
@@ -518,7 +615,7 @@ StepResult RequestTracker::check_drafts(Seq& s, std::span<const SampleOutput> sa
   return r;
 }
 
-std::vector<StepResult> RequestTracker::check_sampled(const StepRows& rows, std::span<const SampleOutput> samples) {
+std::vector<StepResult> RequestTracker::check_sampled(const StepRows& rows, std::span<SampleOutput> samples) {
   std::vector<StepResult> results;
   rewinds_.clear();
   for (size_t i = 0; i < rows.sampled.size(); ++i) {

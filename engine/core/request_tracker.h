@@ -27,6 +27,7 @@
 #include "engine/sampling/banned_strings.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/scheduler_output.h"
+#include "engine/spec/spec_config.h"
 
 namespace cypris {
 namespace guided {
@@ -48,6 +49,10 @@ struct TrackerConfig {
   LoggingOptions logging;
   std::string guided_backend;  // --guided-decoding-backend (named in the log; our engine runs)
   bool spec_decode = false;    // --speculative-model: beam-search requests are refused
+  int32_t spec_num_tokens = 1;  // --num-speculative-tokens: the longest draft (adaptive below it)
+  SpecAcceptance spec_acceptance = SpecAcceptance::Rejection;
+  double typical_threshold = 0.09;  // --typical-acceptance-sampler-posterior-threshold
+  double typical_alpha = 0.3;       // --typical-acceptance-sampler-posterior-alpha
   uint64_t seed = 0;           // --seed: seeds the generator that requests without a seed draw theirs from
 };
 
@@ -83,6 +88,16 @@ class RequestTracker {
   // Mirostat (its mu follows each sampled token); not for a while after its recent drafts were
   // mostly rejected (verifying them costs compute and gains nothing).
   bool may_speculate(const std::string& request_id);
+  // How many tokens to draft for the request this step: --num-speculative-tokens, shrunk while its
+  // drafts are mostly rejected and grown back while they are all accepted (AdaptiveDraftLength).
+  int32_t spec_draft_length(const std::string& request_id) const;
+  // A draft model's inputs: the request's sampler state (history, Philox key) and parameters; null
+  // for an unknown id.
+  const SamplingState* sampling_state(const std::string& request_id) const;
+  const SamplingParams* sampling_params(const std::string& request_id) const;
+  // A draft model's distribution q of each drafted position ([drafts, vocab]) for this step's
+  // verification by rejection sampling; empty for drafts that are a point mass (prompt lookup).
+  void set_draft_probs(const std::string& request_id, std::vector<float> probs);
   // Totals since start: drafted tokens verified, drafts accepted, tokens emitted by steps that
   // verified drafts, and such verification groups (one per request per step).
   struct SpecCounters {
@@ -97,12 +112,16 @@ class RequestTracker {
   // appends the prompt-logprob rows). device_ok: the runner can sample on its device; a row goes
   // there when gpu_sampling_supported says it may.
   StepRows plan_rows(const SchedulerOutput& so, BatchContext& batch, bool device_ok);
-  // host: the downloaded rows [host rows, beam rows, prompt rows] of the step.
+  // host: the downloaded rows [host rows, beam rows, prompt rows] of the step. Call it before the
+  // CPU sampler draws the host rows: verification by the general rules (a draft model's drafts,
+  // typical acceptance) needs the target's sampling distribution of each verified position with
+  // the history before that position.
   void take_host_rows(const StepRows& rows, const Logits& host);
   // One StepResult per sampled row (samples in StepRows::sampled order): EOS and stop ids end the
   // sequence; a token that completes a banned phrase is not appended (its rewind follows in
-  // emit_outputs).
-  std::vector<StepResult> check_sampled(const StepRows& rows, std::span<const SampleOutput> samples);
+  // emit_outputs). A verified position that emits another token than its row's own draw (a draft
+  // accepted by rejection sampling, a residual draw) gets that token's logprobs in `samples`.
+  std::vector<StepResult> check_sampled(const StepRows& rows, std::span<SampleOutput> samples);
   // The scheduler's updates to the clients: tokens through the banned-strings hold, the detokenizer
   // and the stop strings; finished sequences; best_of and beam-search grouping; prompt logprobs.
   void emit_outputs(const StepRows& rows, std::span<const SampleOutput> samples,
@@ -125,7 +144,9 @@ class RequestTracker {
   // client's delta. True when a stop string ended the sequence.
   bool emit_token(Seq& s, int32_t token, std::string_view text, PositionLogprobs* logprobs, RequestOutput& out);
   // Speculative decoding: the verified run of a Seq with drafts (samples: its drafts.size() + 1 rows).
-  StepResult check_drafts(Seq& s, std::span<const SampleOutput> samples);
+  StepResult check_drafts(Seq& s, std::span<SampleOutput> samples);
+  // The emitted tokens of a verification by rejection sampling or typical acceptance (Seq::target_probs).
+  std::vector<int32_t> verify_with_probs(Seq& s, std::span<const SampleOutput> samples) const;
   // banned_strings: passes on the tokens that are safe now (all of them when `all`).
   void release_banned(Seq& s, bool all, RequestOutput& out);
   // banned_strings: the sampled token completed a banned phrase (it was not appended).

@@ -25,6 +25,7 @@ struct EngineStats {
   double prefix_cache_hit_rate = 0.0;  // hits / queried tokens, since start
   int64_t num_preemptions_total = 0;
   int64_t num_swap_outs_total = 0;  // preemptions by swap
+  int64_t num_context_shifts_total = 0;  // --context-shift: windows shifted
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   double prompt_tokens_per_s = 0.0;      // over the last interval

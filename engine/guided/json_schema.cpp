@@ -26,7 +26,13 @@ const std::set<std::string> kSupported = {
     "format",    "minLength", "maxLength", "minimum",    "maximum",   "exclusiveMinimum",     "exclusiveMaximum",
     "uniqueItems"};
 
-constexpr int kDefaultWhitespaceMax = 4;  // [ \n\t]{0,4} between JSON tokens
+// Unbounded numbers have at most this many digits in each of their integer part, fraction and
+// exponent (llama.cpp's JSON-schema grammar allows 16 integer digits): a model that starts a
+// number cannot loop on digits until max_tokens. Bounds in the schema widen it where needed.
+constexpr int kMaxNumberDigits = 16;
+// The default whitespace between JSON tokens: nothing, one space, or one newline plus at most this
+// much indentation (spaces or tabs), as llama.cpp's JSON grammars do and pretty-printed JSON needs.
+constexpr int kMaxIndent = 20;
 constexpr long long kNoBound = std::numeric_limits<long long>::min();
 
 std::string digits_str(long long v) { return std::to_string(v); }
@@ -61,11 +67,12 @@ long long pow10(int d) {
   return p;
 }
 
-// Non-negative integers in [a, b] without leading zeros; b = kNoBound means no upper bound.
+// Non-negative integers in [a, b] without leading zeros; b = kNoBound means no upper bound in the
+// schema, which is read as "at most kMaxNumberDigits digits" (or the digits of a, if more).
 ExprPtr nonneg_range(long long a, long long b) {
   std::vector<ExprPtr> alts;
   int da = static_cast<int>(digits_str(a).size());
-  int db = b == kNoBound ? 18 : static_cast<int>(digits_str(b).size());
+  int db = b == kNoBound ? std::max(da, kMaxNumberDigits) : static_cast<int>(digits_str(b).size());
   for (int d = da; d <= db; ++d) {
     long long lo = std::max(a, d == 1 ? 0 : pow10(d - 1));
     long long hi = d >= 19 ? std::numeric_limits<long long>::max() : pow10(d) - 1;
@@ -73,7 +80,6 @@ ExprPtr nonneg_range(long long a, long long b) {
     if (lo > hi) continue;
     alts.push_back(same_len(digits_str(lo), digits_str(hi)));
   }
-  if (b == kNoBound) alts.push_back(seq({digit_range('1', '9'), repeat(digit_range('0', '9'), 18, -1)}));
   if (alts.empty()) return bytes(ByteSet{});
   return alt(std::move(alts));
 }
@@ -92,9 +98,9 @@ ExprPtr int_range(long long lo, long long hi) {
   return alt(std::move(alts));
 }
 
-ExprPtr digits_plus() { return plus(digit_range('0', '9')); }
-ExprPtr frac() { return seq({byte('.'), digits_plus()}); }
-ExprPtr zero_frac() { return opt(seq({byte('.'), plus(byte('0'))})); }
+ExprPtr bounded_digits() { return repeat(digit_range('0', '9'), 1, kMaxNumberDigits); }
+ExprPtr frac() { return seq({byte('.'), bounded_digits()}); }
+ExprPtr zero_frac() { return opt(seq({byte('.'), repeat(byte('0'), 1, kMaxNumberDigits)})); }
 
 // The number of JSON values in v (counting stops above `stop_above`), without recursion.
 size_t json_nodes(const json& v, size_t stop_above) {
@@ -139,13 +145,20 @@ class SchemaCompiler {
   // mask's cache then rejects more tokens without looking at the stack).
   ExprPtr ws() {
     if (o_.whitespace_pattern) return regex_to_expr(*o_.whitespace_pattern, "guided_whitespace_pattern");
-    // Bounded by default: unbounded whitespace lets a model loop on newlines until max_tokens (a
-    // known failure of `[ \n\t]*`); clients wanting other layouts set guided_whitespace_pattern.
-    ByteSet s;
-    s.set(' ');
-    s.set('\n');
-    s.set('\t');
-    return repeat(bytes(s), 0, kDefaultWhitespaceMax);
+    // Bounded by default: free whitespace lets a model loop on newlines until max_tokens (a known
+    // failure of `[ \n\t]*`, and `[ \n\t]{0,4}` at every site still grows `{ \n"k" \n\n\n: ...`);
+    // compact and pretty-printed JSON both fit `( |\n[ \t]{0,20})?`. Clients wanting other layouts
+    // set guided_whitespace_pattern.
+    // The indentation is one shared rule: a copy at every site would make a grammar ~20 elements
+    // per site larger (a 10,000-property schema has ~30,000 sites).
+    if (indent_rule_ < 0) {
+      ByteSet indent;
+      indent.set(' ');
+      indent.set('\t');
+      indent_rule_ = b_.rule("ws-indent");
+      b_.define(indent_rule_, repeat(bytes(indent), 0, kMaxIndent));
+    }
+    return opt(alt({byte(' '), seq({byte('\n'), ref(indent_rule_)})}));
   }
 
   // One expression for every string of the schema: lowering then makes one rule (and one
@@ -192,7 +205,7 @@ class SchemaCompiler {
   ExprPtr number_expr() {
     return seq({int_range(kNoBound, kNoBound), opt(frac()),
                 opt(seq({codepoints({{'E', 'E'}, {'e', 'e'}}), opt(codepoints({{'+', '+'}, {'-', '-'}})),
-                         digits_plus()}))});
+                         bounded_digits()}))});
   }
 
   const json& resolve(const std::string& r, const std::string& path) {
@@ -547,28 +560,32 @@ class SchemaCompiler {
         fail(path + "/additionalProperties", "'additionalProperties' must be a boolean or a schema");
       }
     }
-    // F_i: members i.. with none written yet; T_i: members i.. after one was written (comma first).
+    // F_i: at least one of members i.. with none written yet; T_i: members i.. after one was
+    // written (comma first). F_i is never empty, so an empty object is `{ ws }`: two whitespace
+    // sites side by side would let `{\n\n}` through.
     size_t n = props.size();
-    std::vector<int> F(n + 1), T(n + 1);
-    for (size_t i = 0; i <= n; ++i) {
-      F[i] = b_.new_rule(hint("first", path));
-      T[i] = b_.new_rule(hint("then", path));
-    }
+    std::vector<int> F(n + 1, -1), T(n + 1);
+    for (size_t i = 0; i <= n; ++i) T[i] = b_.new_rule(hint("then", path));
     ExprPtr sep = seq({ws(), byte(','), ws()});
     if (extra) {
       b_.define(T[n], star(seq({sep, extra})));
-      b_.define(F[n], opt(seq({extra, ref(T[n])})));
+      F[n] = b_.new_rule(hint("first", path));
+      b_.define(F[n], seq({extra, ref(T[n])}));
     } else {
       b_.define(T[n], empty());
-      b_.define(F[n], empty());
     }
+    bool any_required = false;
     for (size_t i = n; i-- > 0;) {
+      any_required = any_required || props[i].required;
       ExprPtr with = seq({seq({ws(), byte(','), ws()}), props[i].member, ref(T[i + 1])});
       b_.define(T[i], props[i].required ? with : alt({with, ref(T[i + 1])}));
       ExprPtr first = seq({props[i].member, ref(T[i + 1])});
-      b_.define(F[i], props[i].required ? first : alt({first, ref(F[i + 1])}));
+      F[i] = b_.new_rule(hint("first", path));
+      b_.define(F[i], props[i].required || F[i + 1] < 0 ? first : alt({first, ref(F[i + 1])}));
     }
-    return seq({byte('{'), ws(), ref(F[0]), ws(), byte('}')});
+    if (F[0] < 0) return seq({byte('{'), ws(), byte('}')});
+    if (any_required) return seq({byte('{'), ws(), ref(F[0]), ws(), byte('}')});
+    return seq({byte('{'), ws(), opt(seq({ref(F[0]), ws()})), byte('}')});
   }
 
   const json& root_;
@@ -576,6 +593,7 @@ class SchemaCompiler {
   GrammarBuilder b_;
   std::map<std::string, int> refs_;
   int any_value_ = -1;
+  int indent_rule_ = -1;  // the default whitespace's indentation (ws())
   int depth_ = 0;  // schemas being compiled inside each other (Nesting)
   ExprPtr json_char_;
 };

@@ -5,7 +5,10 @@
 // that overlap may give text that matches two), allOf (merged), $ref / $defs / definitions
 // (recursive, local "#..." pointers), string pattern / format (date, time, date-time, uuid, email,
 // ipv4) / minLength / maxLength, integer minimum / maximum / exclusive bounds, number minimum /
-// maximum with integer-valued bounds. Properties come out in the schema's key order; properties not
+// maximum with integer-valued bounds. A number the schema does not bound has at most 16 digits in
+// its integer part, fraction and exponent each (a bound with more digits widens that); the default
+// whitespace between tokens is none, one space, or one newline plus at most 20 spaces/tabs of
+// indentation (guided_whitespace_pattern replaces it). Properties come out in the schema's key order; properties not
 // listed are not generated unless additionalProperties allows them. Annotations (title,
 // description, default, examples, ...) are ignored. Every other keyword is refused with an error
 // that names it and its location (a JSON pointer), never silently dropped.
@@ -21,7 +24,7 @@ namespace cypris::guided {
 
 struct JsonSchemaOptions {
   std::string what = "guided_json";             // field name for error messages
-  std::optional<std::string> whitespace_pattern;  // guided_whitespace_pattern (a regex); default [ \n\t]{0,4}
+  std::optional<std::string> whitespace_pattern;  // guided_whitespace_pattern (a regex); default ( |\n[ \t]{0,20})?
 };
 
 Grammar json_schema_grammar(const nlohmann::json& schema, const JsonSchemaOptions& opts = {});

@@ -1,6 +1,7 @@
 // GGUF metadata -> the config.json of the same model, then the usual config parser (so overrides,
-// limits and messages are those of any model). The architecture table and the key table are the
-// two places a new family is added.
+// limits and messages are those of any model). The key table holds the keys every architecture
+// shares; each family's architectures and their quirks are its GgufArchitecture rows
+// (model_family.h, next to the model file in models/).
 #include <fmt/format.h>
 
 #include <cmath>
@@ -98,43 +99,16 @@ json llama3_scaling_from_freqs(const GgufModel& m, const std::string& arch, int6
 
 }  // namespace
 
-const std::vector<GgufArchitecture>& gguf_architectures() {
-  // Mistral's GGUF files say "llama" (same tensors and keys).
-  static const std::vector<GgufArchitecture> kArchs = {
-      {"llama", "LlamaForCausalLM", "llama", false, true},
-      {"qwen2", "Qwen2ForCausalLM", "qwen2", true, false},
-      // Qwen3: no biases, per-head q/k RMSNorm (attn_q_norm / attn_k_norm), head_dim from
-      // attention.key_length (128 where hidden / heads is not).
-      {"qwen3", "Qwen3ForCausalLM", "qwen3", false, false},
-      // Qwen3-MoE: every layer routed (softmax, top-k renormalised), experts merged per layer.
-      {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe", false, false, false, R"({"norm_topk_prob": true})"},
-      // Qwen2-MoE: Qwen2 attention, routed experts not renormalised, a shared expert (ffn_*_shexp)
-      // gated by ffn_gate_inp_shexp.
-      {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe", true, false, false, R"({"norm_topk_prob": false})"},
-      // Gemma 2 / 3: norms stored with the +1 folded in; the gelu-tanh MLP, Gemma 3's sliding-window
-      // pattern (every sixth layer global) and local rope base are fixed by llama.cpp, not in the
-      // file; query_pre_attn_scalar is derived (gemma_query_scalar). Gemma 2's even layers slide.
-      {"gemma2", "Gemma2ForCausalLM", "gemma2", false, false, true, R"({"hidden_activation": "gelu_pytorch_tanh"})"},
-      {"gemma3", "Gemma3ForCausalLM", "gemma3_text", false, false, true,
-       R"({"hidden_activation": "gelu_pytorch_tanh", "sliding_window_pattern": 6, "rope_local_base_freq": 10000.0})"},
-      // Phi-3 / Phi-3.5 / Phi-4: fused attn_qkv and gate+up (ffn_up) tensors; LongRoPE as the
-      // rope_factors_long / rope_factors_short tensors.
-      {"phi3", "Phi3ForCausalLM", "phi3", false, false},
-      // Command-R / Command R7B: LayerNorm without bias, logit_scale, interleaved rotary on the
-      // checkpoint's own row order (not permuted); Cohere 2's every fourth layer is global.
-      {"command-r", "CohereForCausalLM", "cohere", false, false},
-      {"cohere2", "Cohere2ForCausalLM", "cohere2", false, false, false, R"({"sliding_window_pattern": 4})"},
-  };
-  return kArchs;
-}
-
-const GgufArchitecture& gguf_architecture(const GgufModel& m) {
+const GgufArchitecture& gguf_architecture(const ModelFamilies& families, const GgufModel& m) {
   const auto arch = m.get_string("general.architecture");
   CYPRIS_CHECK(arch.has_value(), "{}: required metadata 'general.architecture' is missing", m.describe());
+  if (const GgufArchitecture* a = find_gguf_architecture(families, *arch)) return *a;
   std::string known;
-  for (const auto& a : gguf_architectures()) {
-    if (a.gguf_arch == *arch) return a;
-    known += (known.empty() ? "" : ", ") + std::string(a.gguf_arch);
+  const ModelFamily* last = nullptr;
+  for (const auto& row : families) {
+    if (row.family == last) continue;  // a family's rows are consecutive in the registry
+    last = row.family;
+    for (const auto& a : row.family->gguf) known += (known.empty() ? "" : ", ") + std::string(a.gguf_arch);
   }
   CYPRIS_FAIL("{}: GGUF architecture '{}' is not supported (supported: {})", m.describe(), *arch, known);
 }
@@ -162,20 +136,8 @@ static json longrope_from_factors(const GgufModel& m, const std::string& arch) {
           {"original_max_position_embeddings", *orig}};
 }
 
-// Gemma's query scale, as llama.cpp derives it (the file leaves query_pre_attn_scalar out):
-// 1/sqrt(head_dim), except for the 27B sizes (46 layers for Gemma 2, 62 for Gemma 3), where it is
-// 1/sqrt(hidden / heads).
-static int64_t gemma_query_scalar(const json& j, const std::string& arch) {
-  const int64_t layers = j.at("num_hidden_layers").get<int64_t>();
-  const int64_t heads = j.at("num_attention_heads").get<int64_t>();
-  const int64_t hidden = j.at("hidden_size").get<int64_t>();
-  const bool is_27b = (arch == "gemma2" && layers == 46) || (arch == "gemma3" && layers == 62);
-  if (is_27b) return hidden / heads;
-  return j.contains("head_dim") ? j.at("head_dim").get<int64_t>() : hidden / heads;
-}
-
-json gguf_hf_config(const GgufModel& m) {
-  const GgufArchitecture& a = gguf_architecture(m);
+json gguf_hf_config(const ModelFamilies& families, const GgufModel& m) {
+  const GgufArchitecture& a = gguf_architecture(families, m);
   const std::string arch(a.gguf_arch);
   json j;
   j["architectures"] = {std::string(a.hf_architecture)};
@@ -232,29 +194,21 @@ json gguf_hf_config(const GgufModel& m) {
     j["vocab_size"] = e->ne[1];
   }
   j.update(json::parse(a.fixed_config));
-  if (a.gemma_norms) j["query_pre_attn_scalar"] = gemma_query_scalar(j, arch);
-  // Command R+: per-head q/k LayerNorms (attn_q_norm / attn_k_norm, [heads, head_dim]).
-  if (a.model_type == "cohere" && m.tensor("blk.0.attn_q_norm.weight")) j["use_qk_norm"] = true;
-  // Mixture of experts. llama.cpp writes Mixtral as "llama" with an expert count.
+  // Mixture of experts: the routed experts (the architecture's adjust may name another model for
+  // them, as llama.cpp writes Mixtral as "llama" with an expert count).
   if (auto experts = m.get_int(arch + ".expert_count"); experts && *experts > 0) {
+    CYPRIS_CHECK(a.experts != GgufExperts::None, "{}: '{}' files with experts are not supported", m.describe(), arch);
     const auto used = m.get_int(arch + ".expert_used_count");
     CYPRIS_CHECK(used.has_value(), "{}: metadata '{}.expert_used_count' is missing (the file has {} experts)",
                  m.describe(), arch, *experts);
     j["num_experts_per_tok"] = *used;
-    if (arch == "llama") {
-      j["architectures"] = {"MixtralForCausalLM"};
-      j["model_type"] = "mixtral";
-      j["num_local_experts"] = *experts;
-    } else {
-      CYPRIS_CHECK(a.model_type.ends_with("_moe"), "{}: '{}' files with experts are not supported", m.describe(),
-                   arch);
-      j["num_experts"] = *experts;
-    }
+    j["num_experts"] = *experts;
     if (auto ff = m.get_int(arch + ".expert_feed_forward_length")) j["moe_intermediate_size"] = *ff;
     if (auto ff = m.get_int(arch + ".expert_shared_feed_forward_length")) j["shared_expert_intermediate_size"] = *ff;
   } else {
-    CYPRIS_CHECK(!a.model_type.ends_with("_moe"), "{}: metadata '{}.expert_count' is missing", m.describe(), arch);
+    CYPRIS_CHECK(a.experts != GgufExperts::Required, "{}: metadata '{}.expert_count' is missing", m.describe(), arch);
   }
+  if (a.adjust) a.adjust(m, j);
   j["tie_word_embeddings"] = m.tensor("output.weight") == nullptr;
   if (!a.qkv_bias && m.tensor("blk.0.attn_q.bias") && m.tensor("blk.0.attn_output.bias")) j["attention_bias"] = true;
   if (const GgufTensorInfo* e = m.tensor("token_embd.weight")) {
@@ -265,8 +219,8 @@ json gguf_hf_config(const GgufModel& m) {
   return j;
 }
 
-ModelConfig gguf_model_config(const GgufModel& m, const ConfigOverrides& overrides) {
-  return parse_model_config(gguf_hf_config(m).dump(), m.describe(), overrides);
+ModelConfig gguf_model_config(const ModelFamilies& families, const GgufModel& m, const ConfigOverrides& overrides) {
+  return parse_model_config(families, gguf_hf_config(families, m).dump(), m.describe(), overrides);
 }
 
 }  // namespace cypris

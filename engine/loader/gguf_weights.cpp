@@ -49,12 +49,6 @@ constexpr NameMap kLayerNames[] = {
     {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
     {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
-// Gemma's four norms per layer (GgufArchitecture::gemma_norms), checked before kLayerNames.
-constexpr NameMap kGemmaLayerNames[] = {
-    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
-    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
-    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
-};
 // "<prefix><expert>.<suffix>" -> ffn_<kind>_exps.weight (merged) / ffn_<kind>.<expert>.weight (older).
 struct ExpertMap {
   std::string_view prefix;
@@ -79,8 +73,8 @@ std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]"
 
 class GgufWeightSource : public WeightSource {
  public:
-  explicit GgufWeightSource(std::shared_ptr<const GgufModel> model)
-      : model_(std::move(model)), arch_(gguf_architecture(*model_)) {
+  GgufWeightSource(const ModelFamilies& families, std::shared_ptr<const GgufModel> model)
+      : model_(std::move(model)), arch_(gguf_architecture(families, *model_)) {
     const std::string a(arch_.gguf_arch);
     heads_ = model_->get_int(a + ".attention.head_count").value_or(0);
     kv_heads_ = model_->get_int(a + ".attention.head_count_kv").value_or(heads_);
@@ -255,8 +249,8 @@ std::optional<GgufTensorRef> gguf_tensor_ref(std::string_view hf_name, const Ggu
   const auto [layer, digits] = leading_number(rest);
   if (digits == 0 || digits >= rest.size() || rest[digits] != '.') return std::nullopt;
   rest.remove_prefix(digits + 1);
-  if (arch && arch->gemma_norms) {
-    for (const auto& m : kGemmaLayerNames)
+  if (arch) {
+    for (const auto& m : arch->layer_names)
       if (m.hf == rest) return named_ref(fmt::format("blk.{}.{}", layer, m.gguf));
   }
   for (const auto& m : kLayerNames)
@@ -299,8 +293,9 @@ std::optional<DType> dtype_of_ggml(GgmlType type) {
   }
 }
 
-std::unique_ptr<WeightSource> make_gguf_weight_source(std::shared_ptr<const GgufModel> model) {
-  return std::make_unique<GgufWeightSource>(std::move(model));
+std::unique_ptr<WeightSource> make_gguf_weight_source(const ModelFamilies& families,
+                                                     std::shared_ptr<const GgufModel> model) {
+  return std::make_unique<GgufWeightSource>(families, std::move(model));
 }
 
 }  // namespace cypris

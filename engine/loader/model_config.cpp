@@ -156,6 +156,39 @@ RopeScaling rope_scaling_from_json(const json& r, const std::string& source) {
 
 }  // namespace
 
+bool ConfigFields::has(const char* key) const { return cypris::has(j_, key); }
+int64_t ConfigFields::get_int(const char* key, std::optional<int64_t> def) const {
+  return cypris::get_int(j_, key, source_, def);
+}
+double ConfigFields::get_double(const char* key, std::optional<double> def) const {
+  return cypris::get_double(j_, key, source_, def);
+}
+std::optional<double> ConfigFields::get_opt_double(const char* key) const {
+  return cypris::get_opt_double(j_, key, source_);
+}
+bool ConfigFields::get_bool(const char* key, bool def) const { return cypris::get_bool(j_, key, source_, def); }
+std::string ConfigFields::get_string(const char* key, const std::string& def) const {
+  return cypris::get_string(j_, key, source_, def);
+}
+
+const ModelFamily* find_family(const ModelFamilies& families, const std::vector<std::string>& architectures) {
+  for (const auto& a : architectures) {
+    for (const auto& row : families) {
+      if (row.architecture == a) return row.family;
+    }
+  }
+  return nullptr;
+}
+
+const GgufArchitecture* find_gguf_architecture(const ModelFamilies& families, std::string_view gguf_arch) {
+  for (const auto& row : families) {
+    for (const auto& g : row.family->gguf) {
+      if (g.gguf_arch == gguf_arch) return &g;
+    }
+  }
+  return nullptr;
+}
+
 RopeScaling parse_rope_scaling(const std::string& json_text, const std::string& source) {
   json j;
   try {
@@ -178,8 +211,9 @@ int64_t max_allowed_model_len(const ModelConfig& cfg) {
   return static_cast<int64_t>(std::min(allowed, static_cast<double>(kMaxPositions)));
 }
 
-ModelConfig parse_model_config(const std::string& config_json, const std::string& source,
-                               const ConfigOverrides& overrides, const std::string& generation_json) {
+ModelConfig parse_model_config(const ModelFamilies& families, const std::string& config_json,
+                               const std::string& source, const ConfigOverrides& overrides,
+                               const std::string& generation_json) {
   json j = parse_json(config_json, source);
   // A multimodal checkpoint (Gemma3ForConditionalGeneration) nests the language model's config
   // under text_config: its fields are read as if they were at the top level.
@@ -200,6 +234,8 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     }
   }
   CYPRIS_CHECK(!c.architectures.empty(), "{}: required field 'architectures' is missing or empty", source);
+  const ModelFamily* family = find_family(families, c.architectures);
+  const ConfigFields fields(j, source);
   c.model_type = get_string(j, "model_type", source, "");
   c.hidden_size = get_int(j, "hidden_size", source);
   c.intermediate_size = get_int(j, "intermediate_size", source);
@@ -261,48 +297,18 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   if (act == "silu" || act == "swish") {
     c.hidden_act = "silu";
   } else if (act == "gelu_pytorch_tanh" || act == "gelu_tanh" || act == "gelu_new" ||
-             (act == "gelu" && c.model_type.rfind("gemma", 0) == 0)) {
-    c.hidden_act = "gelu_tanh";  // Gemma's "gelu" is the tanh approximation in transformers too
+             (act == "gelu" && family && family->gelu_is_tanh)) {
+    c.hidden_act = "gelu_tanh";
   } else {
     CYPRIS_FAIL("{}: hidden_act '{}' is not supported (silu, gelu_pytorch_tanh)", source, act);
   }
-  const std::string arch0 = c.architectures.front();
-  const bool is_gemma = c.model_type.rfind("gemma", 0) == 0 || arch0.rfind("Gemma", 0) == 0;
-  const bool is_cohere = c.model_type.rfind("cohere", 0) == 0 || arch0.rfind("Cohere", 0) == 0;
-  const bool is_cohere2 = c.model_type == "cohere2" || arch0 == "Cohere2ForCausalLM";
-  // Gemma's and Cohere's configs default to tied embeddings (Gemma2Config, Gemma3TextConfig, CohereConfig).
-  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, is_gemma || is_cohere);
-  c.layer_norm_eps = get_double(j, "layer_norm_eps", source, 1e-5);
-  c.logit_scale = get_double(j, "logit_scale", source, 0.0625);
-  c.use_qk_norm = get_bool(j, "use_qk_norm", source, false);
-  CYPRIS_CHECK(c.layer_norm_eps > 0 && std::isfinite(c.logit_scale),
-               "{}: layer_norm_eps must be positive and logit_scale finite", source);
-  if (has(j, "query_pre_attn_scalar")) {
-    c.query_pre_attn_scalar = get_double(j, "query_pre_attn_scalar", source);
-    CYPRIS_CHECK(*c.query_pre_attn_scalar > 0, "{}: query_pre_attn_scalar must be positive", source);
-  }
-  c.attn_logit_softcapping = get_double(j, "attn_logit_softcapping", source, 0.0);
-  c.final_logit_softcapping = get_double(j, "final_logit_softcapping", source, 0.0);
-  CYPRIS_CHECK(c.attn_logit_softcapping >= 0 && c.final_logit_softcapping >= 0,
-               "{}: attn_logit_softcapping and final_logit_softcapping must be >= 0 or null", source);
-  c.rope_local_base_freq = get_opt_double(j, "rope_local_base_freq", source);
-  CYPRIS_CHECK(!c.rope_local_base_freq || *c.rope_local_base_freq > 0, "{}: rope_local_base_freq must be positive",
-               source);
+  c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", source, family && family->tied_embeddings);
   c.torch_dtype = get_string(j, "torch_dtype", source, get_string(j, "dtype", source, ""));
-
-  const bool is_qwen2 = c.model_type == "qwen2" || arch0 == "Qwen2ForCausalLM" || c.model_type == "qwen2_moe" ||
-                       arch0 == "Qwen2MoeForCausalLM";
-  // Qwen3 (dense and MoE) shares Qwen2's sliding-window fields but has attention_bias like Llama.
-  const bool qwen_windows = is_qwen2 || c.model_type.rfind("qwen3", 0) == 0 || arch0.rfind("Qwen3", 0) == 0;
-  if (is_qwen2) {
-    c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj
-  } else {
-    c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", source, false);
-  }
+  c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", source, false);
   c.mlp_bias = get_bool(j, "mlp_bias", source, false);
 
-  // Sliding window per layer. Explicit layer_types win; else Qwen2 slides only when
-  // use_sliding_window and from max_window_layers on (as transformers does); Mistral slides everywhere.
+  // Sliding window per layer. Explicit layer_types win; else the family says which layers slide
+  // (every one by default, as Mistral).
   c.layer_sliding_window.assign(c.num_hidden_layers, 0);
   int window = 0;
   if (has(j, "sliding_window")) {
@@ -324,28 +330,8 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
       }
     }
   } else if (window > 0) {
-    if (c.model_type == "gemma2" || arch0 == "Gemma2ForCausalLM") {
-      for (int i = 0; i < c.num_hidden_layers; i += 2) c.layer_sliding_window[i] = window;  // even layers slide
-    } else if (is_gemma) {
-      // Gemma 3: every sliding_window_pattern-th layer is global, the others slide.
-      const int64_t pattern = get_int(j, "sliding_window_pattern", source, 6);
-      CYPRIS_CHECK(pattern > 0, "{}: sliding_window_pattern must be positive", source);
-      for (int i = 0; i < c.num_hidden_layers; ++i) {
-        if ((i + 1) % pattern != 0) c.layer_sliding_window[i] = window;
-      }
-    } else if (is_cohere2) {
-      // Cohere 2: every sliding_window_pattern-th layer is global (and has no rotary), the others slide.
-      const int64_t pattern = get_int(j, "sliding_window_pattern", source, 4);
-      CYPRIS_CHECK(pattern > 0, "{}: sliding_window_pattern must be positive", source);
-      for (int i = 0; i < c.num_hidden_layers; ++i) {
-        if ((i + 1) % pattern != 0) c.layer_sliding_window[i] = window;
-      }
-    } else if (qwen_windows) {
-      const bool use = get_bool(j, "use_sliding_window", source, false);
-      const int max_window_layers = static_cast<int>(get_int(j, "max_window_layers", source, c.num_hidden_layers));
-      for (int i = 0; i < c.num_hidden_layers; ++i) {
-        if (use && i >= max_window_layers) c.layer_sliding_window[i] = window;
-      }
+    if (family && family->sliding_layers) {
+      family->sliding_layers(fields, c, window);
     } else {
       c.layer_sliding_window.assign(c.num_hidden_layers, window);
     }
@@ -366,9 +352,9 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     c.shared_expert_intermediate_size = get_int(j, "shared_expert_intermediate_size", source, 0);
     CYPRIS_CHECK(c.shared_expert_intermediate_size >= 0 && c.shared_expert_intermediate_size <= (1 << 22),
                  "{}: shared_expert_intermediate_size {} is out of range", source, c.shared_expert_intermediate_size);
-    // Mixtral always renormalises the top-k gates; Qwen3-MoE when norm_topk_prob (default false).
-    const bool mixtral = c.model_type == "mixtral" || arch0 == "MixtralForCausalLM";
-    c.norm_topk_prob = mixtral ? true : get_bool(j, "norm_topk_prob", source, false);
+    // Qwen-MoE renormalises the top-k gates when norm_topk_prob (default false); Mixtral always does
+    // (its family's read_config).
+    c.norm_topk_prob = get_bool(j, "norm_topk_prob", source, false);
     const int64_t step = get_int(j, "decoder_sparse_step", source, 1);
     CYPRIS_CHECK(step >= 1, "{}: decoder_sparse_step must be at least 1, got {}", source, step);
     std::vector<int> dense_layers;
@@ -385,6 +371,8 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
       c.layer_is_moe[i] = !dense && (i + 1) % step == 0;
     }
   }
+
+  if (family && family->read_config) family->read_config(fields, c);
 
   if (has(j, "bos_token_id")) c.bos_token_id = id_field(j, "bos_token_id", source);
   c.eos_token_ids = get_id_list(j, "eos_token_id", source);
@@ -446,15 +434,16 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
   return c;
 }
 
-ModelConfig load_model_config(const std::filesystem::path& dir, const ConfigOverrides& overrides) {
-  if (is_gguf_path(dir)) return gguf_model_config(GgufModel(dir), overrides);
+ModelConfig load_model_config(const ModelFamilies& families, const std::filesystem::path& dir,
+                              const ConfigOverrides& overrides) {
+  if (is_gguf_path(dir)) return gguf_model_config(families, GgufModel(dir), overrides);
   const auto path = dir / "config.json";
   CYPRIS_CHECK(std::filesystem::is_regular_file(path), "{} not found: --model must be a folder with a config.json",
                path.string());
   std::string gen;
   const auto gen_path = dir / "generation_config.json";
   if (std::filesystem::is_regular_file(gen_path)) gen = read_text(gen_path);
-  return parse_model_config(read_text(path), path.string(), overrides, gen);
+  return parse_model_config(families, read_text(path), path.string(), overrides, gen);
 }
 
 ModelConfig::ParameterCount ModelConfig::approx_parameters() const {

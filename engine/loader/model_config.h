@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/loader/model_family.h"
+
 namespace cypris {
 
 // HF `rope_scaling` ("rope_type" or legacy "type"): default, linear, dynamic, yarn, llama3, longrope
@@ -100,13 +102,16 @@ struct ConfigOverrides {
 };
 
 // Reads DIR/config.json and, when present, DIR/generation_config.json; for a .gguf file, its
-// metadata (gguf_model.h). Throws Error naming the file
-// and field for anything missing, malformed or unsupported.
-ModelConfig load_model_config(const std::filesystem::path& dir, const ConfigOverrides& overrides = {});
+// metadata (gguf_model.h). The fields every family shares are read here, the rest by the model's
+// family in `families` (model_family.h; models/registry's model_families()). Throws Error naming the
+// file and field for anything missing, malformed or unsupported.
+ModelConfig load_model_config(const ModelFamilies& families, const std::filesystem::path& dir,
+                              const ConfigOverrides& overrides = {});
 
 // The same from JSON text (source names it in messages); generation_json may be empty.
-ModelConfig parse_model_config(const std::string& config_json, const std::string& source,
-                               const ConfigOverrides& overrides = {}, const std::string& generation_json = "");
+ModelConfig parse_model_config(const ModelFamilies& families, const std::string& config_json,
+                               const std::string& source, const ConfigOverrides& overrides = {},
+                               const std::string& generation_json = "");
 
 // Parses a rope_scaling JSON object (as in config.json or --rope-scaling). Throws Error naming source.
 RopeScaling parse_rope_scaling(const std::string& json_text, const std::string& source);

@@ -206,8 +206,8 @@ std::unique_ptr<WeightSource> make_dummy_weight_source(uint64_t seed) {
   return std::make_unique<DummyWeightSource>(seed);
 }
 
-std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& dir, const ModelConfig& cfg,
-                                                 const LoadOptions& options) {
+std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, const std::filesystem::path& dir,
+                                                 const ModelConfig& cfg, const LoadOptions& options) {
   const std::string& f = options.load_format;
   if (f == "dummy") return make_dummy_weight_source(options.seed);
   if (is_gguf_path(dir)) {
@@ -215,7 +215,7 @@ std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& di
     CYPRIS_CHECK(!options.quantization || *options.quantization == "gguf",
                  "--quantization {}: {} is a GGUF file (its quantization is gguf; leave -q out or pass -q gguf)",
                  *options.quantization, dir.string());
-    return make_gguf_weight_source(std::make_shared<GgufModel>(dir));
+    return make_gguf_weight_source(families, std::make_shared<GgufModel>(dir));
   }
   CYPRIS_CHECK(f != "gguf", "--load-format gguf: {} is not a .gguf file; pass the file as --model (or --gguf-file NAME)",
                dir.string());

@@ -80,8 +80,9 @@ DType resolve_dtype(const std::string& requested, const std::string& torch_dtype
 
 // Opens the weights of a model folder (or a .gguf file) according to options.load_format; a GPTQ or
 // AWQ checkpoint (quantization_config, engine/loader/quant_config.h) keeps its layers quantized.
-std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& dir, const ModelConfig& cfg,
-                                                 const LoadOptions& options);
+// families: for a GGUF file, its architecture's tensor names (model_family.h).
+std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, const std::filesystem::path& dir,
+                                                 const ModelConfig& cfg, const LoadOptions& options);
 
 // Seeded random weights of any requested shape (norm weights are 1). Same seed, same values,
 // whatever the sharding.

@@ -61,9 +61,20 @@ void Request::replace_last_output_token(int32_t token_id) {
 }
 
 void Request::truncate_output(int32_t count) {
-  const int32_t drop = std::clamp(count, 0, num_output_tokens());
+  const int32_t drop = std::clamp(count, 0, num_tokens() - window_prompt_tokens());
   tokens_.resize(tokens_.size() - size_t(drop));
   num_computed_tokens_ = std::min(num_computed_tokens_, num_tokens());
+}
+
+void Request::shift_context(int32_t keep, int32_t count) {
+  if (keep < 0 || count < 1 || int64_t(keep) + count > num_tokens())
+    throw std::logic_error("Request::shift_context: the dropped range is outside the window");
+  const int32_t prompt_end = window_prompt_tokens();
+  const int32_t from_prompt = std::clamp(prompt_end - keep, 0, count);
+  tokens_.erase(tokens_.begin() + keep, tokens_.begin() + keep + count);
+  num_shifted_prompt_ += from_prompt;
+  num_shifted_outputs_ += count - from_prompt;
+  num_computed_tokens_ = std::min(num_computed_tokens_, keep);
 }
 
 std::shared_ptr<Request> Request::fork(std::string child_id) const {

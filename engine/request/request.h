@@ -39,16 +39,26 @@ class Request {
   const std::string& request_id() const { return request_id_; }
   const std::shared_ptr<const SamplingParams>& sampling_params() const { return sampling_params_; }
 
-  // Tokens: prompt then outputs, one contiguous array (what the runner reads for a step).
+  // Tokens: prompt then outputs, one contiguous array (what the runner reads for a step). After a
+  // context shift (shift_context) this is the shifted window: the dropped tokens are gone, and
+  // prompt_token_ids() / output_token_ids() are the parts of the window that were prompt / output.
   std::span<const int32_t> all_token_ids() const { return tokens_; }
-  std::span<const int32_t> prompt_token_ids() const { return {tokens_.data(), size_t(num_prompt_tokens_)}; }
+  std::span<const int32_t> prompt_token_ids() const { return {tokens_.data(), size_t(window_prompt_tokens())}; }
   std::span<const int32_t> output_token_ids() const {
-    return {tokens_.data() + num_prompt_tokens_, tokens_.size() - size_t(num_prompt_tokens_)};
+    return {tokens_.data() + window_prompt_tokens(), tokens_.size() - size_t(window_prompt_tokens())};
   }
   int32_t token(int32_t index) const { return tokens_[size_t(index)]; }
   int32_t num_tokens() const { return int32_t(tokens_.size()); }
+  // The prompt as submitted (shifts do not change it).
   int32_t num_prompt_tokens() const { return num_prompt_tokens_; }
-  int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens_; }
+  // Every output token generated, those a context shift dropped included (max_tokens counts these).
+  int32_t num_output_tokens() const { return num_tokens() - window_prompt_tokens() + num_shifted_outputs_; }
+  // --context-shift: drops `count` tokens of the window starting at index `keep` (the first `keep`
+  // stay, the rest move down to close the gap). The caller (Scheduler) fixes num_computed_tokens,
+  // block hashes and the KV cache.
+  void shift_context(int32_t keep, int32_t count);
+  // Tokens dropped by context shifts so far.
+  int32_t num_shifted_tokens() const { return num_shifted_prompt_ + num_shifted_outputs_; }
   void append_output_token(int32_t token_id) { tokens_.push_back(token_id); }
   void append_output_tokens(std::span<const int32_t> token_ids) {
     tokens_.insert(tokens_.end(), token_ids.begin(), token_ids.end());
@@ -108,6 +118,9 @@ class Request {
   std::string request_id_;
   std::vector<int32_t> tokens_;
   int32_t num_prompt_tokens_ = 0;
+  int32_t num_shifted_prompt_ = 0;   // prompt tokens dropped by context shifts
+  int32_t num_shifted_outputs_ = 0;  // output tokens dropped by context shifts
+  int32_t window_prompt_tokens() const { return num_prompt_tokens_ - num_shifted_prompt_; }
   int32_t num_computed_tokens_ = 0;
   int32_t num_cached_tokens_ = 0;
   int32_t max_tokens_ = 0;

@@ -4,6 +4,7 @@
 // the device cache and a pinned host pool.
 #include "engine/common/error.h"
 #include "engine/runtime/model_runner.h"
+#include "engine/runtime/mpi_worker.h"
 
 namespace cypris {
 
@@ -26,6 +27,7 @@ std::vector<int64_t> flatten(std::span<const BlockCopy> pairs, int64_t src_limit
 
 void ModelRunner::allocate_swap_space(int64_t num_cpu_blocks) {
   CYPRIS_CHECK(num_cpu_blocks >= 0, "swap space of {} blocks", num_cpu_blocks);
+  if (drives_processes_) send_to_mpi_workers(StepMessage::kAllocateSwap, encode_int64(num_cpu_blocks));
   for_each_rank([&](Rank& r) {
     r.swap_k.clear();
     r.swap_v.clear();
@@ -42,6 +44,7 @@ void ModelRunner::allocate_swap_space(int64_t num_cpu_blocks) {
 void ModelRunner::swap_out(std::span<const BlockCopy> pairs) {
   if (pairs.empty()) return;
   const std::vector<int64_t> sd = flatten(pairs, num_blocks_, num_swap_blocks_, "swap-out");
+  if (drives_processes_) send_to_mpi_workers(StepMessage::kSwapOut, encode_block_copies(pairs));
   for_each_rank([&](Rank& r) {
     for (size_t l = 0; l < r.kv_cache.size(); ++l) {
       r.backend->swap_blocks(r.kv_cache[l].k.view, r.swap_k[l].view, sd);
@@ -53,6 +56,7 @@ void ModelRunner::swap_out(std::span<const BlockCopy> pairs) {
 void ModelRunner::swap_in(std::span<const BlockCopy> pairs) {
   if (pairs.empty()) return;
   const std::vector<int64_t> sd = flatten(pairs, num_swap_blocks_, num_blocks_, "swap-in");
+  if (drives_processes_) send_to_mpi_workers(StepMessage::kSwapIn, encode_block_copies(pairs));
   for_each_rank([&](Rank& r) {
     for (size_t l = 0; l < r.kv_cache.size(); ++l) {
       r.backend->swap_blocks(r.swap_k[l].view, r.kv_cache[l].k.view, sd);
@@ -64,6 +68,7 @@ void ModelRunner::swap_in(std::span<const BlockCopy> pairs) {
 void ModelRunner::copy_blocks(std::span<const BlockCopy> pairs) {
   if (pairs.empty()) return;
   const std::vector<int64_t> sd = flatten(pairs, num_blocks_, num_blocks_, "block copy");
+  if (drives_processes_) send_to_mpi_workers(StepMessage::kCopyBlocks, encode_block_copies(pairs));
   for_each_rank([&](Rank& r) {
     std::vector<Tensor> caches;
     caches.reserve(r.kv_cache.size() * 2);

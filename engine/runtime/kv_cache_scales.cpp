@@ -10,17 +10,6 @@
 #include "engine/loader/weights.h"
 
 namespace cypris {
-
-std::optional<DType> parse_kv_cache_dtype(const std::string& name) {
-  if (name == "auto") return std::nullopt;
-  if (name == "fp8" || name == "fp8_e4m3") return DType::F8E4M3;
-  if (name == "fp8_e5m2") return DType::F8E5M2;
-  if (name == "float16") return DType::F16;
-  if (name == "bfloat16") return DType::BF16;
-  if (name == "float32") return DType::F32;
-  CYPRIS_FAIL("--kv-cache-dtype '{}' is not one of auto, fp8, fp8_e5m2, fp8_e4m3, float16, bfloat16, float32", name);
-}
-
 namespace {
 
 float check_scale(double v, const std::string& where) {

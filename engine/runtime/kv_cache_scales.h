@@ -1,25 +1,17 @@
-// The fp8 KV cache's settings: --kv-cache-dtype names -> element type, and where each layer's K/V
-// scales come from (vLLM's order): scale tensors in the checkpoint, else the --quantization-param-path
-// JSON, else 1.0.
+// The fp8 KV cache's scales: where each layer's K/V scales come from (vLLM's order): scale tensors in
+// the checkpoint, else the --quantization-param-path JSON, else 1.0. (The --kv-cache-dtype names are
+// parsed in engine/config/kv_cache_dtype.h.)
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "engine/common/dtype.h"
-#include <optional>
-
 #include "engine/backend/backend.h"  // KvCacheScales
 
 namespace cypris {
 
 class WeightSource;
-
-// "auto" -> nullopt (the runner's default: the activation dtype; the engine makes it float16 on the
-// CPU, engine_setup.cpp), "fp8" and "fp8_e4m3" -> F8E4M3 (as vLLM), "fp8_e5m2" -> F8E5M2; "float16",
-// "bfloat16" and "float32" name a cache of that type on any device. Throws Error naming
-// --kv-cache-dtype and the choices otherwise.
-std::optional<DType> parse_kv_cache_dtype(const std::string& name);
 
 struct ResolvedKvScales {
   std::vector<KvCacheScales> layers;  // one per layer

@@ -1,6 +1,7 @@
 #include "engine/runtime/model_runner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,16 +12,16 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/common/phase_timer.h"
+#include "engine/config/kv_cache_dtype.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/loader/gguf.h"
 #include "engine/runtime/memory_profile.h"
 #include "engine/runtime/kv_cache_scales.h"
 #include "engine/backend/tp_workers.h"
-#include "engine/runtime/cuda/device_sampler.h"  // no CUDA headers; defined only in CUDA builds
+#include "kernels/cpu/attention.h"  // is_kv_cache_dtype
+#include "engine/backend/mpi_world.h"
+#include "engine/runtime/mpi_worker.h"
 #include "engine/sampling/gpu_sampling.h"
-#if CYPRIS_HAVE_CUDA
-#include "engine/backend/cuda/cuda_backend.h"
-#endif
 #include "models/registry/registry.h"
 
 namespace cypris {
@@ -34,8 +35,16 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   const int tp = options.parallel.world_size;
   CYPRIS_CHECK(tp >= 1 && tp <= 256, "--tensor-parallel-size {} must be in [1, 256]", tp);
   const ModelConfig cfg =
-      options.config ? *options.config : load_model_config(options.model_dir, options.load.overrides);
+      options.config ? *options.config : load_model_config(model_families(), options.model_dir, options.load.overrides);
   resolve_architecture(cfg);  // fail before reading any weights
+  tp_ = tp;
+  // MPI: this process is one rank; every process has the same config, or none starts (mpi_worker.h).
+  MpiWorld* world = options.mpi ? &MpiWorld::instance() : nullptr;
+  if (world) {
+    first_rank_ = world->rank();
+    drives_processes_ = world->rank() == 0;
+    check_mpi_layout(*world, tp, cfg, options);
+  }
   if (options.load.load_format != "dummy" && is_gguf_path(options.model_dir)) {
     // Which llama.cpp types the file holds ("Q4_K: 193 tensors, Q6_K: 33, F32: 65").
     const GgufModel gguf(options.model_dir);
@@ -47,7 +56,10 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   block_size_ = options.block_size;
   max_loras_ = options.max_loras;
   max_lora_rank_ = options.max_lora_rank;
-  ranks_.resize(static_cast<size_t>(tp));
+  // An adapter loads on process 0 between steps; the step messages do not carry it to the others.
+  CYPRIS_CHECK(!(world && max_loras_ > 0),
+               "--enable-lora with ranks in several processes (MPI) is not supported yet; use one process");
+  ranks_.resize(world ? 1 : static_cast<size_t>(tp));
   const Device device = resolve_device(options.device) == "cuda" ? Device::Cuda : Device::Cpu;
   // Activations in the model dtype on a GPU (fp32 accumulation inside the kernels, as vLLM); the
   // CPU backend and the fp32-GEMM equivalence mode keep fp32.
@@ -55,11 +67,14 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
                      (weight_dtype_ == DType::BF16 || weight_dtype_ == DType::F16);
   activation_dtype_ = act16 ? weight_dtype_ : DType::F32;
   kv_cache_dtype_ = options.kv_cache_dtype.value_or(activation_dtype_);
-  CYPRIS_CHECK(kv_cache_dtype_ == DType::F32 || kv_cache_dtype_ == DType::F16 || kv_cache_dtype_ == DType::BF16 ||
-                   kv_cache_dtype_ == DType::F8E4M3 || kv_cache_dtype_ == DType::F8E5M2,
-               "KV cache dtype {} is not one of float32, float16, bfloat16, fp8_e4m3, fp8_e5m2",
-               dtype_name(kv_cache_dtype_));
-  if (tp == 1) {
+  // What the attention kernels can store (kernels/cpu/attention.h); every --kv-cache-dtype name parses
+  // to one of these (engine/config/kv_cache_dtype.h).
+  CYPRIS_CHECK(is_kv_cache_dtype(kv_cache_dtype_), "KV cache dtype {} cannot hold a KV cache (--kv-cache-dtype: {})",
+               dtype_name(kv_cache_dtype_), fmt::join(kv_cache_dtype_names(), ", "));
+  if (world && tp > 1) {
+    process_comm_ = world->make_communicator(device, world->local_rank());
+    build_rank(options, cfg, 0, options.threads);
+  } else if (tp == 1) {
     build_rank(options, cfg, 0, options.threads);
   } else {
     // CPU ranks share the cores: each gets its part of --threads. GPU ranks get one GPU each.
@@ -101,6 +116,8 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   } else {
     num_blocks_ = (cfg.max_model_len + block_size_ - 1) / block_size_;
   }
+  // Every process holds the same blocks: the fewest any of them has room for (GPUs may differ).
+  if (world) num_blocks_ = world->all_reduce_min(num_blocks_);
   if (backend().device() != Device::Cuda) {
     // The cache's pages are taken only as they are used, so a size memory cannot back would start
     // and fail much later (or die in the OOM killer): refuse it now (issue #20).
@@ -132,14 +149,22 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
     LOG_WARN("--quantization-param-path {} has no effect without an fp8 --kv-cache-dtype",
              options.quantization_param_path);
   }
+  if (world && !drives_processes_) serve_mpi_worker(*this);  // never returns
+  if (world) world->mark_serving();
 }
 
 ModelRunner::~ModelRunner() {
+  if (drives_processes_) {
+    try {
+      MpiWorld::instance().send_stop();  // the other processes leave their step loop and exit
+    } catch (const std::exception& e) {
+      LOG_ERROR("stopping the other MPI processes: {}", e.what());
+    }
+  }
   if (!workers_) return;
   // Each rank frees its shard on its own thread (a GPU rank's memory belongs to its device).
   try {
     workers_->run([&](int rank) {
-      if (rank == 0) device_sampler_.reset();  // its buffers belong to rank 0's device
       ranks_[static_cast<size_t>(rank)] = Rank{};
     });
   } catch (const std::exception& e) {
@@ -152,22 +177,22 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   BackendOptions bo;
   bo.device = options.device;
   bo.threads = threads;
-  bo.cuda_device = rank;
+  bo.cuda_device = process_comm_ ? MpiWorld::instance().local_rank() : rank;
   bo.cuda_fp32_gemm = options.cuda_fp32_gemm;
   bo.cuda_activation_dtype = activation_dtype_;
   r.backend = make_backend(bo);
   // Each rank opens the checkpoint itself and reads only its slices.
-  auto weights = open_weight_source(options.model_dir, cfg, options.load);
+  auto weights = open_weight_source(model_families(), options.model_dir, cfg, options.load);
   // fp8 cache scales first: a bad --quantization-param-path fails before the weights are read.
   ResolvedKvScales scales =
       resolve_kv_cache_scales(kv_cache_dtype_, options.load.load_format == "dummy" ? nullptr : weights.get(),
-                              options.quantization_param_path, cfg.num_hidden_layers, rank);
+                              options.quantization_param_path, cfg.num_hidden_layers, first_rank_ + rank);
   r.kv_scales = std::move(scales.layers);
   if (rank == 0) kv_scales_source_ = std::move(scales.source);
   ModelBuildOptions build;
   build.weight_dtype = weight_dtype_;
-  build.parallel = {rank, static_cast<int>(ranks_.size())};
-  build.comm = workers_ ? &workers_->comm(rank) : nullptr;
+  build.parallel = {first_rank_ + rank, tp_};
+  build.comm = workers_ ? &workers_->comm(rank) : process_comm_.get();
   if (max_loras_ > 0) {
     r.lora = std::make_unique<LoraSites>(*r.backend, max_loras_, max_lora_rank_);
     build.lora = r.lora.get();
@@ -340,8 +365,9 @@ StepLogits ModelRunner::execute_step(const BatchContext& b) {
       CYPRIS_CHECK(s < max_loras_, "batch: LoRA slot {} is not below --max-loras {}", s, max_loras_);
     }
   }
-  if (backend().device() != Device::Cpu) {
-    // Device kernels cannot throw: check on the host what the CPU kernels check as they go.
+  if (backend().device() != Device::Cpu || drives_processes_) {
+    // Device kernels cannot throw: check on the host what the CPU kernels check as they go (and
+    // before the other processes get the batch: a rank that fails alone would leave them behind).
     const int64_t vocab = config().vocab_size;
     const int64_t max_pos = config().max_model_len;
     for (int64_t t = 0; t < b.num_tokens(); ++t) {
@@ -352,12 +378,23 @@ StepLogits ModelRunner::execute_step(const BatchContext& b) {
                    max_pos);
     }
   }
+  if (drives_processes_) send_to_mpi_workers(StepMessage::kExecute, encode_batch(b));
   StepLogits out;
   if (!debug_hook_ && is_graph_eligible(b, graph_policy_)) {
     out.view = ranks_.front().graphs->replay(b);  // the graph's buffer: valid until the next replay
     return out;
   }
-  if (!workers_) {
+  if (drives_processes_) {
+    try {
+      forward_rank(ranks_.front(), b, &out);
+    } catch (const Error& e) {
+      // The other processes ran (or wait in) this step's collectives: they cannot be brought back in
+      // step with this one, so the job ends (in-flight requests get this error).
+      MpiWorld& world = MpiWorld::instance();
+      if (!world.failed()) world.fail(fmt::format("process 0 failed a step the others ran: {}", e.what()));
+      throw;
+    }
+  } else if (!workers_) {
     forward_rank(ranks_.front(), b, &out);
   } else {
     workers_->run([&](int rank) { forward_rank(ranks_[static_cast<size_t>(rank)], b, rank == 0 ? &out : nullptr); });
@@ -436,7 +473,6 @@ bool ModelRunner::can_sample_on_device() const {
 
 std::vector<SampleOutput> ModelRunner::sample_on_device(const StepLogits& logits, int64_t first_row,
                                                         std::span<const SamplerRow> rows, int max_log_probs) {
-#if CYPRIS_HAVE_CUDA
   CYPRIS_CHECK(can_sample_on_device(), "GPU sampling needs a CUDA backend");
   const int64_t n = static_cast<int64_t>(rows.size());
   CYPRIS_CHECK(first_row >= 0 && first_row + n <= logits.rows(), "GPU sampling: rows [{}, {}) of {} logits rows",
@@ -448,16 +484,10 @@ std::vector<SampleOutput> ModelRunner::sample_on_device(const StepLogits& logits
   view.device_index = t.device_index;
   if (row_stride(t) != logits.vocab()) view.strides = {row_stride(t), 1};
   GpuSamplingOutputs res;
-  on_rank0([&] {
-    if (!device_sampler_) device_sampler_ = std::make_unique<DeviceSampler>(static_cast<CudaBackend&>(backend()));
-    res = device_sampler_->run(view, in);
-  });
+  res.resize(in.rows(), in.max_top);
+  // The logits are rank 0's (StepLogits); its backend samples them (Backend::sample_rows).
+  on_rank0([&] { backend().sample_rows(view, in.host_batch(nullptr, 0, 0), res.results()); });
   return finish_gpu_sampling(rows, in, res);
-#else
-  (void)logits;
-  (void)first_row;
-  CYPRIS_FAIL("GPU sampling: this build has no CUDA backend ({} rows)", rows.size());
-#endif
 }
 
 }  // namespace cypris

@@ -26,7 +26,7 @@
 namespace cypris {
 
 class TpWorkers;
-class DeviceSampler;
+class Communicator;
 struct SampleOutput;
 struct SamplerRow;
 
@@ -44,6 +44,11 @@ struct ModelRunnerOptions {
   int64_t num_blocks = 0;
   double cpu_kv_cache_bytes = 0;
   ParallelConfig parallel;  // world_size = --tensor-parallel-size; rank is ignored
+  // The tensor-parallel ranks are the processes of the MPI world (--distributed-executor-backend mpi,
+  // one rank per process; mpi_worker.h): process 0 returns from the constructor and drives the
+  // others, which never return from it (they serve steps until process 0 stops them, then exit).
+  // --threads is then per process.
+  bool mpi = false;
   std::string device = "cpu";   // auto | cuda | cpu (backend_factory.h)
   bool cuda_fp32_gemm = false;  // CUDA: fp32 GEMMs for 16-bit weights (CPU numerics; for tests)
   // CUDA with num_blocks == 0: the KV cache takes what is left of this fraction of device memory
@@ -57,8 +62,8 @@ struct ModelRunnerOptions {
   bool enforce_eager = true;
   int64_t max_seq_len_to_capture = 8192;
   // KV cache element type: F32, F16, BF16, or F8E4M3 / F8E5M2 (parse_kv_cache_dtype in
-  // kv_cache_scales.h); nullopt ("auto") = the activation dtype. --quantization-param-path for the
-  // fp8 scales ("" = none).
+  // engine/config/kv_cache_dtype.h); nullopt ("auto") = the activation dtype.
+  // --quantization-param-path for the fp8 scales ("" = none).
   std::optional<DType> kv_cache_dtype;
   std::string quantization_param_path;
   // --enable-lora: adapter slots for up to max_loras adapters of rank <= max_lora_rank
@@ -113,7 +118,7 @@ class ModelRunner {
   DType weight_dtype() const { return weight_dtype_; }
   int block_size() const { return block_size_; }
   int64_t num_blocks() const { return num_blocks_; }
-  int tensor_parallel_size() const { return static_cast<int>(ranks_.size()); }
+  int tensor_parallel_size() const { return tp_; }
   // Number of decode CUDA graphs captured (0 when running eagerly).
   int num_cuda_graphs() const { return ranks_.front().graphs ? ranks_.front().graphs->num_graphs() : 0; }
   DType kv_cache_dtype() const { return kv_cache_dtype_; }
@@ -178,8 +183,14 @@ class ModelRunner {
   // Runs fn on rank 0's thread (its device is current there).
   void on_rank0(const std::function<void()>& fn);
 
+  // MPI: this process's tensor-parallel rank (first_rank_) and its communicator to the other
+  // processes; drives_processes_ on process 0, which sends every step and block move to the others.
+  std::unique_ptr<Communicator> process_comm_;  // outlives the ranks' models
+  int tp_ = 1;
+  int first_rank_ = 0;
+  bool drives_processes_ = false;
   std::vector<Rank> ranks_;
-  std::unique_ptr<TpWorkers> workers_;  // null at world size 1
+  std::unique_ptr<TpWorkers> workers_;  // null at world size 1 and under MPI
   DType weight_dtype_ = DType::F32;
   int block_size_ = 16;
   DType kv_cache_dtype_ = DType::F32;
@@ -192,8 +203,6 @@ class ModelRunner {
   int64_t max_lora_rank_ = 16;
   DecodeGraphPolicy graph_policy_;  // enforce_eager unless graphs are in use
   bool debug_hook_ = false;         // a hook reads intermediates: graphs cannot replay
-  // GPU sampling scratch, made on first use. Declared last: destroyed before the ranks.
-  std::unique_ptr<DeviceSampler> device_sampler_;
 };
 
 }  // namespace cypris

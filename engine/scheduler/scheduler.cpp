@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "engine/common/error.h"
+#include "engine/request/sampling_params.h"
 
 namespace cypris {
 
@@ -50,7 +51,22 @@ std::string Scheduler::check_request(const Request& r) const {
   if (prompt > max_len)
     return fmt::format("prompt is {} tokens but this model's maximum context length is {}", prompt, max_len);
   if (r.max_tokens() < 1) return fmt::format("max_tokens must be at least 1, got {}", r.max_tokens());
-  const int64_t total = int64_t(prompt) + int64_t(r.max_tokens());
+  int64_t total = int64_t(prompt) + int64_t(r.max_tokens());
+  if (config_.context_shift) {
+    // Old tokens make room for new ones: the window never holds more than max_model_len. The
+    // prompt must leave room for the first new token (its logits come from the whole prompt).
+    if (prompt >= max_len)
+      return fmt::format(
+          "prompt is {} tokens and this model's maximum context length is {}; with --context-shift the prompt must "
+          "leave room for at least one new token",
+          prompt, max_len);
+    if (const SamplingParams* p = r.sampling_params().get()) {
+      if (!p->banned_strings.empty())
+        return "banned_strings cannot be combined with --context-shift (a rewind could reach dropped tokens)";
+      if (p->use_beam_search) return "beam search cannot be combined with --context-shift";
+    }
+    total = std::min<int64_t>(total, max_len);
+  }
   if (total > max_len)
     return fmt::format(
         "prompt is {} tokens and max_tokens is {}, {} in total, but this model's maximum context length is {}; "
@@ -359,13 +375,38 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
     RequestStatus status = RequestStatus::Running;
     if (result != nullptr && is_finished(result->finish))
       status = result->finish;
-    else if (request->num_output_tokens() >= request->max_tokens() || request->num_tokens() >= config_.max_model_len)
+    else if (request->num_output_tokens() >= request->max_tokens())
+      status = RequestStatus::FinishedLength;
+    else if (request->num_tokens() >= config_.max_model_len && config_.context_shift)
+      shift_context(*request);
+    else if (request->num_tokens() >= config_.max_model_len)
       status = RequestStatus::FinishedLength;
     if (is_finished(status)) finish(request, status);
     update.status = request->status();
     updates.push_back(std::move(update));
   }
   return updates;
+}
+
+int32_t Scheduler::context_shift_keep(const Request& request) const {
+  return std::min(request.num_prompt_tokens(), config_.max_model_len / 4);
+}
+
+void Scheduler::shift_context(Request& request) {
+  // As llama.cpp's context shift: keep the first n_keep tokens, drop half of the others. The KV of
+  // the kept prefix's full blocks stays (same tokens at the same positions); the rest of the window
+  // moved to new positions and is computed again by the next steps, as a prefill of the shifted
+  // window would compute it, so the continuation is that of a fresh run on the window. Block
+  // hashes stay those of the window's tokens, so prefix caching keeps telling the truth.
+  const int32_t keep = context_shift_keep(request);
+  const int32_t drop = std::max<int32_t>(1, (request.num_tokens() - keep) / 2);
+  const int32_t bs = config_.block_size;
+  const int32_t kept_kv = (std::min(keep, request.num_computed_tokens()) / bs) * bs;
+  kv_.truncate(request, kept_kv);
+  request.shift_context(keep, drop);
+  request.set_num_computed_tokens(kept_kv);
+  request.set_spec_token_ids({});
+  ++num_context_shifts_;
 }
 
 SchedulerStats Scheduler::stats() const {
@@ -378,6 +419,7 @@ SchedulerStats Scheduler::stats() const {
   s.prefix_cache = kv_.prefix_cache_stats();
   s.prefix_cache_hit_rate = s.prefix_cache.hit_rate();
   s.num_preemptions = num_preemptions_;
+  s.num_context_shifts = num_context_shifts_;
   return s;
 }
 

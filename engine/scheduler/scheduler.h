@@ -75,6 +75,9 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return config_; }
   const KvCacheManager& kv_cache() const { return kv_; }
+  // --context-shift: how many leading tokens of a request a shift keeps: its prompt, up to a
+  // quarter of the context (the system prompt and the start of the conversation).
+  int32_t context_shift_keep(const Request& request) const;
   const std::vector<std::shared_ptr<Request>>& running() const { return running_; }
   const std::deque<std::shared_ptr<Request>>& waiting() const { return waiting_; }
   const std::deque<std::shared_ptr<Request>>& swapped() const { return swapped_; }
@@ -88,6 +91,10 @@ class Scheduler {
   void add_scheduled(SchedulerOutput& out, const std::shared_ptr<Request>& request, int32_t num_new_tokens,
                      const SlotAllocation& allocation, bool is_new, std::vector<int32_t> spec_token_ids = {});
   bool passed_delay(double now);
+  // --context-shift: the request's window is full (num_tokens == max_model_len). Keeps its first
+  // context_shift_keep() tokens, drops half of the rest (the oldest), and sets it to recompute the
+  // window from the last block boundary inside the kept prefix (see docs/context_shift.md).
+  void shift_context(Request& request);
   // Running requests with tokens left to compute. A running request whose tokens all have KV and
   // that got no new token (a beam-search beam waiting for its siblings' logits) is idle.
   int32_t num_active_running() const;
@@ -104,6 +111,7 @@ class Scheduler {
   std::unordered_set<std::string> forked_unscheduled_;  // children the runner has not seen yet
   uint64_t next_arrival_seq_ = 0;
   int64_t num_preemptions_ = 0;
+  int64_t num_context_shifts_ = 0;
   // --scheduler-delay-factor state (vLLM v0 _passed_delay).
   double prev_time_ = 0.0;
   bool prev_prompt_ = false;

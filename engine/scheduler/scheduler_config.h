@@ -24,6 +24,9 @@ struct SchedulerConfig {
   int32_t num_gpu_blocks = 0;          // profiling or --num-gpu-blocks-override
   int32_t num_cpu_blocks = 0;          // --swap-space converted to blocks
   bool enable_prefix_caching = false;  // --enable-prefix-caching
+  // --context-shift: a sequence that reaches max_model_len drops old tokens after a kept prefix and
+  // goes on (Scheduler::shift_context) instead of finishing with "length".
+  bool context_shift = false;
 
   // Throws cypris::Error naming the flag, the value and what is allowed.
   void validate() const;

@@ -83,6 +83,7 @@ struct SchedulerStats {
   PrefixCacheStats prefix_cache;
   double prefix_cache_hit_rate = 0.0;
   int64_t num_preemptions = 0;  // total so far
+  int64_t num_context_shifts = 0;  // --context-shift: windows shifted so far
 };
 
 }  // namespace cypris

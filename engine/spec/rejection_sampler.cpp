@@ -44,4 +44,20 @@ RejectionResult rejection_sample(std::span<const float> target_probs, std::span<
   return {false, last};  // rounding at the top end
 }
 
+int32_t draw_from_distribution(std::span<const float> probs, double u) {
+  double total = 0.0;
+  for (float p : probs) total += std::max(0.0f, p);
+  CYPRIS_CHECK(total > 0.0, "drawing a draft token: the distribution over {} tokens is empty", probs.size());
+  const double target = u * total;
+  double acc = 0.0;
+  int32_t last = -1;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0.0f) continue;
+    last = static_cast<int32_t>(i);
+    acc += probs[i];
+    if (target < acc) return last;
+  }
+  return last;  // rounding at the top end
+}
+
 }  // namespace cypris

@@ -28,6 +28,13 @@ namespace cypris {
 // The emitted tokens are target_tokens[0 .. result).
 int32_t verify_point_mass_drafts(std::span<const int32_t> drafts, std::span<const int32_t> target_tokens);
 
+// The uniforms of speculative decoding come from the request's Philox stream under keys derived
+// from its stream key (kernels/common/philox.h), apart from the sampler's own draws: the draft
+// model's token draw (lane 0 at the drafted position) and verification's acceptance coin (lane 0)
+// and residual draw (lane 1). Independent of each other and of the target's draw, as the rule needs.
+inline constexpr uint64_t kDraftDrawKeyMix = 0x9E3779B97F4A7C15ull;
+inline constexpr uint64_t kVerifyKeyMix = 0xC2B2AE3D27D4EB4Full;
+
 struct RejectionResult {
   bool accepted = false;
   int32_t token = -1;  // the draft token when accepted, else the draw from the residual
@@ -38,5 +45,10 @@ struct RejectionResult {
 // Throws cypris::Error on mismatched sizes or an out-of-range or impossible draft token.
 RejectionResult rejection_sample(std::span<const float> target_probs, std::span<const float> draft_probs,
                                  int32_t draft_token, double u_accept, double u_resample);
+
+// The token the uniform u in [0, 1) picks from probs ([vocab], sums to 1) by inverse CDF in id
+// order: how a draft model's token is drawn from the distribution verification then divides by.
+// A point mass gives its token for every u.
+int32_t draw_from_distribution(std::span<const float> probs, double u);
 
 }  // namespace cypris

@@ -31,31 +31,62 @@ std::optional<SpecDecodeConfig> spec_decode_config(const EngineConfig& cfg) {
   for (const char* kind : {"medusa", "eagle", "mlp_speculator", "mlp-speculator", "mlpspeculator"}) {
     CYPRIS_CHECK(m.find(kind) == std::string::npos,
                  "--speculative-model {}: {} speculators are not supported in Cypris; supported: \"[ngram]\" "
-                 "(prompt lookup)",
+                 "(prompt lookup) and a draft model with the target's vocabulary",
                  model, kind);
   }
-  CYPRIS_CHECK(m == "[ngram]",
-               "--speculative-model {}: a draft model is not supported yet in Cypris; supported: \"[ngram]\" "
-               "(prompt lookup)",
-               model);
   CYPRIS_CHECK(o.num_speculative_tokens.has_value(),
-               "--speculative-model \"[ngram]\" needs --num-speculative-tokens (how many tokens to propose, e.g. 5)");
+               "--speculative-model {} needs --num-speculative-tokens (how many tokens to propose, e.g. 5)", model);
+  CYPRIS_CHECK(*o.num_speculative_tokens >= 1 && *o.num_speculative_tokens <= 64,
+               "--num-speculative-tokens must be in [1, 64], got {}", *o.num_speculative_tokens);
+  CYPRIS_CHECK(!o.speculative_draft_tensor_parallel_size || *o.speculative_draft_tensor_parallel_size == 1,
+               "--speculative-draft-tensor-parallel-size {}: Cypris runs the draft model unsharded; only 1 is "
+               "supported",
+               o.speculative_draft_tensor_parallel_size.value_or(1));
+  CYPRIS_CHECK(!o.speculative_max_model_len || *o.speculative_max_model_len >= 1,
+               "--speculative-max-model-len must be at least 1, got {}", o.speculative_max_model_len.value_or(0));
+  SpecDecodeConfig sc;
+  sc.ngram.num_tokens = static_cast<int32_t>(*o.num_speculative_tokens);
+  sc.disable_by_batch_size = o.speculative_disable_by_batch_size;
+  if (o.spec_decoding_acceptance_method == "typical_acceptance_sampler") {
+    sc.acceptance = SpecAcceptance::Typical;
+  } else {
+    CYPRIS_CHECK(o.spec_decoding_acceptance_method == "rejection_sampler",
+                 "--spec-decoding-acceptance-method {}: allowed are rejection_sampler and typical_acceptance_sampler",
+                 o.spec_decoding_acceptance_method);
+  }
+  if (o.typical_acceptance_sampler_posterior_threshold) {
+    sc.typical_threshold = *o.typical_acceptance_sampler_posterior_threshold;
+    CYPRIS_CHECK(sc.typical_threshold >= 0.0, "--typical-acceptance-sampler-posterior-threshold must be >= 0, got {}",
+                 sc.typical_threshold);
+  }
+  if (o.typical_acceptance_sampler_posterior_alpha) {
+    sc.typical_alpha = *o.typical_acceptance_sampler_posterior_alpha;
+    CYPRIS_CHECK(sc.typical_alpha >= 0.0, "--typical-acceptance-sampler-posterior-alpha must be >= 0, got {}",
+                 sc.typical_alpha);
+  }
+  if (m != "[ngram]") {
+    // A draft model: the n-gram flags do not apply to it.
+    CYPRIS_CHECK(!o.ngram_prompt_lookup_max && !o.ngram_prompt_lookup_min,
+                 "--ngram-prompt-lookup-max/min apply to --speculative-model \"[ngram]\", not to a draft model ({})",
+                 model);
+    sc.draft_model = model;
+    sc.draft_max_model_len = o.speculative_max_model_len;
+    sc.draft_quantization = o.speculative_model_quantization;
+    return sc;
+  }
+  CYPRIS_CHECK(!o.speculative_model_quantization,
+               "--speculative-model-quantization applies to a draft model, not to \"[ngram]\"");
   CYPRIS_CHECK(
       o.ngram_prompt_lookup_max.has_value(),
       "--speculative-model \"[ngram]\" needs --ngram-prompt-lookup-max (the longest n-gram looked up, e.g. 4)");
-  CYPRIS_CHECK(*o.num_speculative_tokens >= 1 && *o.num_speculative_tokens <= 64,
-               "--num-speculative-tokens must be in [1, 64], got {}", *o.num_speculative_tokens);
   CYPRIS_CHECK(*o.ngram_prompt_lookup_max >= 1 && *o.ngram_prompt_lookup_max <= 1024,
                "--ngram-prompt-lookup-max must be in [1, 1024], got {}", *o.ngram_prompt_lookup_max);
   const int64_t min_n = o.ngram_prompt_lookup_min.value_or(1);
   CYPRIS_CHECK(min_n >= 1 && min_n <= *o.ngram_prompt_lookup_max,
                "--ngram-prompt-lookup-min ({}) must be in [1, --ngram-prompt-lookup-max = {}]", min_n,
                *o.ngram_prompt_lookup_max);
-  SpecDecodeConfig sc;
   sc.ngram.min_n = static_cast<int32_t>(min_n);
   sc.ngram.max_n = static_cast<int32_t>(*o.ngram_prompt_lookup_max);
-  sc.ngram.num_tokens = static_cast<int32_t>(*o.num_speculative_tokens);
-  sc.disable_by_batch_size = o.speculative_disable_by_batch_size;
   return sc;
 }
 

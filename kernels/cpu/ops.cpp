@@ -55,6 +55,25 @@ void rms_norm_cpu(const float* x, const float* weight, float eps, int64_t rows, 
   });
 }
 
+void layer_norm_cpu(const float* x, const float* weight, const float* bias, float eps, int64_t rows, int64_t hidden,
+                    float* out, ThreadPool* pool) {
+  parallel(pool, rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * hidden;
+      float* o = out + r * hidden;
+      // Two passes in double: the mean, then the variance of the centred row (no cancellation).
+      double sum = 0.0;
+      for (int64_t i = 0; i < hidden; ++i) sum += xr[i];
+      const double mean = sum / static_cast<double>(hidden);
+      double ss = 0.0;
+      for (int64_t i = 0; i < hidden; ++i) ss += (xr[i] - mean) * (xr[i] - mean);
+      const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(hidden) + eps));
+      const float m = static_cast<float>(mean);
+      for (int64_t i = 0; i < hidden; ++i) o[i] = weight[i] * ((xr[i] - m) * inv) + (bias ? bias[i] : 0.0f);
+    }
+  });
+}
+
 void fused_add_rms_norm_cpu(float* x, float* residual, const float* weight, float eps, int64_t rows, int64_t hidden,
                             ThreadPool* pool) {
   parallel(pool, rows, [&](int64_t r0, int64_t r1) {

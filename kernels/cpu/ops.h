@@ -23,6 +23,11 @@ void rms_norm_cpu(const float* x, const float* weight, float eps, int64_t rows, 
 void fused_add_rms_norm_cpu(float* x, float* residual, const float* weight, float eps, int64_t rows, int64_t hidden,
                             ThreadPool* pool);
 
+// LayerNorm per row of `hidden` elements: out = (x - mean) / sqrt(var + eps) * weight (+ bias; null:
+// none), statistics in double (Cohere's norms; the reference of layer_norm_cuda).
+void layer_norm_cpu(const float* x, const float* weight, const float* bias, float eps, int64_t rows, int64_t hidden,
+                    float* out, ThreadPool* pool);
+
 // Neox-style (rotate_half) rotary embedding applied in place to the first rot_dim dims of each
 // head. q: [num_tokens, num_q_heads, head_dim] with row stride ldq (elements per token), k likewise.
 // cos_sin: [max_pos, rot_dim] = rot_dim/2 cosines then rot_dim/2 sines per position.

@@ -1,16 +1,29 @@
 // What every decoder-only model shares: its config, backend, build options and tensor-parallel
-// layout, the Model accessors derived from them, and the check that a forward pass got one KV-cache
-// layer per decoder layer. Llama-style, Gemma and Cohere models derive from it.
+// layout, the Model accessors derived from them, the token embedding and LM head, and the forward
+// pass's skeleton (activation buffers, embedding, the layer loop, final norm, LM head on the logits
+// rows, debug dumps). A family (Llama-style, Gemma, Cohere) supplies only its layers and norms
+// through the hooks below.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "engine/common/error.h"
-#include "models/layers/lora.h"
+#include "models/layers/common.h"
+#include "models/layers/vocab_parallel.h"
 #include "models/layers/weight_loader.h"
 #include "models/model.h"
 
 namespace cypris {
+
+// The residual stream between two decoder layers: `residual` [T, hidden] and `hidden` [T, hidden],
+// the branch output of the layer before that the next layer's fused add-norm adds into the
+// residual (Llama, Gemma). A family whose layers add their branches themselves (Cohere) leaves
+// `hidden` as scratch. Both in the backend's activation dtype.
+struct LayerStream {
+  DeviceTensor residual;
+  DeviceTensor hidden;
+};
 
 class DecoderModel : public Model {
  public:
@@ -19,24 +32,42 @@ class DecoderModel : public Model {
   int num_kv_heads() const override { return layout_.kv_heads; }
   int head_dim() const override { return layout_.head_dim; }
 
+  // embed -> layers -> final norm -> LM head on in.logits_indices, dumping "embed",
+  // "layers.<i>.*", "final_norm" and "logits".
+  DeviceTensor forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) final;
+
  protected:
   DecoderModel(const ModelConfig& cfg, Backend& backend, const ModelBuildOptions& opt)
       : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)) {}
 
-  // Hands the batch's per-row LoRA slots to the layers' LoRA sites (--enable-lora).
-  void bind_lora(const ForwardInputs& in) const {
-    if (opt_.lora) opt_.lora->bind(in.lora_slots);
-  }
+  // Constructor pieces: the embedding table `name`, and the LM head (tied: the embedding's rows,
+  // else lm_head.weight).
+  void load_embedding(const WeightLoader& w, const std::string& name) { embed_ = VocabParallelEmbedding(w, name); }
+  void load_lm_head(const WeightLoader& w, bool tied) { lm_head_ = LmHead(w, tied ? &embed_ : nullptr); }
 
-  void check_cache(const std::vector<KvCacheLayer>& kv) const {
-    CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",
-                 kv.size(), cfg_.num_hidden_layers);
-  }
+  // The family's pieces of forward().
+  // After the embedding lookup into s.residual (Gemma scales it by sqrt(hidden)).
+  virtual void scale_embedding(Tensor& /*residual*/) {}
+  // Decoder layer i (of the whole model) on the stream; `kv` is its cache layer.
+  virtual void layer_forward(int i, LayerStream& s, const ForwardInputs& in, KvCacheLayer& kv, ForwardScratch& scratch,
+                             const Dumper& d) = 0;
+  // The final norm of the stream into s.hidden (the LM head's input).
+  virtual void final_norm(LayerStream& s, ForwardScratch& scratch) = 0;
+  // On the logits [R, vocab] (soft-capping, logit scale).
+  virtual void finish_logits(Tensor& /*logits*/) {}
 
   ModelConfig cfg_;
   Backend& backend_;
   ModelBuildOptions opt_;
   TpLayout layout_;
+  VocabParallelEmbedding embed_;
+  LmHead lm_head_;
+
+ private:
+  void check_cache(const std::vector<KvCacheLayer>& kv) const {
+    CYPRIS_CHECK(kv.size() == static_cast<size_t>(cfg_.num_hidden_layers), "forward: {} cache layers for {} layers",
+                 kv.size(), cfg_.num_hidden_layers);
+  }
 };
 
 }  // namespace cypris

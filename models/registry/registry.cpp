@@ -17,29 +17,41 @@ namespace {
 using Builder = std::unique_ptr<Model> (*)(const ModelConfig&, const WeightSource&, Backend&, const ModelBuildOptions&);
 
 // An explicit table rather than self-registration: static initialisers in a static library are
-// dropped by the linker when nothing references their object file.
+// dropped by the linker when nothing references their object file. One row per architecture name:
+// the model's builder and its family (config.json fields, GGUF architectures; engine/loader/model_family.h).
+// A family's rows are consecutive.
 struct Entry {
   const char* architecture;
   Builder build;
+  const ModelFamily& (*family)();
 };
 
 const Entry kModels[] = {
-    {"LlamaForCausalLM", create_llama_model},
-    {"MistralForCausalLM", create_llama_model},
-    {"Qwen2ForCausalLM", create_llama_model},
-    {"Qwen3ForCausalLM", create_qwen3_model},
-    {"Qwen3MoeForCausalLM", create_qwen3_moe_model},
-    {"Qwen2MoeForCausalLM", create_qwen2_moe_model},
-    {"MixtralForCausalLM", create_mixtral_model},
-    {"Phi3ForCausalLM", create_phi3_model},
-    {"CohereForCausalLM", create_cohere_model},
-    {"Cohere2ForCausalLM", create_cohere_model},
-    {"Gemma2ForCausalLM", create_gemma_model},
-    {"Gemma3ForCausalLM", create_gemma_model},
-    {"Gemma3ForConditionalGeneration", create_gemma_model},  // the text model; vision weights are not loaded
+    {"LlamaForCausalLM", create_llama_model, llama_family},
+    {"MistralForCausalLM", create_llama_model, llama_family},
+    {"Qwen2ForCausalLM", create_llama_model, qwen2_family},
+    {"Qwen2MoeForCausalLM", create_qwen2_moe_model, qwen2_family},
+    {"Qwen3ForCausalLM", create_qwen3_model, qwen3_family},
+    {"Qwen3MoeForCausalLM", create_qwen3_moe_model, qwen3_family},
+    {"MixtralForCausalLM", create_mixtral_model, mixtral_family},
+    {"Phi3ForCausalLM", create_phi3_model, phi3_family},
+    {"CohereForCausalLM", create_cohere_model, cohere_family},
+    {"Cohere2ForCausalLM", create_cohere_model, cohere2_family},
+    {"Gemma2ForCausalLM", create_gemma_model, gemma2_family},
+    {"Gemma3ForCausalLM", create_gemma_model, gemma3_family},
+    {"Gemma3ForConditionalGeneration", create_gemma_model, gemma3_family},  // the text model; no vision weights
 };
 
 }  // namespace
+
+const ModelFamilies& model_families() {
+  static const ModelFamilies rows = [] {
+    ModelFamilies r;
+    for (const auto& e : kModels) r.push_back({e.architecture, &e.family()});
+    return r;
+  }();
+  return rows;
+}
 
 std::vector<std::string> supported_architectures() {
   std::vector<std::string> out;

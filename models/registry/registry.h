@@ -1,5 +1,7 @@
-// Hugging Face `architectures` name -> model builder. An unknown architecture is an Error that
-// lists the supported ones.
+// Hugging Face `architectures` name -> model builder and model family. An unknown architecture is an
+// Error that lists the supported ones. model_families() is what the loader's readers take
+// (load_model_config, open_weight_source, the GGUF readers): each family's config fields and GGUF
+// architectures, defined next to its model file.
 #pragma once
 
 #include <memory>
@@ -12,6 +14,9 @@
 namespace cypris {
 
 std::vector<std::string> supported_architectures();
+
+// Every architecture name with its family (engine/loader/model_family.h), in the registry's order.
+const ModelFamilies& model_families();
 
 // The first supported name in cfg.architectures, or Error naming config.json and listing the
 // supported architectures.

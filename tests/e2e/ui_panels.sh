@@ -21,6 +21,9 @@ open options
 set max-num-seqs 8
 set tensor-parallel-size 2
 screenshot $out/options.png
+options_view advanced_all
+screenshot $out/options_advanced.png
+options_view quick
 set tensor-parallel-size 1
 close options
 open samplers
@@ -49,7 +52,7 @@ cat "$out/app.log"
 [ $rc -eq 0 ] || { echo "FAIL: cypris exited with $rc"; exit 1; }
 
 fail=0
-for shot in models options samplers server stats_logs; do
+for shot in models options options_advanced samplers server stats_logs; do
   f="$out/$shot.png"
   if [ ! -s "$f" ]; then echo "FAIL: $f missing"; fail=1; continue; fi
   read -r w h colours busy < <(/usr/bin/python3 "$src/tests/tools/png_stats.py" "$f")

@@ -36,7 +36,7 @@ bool write_tool_deltas(const CompletionDelta& d, ToolCallParser& parser, ToolCal
                        const json& lp, const std::function<bool(json)>& send) {
   std::vector<ToolStreamEvent> events = parser.feed(d.text);
   if (d.finish_reason) {
-    for (auto& e : parser.finish()) events.push_back(std::move(e));
+    for (auto& e : parser.finish(*d.finish_reason == "length")) events.push_back(std::move(e));
   }
   bool lp_sent = lp.is_null() || d.logprobs.empty();
   for (auto& e : events) {
@@ -194,7 +194,8 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
       json message = {{"role", role}, {"content", echo_text + c.text}, {"tool_calls", json::array()}};
       std::optional<std::string> finish = c.finish_reason;
       if (tool_format) {
-        ParsedToolOutput parsed = parse_tool_calls(*tool_format, c.text, tools.named);
+        // Cut by max_tokens: the calls completed before the cut are returned, the unfinished one not.
+        ParsedToolOutput parsed = parse_tool_calls(*tool_format, c.text, tools.named, finish == "length");
         if (!tools.parallel && parsed.calls.size() > 1) parsed.calls.resize(1);
         if (!parsed.calls.empty()) {
           for (const auto& call : parsed.calls) {

@@ -1,5 +1,6 @@
 #include "app/server/openai/tool_parsers.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace cypris::server {
@@ -259,7 +260,7 @@ std::vector<ToolStreamEvent> ToolCallParser::feed(std::string_view text) {
   return std::exchange(out_, {});
 }
 
-std::vector<ToolStreamEvent> ToolCallParser::finish() {
+std::vector<ToolStreamEvent> ToolCallParser::finish(bool truncated) {
   switch (state_) {
     case State::Start:
       if (format_ == ToolCallFormat::Named) {
@@ -271,6 +272,14 @@ std::vector<ToolStreamEvent> ToolCallParser::finish() {
       const bool complete = step_ == RegionStep::AfterObject || step_ == RegionStep::ArrayAfter;
       if (complete || region_confirmed_) {
         close_region();  // a call whose end marker never came (the model stopped) still counts
+      } else if (truncated && (region_done_calls_ > 0 || done_calls_ > 0)) {
+        // Cut by max_tokens after complete calls: those calls stand, the unfinished one is dropped.
+        const int keep_below = region_first_index_ + region_done_calls_;
+        std::erase_if(region_pending_, [&](const ToolStreamEvent& e) {
+          return e.kind != ToolStreamEvent::Kind::Content && e.index >= keep_below;
+        });
+        next_index_ = keep_below;
+        close_region();
       } else {
         region_error('\0', false);
       }
@@ -415,6 +424,7 @@ void ToolCallParser::start_region(const std::string& marker_text) {
   region_ws_ = std::exchange(ws_, {});
   region_pending_.clear();
   region_first_index_ = next_index_;
+  region_done_calls_ = 0;
   end_marker_held_.clear();
 }
 
@@ -456,6 +466,8 @@ void ToolCallParser::region_byte(char c) {
         region_error(c, false);  // a JSON object, but not a call: content, this byte included
         return;
       }
+      ++region_done_calls_;
+      ++done_calls_;
       if (region_is_array_) {
         step_ = RegionStep::ArrayAfter;
       } else if (format_ == ToolCallFormat::Hermes) {
@@ -688,10 +700,11 @@ ParsedToolOutput collect_tool_events(const std::vector<ToolStreamEvent>& events)
   return p;
 }
 
-ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text, const std::string& named_function) {
+ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text, const std::string& named_function,
+                                  bool truncated) {
   ToolCallParser parser(format, false, named_function);
   std::vector<ToolStreamEvent> events = parser.feed(text);
-  for (auto& e : parser.finish()) events.push_back(std::move(e));
+  for (auto& e : parser.finish(truncated)) events.push_back(std::move(e));
   return collect_tool_events(events);
 }
 

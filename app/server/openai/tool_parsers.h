@@ -60,8 +60,10 @@ class ToolCallParser {
   ToolCallParser(ToolCallParser&&) noexcept;
   // What the new text decides (adjacent pieces of one kind merged).
   std::vector<ToolStreamEvent> feed(std::string_view text);
-  // The end of the output: what was held back is decided.
-  std::vector<ToolStreamEvent> finish();
+  // The end of the output: what was held back is decided. truncated: the output was cut short
+  // (finish_reason "length"); a call region left open then keeps the calls it completed and drops
+  // its unfinished tail (without a complete call anywhere it stays content, as before).
+  std::vector<ToolStreamEvent> finish(bool truncated = false);
   // Calls announced so far.
   int calls() const { return next_index_; }
 
@@ -124,6 +126,8 @@ class ToolCallParser {
   std::string region_ws_;          // the whitespace before the region
   std::vector<ToolStreamEvent> region_pending_;
   int region_first_index_ = 0;
+  int region_done_calls_ = 0;  // calls of this region whose object closed
+  int done_calls_ = 0;         // calls whose object closed, in the whole output
   std::string end_marker_held_;  // hermes: the part of </tool_call> seen
 
   // The call object being read
@@ -153,7 +157,8 @@ struct ParsedToolOutput {
 
 // Gathers events into content and calls (what a client rebuilds from the stream).
 ParsedToolOutput collect_tool_events(const std::vector<ToolStreamEvent>& events);
-// The complete parse of a whole output.
-ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text, const std::string& named_function = "");
+// The complete parse of a whole output; truncated as for ToolCallParser::finish.
+ParsedToolOutput parse_tool_calls(ToolCallFormat format, std::string_view text, const std::string& named_function = "",
+                                  bool truncated = false);
 
 }  // namespace cypris::server

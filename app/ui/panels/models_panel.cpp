@@ -20,6 +20,7 @@ void ModelsPanel::draw() {
     ctx_.hub->refresh_cache();
     cache_loaded_ = true;
   }
+  draw_selected();
   draw_catalogue();
   draw_search();
   draw_repo();
@@ -29,6 +30,40 @@ void ModelsPanel::draw() {
   ImGui::Separator();
   draw_local();
   ImGui::PopID();
+}
+
+void ModelsPanel::draw_selected() {
+  const std::string& model = ctx_.options->config().model.model;
+  if (!model.empty()) {
+    ImGui::TextUnformatted("Selected:");
+    ImGui::SameLine();
+    ImGui::TextUnformatted(model.c_str());
+    ImGui::SameLine();
+    if (const ModelFootprint* fp = ctx_.quick->footprint()) {
+      ImGui::TextColored(ui::kGreen, "%s", fp->weight_label.c_str());
+      ui::tooltip(fmt::format("{}\n{} layers, {} KV heads of {}, context {}\n{}", fp->architecture, fp->num_layers,
+                              fp->num_kv_heads, fp->head_dim, fp->max_model_len, fp->path));
+    } else {
+      ImGui::TextDisabled("(weights not readable yet)");
+      ui::tooltip(ctx_.quick->footprint_error());
+    }
+  }
+  if (ctx_.engine->loaded()) {
+    const ModelOptions& mo = ctx_.engine->loaded_config().model;
+    const std::string key = mo.model + '\n' + mo.gguf_file.value_or("");
+    if (key != loaded_key_) {
+      loaded_key_ = key;
+      try {
+        loaded_label_ = weight_type_label(find_local_model(mo));
+      } catch (const std::exception&) {
+        loaded_label_ = "?";
+      }
+    }
+    ImGui::Text("Loaded: %s", mo.model.c_str());
+    ImGui::SameLine();
+    ImGui::TextColored(ui::kGreen, "%s", loaded_label_.c_str());
+  }
+  if (!model.empty() || ctx_.engine->loaded()) ImGui::Separator();
 }
 
 void ModelsPanel::draw_search() {
@@ -135,9 +170,9 @@ void ModelsPanel::draw_repo() {
     ImGui::TextUnformatted("GGUF model files (one is downloaded):");
     for (size_t i = 0; i < hub.gguf_files().size(); ++i) {
       const GgufChoice& g = hub.gguf_files()[i];
-      const std::string label = fmt::format("{:<8} {:>10}  {}{}##gguf{}", g.quant.empty() ? "?" : g.quant,
-                                            format_bytes(g.size), g.path,
-                                            g.parts > 1 ? fmt::format(" ({} parts)", g.parts) : "", i);
+      const std::string label =
+          fmt::format("{:<8} {:>10}  {}{}##gguf{}", g.quant.empty() ? "?" : g.quant, format_bytes(g.size), g.path,
+                      g.parts > 1 ? fmt::format(" ({} parts)", g.parts) : "", i);
       if (ImGui::RadioButton(label.c_str(), hub.gguf_pick() == static_cast<int>(i))) hub.pick_gguf(static_cast<int>(i));
     }
   }

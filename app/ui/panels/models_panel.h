@@ -1,7 +1,8 @@
 // Models panel: a short catalogue of popular models (one click picks the repo, as a search result
 // does), search the Hugging Face hub, pick a repo and a revision (branch, tag or commit),
 // choose files (with sizes), download them with per-file and total progress, rate, ETA and
-// cancel; the models already in the cache and local folders, to use or delete.
+// cancel; the models already in the cache and local folders, to use or delete. At the top: the
+// selected (and the loaded) model with how its weights are stored ("GPTQ 4-bit g128", "GGUF Q4_K_M").
 #pragma once
 
 #include <string>
@@ -18,6 +19,7 @@ class ModelsPanel : public Panel {
   void draw() override;
 
  private:
+  void draw_selected();
   void draw_search();
   void draw_catalogue();
   void draw_repo();
@@ -29,6 +31,8 @@ class ModelsPanel : public Panel {
   std::string local_path_;
   bool cache_loaded_ = false;
   std::string confirm_delete_;  // "repo@revision" waiting for confirmation
+  std::string loaded_key_;      // the loaded model loaded_label_ was read for
+  std::string loaded_label_;
 };
 
 }  // namespace cypris

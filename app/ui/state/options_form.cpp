@@ -49,6 +49,71 @@ std::vector<std::string> OptionsForm::groups() {
   return out;
 }
 
+const std::vector<std::string>& OptionsForm::common_option_names() {
+  static const std::vector<std::string> names = [] {
+    // gpu-layers is looked up by name: it is listed when the engine's table has it.
+    const char* wanted[] = {"model",
+                            "gguf-file",
+                            "max-model-len",
+                            "gpu-layers",
+                            "dtype",
+                            "quantization",
+                            "kv-cache-dtype",
+                            "device",
+                            "tensor-parallel-size",
+                            "gpu-memory-utilization",
+                            "cpu-kvcache-space",
+                            "threads",
+                            "max-num-seqs",
+                            "enable-prefix-caching",
+                            "served-model-name",
+                            "host",
+                            "port",
+                            "api-keys"};
+    std::vector<std::string> out;
+    for (const char* w : wanted) {
+      const OptionSpec* s = find_option(w);
+      if (s && shown_in_form(*s)) out.push_back(s->name);
+    }
+    return out;
+  }();
+  return names;
+}
+
+std::vector<OptionsForm::Section> OptionsForm::advanced_sections(bool show_no_effect) const {
+  std::vector<Section> out;
+  const auto& common = common_option_names();
+  Section first{"Common options", {}};
+  for (const auto& n : common) first.options.push_back(find_option(n));
+  out.push_back(std::move(first));
+  for (const auto& g : groups()) {
+    Section sec{g, {}};
+    std::vector<const OptionSpec*> not_yet, no_effect;
+    for (const OptionSpec* s : options_in(g)) {
+      if (std::find(common.begin(), common.end(), s->name) != common.end()) continue;
+      if (s->support == OptionSupport::NoEffect) {
+        if (show_no_effect || !is_default(*s)) no_effect.push_back(s);
+      } else if (s->support == OptionSupport::NotYet) {
+        not_yet.push_back(s);
+      } else {
+        sec.options.push_back(s);
+      }
+    }
+    sec.options.insert(sec.options.end(), not_yet.begin(), not_yet.end());
+    sec.options.insert(sec.options.end(), no_effect.begin(), no_effect.end());
+    if (!sec.options.empty()) out.push_back(std::move(sec));
+  }
+  return out;
+}
+
+size_t OptionsForm::no_effect_count() {
+  size_t n = 0;
+  for (const auto& s : option_table()) {
+    if (shown_in_form(s) && s.support == OptionSupport::NoEffect) ++n;
+  }
+  return n;
+}
+
 bool OptionsForm::set_value(const std::string& key, const json& v) {
   const OptionSpec* s = find_option(key);
   CYPRIS_CHECK(s, "unknown option '{}'", key);

@@ -26,6 +26,18 @@ class OptionsForm {
   static std::vector<const OptionSpec*> options_in(const std::string& group);
   static std::vector<std::string> groups();  // groups with at least one shown option
 
+  // The Advanced view: "Common options" first (the options most users change, in that order),
+  // then each group of the table with its other options, those that work before those not
+  // supported yet. Options without effect in Cypris (NoEffect) are left out unless show_no_effect
+  // or set to something other than their default (so a profile's leftover can be seen and reset).
+  struct Section {
+    std::string title;
+    std::vector<const OptionSpec*> options;
+  };
+  std::vector<Section> advanced_sections(bool show_no_effect) const;
+  static const std::vector<std::string>& common_option_names();  // those the table has
+  static size_t no_effect_count();                               // options advanced_sections(false) leaves out
+
   nlohmann::json value(const OptionSpec& s) const { return s.binding.get(cfg_); }
   bool is_default(const OptionSpec& s) const { return value(s) == s.default_value(); }
 

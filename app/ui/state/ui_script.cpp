@@ -48,6 +48,7 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
   static const std::map<std::string, K> kinds = {{"open", K::Open},
                                                  {"close", K::Close},
                                                  {"set", K::Set},
+                                                 {"options_view", K::OptionsView},
                                                  {"sampler", K::Sampler},
                                                  {"structured", K::Structured},
                                                  {"load", K::Load},
@@ -124,6 +125,11 @@ std::vector<ScriptAction> parse_ui_script(const std::string& text, const std::st
         CYPRIS_CHECK(!rest.empty(), "{}: '{}' needs the text", at, word);
         a.arg = unescape(rest);
         a.number = 30;
+        break;
+      case K::OptionsView:
+        CYPRIS_CHECK(rest == "quick" || rest == "advanced" || rest == "advanced_all",
+                     "{}: 'options_view' takes quick, advanced or advanced_all", at);
+        a.arg = rest;
         break;
       case K::Server:
         CYPRIS_CHECK(rest == "on" || rest == "off", "{}: 'server' takes on or off", at);

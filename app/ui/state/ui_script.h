@@ -2,6 +2,8 @@
 // Xvfb). One action per line; '#' starts a comment. Actions:
 //   open PANEL | close PANEL        expand/collapse a panel: models options chat samplers server stats logs
 //   set OPTION VALUE                set an engine option (name or --flag) as typed in the panel
+//   options_view VIEW               the Engine options panel's tab: quick, advanced, or advanced_all
+//                                   (Advanced with the options that have no effect shown)
 //   sampler KEY VALUE               set a sampler parameter (JSON value: 0.7, true, "never")
 //   structured MODE [TEXT...]       the structured-output field: off, json_schema, regex, choice or
 //                                   gbnf, and its text (\n for a newline)
@@ -36,6 +38,7 @@ struct ScriptAction {
     Open,
     Close,
     Set,
+    OptionsView,
     Sampler,
     Structured,
     Load,

@@ -11,6 +11,7 @@
 #include "kernels/cpu/lora.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant/quant_gemm.h"
+#include "kernels/cpu/sampling.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
@@ -127,6 +128,12 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& o
   rms_norm_cpu(x.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], out.as<float>(), pool_.get());
 }
 
+void CpuBackend::layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) {
+  backend_checks::check_layer_norm(kName, DType::F32, x, w, bias, out);
+  layer_norm_cpu(x.as<float>(), w.as<float>(), bias ? bias->as<float>() : nullptr, eps, x.shape[0], x.shape[1],
+                 out.as<float>(), pool_.get());
+}
+
 void CpuBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {
   backend_checks::check_fused_add_rms_norm(kName, DType::F32, x, residual, w);
   fused_add_rms_norm_cpu(x.as<float>(), residual.as<float>(), w.as<float>(), eps, x.shape[0], x.shape[1], pool_.get());
@@ -193,6 +200,17 @@ void CpuBackend::gather_rows(const Tensor& x, const Tensor& indices, Tensor& out
 void CpuBackend::add(const Tensor& x, Tensor& out) {
   backend_checks::check_add(kName, DType::F32, x, out);
   add_rows_cpu(x.as<float>(), row_stride(x), out.as<float>(), row_stride(out), x.shape[0], x.shape[1]);
+}
+
+void CpuBackend::sample_rows(const Tensor& logits, const SamplingBatch& batch, const SamplingResults& out) {
+  CYPRIS_CHECK(logits.dtype == DType::F32 && logits.ndim() == 2 && logits.shape[0] >= batch.rows,
+               "{}: sampling needs fp32 logits [>= {} rows, vocab], got {} {}", kName, batch.rows,
+               dtype_name(logits.dtype), logits.shape_str());
+  SamplingBatch b = batch;
+  b.logits = logits.as<float>();
+  b.ld = row_stride(logits);
+  b.vocab = static_cast<int32_t>(logits.shape[1]);
+  sample_rows_cpu(b, out);
 }
 
 void CpuBackend::scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) {

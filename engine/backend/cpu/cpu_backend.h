@@ -40,6 +40,7 @@ class CpuBackend : public Backend {
                    Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  void layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) override;
   void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) override;
   void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                       Tensor& v_cache, const KvCacheScales& kv_scales = {}) override;
@@ -54,6 +55,7 @@ class CpuBackend : public Backend {
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
   void scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) override;
   void add(const Tensor& x, Tensor& out) override;
+  void sample_rows(const Tensor& logits, const SamplingBatch& batch, const SamplingResults& out) override;
   void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) override;
   void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) override;
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "engine/backend/backend_factory.h"
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/backend/backend_checks.h"
@@ -18,6 +19,7 @@
 #include "kernels/cuda/dummy_fill.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/lora.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/quant/quant_gemm.h"
@@ -189,6 +191,26 @@ int cuda_device_count() {
     return 0;
   }
   return n;
+}
+
+std::optional<CudaDeviceMemory> cuda_device_memory(int device) {
+  if (device < 0 || device >= cuda_device_count()) return std::nullopt;
+  cudaDeviceProp prop{};
+  int previous = 0;
+  CudaDeviceMemory m;
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || cudaGetDevice(&previous) != cudaSuccess ||
+      cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  const bool ok = cudaMemGetInfo(&m.free_bytes, &m.total_bytes) == cudaSuccess;
+  cudaSetDevice(previous);
+  if (!ok) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  m.name = prop.name;
+  return m;
 }
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_unique<Impl>()) {
@@ -452,6 +474,12 @@ void CudaBackend::grouped_linear(const Tensor& x, const std::vector<LinearGroup>
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   backend_checks::check_rms_norm(kName, activation_dtype(), x, w, out);
   rms_norm_cuda(x.data, x.dtype, w.as<float>(), eps, x.shape[0], x.shape[1], out.data, impl_->stream);
+}
+
+void CudaBackend::layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) {
+  backend_checks::check_layer_norm(kName, activation_dtype(), x, w, bias, out);
+  layer_norm_cuda(x.data, x.dtype, w.as<float>(), bias ? bias->as<float>() : nullptr, eps, x.shape[0], x.shape[1],
+                  out.data, impl_->stream);
 }
 
 void CudaBackend::fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) {

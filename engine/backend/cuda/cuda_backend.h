@@ -55,6 +55,7 @@ class CudaBackend : public Backend {
                    Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
+  void layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) override;
   void rotary(Tensor& q, Tensor& k, const Tensor& positions, const Tensor& cos_sin, int head_dim) override;
   void write_kv_cache(const Tensor& k, const Tensor& v, const AttentionMetadata& meta, Tensor& k_cache,
                       Tensor& v_cache, const KvCacheScales& kv_scales = {}) override;
@@ -73,6 +74,9 @@ class CudaBackend : public Backend {
   void gather_rows(const Tensor& x, const Tensor& indices, Tensor& out) override;
   void scatter_add_rows(const Tensor& src, const Tensor& indices, const Tensor& weights, Tensor& out) override;
   void add(const Tensor& x, Tensor& out) override;
+  // Uploads the batch's host arrays, one sample_rows_cuda launch, downloads the results (the
+  // download synchronises the stream); the sampler's scratch is kept and grown as needed.
+  void sample_rows(const Tensor& logits, const SamplingBatch& batch, const SamplingResults& out) override;
   void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) override;
   void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) override;
 
@@ -83,14 +87,14 @@ class CudaBackend : public Backend {
   // While on, activations come from the CUDA graphs' private pool (best-fit, kept for replays)
   // instead of the main one: memory a graph uses between replays is then never handed to
   // anything that outlives a replay. cuda_graphs.cpp turns it on around warm-up and capture.
-  void set_graph_pool(bool on);
+  void set_graph_pool(bool on) override;
   // Device memory the graphs' pool holds.
-  size_t graph_pool_bytes() const;
+  size_t graph_pool_bytes() const override;
 
   // Device memory outside the caching pool (weights, KV cache): exact size, freed on release.
-  DeviceTensor empty_exact(DType dtype, const std::vector<int64_t>& shape);
+  DeviceTensor empty_exact(DType dtype, const std::vector<int64_t>& shape) override;
   // The stream all work runs on (a cudaStream_t).
-  void* stream() const;
+  void* stream() const override;
 
  private:
   // x as the quantized GEMV reads it: itself or an aligned copy (owned by `copy`).
@@ -100,6 +104,10 @@ class CudaBackend : public Backend {
     DeviceTensor copy;
   };
   GemvRows gemv_rows(const Tensor& x);
+
+  DeviceTensor sampling_work_;    // F32 [sampling_capacity_]: the sampler's processed logits
+  DeviceTensor sampling_counts_;  // I32 [sampling_capacity_], all zero between calls
+  size_t sampling_capacity_ = 0;
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

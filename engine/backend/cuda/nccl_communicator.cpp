@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstring>
+
 #include "engine/common/error.h"
 #include "engine/backend/tp_workers.h"
 
@@ -112,6 +114,31 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world
     out.push_back(std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comms[r], r, world_size, devices[r])));
   }
   return out;
+}
+
+NcclUniqueIdBytes make_nccl_unique_id() {
+  static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueIdBytes), "ncclUniqueId is 128 bytes");
+  ncclUniqueId id;
+  check_nccl(ncclGetUniqueId(&id), "unique id");
+  NcclUniqueIdBytes out;
+  std::memcpy(out.data(), &id, sizeof(id));
+  return out;
+}
+
+std::unique_ptr<NcclCommunicator> make_nccl_communicator_rank(const NcclUniqueIdBytes& unique_id, int rank,
+                                                              int world_size, int device) {
+  const int visible = visible_cuda_devices();
+  CYPRIS_CHECK(device >= 0 && device < visible,
+               "MPI process {}: GPU {} is not visible here ({} visible; one process per GPU, its local rank picks "
+               "it; check CUDA_VISIBLE_DEVICES)",
+               rank, device, visible);
+  // The process's GPU from here on: its backend, weights and cache are made on it after this.
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  ncclUniqueId id;
+  std::memcpy(&id, unique_id.data(), sizeof(id));
+  ncclComm_t comm = nullptr;
+  check_nccl(ncclCommInitRank(&comm, world_size, id, rank), "communicator init (ncclCommInitRank)");
+  return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(comm, rank, world_size, device));
 }
 
 }  // namespace cypris

@@ -2,6 +2,7 @@
 // (device ordinals as CUDA_VISIBLE_DEVICES presents them). Compiled only in the CUDA build.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,8 @@ class NcclCommunicator : public Communicator {
 
  private:
   friend std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
+  friend std::unique_ptr<NcclCommunicator> make_nccl_communicator_rank(const std::array<char, 128>& unique_id,
+                                                                      int rank, int world_size, int device);
   NcclCommunicator(void* comm, int rank, int world_size, int device);
 
   void* comm_ = nullptr;  // ncclComm_t
@@ -43,5 +46,15 @@ int visible_cuda_devices();
 // world_size communicators on devices 0 .. world_size-1 (index = rank), created together in this
 // process (ncclCommInitAll). Throws Error naming --tensor-parallel-size when fewer GPUs are visible.
 std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
+
+// NCCL's unique id (ncclUniqueId, 128 bytes): made once by rank 0 of a world spanning processes and
+// sent to the others (over MPI, mpi_world.cpp).
+using NcclUniqueIdBytes = std::array<char, 128>;
+NcclUniqueIdBytes make_nccl_unique_id();
+// This process's communicator in such a world: rank `rank` of world_size on GPU `device`
+// (ncclCommInitRank; every rank must call it with the same id). Makes `device` the calling thread's
+// current device.
+std::unique_ptr<NcclCommunicator> make_nccl_communicator_rank(const NcclUniqueIdBytes& unique_id, int rank,
+                                                              int world_size, int device);
 
 }  // namespace cypris

@@ -1,4 +1,8 @@
-#include "engine/runtime/cuda/cuda_graphs.h"
+// CUDA graphs for decode batches on a CUDA backend (vLLM's CUDAGraphRunner): one graph per capture
+// size over persistent input buffers, replayed for pure-decode batches padded to that size. The
+// ModelRunner reaches it through DecodeGraphRunner (engine/runtime/decode_graphs.h); the backend is
+// used through the Backend interface only (stream, exact allocations, the graphs' pool).
+#include "engine/runtime/decode_graphs.h"
 
 #include <cuda_runtime.h>
 
@@ -8,7 +12,6 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
-#include "engine/backend/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "models/model.h"
 
@@ -26,7 +29,7 @@ namespace {
 // their addresses baked into the graphs stay valid.
 class CudaDecodeGraphs : public DecodeGraphRunner {
  public:
-  CudaDecodeGraphs(CudaBackend& backend, const DecodeGraphPolicy& policy, int block_size)
+  CudaDecodeGraphs(Backend& backend, const DecodeGraphPolicy& policy, int block_size)
       : be_(backend), policy_(policy), block_size_(block_size) {
     CYPRIS_CHECK(!policy.sizes.empty() && block_size > 0 && policy.max_seq_len_to_capture > 0,
                  "CUDA graphs: nothing to capture ({} sizes, max_seq_len_to_capture {})", policy.sizes.size(),
@@ -177,7 +180,7 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
     return in;
   }
 
-  CudaBackend& be_;
+  Backend& be_;
   DecodeGraphPolicy policy_;
   int block_size_;
   int max_size_ = 0;
@@ -192,16 +195,10 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
 
 }  // namespace
 
-std::unique_ptr<DecodeGraphRunner> make_cuda_decode_graphs(CudaBackend& backend, const DecodeGraphPolicy& policy,
-                                                           int block_size) {
-  return std::make_unique<CudaDecodeGraphs>(backend, policy, block_size);
-}
-
 std::unique_ptr<DecodeGraphRunner> make_decode_graph_runner(Backend& backend, const DecodeGraphPolicy& policy,
                                                             int block_size) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  if (!cuda) return nullptr;
-  return make_cuda_decode_graphs(*cuda, policy, block_size);
+  if (backend.device() != Device::Cuda || !backend.stream()) return nullptr;
+  return std::make_unique<CudaDecodeGraphs>(backend, policy, block_size);
 }
 
 }  // namespace cypris

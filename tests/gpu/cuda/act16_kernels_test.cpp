@@ -17,6 +17,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/rotary.h"
 #endif
 
@@ -63,6 +64,28 @@ TEST_P(CudaAct16, RmsNormAndFusedAddMatchCpu) {
     fused_add_rms_norm_cpu(rx.data(), rr.data(), w.data(), 1e-6f, rows, hidden, nullptr);
     EXPECT_LT(norm_err(dres.f32(), rr), kTol) << "residual, hidden " << hidden;
     EXPECT_LT(norm_err(dx.f32(), rx), kTol) << "normed, hidden " << hidden;
+  }
+}
+
+// Cohere's LayerNorm on rounded 16-bit rows (offset means, so the centring counts), written in place.
+TEST_P(CudaAct16, LayerNormMatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  const DType dt = GetParam();
+  for (int64_t hidden : {64, 100, 8192}) {
+    const int64_t rows = 5;
+    std::vector<float> xs = randn(rows * hidden, 4);
+    for (float& v : xs) v += 4.0f;
+    Stored x = store(xs, dt);
+    std::vector<float> w = randn(hidden, 5), b = randn(hidden, 6);
+    DevBuf<float> dw(w), db(b);
+    for (const bool with_bias : {false, true}) {
+      Dev16 dx(x, dt);
+      layer_norm_cuda(dx.get(), dt, dw.get(), with_bias ? db.get() : nullptr, 1e-5f, rows, hidden, dx.get(), nullptr);
+      std::vector<float> ref(rows * hidden);
+      layer_norm_cpu(x.values.data(), w.data(), with_bias ? b.data() : nullptr, 1e-5f, rows, hidden, ref.data(),
+                     nullptr);
+      EXPECT_LT(norm_err(dx.f32(), ref), kTol) << "hidden " << hidden << (with_bias ? " with bias" : "");
+    }
   }
 }
 

@@ -58,6 +58,21 @@ TEST_F(CudaEquivalence, SpeculativeDecodingKeepsOutputs) {
   EXPECT_GT(engine.stats().spec_accepted_tokens_total, 0);
 }
 
+TEST_F(CudaEquivalence, DraftModelSpeculationKeepsOutputs) {
+  // stories260k drafting for itself on the GPU: the draft's own runner and KV cache (eager), k
+  // forwards a step batched over the sequences; greedy outputs are the target's and nearly every
+  // draft is kept.
+  CYPRIS_REQUIRE_GPU();
+  EngineConfig cfg = config("cuda");
+  cfg.spec.speculative_model = cfg.model.model;
+  cfg.spec.num_speculative_tokens = 3;
+  Engine engine(cfg);
+  expect_batch_like_solo(engine);
+  const EngineStats s = engine.stats();
+  EXPECT_GT(s.spec_draft_tokens_total, 0);
+  EXPECT_GT(double(s.spec_accepted_tokens_total), 0.9 * double(s.spec_draft_tokens_total));
+}
+
 TEST_F(CudaEquivalence, ContinuousBatching) {
   CYPRIS_REQUIRE_GPU();
   Engine engine(config("cuda"));

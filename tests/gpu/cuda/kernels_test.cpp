@@ -15,6 +15,7 @@
 #include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/layer_norm.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/rotary.h"
@@ -194,6 +195,28 @@ TEST(CudaKernels, LayerNormHeadsMatchesCpuOnStridedSlices) {
     DevBuf<float> dx(x), dw(w);
     layer_norm_heads_cuda(dx.get(), DType::F32, ld, rows, heads, d, dw.get(), 1e-5f, nullptr);
     EXPECT_LT(norm_err(dx.download(), ref), kF32Tol) << "head_dim " << d;
+  }
+}
+
+// Whole-row LayerNorm (Cohere's norms), with and without bias, rows of one element to past 1024
+// threads' worth; offset means make the centring count.
+TEST(CudaKernels, LayerNormMatchesCpu) {
+  CYPRIS_REQUIRE_GPU();
+  for (int64_t hidden : {int64_t{1}, int64_t{40}, int64_t{4096}, int64_t{12288}}) {
+    const int64_t rows = 13;
+    std::vector<float> x = randn(rows * hidden, 37, 2.0f);
+    for (float& v : x) v += 10.0f;
+    const std::vector<float> w = randn(hidden, 38), b = randn(hidden, 39);
+    DevBuf<float> dx(x), dw(w), db(b);
+    for (const bool with_bias : {false, true}) {
+      std::vector<float> ref(x.size());
+      layer_norm_cpu(x.data(), w.data(), with_bias ? b.data() : nullptr, 1e-5f, rows, hidden, ref.data(), nullptr);
+      DevBuf<float> out(x.size());
+      out.poison();
+      layer_norm_cuda(dx.get(), DType::F32, dw.get(), with_bias ? db.get() : nullptr, 1e-5f, rows, hidden, out.get(),
+                      nullptr);
+      EXPECT_LT(norm_err(out.download(), ref), kF32Tol) << "hidden " << hidden << (with_bias ? " with bias" : "");
+    }
   }
 }
 

@@ -20,6 +20,8 @@
 #include "tests/gpu/cuda/gpu_test_util.h"
 
 #ifdef CYPRIS_HAVE_CUDA
+#include "engine/backend/cpu/cpu_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/core/engine.h"
 #include "engine/request/sampling_params.h"
 #include "kernels/cuda/sampling.h"
@@ -207,6 +209,32 @@ TEST(CudaSamplingKernels, LargeVocabularyManyRows) {
   CYPRIS_REQUIRE_GPU();
   const HostBatch h = random_batch(256, 128 * 1024, 77);
   expect_equal(h, run_gpu(h), run_cpu(h));
+}
+
+// The Backend op the runtime calls (Backend::sample_rows): host arrays in, host results out, the
+// logits on each backend's own device; CUDA and the CPU give the same tokens, ranks and logprobs,
+// twice in a row on CUDA (the kept scratch is reused).
+TEST(CudaSamplingKernels, BackendSampleRowsSameOnCudaAndCpu) {
+  CYPRIS_REQUIRE_GPU();
+  CudaBackend cuda;
+  CpuBackend cpu;
+  for (uint32_t seed : {11u, 12u}) {
+    const HostBatch h = random_batch(40, 3001, seed);
+    auto run = [&](Backend& be) {
+      const DeviceTensor logits = be.upload(h.logits.data(), DType::F32, {h.rows, h.vocab});
+      Results r;
+      r.tokens.assign(h.rows, -7);
+      r.ranks.assign(h.rows, -7);
+      r.logprobs.assign(h.rows, NAN);
+      r.top_ids.assign(static_cast<size_t>(h.rows) * h.max_top, -7);
+      r.top_logprobs.assign(static_cast<size_t>(h.rows) * h.max_top, NAN);
+      be.sample_rows(logits.view, h.view(),
+                     SamplingResults{r.tokens.data(), r.logprobs.data(), r.ranks.data(), r.top_ids.data(),
+                                     r.top_logprobs.data()});
+      return r;
+    };
+    expect_equal(h, run(cuda), run(cpu));
+  }
 }
 
 TEST(CudaSamplingKernels, ARowDoesNotDependOnItsBatch) {

@@ -127,6 +127,26 @@ TEST_F(GuidedServer, JsonObjectParses) {
   EXPECT_EQ(rc, 0);
 }
 
+// Issue #32: with nothing in the schema bounding them, numbers and whitespace still end. At
+// temperature 1.5 the story model used to write 200-digit integers and `{ \n"kids" \n\n\n: ...` until
+// max_tokens; now the longest text the grammar allows is about 150 bytes, so every sample must stop
+// within 160 tokens, parse as JSON and hold no empty line.
+TEST_F(GuidedServer, UnboundedNumbersAndWhitespaceEnd) {
+  const json schema = json::parse(R"({"anyOf": [{"type": "integer"},
+      {"type": "object", "properties": {"kids": {"type": "number"}}}]})");
+  Outputs o = complete({{"guided_json", schema}}, 8, 160);
+  ASSERT_EQ(o.texts.size(), 8u);
+  for (size_t i = 0; i < o.texts.size(); ++i) {
+    const std::string& t = o.texts[i];
+    EXPECT_TRUE(o.finished[i]) << "ran to max_tokens: " << t;
+    const json v = json::parse(t, nullptr, false);
+    EXPECT_FALSE(v.is_discarded()) << t;
+    EXPECT_TRUE(v.is_number_integer() || v.is_object()) << t;
+    EXPECT_EQ(t.find("\n\n"), std::string::npos) << t;
+    EXPECT_EQ(t.find(" \n"), std::string::npos) << t;
+  }
+}
+
 TEST_F(GuidedServer, RegexOutputsFullMatchPerPcre2) {
   const std::vector<std::string> patterns = {"[A-Z][a-z]{2,8}( [a-z]{1,6}){0,4}\\.",
                                              "\\d{3}-\\d{4}",

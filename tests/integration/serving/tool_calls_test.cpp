@@ -255,7 +255,7 @@ TEST_F(ToolServer, RequiredGivesCallsOfTheTools) {
     auto streamed = chat_stream(body);
     judge(streamed, "tool_calls");
     for (size_t i = 0; i < plain.size(); ++i) {
-      // An answer cut by max_tokens has no calls unstreamed; streamed, the started call was sent.
+      // An answer cut by max_tokens: unstreamed, its complete calls; streamed, also the started one.
       ASSERT_EQ(streamed[i].finish_reason, plain[i].finish_reason);
       if (plain[i].finish_reason == "length") continue;
       ASSERT_EQ(streamed[i].calls.size(), plain[i].calls.size());
@@ -265,6 +265,32 @@ TEST_F(ToolServer, RequiredGivesCallsOfTheTools) {
       }
     }
   }
+}
+
+// Issue #32: an answer cut by max_tokens returns the calls it completed (finish_reason "length"),
+// not the unfinished array as content. A bias towards ',' keeps the array growing, so every answer
+// is cut with complete calls before the cut.
+TEST_F(ToolServer, CutShortAnswerReturnsItsCompleteCalls) {
+  json bias = json::object();
+  {
+    httplib::Client c("127.0.0.1", server_->port);
+    auto t = c.Post("/v1/tokenize", json{{"prompt", ","}, {"add_special_tokens", false}}.dump(), "application/json");
+    ASSERT_TRUE(t && t->status == 200);
+    bias[std::to_string(json::parse(t->body)["tokens"].back().get<int>())] = 8;
+  }
+  const json body = base_body({{"tool_choice", "required"}, {"n", 4}, {"max_tokens", 160}, {"logit_bias", bias}});
+  auto plain = chat(body);
+  ASSERT_EQ(plain.size(), 4u);
+  size_t cut = 0;
+  for (auto& c : plain) {
+    if (c.finish_reason != "length") continue;
+    ++cut;
+    EXPECT_FALSE(c.content) << *c.content;
+    EXPECT_GE(c.calls.size(), 1u);
+    c.finish_reason = "tool_calls";  // judge the returned calls as complete ones
+  }
+  EXPECT_GE(cut, 3u) << "the bias should cut most answers";
+  EXPECT_GE(judge(plain, "tool_calls"), cut);
 }
 
 TEST_F(ToolServer, AutoReadsHermesCallsOutOfTheText) {

@@ -165,6 +165,25 @@ TEST(BenchLatency, SpeculativeDecodingReportsTheMeanAcceptedLength) {
   EXPECT_LE(mean_len, 5.0) << out;
 }
 
+TEST(BenchLatency, ADraftModelAndSampledDecodingAreReported) {
+  // stories260k drafting for itself, sampled at temperature 1 (seeded): the table names the draft
+  // and the sampling, and the drafts are accepted (the draft's q is the target's p).
+  testing::internal::CaptureStdout();
+  const int rc = run_bench({"latency", "--model", kStories, "--input-len", "16", "--output-len", "32", "--num-iters",
+                            "1", "--num-iters-warmup", "0", "--threads", "2", "--disable-log-stats",
+                            "--temperature", "1.0", "--speculative-model", kStories, "--num-speculative-tokens", "3"});
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("| speculative decoding | draft model " + std::string(kStories) + ", up to 3 tokens (adaptive) |"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("| sampling | temperature 1.00, seeded |"), std::string::npos) << out;
+  const std::string key = "| mean accepted length (tokens per verification step) | ";
+  const size_t at = out.find(key);
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(std::stod(out.substr(at + key.size())), 2.0) << out;
+}
+
 TEST(BenchThroughput, ReportsTokensPerSecondForAllRequests) {
   testing::internal::CaptureStdout();
   const int rc = run_bench({"throughput", "--model", kStories, "--num-prompts", "8", "--input-len", "16",

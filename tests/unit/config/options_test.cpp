@@ -212,8 +212,8 @@ TEST(Parse, ErrorsNameTheFlagAndWhatIsAllowed) {
 }
 
 TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
-  EXPECT_THAT(error_of({"--speculative-max-model-len", "128"}),
-              AllOf(HasSubstr("--speculative-max-model-len"), HasSubstr("not supported yet")));
+  EXPECT_THAT(error_of({"--num-lookahead-slots", "4"}),
+              AllOf(HasSubstr("--num-lookahead-slots"), HasSubstr("not supported yet")));
   EXPECT_THAT(error_of({"-q", "exl2"}), AllOf(HasSubstr("exl2"), HasSubstr("not supported yet")));
   // The implemented methods are accepted here; the loader checks them against the checkpoint.
   EXPECT_EQ(error_of({"-q", "gptq"}), "");

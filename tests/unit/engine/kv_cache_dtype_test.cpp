@@ -326,22 +326,6 @@ TEST_F(ScalesFile, EachTensorParallelRankReadsItsOwnScales) {
   EXPECT_LT(tp.mean_err, 0.1);
 }
 
-TEST(KvCacheDtype, NamesMapToTypesAndBadNamesListTheChoices) {
-  EXPECT_FALSE(parse_kv_cache_dtype("auto").has_value());  // auto: the engine's default (float16 on the CPU)
-  EXPECT_EQ(parse_kv_cache_dtype("fp8"), DType::F8E4M3);  // as vLLM: fp8 means e4m3
-  EXPECT_EQ(parse_kv_cache_dtype("fp8_e4m3"), DType::F8E4M3);
-  EXPECT_EQ(parse_kv_cache_dtype("fp8_e5m2"), DType::F8E5M2);
-  EXPECT_EQ(parse_kv_cache_dtype("float16"), DType::F16);
-  EXPECT_EQ(parse_kv_cache_dtype("bfloat16"), DType::BF16);
-  EXPECT_EQ(parse_kv_cache_dtype("float32"), DType::F32);
-  try {
-    parse_kv_cache_dtype("int8");
-    FAIL() << "int8 accepted";
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), AllOf(HasSubstr("--kv-cache-dtype"), HasSubstr("fp8_e5m2")));
-  }
-}
-
 // Through the Engine: generation runs with each fp8 type and starts like the fp32 engine's (exact
 // equality of all 20 tokens does not hold for stories260k, see Fp8Stories), and the same
 // --cpu-kvcache-space holds 4x the blocks (one request fills a quarter of the share). "auto" on the

@@ -542,6 +542,38 @@ TEST(Ops, LayerNormHeadsMatchesFp64) {
   EXPECT_LT(worst, 1e-5);
 }
 
+// Whole-row LayerNorm (Cohere's norms), with and without bias, against the textbook formula in fp64;
+// rows far from zero mean, where E[x²] - mean² would lose the variance in float.
+TEST(Ops, LayerNormMatchesFp64Formula) {
+  for (const int64_t hidden : {int64_t{1}, int64_t{7}, int64_t{256}, int64_t{1000}}) {
+    const int64_t rows = 6;
+    std::vector<float> x = randn(rows * hidden, 53, 2.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < hidden; ++i) x[r * hidden + i] += 100.0f * static_cast<float>(r);
+    }
+    const std::vector<float> w = randn(hidden, 54), b = randn(hidden, 55);
+    for (const bool with_bias : {false, true}) {
+      std::vector<float> y(x.size(), std::nanf(""));
+      ThreadPool pool(2);
+      layer_norm_cpu(x.data(), w.data(), with_bias ? b.data() : nullptr, 1e-5f, rows, hidden, y.data(), &pool);
+      double worst = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* v = x.data() + r * hidden;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < hidden; ++i) mean += v[i];
+        mean /= static_cast<double>(hidden);
+        for (int64_t i = 0; i < hidden; ++i) var += (v[i] - mean) * (v[i] - mean);
+        const double inv = 1.0 / std::sqrt(var / static_cast<double>(hidden) + 1e-5);
+        for (int64_t i = 0; i < hidden; ++i) {
+          const double want = w[i] * (v[i] - mean) * inv + (with_bias ? b[i] : 0.0);
+          worst = std::max(worst, std::abs(y[r * hidden + i] - want));
+        }
+      }
+      EXPECT_LT(worst, 2e-5) << "hidden " << hidden << (with_bias ? " with bias" : "");
+    }
+  }
+}
+
 TEST(KvCache, WriteBySlotSkipsPadding) {
   const int64_t w = 4;
   std::vector<float> k = {1, 2, 3, 4, 5, 6, 7, 8}, v = {9, 10, 11, 12, 13, 14, 15, 16};

@@ -15,6 +15,7 @@
 #include "engine/loader/gguf.h"
 #include "engine/loader/gguf_model.h"
 #include "engine/tokenizer/gguf_tokenizer.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 namespace {
@@ -35,7 +36,7 @@ void exercise(const std::string& bytes) {
   ModelConfig cfg;
   bool have_cfg = false;
   try {
-    cfg = gguf_model_config(*model);
+    cfg = gguf_model_config(model_families(), *model);
     have_cfg = true;
   } catch (const Error&) {
   }
@@ -45,7 +46,7 @@ void exercise(const std::string& bytes) {
   } catch (const Error&) {
   }
   if (!have_cfg) return;
-  auto w = make_gguf_weight_source(model);
+  auto w = make_gguf_weight_source(model_families(), model);
   for (const std::string name : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight"}) {
     if (!w->contains(name)) continue;
     const auto native = w->native_dtype(name);

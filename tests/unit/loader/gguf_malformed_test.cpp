@@ -12,6 +12,7 @@
 #include "engine/loader/gguf.h"
 #include "engine/loader/gguf_model.h"
 #include "tests/support/gguf_writer.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 namespace {
@@ -23,7 +24,7 @@ using W = test::GgufWriter;
 std::string error_of(const std::string& bytes) {
   try {
     GgufModel m(std::make_unique<GgufFile>("bad.gguf", bytes.data(), bytes.size()));
-    gguf_model_config(m);
+    gguf_model_config(model_families(), m);
   } catch (const Error& e) {
     return e.what();
   }
@@ -179,7 +180,7 @@ TEST(GgufMalformed, TensorInfos) {
 TEST(GgufMalformed, ConfigKeys) {
   W w;
   w.kv_str("general.architecture", "gpt-neox");
-  EXPECT_THAT(error_of(w.bytes()), HasSubstr("GGUF architecture 'gpt-neox' is not supported (supported: llama, qwen2, qwen3, qwen3moe, qwen2moe, gemma2, gemma3, phi3, command-r, cohere2)"));
+  EXPECT_THAT(error_of(w.bytes()), HasSubstr("GGUF architecture 'gpt-neox' is not supported (supported: llama, qwen2, qwen2moe, qwen3, qwen3moe, phi3, command-r, cohere2, gemma2, gemma3)"));
   W m;
   m.kv_str("general.architecture", "llama");
   m.kv_u32("llama.context_length", 64);

@@ -4,6 +4,7 @@
 // undone), quantized tensors come through byte for byte, and split files join. Malformed files are
 // Errors naming the file and field (gguf_malformed_test.cpp, gguf_fuzz_test.cpp).
 #include "engine/loader/gguf.h"
+#include "models/registry/registry.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -75,10 +76,10 @@ TEST(Gguf, EveryTestdataFileOpensWithLlamaCppsTypesAndShapes) {
 
 TEST(Gguf, ConfigOfStories260kEqualsItsConfigJson) {
   const fs::path hf_dir = fs::path(CYPRIS_TESTDATA_DIR) / "models" / "stories260k";
-  const ModelConfig hf = load_model_config(hf_dir);
+  const ModelConfig hf = load_model_config(model_families(), hf_dir);
   for (const char* name : {"stories260k-F32", "stories260k-Q8_0", "stories260k-Q4_0"}) {
     SCOPED_TRACE(name);
-    const ModelConfig g = load_model_config(kDir / (std::string(name) + ".gguf"));
+    const ModelConfig g = load_model_config(model_families(), kDir / (std::string(name) + ".gguf"));
     EXPECT_EQ(g.architectures, hf.architectures);
     EXPECT_EQ(g.hidden_size, hf.hidden_size);
     EXPECT_EQ(g.intermediate_size, hf.intermediate_size);
@@ -123,7 +124,7 @@ TEST(Gguf, GemmaConfigFollowsLlamaCppRules) {
     w.kv_u32(a + ".vocab_size", 256000);
     const std::string bytes = w.bytes();
     GgufModel m(std::make_unique<GgufFile>("gemma.gguf", bytes.data(), bytes.size()));
-    const ModelConfig cfg = gguf_model_config(m);
+    const ModelConfig cfg = gguf_model_config(model_families(), m);
     ASSERT_TRUE(cfg.query_pre_attn_scalar.has_value());
     EXPECT_DOUBLE_EQ(*cfg.query_pre_attn_scalar, c.scalar);
     EXPECT_TRUE(cfg.tie_word_embeddings);
@@ -143,7 +144,7 @@ TEST(Gguf, ConfigOfTinyRandomMatchesTheReadme) {
   for (const auto& name : gguf_names()) {
     if (name.rfind("tiny-random", 0) != 0) continue;
     SCOPED_TRACE(name);
-    const ModelConfig c = load_model_config(kDir / (name + ".gguf"));
+    const ModelConfig c = load_model_config(model_families(), kDir / (name + ".gguf"));
     EXPECT_EQ(c.hidden_size, 256);
     EXPECT_EQ(c.intermediate_size, 512);
     EXPECT_EQ(c.num_hidden_layers, 2);
@@ -170,10 +171,10 @@ TEST(Gguf, QuantMixCountsTensorsByType) {
 TEST(Gguf, WeightsOfStories260kF32EqualTheSafetensorsCheckpoint) {
   // llama.cpp's converter permuted q/k rows; reading them back must give HF's layout exactly.
   const fs::path hf_dir = fs::path(CYPRIS_TESTDATA_DIR) / "models" / "stories260k";
-  const ModelConfig cfg = load_model_config(hf_dir);
+  const ModelConfig cfg = load_model_config(model_families(), hf_dir);
   LoadOptions lo;
-  auto hf = open_weight_source(hf_dir, cfg, lo);
-  auto gg = open_weight_source(kDir / "stories260k-F32.gguf", cfg, lo);
+  auto hf = open_weight_source(model_families(), hf_dir, cfg, lo);
+  auto gg = open_weight_source(model_families(), kDir / "stories260k-F32.gguf", cfg, lo);
   const int64_t h = cfg.hidden_size, kvd = cfg.num_key_value_heads * cfg.head_dim, I = cfg.intermediate_size;
   const std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {
       {"model.embed_tokens.weight", {cfg.vocab_size, h}},
@@ -216,8 +217,8 @@ TEST(Gguf, HalfPrecisionTensorsConvertToLlamaCppsValues) {
   for (const char* name : {"tiny-random-F16", "tiny-random-BF16"}) {
     SCOPED_TRACE(name);
     const fs::path path = kDir / (std::string(name) + ".gguf");
-    const ModelConfig cfg = load_model_config(path);
-    auto w = open_weight_source(path, cfg, LoadOptions{});
+    const ModelConfig cfg = load_model_config(model_families(), path);
+    auto w = open_weight_source(model_families(), path, cfg, LoadOptions{});
     const json ref = read_ref(name)["dequantized"];
     const std::pair<const char*, const char*> names[] = {{"blk.0.ffn_down.weight", "model.layers.0.mlp.down_proj.weight"},
                                                          {"token_embd.weight", "model.embed_tokens.weight"},
@@ -236,8 +237,8 @@ TEST(Gguf, HalfPrecisionTensorsConvertToLlamaCppsValues) {
 
 TEST(Gguf, QuantizedTensorsComeThroughBlockForBlock) {
   const fs::path path = kDir / "tiny-random-Q8_0.gguf";
-  const ModelConfig cfg = load_model_config(path);
-  auto w = open_weight_source(path, cfg, LoadOptions{});
+  const ModelConfig cfg = load_model_config(model_families(), path);
+  auto w = open_weight_source(model_families(), path, cfg, LoadOptions{});
   GgufModel m(path);
   const std::string name = "model.layers.0.mlp.down_proj.weight";  // [256, 512], Q8_0
   ASSERT_EQ(w->native_dtype(name), DType::Q8_0);

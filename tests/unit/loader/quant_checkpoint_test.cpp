@@ -19,6 +19,7 @@
 #include "kernels/cpu/quant/quant_ref.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 namespace {
@@ -39,7 +40,7 @@ nlohmann::json expected(const std::string& name) {
 std::unique_ptr<WeightSource> open(const fs::path& dir, std::optional<std::string> q = std::nullopt) {
   LoadOptions o;
   o.quantization = std::move(q);
-  return open_weight_source(dir, load_model_config(dir), o);
+  return open_weight_source(model_families(), dir, load_model_config(model_families(), dir), o);
 }
 
 std::string error_of(const std::function<void()>& fn) {

@@ -19,6 +19,7 @@
 #include "engine/loader/weights.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 namespace {
@@ -95,8 +96,8 @@ TEST(QuantFuzz, MutatedCheckpointsLoadOrFailCleanly) {
     }
     write_all(dir.path() / "model.safetensors", tensors);
     try {
-      const ModelConfig cfg = load_model_config(dir.path());
-      const auto w = open_weight_source(dir.path(), cfg, LoadOptions{});
+      const ModelConfig cfg = load_model_config(model_families(), dir.path());
+      const auto w = open_weight_source(model_families(), dir.path(), cfg, LoadOptions{});
       for (const char* layer : {"self_attn.q_proj", "self_attn.k_proj", "mlp.down_proj"}) {
         const std::string name = std::string("model.layers.0.") + layer + ".weight";
         const std::vector<int64_t> shape =

@@ -2,6 +2,7 @@
 // checkpoints (model.safetensors.index.json) load the same model as one file; shard specs give
 // each tensor-parallel rank its slice.
 #include "engine/loader/safetensors.h"
+#include "models/registry/registry.h"
 
 #include <gtest/gtest.h>
 
@@ -146,7 +147,7 @@ TEST(Safetensors, NonWeightDtypeIsAnErrorOnlyWhenLoaded) {
       R"({"steps":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
       data);
   ModelConfig cfg;
-  auto src = open_weight_source(d.path(), cfg, LoadOptions{});
+  auto src = open_weight_source(model_families(), d.path(), cfg, LoadOptions{});
   EXPECT_EQ(src->load("w", {2}, DType::F32).view().as<float>()[1], 2.0f);
   expect_error([&] { src->load("steps", {1}, DType::F32); }, {"model.safetensors", "'steps'", "I64"});
   expect_error([&] { src->load("w", {3}, DType::F32); }, {"model.safetensors", "'w'", "[2]", "[3]"});
@@ -163,7 +164,7 @@ TEST(Weights, ShardSpecsGiveEachRankItsSlice) {
   }
   write_st(d.path() / "model.safetensors", R"({"w":{"dtype":"BF16","shape":[4,6],"data_offsets":[0,48]}})", data);
   ModelConfig cfg;
-  auto src = open_weight_source(d.path(), cfg, LoadOptions{});
+  auto src = open_weight_source(model_families(), d.path(), cfg, LoadOptions{});
   HostTensor rows1 = src->load("w", {4, 6}, DType::F32, ShardSpec::split(0, 1, 2));
   EXPECT_EQ(rows1.shape, (std::vector<int64_t>{2, 6}));
   EXPECT_EQ(rows1.view().as<float>()[0], 12.0f);

@@ -90,6 +90,30 @@ TEST(Registry, ListsTheFamilies) {
   }
 }
 
+// Each family's GGUF rows come back to it: a file of that architecture gets a config whose
+// architecture is the family's own (so its config fields are read), every GGUF name is read by one
+// family only, and a family's registry rows are consecutive (the GGUF error lists each family once).
+TEST(Registry, FamiliesOwnTheirGgufArchitectures) {
+  const ModelFamilies& rows = model_families();
+  std::vector<std::string> gguf_names;
+  std::vector<const ModelFamily*> seen;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ModelFamily* f = rows[i].family;
+    ASSERT_NE(f, nullptr) << rows[i].architecture;
+    if (i > 0 && rows[i - 1].family == f) continue;
+    EXPECT_EQ(std::find(seen.begin(), seen.end(), f), seen.end()) << f->name << "'s rows are not consecutive";
+    seen.push_back(f);
+    for (const GgufArchitecture& g : f->gguf) {
+      EXPECT_EQ(std::find(gguf_names.begin(), gguf_names.end(), g.gguf_arch), gguf_names.end()) << g.gguf_arch;
+      gguf_names.emplace_back(g.gguf_arch);
+      EXPECT_EQ(find_family(rows, {std::string(g.hf_architecture)}), f) << g.gguf_arch << " -> " << g.hf_architecture;
+      EXPECT_EQ(find_gguf_architecture(rows, g.gguf_arch), &g);
+    }
+  }
+  EXPECT_EQ(find_family(rows, {"FalconForCausalLM"}), nullptr);
+  EXPECT_EQ(find_gguf_architecture(rows, "falcon"), nullptr);
+}
+
 // Routing: softmax, top-k (lower id first on ties), optional renormalisation.
 TEST(MoeRouting, TopKOfSoftmaxRenormalisedOrNot) {
   const std::vector<float> logits = {0.0f, 2.0f,  1.0f, 2.0f,   // tie between experts 1 and 3
@@ -108,8 +132,7 @@ TEST(MoeRouting, TopKOfSoftmaxRenormalisedOrNot) {
 }
 
 TEST(Registry, UnsupportedArchitectureNamesItAndListsTheFamilies) {
-  ModelConfig cfg = parse_model_config(
-      R"({"architectures":["FalconForCausalLM"],"hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,
+  ModelConfig cfg = parse_model_config(model_families(), R"({"architectures":["FalconForCausalLM"],"hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,
           "num_attention_heads":4,"vocab_size":16})",
       "/m/config.json");
   try {
@@ -128,7 +151,7 @@ TEST(FamilyConfigs, BadMoeAndGemmaFieldsAreNamed) {
       R"("hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":16)";
   auto error_of = [&](const std::string& json) {
     try {
-      parse_model_config(json, "/m/config.json");
+      parse_model_config(model_families(), json, "/m/config.json");
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -149,8 +172,7 @@ TEST(FamilyConfigs, BadMoeAndGemmaFieldsAreNamed) {
             std::string::npos);
   EXPECT_NE(error_of(R"({"architectures":["X"],"hidden_act":"relu",)" + base + "}").find("relu"), std::string::npos);
   // Gemma 3: every sliding_window_pattern-th layer is global; Gemma 2: the odd layers are.
-  const ModelConfig g3 = parse_model_config(
-      R"({"architectures":["Gemma3ForCausalLM"],"model_type":"gemma3_text","sliding_window":8,"sliding_window_pattern":2,)" +
+  const ModelConfig g3 = parse_model_config(model_families(), R"({"architectures":["Gemma3ForCausalLM"],"model_type":"gemma3_text","sliding_window":8,"sliding_window_pattern":2,)" +
           base + "}",
       "/m/config.json");
   EXPECT_EQ(g3.layer_sliding_window, std::vector<int>({8, 0}));

@@ -139,8 +139,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, PagedPath,
                                            "llama_dynamic"));
 
 TEST(Registry, UnknownArchitectureListsSupportedOnes) {
-  ModelConfig cfg = parse_model_config(
-      R"({"architectures":["GPT2LMHeadModel"],"hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,
+  ModelConfig cfg = parse_model_config(model_families(), R"({"architectures":["GPT2LMHeadModel"],"hidden_size":32,"intermediate_size":64,"num_hidden_layers":1,
           "num_attention_heads":4,"vocab_size":16})",
       "/m/config.json");
   try {
@@ -173,8 +172,8 @@ TEST(DebugHook, NamesIntermediatesLayerByLayer) {
 // communicator that joins it to the other ranks (tests/unit/tp/ runs split models end to end).
 TEST(TensorParallel, RankLoadsItsSliceAndNeedsACommunicator) {
   const std::string dir = kFixtures + "llama_gqa_tied";
-  const ModelConfig cfg = load_model_config(dir);
-  auto weights = open_weight_source(dir, cfg, LoadOptions{});
+  const ModelConfig cfg = load_model_config(model_families(), dir);
+  auto weights = open_weight_source(model_families(), dir, cfg, LoadOptions{});
   CpuBackend backend(1);
   ModelBuildOptions opt;
   opt.weight_dtype = DType::F32;

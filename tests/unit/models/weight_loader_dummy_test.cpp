@@ -12,6 +12,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 #include "engine/loader/gguf_model.h"
 #include "models/layers/weight_loader.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 namespace {
@@ -104,8 +105,8 @@ TEST(WeightLoaderDummy, BackendGeneratedWeightsEqualTheHostValues) {
 TEST(WeightLoaderGguf, MergedPartsOfDifferentQuantTypesStayQuantized) {
   auto model = std::make_shared<const GgufModel>(std::filesystem::path(CYPRIS_TESTDATA_DIR) / "gguf" /
                                                  "tiny-random-Q4_K_M.gguf");
-  const ModelConfig cfg = gguf_model_config(*model);
-  auto source = make_gguf_weight_source(model);
+  const ModelConfig cfg = gguf_model_config(model_families(), *model);
+  auto source = make_gguf_weight_source(model_families(), model);
   ModelBuildOptions opt;
   opt.weight_dtype = DType::F16;
   CpuBackend backend(1);

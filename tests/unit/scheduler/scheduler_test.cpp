@@ -485,3 +485,43 @@ TEST(Scheduler, StatsSnapshot) {
 
 }  // namespace
 }  // namespace cypris
+
+namespace cypris {
+namespace {
+
+// --context-shift: a request longer than the context keeps its first tokens, drops half of the
+// others each time the window is full, and runs to max_tokens; the fake runner checks every step
+// that the KV it reads through the block table is that of the shifted window's tokens at their new
+// positions (kept blocks reused, the rest recomputed).
+TEST(Scheduler, ContextShiftKeepsThePrefixAndRecomputesTheShiftedWindow) {
+  SchedulerConfig c = base_config();  // 64-token context, blocks of 8
+  {
+    Sim plain(c);
+    EXPECT_THROW(plain.add("x", 20, 100), Error);
+  }
+  c.context_shift = true;
+  c.enable_prefix_caching = true;
+  Sim sim(c);
+  auto r = sim.add("a", 20, 100);  // keeps min(20, 64 / 4) = 16 tokens
+  const std::vector<int32_t> prompt(r->all_token_ids().begin(), r->all_token_ids().end());
+  int steps = 0;
+  int32_t max_window = 0;
+  while (sim.sched.has_unfinished_requests() && steps < 1000) {
+    sim.step();
+    ++steps;
+    max_window = std::max(max_window, r->num_tokens());
+    const auto t = r->all_token_ids();
+    ASSERT_TRUE(std::equal(prompt.begin(), prompt.begin() + 16, t.begin())) << "the kept prefix changed";
+  }
+  EXPECT_EQ(r->status(), RequestStatus::FinishedLength);
+  EXPECT_EQ(r->num_output_tokens(), 100);
+  EXPECT_LE(max_window, 64);
+  // 100 outputs through a 64-token window keeping 16: the first shift at 64 tokens drops 24, each
+  // later one again 24 of the 48 after the prefix.
+  EXPECT_EQ(r->num_shifted_tokens(), 24 * sim.sched.stats().num_context_shifts);
+  EXPECT_GE(sim.sched.stats().num_context_shifts, 3);
+  EXPECT_EQ(r->num_tokens() + r->num_shifted_tokens(), 120);
+}
+
+}  // namespace
+}  // namespace cypris

@@ -30,6 +30,7 @@
 #include "engine/config/options.h"
 #include "engine/loader/model_config.h"
 #include "engine/loader/safetensors.h"
+#include "models/registry/registry.h"
 
 namespace cypris {
 namespace {
@@ -151,7 +152,7 @@ TEST(Fuzz, ModelConfigJson) {
     const std::string text = m.mutate(seeds);
     ++t.runs;
     try {
-      ModelConfig c = parse_model_config(text, "fuzz/config.json");
+      ModelConfig c = parse_model_config(model_families(), text, "fuzz/config.json");
       // Whatever parses must size its tables sanely.
       EXPECT_LE(c.max_model_len, kMaxPositions);
       ++t.accepted;

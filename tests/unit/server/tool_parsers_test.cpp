@@ -220,6 +220,39 @@ TEST(ToolParsers, RequiredArray) {
   EXPECT_TRUE(cut.calls.empty());
 }
 
+// finish_reason "length": an array of calls cut short returns the calls it completed, without the
+// unfinished tail (issue #32: the whole array used to come back as content with no tool_calls).
+TEST(ToolParsers, CutShortKeepsTheCompleteCalls) {
+  const std::string two = "[{\"name\": \"f\", \"parameters\": {\"a\": 1}},\n {\"name\": \"g\", \"parameters\": {}}";
+  for (const std::string& tail : {std::string(""), std::string(", {\"name\": \"h\", \"parameters\": {\"b\": \"x"),
+                                  std::string(",\n {\"na"), std::string(",")}) {
+    const std::string text = two + tail;
+    auto cut = parse_tool_calls(F::Required, text, "", /*truncated=*/true);
+    ASSERT_EQ(cut.calls.size(), 2u) << text;
+    expect_call(cut, 0, "f", {{"a", 1}});
+    expect_call(cut, 1, "g", json::object());
+    EXPECT_FALSE(cut.content) << *cut.content;
+    // Not cut short, an unfinished call makes the array content, as before (an array missing only
+    // its ']' was already read as its calls).
+    if (!tail.empty()) EXPECT_TRUE(parse_tool_calls(F::Required, text).calls.empty()) << text;
+  }
+  // Mistral's array the same way, content before the marker kept.
+  auto m = parse_tool_calls(F::Mistral, "ok [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\"", "",
+                            true);
+  ASSERT_EQ(m.calls.size(), 1u);
+  EXPECT_EQ(m.calls[0].name, "f");
+  EXPECT_EQ(m.content.value_or(""), "ok");
+  // Hermes: an unfinished region after a complete call is dropped.
+  auto h = parse_tool_calls(F::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>\n<tool_call>{\"na", "",
+                            true);
+  ASSERT_EQ(h.calls.size(), 1u);
+  EXPECT_FALSE(h.content) << *h.content;
+  // No complete call at all: the text stays content.
+  auto none = parse_tool_calls(F::Required, "[{\"name\": \"f\", \"parameters\": {\"a\": \"xy", "", true);
+  EXPECT_TRUE(none.calls.empty());
+  EXPECT_TRUE(none.content);
+}
+
 TEST(ToolParsers, NamedFunction) {
   auto p = parse_both(F::Named, "  {\"city\": \"Paris\"}\n ", "get_weather");
   EXPECT_FALSE(p.content);

@@ -132,6 +132,23 @@ TEST(RejectionSampler, VerificationAcceptsTheLongestMatchingPrefixPlusOne) {
   EXPECT_EQ(verify_point_mass_drafts({}, std::vector<int32_t>{4}), 1);
 }
 
+TEST(RejectionSampler, DraftDrawFollowsItsDistribution) {
+  // A draft model's token is drawn from q by draw_from_distribution: chi-square against q.
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const auto q = random_distribution(rng, 48, 1.2);
+  constexpr int64_t kDraws = 100000;
+  std::vector<int64_t> counts(q.size(), 0);
+  for (int64_t n = 0; n < kDraws; ++n) counts[static_cast<size_t>(draw_from_distribution(q, u(rng)))]++;
+  int dof = 0;
+  const double chi = chi_square(counts, q, kDraws, &dof);
+  EXPECT_LT(chi, chi_square_limit(dof));
+  std::vector<float> point(5, 0.0f);
+  point[2] = 1.0f;
+  for (double v : {0.0, 0.5, 0.999999}) EXPECT_EQ(draw_from_distribution(point, v), 2);
+  EXPECT_THROW(draw_from_distribution(std::vector<float>(4, 0.0f), 0.5), Error);
+}
+
 TEST(RejectionSampler, BadInputIsRefused) {
   const std::vector<float> p = {0.5f, 0.5f};
   const std::vector<float> q = {1.0f, 0.0f};

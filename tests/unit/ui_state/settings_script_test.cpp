@@ -109,6 +109,16 @@ TEST(UiScript, KeyboardTestActions) {
   EXPECT_EQ(a[1].arg, "load a model");
 }
 
+TEST(UiScript, OptionsViewAction) {
+  auto a = parse_ui_script("options_view advanced_all\noptions_view quick\n", "s");
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind, ScriptAction::Kind::OptionsView);
+  EXPECT_EQ(a[0].arg, "advanced_all");
+  EXPECT_EQ(a[1].arg, "quick");
+  EXPECT_THROW(parse_ui_script("options_view\n", "s"), std::exception);
+  EXPECT_THROW(parse_ui_script("options_view sideways\n", "s"), std::exception);
+}
+
 TEST(UiScript, ErrorsNameFileAndLine) {
   try {
     parse_ui_script("open chat\nopen kitchen\n", "s.txt");

@@ -1,0 +1,339 @@
+// Speculative decoding with a draft model (--speculative-model PATH) through the whole engine:
+// greedy outputs equal the target's alone, batched, with chunked prefill and prefix caching and
+// after preemption; a model drafting for itself has its drafts accepted, its quantized GGUF partly,
+// a random model with the same vocabulary hardly (and its draft length shrinks); sampled outputs keep
+// the target's distribution (a chi-square between runs with and without the draft over many seeds);
+// typical acceptance keeps greedy outputs and accepts more; drafts with another vocabulary and
+// unsupported draft settings are refused by name.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "engine/common/error.h"
+#include "engine/core/engine.h"
+#include "engine/request/sampling_params.h"
+#include "tests/support/engine_jobs.h"
+
+namespace cypris {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using namespace testing_support;
+
+std::string fixture(const std::string& name) { return std::string(CYPRIS_FIXTURES_DIR) + "/models/" + name; }
+std::string stories_dir() { return std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k"; }
+std::string gguf(const std::string& name) { return std::string(CYPRIS_TESTDATA_DIR) + "/gguf/" + name; }
+
+EngineConfig with_draft(EngineConfig cfg, const std::string& draft, int k) {
+  cfg.spec.speculative_model = draft;
+  cfg.spec.num_speculative_tokens = k;
+  return cfg;
+}
+
+EngineConfig fixture_config(const std::string& name) {
+  EngineConfig cfg = stories_config();
+  cfg.model.model = fixture(name);
+  cfg.model.skip_tokenizer_init = true;
+  return cfg;
+}
+
+// Greedy jobs on stories260k whose outputs are long enough to draft a lot.
+std::vector<Job> long_jobs(int count, uint32_t seed) {
+  std::vector<Job> jobs = make_jobs(count, seed);
+  for (auto& j : jobs) {
+    if (j.prompt.size() > 160) j.prompt.resize(160);
+    j.max_tokens = 30 + static_cast<int>(j.prompt.size() % 50);
+  }
+  return jobs;
+}
+
+struct SpecTotals {
+  int64_t drafted, accepted, verifications;
+  double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0.0; }
+  double mean_draft_length() const { return verifications ? double(drafted) / double(verifications) : 0.0; }
+};
+SpecTotals totals(const Engine& e) {
+  const EngineStats s = e.stats();
+  EXPECT_TRUE(s.spec_decode);
+  return {s.spec_draft_tokens_total, s.spec_accepted_tokens_total,
+          s.spec_max_emitted_tokens_total - s.spec_draft_tokens_total};
+}
+
+GenerateRequest request(const std::string& id, const std::vector<int32_t>& prompt, const SamplingParams& p) {
+  GenerateRequest r;
+  r.request_id = id;
+  r.prompt_token_ids = prompt;
+  r.params = std::make_shared<SamplingParams>(p);
+  return r;
+}
+
+// Fixture prompts (vocabulary 64) for greedy comparisons.
+std::vector<GenerateRequest> fixture_requests(int max_len = 64) {
+  const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6, 7, 8, 5, 6, 7, 8, 5, 6},
+                                                     {1, 9, 9, 9, 9},
+                                                     {1, 20, 31, 42, 20, 31},
+                                                     {3, 40, 41, 50, 52, 60, 11, 2},
+                                                     {1, 33, 12, 7, 59, 44, 18, 27, 3, 3, 61, 30, 14}};
+  std::vector<GenerateRequest> reqs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = max_len - static_cast<int>(prompts[i].size());
+    p.ignore_eos = true;
+    reqs.push_back(request("f" + std::to_string(i), prompts[i], p));
+  }
+  return reqs;
+}
+
+class DraftGreedy : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    jobs_ = new std::vector<Job>(long_jobs(8, 91));
+    Engine engine(stories_config());
+    want_ = new Outputs(run_batched(engine, *jobs_));
+  }
+  static void TearDownTestSuite() {
+    delete jobs_;
+    delete want_;
+  }
+  static std::vector<Job>* jobs_;
+  static Outputs* want_;
+};
+std::vector<Job>* DraftGreedy::jobs_ = nullptr;
+Outputs* DraftGreedy::want_ = nullptr;
+
+TEST_F(DraftGreedy, SelfDraftEqualsWithoutSpeculationAndIsAccepted) {
+  // stories260k drafting for itself: the draft's greedy token is the target's, so (up to fp32
+  // rounding between a one-token decode and a multi-token verification) every draft is kept.
+  Engine engine(with_draft(stories_config(), stories_dir(), 4));
+  expect_same_outputs(*jobs_, *want_, run_batched(engine, *jobs_));
+  const SpecTotals t = totals(engine);
+  EXPECT_GT(t.drafted, 100);
+  EXPECT_GT(t.acceptance(), 0.97) << t.accepted << " of " << t.drafted;
+}
+
+TEST_F(DraftGreedy, ChunkedPrefillPrefixCachingAndPreemptionKeepOutputs) {
+  EngineConfig cfg = with_draft(stories_config(), stories_dir(), 3);
+  cfg.scheduler.enable_chunked_prefill = true;
+  cfg.scheduler.max_num_batched_tokens = 48;  // the draft's catch-up is split into forwards of 48 tokens too
+  cfg.scheduler.max_num_seqs = 8;
+  cfg.cache.enable_prefix_caching = true;
+  {
+    Engine engine(cfg);
+    expect_same_outputs(*jobs_, *want_, run_batched(engine, *jobs_));
+    expect_same_outputs(*jobs_, *want_, run_batched(engine, *jobs_));  // prompts now hit the prefix cache
+    EXPECT_GT(totals(engine).accepted, 0);
+  }
+  EngineConfig pre = with_draft(stories_config(), stories_dir(), 3);
+  pre.cache.num_gpu_blocks_override = 40;  // far less than the batch wants: the target preempts
+  pre.scheduler.preemption_mode = "recompute";
+  Engine engine(pre);
+  expect_same_outputs(*jobs_, *want_, run_batched(engine, *jobs_));
+  EXPECT_GT(engine.stats().num_preemptions_total, 0);
+  EXPECT_GT(totals(engine).accepted, 0);
+}
+
+TEST_F(DraftGreedy, AQuantizedGgufDraftIsPartlyAcceptedAndChangesNoToken) {
+  // stories260k's Q4_0 GGUF (llama.cpp's quantizer) drafting for the fp32 model: it departs from the
+  // target's greedy text now and then, so verification both keeps and rejects drafts.
+  Engine engine(with_draft(stories_config(), gguf("stories260k-Q4_0.gguf"), 4));
+  expect_same_outputs(*jobs_, *want_, run_batched(engine, *jobs_));
+  const SpecTotals t = totals(engine);
+  EXPECT_GT(t.accepted, t.drafted / 4);
+  EXPECT_LT(t.accepted, t.drafted);
+}
+
+TEST_F(DraftGreedy, ARandomDraftShrinksTheDraftLengthAndChangesNoToken) {
+  // A random-weight model with stories260k's vocabulary: its drafts are almost always rejected, so
+  // each sequence's draft length falls to 1 (adaptive k) and then pauses; outputs stay the target's.
+  Engine engine(with_draft(stories_config(), gguf("tiny-random-Q8_0.gguf"), 4));
+  expect_same_outputs(*jobs_, *want_, run_batched(engine, *jobs_));
+  const SpecTotals t = totals(engine);
+  EXPECT_GT(t.verifications, 0);
+  EXPECT_LT(t.mean_draft_length(), 2.0) << t.drafted << " drafts in " << t.verifications << " verifications";
+  // The same jobs with a good draft keep (nearly) the full length.
+  Engine good(with_draft(stories_config(), stories_dir(), 4));
+  run_batched(good, *jobs_);
+  EXPECT_GT(totals(good).mean_draft_length(), 3.5);
+}
+
+TEST(DraftFixtures, AFixtureDraftingForItselfKeepsEveryGreedyToken) {
+  // Tiny random-weight Llama (vocabulary 64) drafting for itself.
+  const auto reqs = fixture_requests();
+  Engine plain(fixture_config("llama_gqa_tied"));
+  const Outputs want = run_requests(plain, reqs);
+  Engine self(with_draft(fixture_config("llama_gqa_tied"), fixture("llama_gqa_tied"), 4));
+  const Outputs same = run_requests(self, reqs);
+  for (const auto& r : reqs) EXPECT_EQ(same.at(r.request_id), want.at(r.request_id)) << r.request_id;
+  EXPECT_GT(totals(self).acceptance(), 0.95);
+}
+
+// Two-sample chi-square (pooled cells under 10) of the tokens at one output position.
+void expect_same_distribution(const std::map<int32_t, std::pair<int, int>>& counts) {
+  double chi = 0.0;
+  int cells = 0;
+  std::pair<int, int> pooled{0, 0};
+  auto add = [&](int a, int b) {
+    const double e = (a + b) / 2.0;
+    chi += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
+    ++cells;
+  };
+  for (const auto& [tok, ab] : counts) {
+    if (ab.first + ab.second < 10) {
+      pooled.first += ab.first;
+      pooled.second += ab.second;
+    } else {
+      add(ab.first, ab.second);
+    }
+  }
+  if (pooled.first + pooled.second > 0) add(pooled.first, pooled.second);
+  ASSERT_GT(cells, 3) << "the position is not random enough to say anything";
+  const double k = cells - 1;  // chi-square 0.1% point (Wilson-Hilferty)
+  const double limit = k * std::pow(1.0 - 2.0 / (9.0 * k) + 3.09 * std::sqrt(2.0 / (9.0 * k)), 3.0);
+  EXPECT_LT(chi, limit) << cells << " cells";
+}
+
+TEST(DraftSampled, VerifiedTokensKeepTheTargetDistributionOverSeeds) {
+  // stories260k at temperature 1 (top-p 0.9 in half the requests) drafted by a random-weight model
+  // with its vocabulary: q is far from p, so most drafts are rejected and the residual max(0, p - q)
+  // decides the token. Output positions 1 and 2 are verified positions (position 0 comes with the
+  // prompt); over many seeds their tokens must have the distribution they have without the draft.
+  // Accepting a drawn draft outright, or resampling from p instead of the residual, shows here.
+  const std::vector<int32_t> prompt = {1, 403, 261, 340, 385, 261, 442, 270, 300};
+  std::vector<GenerateRequest> reqs;
+  for (int seed = 0; seed < 1000; ++seed) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    if (seed % 2) p.top_p = 0.9f;
+    p.seed = seed;
+    p.max_tokens = 4;  // the decode after the prompt drafts positions 1 and 2
+    p.ignore_eos = true;
+    reqs.push_back(request("s" + std::to_string(seed), prompt, p));
+  }
+  EngineConfig cfg = stories_config();
+  cfg.scheduler.max_num_seqs = 256;
+  Engine plain(cfg);
+  const Outputs want = run_requests(plain, reqs);
+  Engine spec(with_draft(cfg, gguf("tiny-random-Q8_0.gguf"), 2));
+  const Outputs got = run_requests(spec, reqs);
+  const SpecTotals t = totals(spec);
+  EXPECT_GT(t.drafted, 1500);
+  EXPECT_GT(t.accepted, 0);
+  EXPECT_LT(t.acceptance(), 0.5) << "the draft agrees too well to test the residual";
+  for (size_t pos : {1u, 2u}) {
+    SCOPED_TRACE("output position " + std::to_string(pos));
+    std::map<int32_t, std::pair<int, int>> counts;
+    for (const auto& r : reqs) {
+      ASSERT_EQ(got.at(r.request_id).size(), 4u);
+      counts[got.at(r.request_id)[pos]].first++;
+      counts[want.at(r.request_id)[pos]].second++;
+    }
+    expect_same_distribution(counts);
+  }
+}
+
+TEST_F(DraftGreedy, TypicalAcceptanceKeepsGreedyOutputs) {
+  // Greedy rows keep exactly the target's argmax under typical acceptance, with either proposer.
+  EngineConfig cfg = with_draft(stories_config(), gguf("stories260k-Q4_0.gguf"), 3);
+  cfg.spec.spec_decoding_acceptance_method = "typical_acceptance_sampler";
+  Engine spec(cfg);
+  expect_same_outputs(*jobs_, *want_, run_batched(spec, *jobs_));
+  EXPECT_GT(totals(spec).accepted, 0);
+  EngineConfig ng = stories_config();
+  ng.spec.speculative_model = "[ngram]";
+  ng.spec.num_speculative_tokens = 3;
+  ng.spec.ngram_prompt_lookup_max = 3;
+  ng.spec.spec_decoding_acceptance_method = "typical_acceptance_sampler";
+  Engine lookup(ng);
+  expect_same_outputs(*jobs_, *want_, run_batched(lookup, *jobs_));
+  EXPECT_GT(totals(lookup).accepted, 0);
+}
+
+TEST(DraftSampled, TypicalAcceptanceKeepsMoreLookupDraftsThanRejectionSampling) {
+  // Prompt lookup at temperature 1 on stories260k's own (repetitive) text: rejection sampling keeps
+  // a point-mass draft d with probability p(d), typical acceptance whenever p(d) clears the bar, so
+  // it keeps more. The prompt is the model's greedy story, so lookup finds guesses.
+  Engine greedy(stories_config());
+  SamplingParams g;
+  g.temperature = 0.0f;
+  g.max_tokens = 60;
+  g.ignore_eos = true;
+  std::vector<int32_t> prompt = {1};
+  const auto story = run_requests(greedy, {request("story", prompt, g)}).at("story");
+  prompt.insert(prompt.end(), story.begin(), story.end());
+  std::vector<GenerateRequest> reqs;
+  for (int seed = 0; seed < 40; ++seed) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = seed;
+    p.max_tokens = 24;
+    p.ignore_eos = true;
+    reqs.push_back(request("t" + std::to_string(seed), prompt, p));
+  }
+  EngineConfig cfg = stories_config();
+  cfg.spec.speculative_model = "[ngram]";
+  cfg.spec.num_speculative_tokens = 3;
+  cfg.spec.ngram_prompt_lookup_max = 3;
+  Engine rejection(cfg);
+  run_requests(rejection, reqs);
+  cfg.spec.spec_decoding_acceptance_method = "typical_acceptance_sampler";
+  Engine typical(cfg);
+  run_requests(typical, reqs);
+  EXPECT_GT(totals(rejection).drafted, 100);
+  EXPECT_GT(totals(typical).acceptance(), totals(rejection).acceptance() + 0.05)
+      << totals(typical).acceptance() << " vs " << totals(rejection).acceptance();
+}
+
+TEST(DraftConfig, RefusedSettingsNameTheFlagAndBothModels) {
+  auto error_of = [](const EngineConfig& cfg) {
+    try {
+      Engine e(cfg);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // stories260k (512 tokens) drafted by a 64-token fixture.
+  EngineConfig cfg = with_draft(stories_config(), fixture("llama_linear"), 3);
+  EXPECT_THAT(error_of(cfg), AllOf(HasSubstr("--speculative-model"), HasSubstr("llama_linear"),
+                                   HasSubstr("stories260k"), HasSubstr("vocabulary")));
+  cfg = with_draft(stories_config(), stories_dir(), 3);
+  cfg.spec.speculative_draft_tensor_parallel_size = 2;
+  EXPECT_THAT(error_of(cfg), HasSubstr("--speculative-draft-tensor-parallel-size"));
+  cfg = with_draft(stories_config(), stories_dir(), 3);
+  cfg.spec.ngram_prompt_lookup_max = 3;
+  EXPECT_THAT(error_of(cfg), HasSubstr("--ngram-prompt-lookup-max"));
+  cfg = with_draft(stories_config(), "/nonexistent/draft-model", 3);
+  EXPECT_THAT(error_of(cfg), AllOf(HasSubstr("--speculative-model"), HasSubstr("/nonexistent/draft-model")));
+  cfg = with_draft(stories_config(), stories_dir(), 3);
+  cfg.spec.num_speculative_tokens.reset();
+  EXPECT_THAT(error_of(cfg), HasSubstr("--num-speculative-tokens"));
+  cfg = with_draft(stories_config(), stories_dir(), 3);
+  cfg.spec.typical_acceptance_sampler_posterior_alpha = -0.5;
+  EXPECT_THAT(error_of(cfg), HasSubstr("--typical-acceptance-sampler-posterior-alpha"));
+}
+
+TEST(DraftConfig, TheDraftsContextLimitStopsDraftingNotTheRequest) {
+  // --speculative-max-model-len 24: prompts longer than that decode without drafts, shorter ones
+  // draft until they reach it; outputs are the target's either way.
+  EngineConfig cfg = with_draft(fixture_config("llama_gqa_tied"), fixture("llama_gqa_tied"), 3);
+  cfg.spec.speculative_max_model_len = 24;
+  const auto reqs = fixture_requests();
+  Engine plain(fixture_config("llama_gqa_tied"));
+  const Outputs want = run_requests(plain, reqs);
+  Engine spec(cfg);
+  const Outputs got = run_requests(spec, reqs);
+  for (const auto& r : reqs) EXPECT_EQ(got.at(r.request_id), want.at(r.request_id)) << r.request_id;
+  const SpecTotals t = totals(spec);
+  EXPECT_GT(t.drafted, 0);
+  // Each request drafts only while its length + drafts stays within 24 tokens (of 64).
+  Engine unlimited(with_draft(fixture_config("llama_gqa_tied"), fixture("llama_gqa_tied"), 3));
+  run_requests(unlimited, reqs);
+  EXPECT_LT(t.drafted * 2, totals(unlimited).drafted);
+}
+
+}  // namespace
+}  // namespace cypris
