@@ -13,6 +13,7 @@
 namespace cypris {
 
 class Communicator;
+class LoraSites;
 
 // One layer's cache: K and V, each [num_blocks, block_size, num_kv_heads (this rank), head_dim],
 // F32 or fp8 (F8E4M3 / F8E5M2) with the layer's scales.
@@ -41,6 +42,9 @@ struct ForwardInputs {
   // output into stage_out and returns no logits.
   const StageHandoff* stage_in = nullptr;
   StageHandoff* stage_out = nullptr;
+  // I32 [num_tokens]: each token's LoRA adapter slot (-1: the base model); empty when the batch
+  // uses no adapter. A device tensor, so a captured graph replays it.
+  Tensor lora_slots;
 };
 
 // Called with each named intermediate ("embed", "layers.3.q_rot", "logits", ...) when set, so a
@@ -73,6 +77,9 @@ struct ModelBuildOptions {
   // LM head (and the embedding when the head is tied to it).
   int first_layer = 0;
   int last_layer = -1;
+  // --enable-lora: the linear layers register their LoRA sites here (models/layers/lora.h); must
+  // outlive the model. Null: no LoRA.
+  LoraSites* lora = nullptr;
 };
 
 class Model {

@@ -23,6 +23,7 @@ static bool starts_with_segment(std::string_view path, std::string_view prefix) 
 
 AuthLevel required_auth_level(std::string_view path, const AuthConfig& cfg) {
   if (starts_with_segment(path, "/v1/model") || starts_with_segment(path, "/v1/lora") ||
+      path == "/v1/load_lora_adapter" || path == "/v1/unload_lora_adapter" ||
       starts_with_segment(path, "/v1/soft_prompt")) {
     return AuthLevel::Admin;
   }

@@ -7,7 +7,8 @@
 //   preflights never (server.cpp answers them before auth);
 // - /v1/* and /api/* need one of --api-keys (or the admin key); /api/* stays open with
 //   --kobold-no-auth because SillyTavern's KoboldAI Classic mode never sends a key;
-// - /v1/model/{load,unload}, /v1/lora/*, /v1/soft_prompt/* need --admin-key (matched exactly,
+// - /v1/model/{load,unload}, /v1/lora/*, /v1/{load,unload}_lora_adapter, /v1/soft_prompt/* need
+//   --admin-key (matched exactly,
 //   so /v1/models is not an admin route); without --admin-key they are refused (403), since
 //   loading reads paths named by the request;
 // - the key comes from `Authorization: Bearer <key>` or `x-api-key: <key>`.

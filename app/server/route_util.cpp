@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -198,7 +199,7 @@ void check_fits_context(const EngineClient& engine, size_t prompt_len, const Sam
 
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
                          const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params,
-                         int priority) {
+                         int priority, const std::string& lora) {
   Submitted s;
   // From the moment the request's head began to arrive, so time to first token counts the
   // server's own work (parsing, tokenizing) too.
@@ -213,6 +214,7 @@ Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::st
     req.prompt = prompts[i].text;
     req.params = params;
     req.priority = priority;
+    req.lora_name = lora;
     // Not logged here: the engine logs each request it accepts, once, as a --max-log-len excerpt
     // (logging here too printed every request twice, and rejected ones in full).
     reqs.push_back(std::move(req));
@@ -231,6 +233,23 @@ Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::st
   }
   for (auto& st : s.streams) ctx.track(st);
   return s;
+}
+
+std::string request_lora(const nlohmann::json& body, ServerContext& ctx, const EngineClient& engine) {
+  auto it = body.find("model");
+  if (it == body.end() || !it->is_string() || it->get<std::string>().empty()) return "";
+  const std::string name = it->get<std::string>();
+  const std::vector<std::string> served = ctx.served_names();
+  if (std::find(served.begin(), served.end(), name) != served.end()) return "";
+  if (!engine.lora_enabled()) return "";
+  for (const LoraInfo& l : engine.loras()) {
+    if (l.name == name) return name;
+  }
+  throw HttpError(404,
+                  fmt::format("The model '{}' does not exist: it is neither the served model ('{}') nor a loaded LoRA "
+                              "adapter (GET /v1/models lists them)",
+                              name, served.front()),
+                  "model");
 }
 
 int request_priority(const nlohmann::json& body, const ServerContext& ctx) {

@@ -67,7 +67,12 @@ struct Submitted {
 // ctx until untrack_all().
 Submitted submit_prompts(ServerContext& ctx, EngineClient& engine, const std::string& base_id,
                          const std::vector<PreparedPrompt>& prompts, std::shared_ptr<const SamplingParams> params,
-                         int priority = 0);
+                         int priority = 0, const std::string& lora = "");
+
+// The LoRA adapter a request's `model` names: "" for the base model (no `model`, or one of the
+// served names; any name when LoRA is off, as before adapters existed), the adapter's name when one
+// is loaded under it, else HttpError 404 naming it.
+std::string request_lora(const nlohmann::json& body, ServerContext& ctx, const EngineClient& engine);
 
 // vLLM's request `priority` (an integer; lower runs first, ties by arrival) for
 // --scheduling-policy priority. Under fcfs a non-zero priority is HttpError 400, as in vLLM.

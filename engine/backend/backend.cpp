@@ -51,6 +51,25 @@ void require_contiguous(const char* backend, const Tensor& t, const char* what) 
                what);
 }
 
+void check_lora_linear(const char* backend, DType act, const Tensor& x, const Tensor& slots, const Tensor& a,
+                       const Tensor& b, const Tensor& scales, const Tensor& out) {
+  require(backend, x, act, 2, "LoRA input");
+  require(backend, out, act, 2, "LoRA output");
+  require(backend, slots, DType::I32, 1, "LoRA slots");
+  require(backend, a, act, 3, "LoRA A");
+  require(backend, b, act, 3, "LoRA B");
+  require(backend, scales, DType::F32, 1, "LoRA scales");
+  require_contiguous(backend, a, "LoRA A");
+  require_contiguous(backend, b, "LoRA B");
+  CYPRIS_CHECK(x.strides.empty() || x.strides[1] == 1, "{}: LoRA input columns must be dense", backend);
+  CYPRIS_CHECK(out.strides.empty() || out.strides[1] == 1, "{}: LoRA output columns must be dense", backend);
+  const int64_t L = a.shape[0], R = a.shape[1], K = a.shape[2];
+  CYPRIS_CHECK(x.shape[1] == K && out.shape[0] == x.shape[0] && slots.shape[0] == x.shape[0] && b.shape[0] == L &&
+                   b.shape[2] == R && out.shape[1] == b.shape[1] && scales.shape[0] == L,
+               "{}: LoRA shapes x {} slots {} A {} B {} scales {} out {} do not agree", backend, x.shape_str(),
+               slots.shape_str(), a.shape_str(), b.shape_str(), scales.shape_str(), out.shape_str());
+}
+
 void check_embedding(const char* backend, DType act, const Tensor& ids, const Tensor& table, const Tensor& out) {
   require(backend, ids, DType::I32, 1, "embedding ids");
   require(backend, out, act, 2, "embedding output");

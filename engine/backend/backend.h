@@ -103,6 +103,9 @@ class Backend {
   }
   // Copies a contiguous device tensor to host memory (t.nbytes() bytes).
   virtual void download(const Tensor& t, void* dst) = 0;
+  // Copies dst.nbytes() bytes of host memory into the contiguous device tensor dst, which may be
+  // part of a larger allocation (a LoRA adapter's slot in its stacked weights).
+  virtual void upload_into(const void* src, Tensor& dst) = 0;
   // Host memory the device can copy to and from quickly (pinned on CUDA): the KV swap pool.
   virtual DeviceTensor empty_host(DType dtype, const std::vector<int64_t>& shape) = 0;
   // Waits until all work queued on the device is done (no-op on the CPU).
@@ -134,6 +137,14 @@ class Backend {
   // linear() per non-empty group; the backends override it with one grouped product (one pass over
   // the thread pool on the CPU, one kernel launch or one cuBLAS grouped GEMM on CUDA).
   virtual void grouped_linear(const Tensor& x, const std::vector<LinearGroup>& groups, Tensor& out);
+  // LoRA on one projection, for all adapters of the batch at once (the BGMV / SGMV idea of Punica
+  // and S-LoRA): for each row r of x with s = slots[r] >= 0, out[r] += scales[s] * (x[r] · a[s]ᵀ) ·
+  // b[s]ᵀ; rows with a negative slot are left as they are. x [T, K] (activation dtype, may be a
+  // column slice), slots I32 [T] on the device, a [L, R, K] and b [L, N, R] (the L adapter slots'
+  // weights, ranks below R zero-padded; activation dtype), scales F32 [L] on the device, out [T, N]
+  // (activation dtype, may be a column slice). No host data is read, so CUDA graphs capture it.
+  virtual void lora_linear(const Tensor& x, const Tensor& slots, const Tensor& a, const Tensor& b,
+                           const Tensor& scales, Tensor& out) = 0;
   // out = rms_norm(x) * w; w F32 [hidden].
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
   // residual += x; x = rms_norm(residual) * w.

@@ -22,6 +22,10 @@ void check_linear(const char* backend, DType act, const Tensor& x, const Tensor&
 // Shapes and types of Backend::grouped_linear; returns whether any group has rows.
 bool check_grouped_linear(const char* backend, DType act, const Tensor& x, const std::vector<LinearGroup>& groups,
                           const Tensor& out);
+// Shapes and types of Backend::lora_linear: x [T, K] and out [T, N] (act, row-strided), slots I32
+// [T], a [L, R, K] and b [L, N, R] contiguous in act, scales F32 [L].
+void check_lora_linear(const char* backend, DType act, const Tensor& x, const Tensor& slots, const Tensor& a,
+                       const Tensor& b, const Tensor& scales, const Tensor& out);
 void check_rms_norm(const char* backend, DType act, const Tensor& x, const Tensor& w, const Tensor& out);
 void check_fused_add_rms_norm(const char* backend, DType act, const Tensor& x, const Tensor& residual, const Tensor& w);
 void check_rotary(const char* backend, DType act, const Tensor& q, const Tensor& k, const Tensor& positions, const Tensor& cos_sin,

@@ -430,36 +430,38 @@ std::vector<OptionSpec> build_table() {
           .not_yet(kSpec));
 
   group = "LoRA Options";
-  add(Opt("enable-lora", bind_field(FIELD(lora.enable_lora)), "", "Enable loading LoRA adapter weights.")
-          .not_yet("LoRA adapters"));
-  add(Opt("max-loras", bind_field(FIELD(lora.max_loras)), "NUM", "The maximum number of LoRAs in a single batch.")
-          .range(1, std::nullopt)
-          .not_yet("LoRA adapters"));
-  add(Opt("max-lora-rank", bind_field(FIELD(lora.max_lora_rank)), "{8,16,32,64}",
+  add(Opt("enable-lora", bind_field(FIELD(lora.enable_lora)), "",
+          "Enable loading LoRA adapter weights (PEFT folders: --lora-modules, /v1/lora/load); a request picks "
+          "one by its model name."));
+  add(Opt("max-loras", bind_field(FIELD(lora.max_loras)), "NUM",
+          "The maximum number of LoRAs loaded (and in a single batch) at once.")
+          .range(1, 256));
+  add(Opt("max-lora-rank", bind_field(FIELD(lora.max_lora_rank)), "{8,16,32,64,128,256}",
           "The maximum LoRA rank. Defaults to 16.")
-          .choices({"8", "16", "32", "64"})
-          .not_yet("LoRA adapters"));
+          .choices({"8", "16", "32", "64", "128", "256"}));
   add(Opt("lora-extra-vocab-size", bind_field(FIELD(lora.lora_extra_vocab_size)), "NUM",
           "Maximum size of extra vocabulary that can be present in a LoRA adapter.")
           .range(0, std::nullopt)
-          .not_yet("LoRA adapters"));
+          .no_effect("Cypris adapters add no tokens (adapters with new embeddings, modules_to_save, are refused)"));
   add(Opt("lora-dtype", bind_field(FIELD(lora.lora_dtype)), "{auto,float16,bfloat16,float32}",
           "Data type for LoRA. If auto, defaults to base model dtype.")
           .choices({"auto", "float16", "bfloat16", "float32"})
-          .not_yet("LoRA adapters"));
+          .no_effect("adapters are kept in the activation dtype: float32 on the CPU, the model dtype on a GPU"));
   add(Opt("max-cpu-loras", bind_field(FIELD(lora.max_cpu_loras)), "NUM",
           "Maximum number of LoRAs to store in CPU memory.")
           .range(1, std::nullopt)
-          .not_yet("LoRA adapters"));
+          .no_effect("every loaded adapter keeps its slot on the device; --max-loras bounds how many are loaded"));
   add(Opt("fully-sharded-loras", bind_field(FIELD(lora.fully_sharded_loras)), "",
           "Use fully sharded LoRA layers with tensor parallelism.")
-          .not_yet("LoRA adapters"));
+          .no_effect("with tensor parallelism A is always split for row-parallel and B for column-parallel layers; "
+                     "the shrink of column-parallel layers is computed whole on each rank"));
   add(Opt("long-lora-scaling-factors", bind_field(FIELD(lora.long_lora_scaling_factors)), "FACTOR [FACTOR ...]",
           "Scaling factors for Long LoRA adapters.")
-          .not_yet("LoRA adapters"));
+          .not_yet("Long LoRA scaling"));
   add(Opt("qlora-adapter-name-or-path", bind_field(FIELD(lora.qlora_adapter_name_or_path)), "PATH",
           "Name or path of the QLoRA adapter.")
-          .not_yet("LoRA adapters"));
+          .not_yet("QLoRA (its base weights are bitsandbytes 4-bit, which Cypris does not load; a QLoRA adapter "
+                   "over an unquantized or GPTQ/AWQ/GGUF base loads with --lora-modules)"));
   add(Opt("enable-prompt-adapter", bind_field(FIELD(lora.enable_prompt_adapter)), "",
           "Enable handling of prompt adapters (soft prompts).")
           .not_yet("prompt adapters"));
@@ -503,8 +505,7 @@ std::vector<OptionSpec> build_table() {
           "The model name(s) used in the API. The first is used in responses; requests may name any. "
           "Defaults to --model."));
   add(Opt("lora-modules", bind_field(FIELD(server.lora_modules)), "LORA_MODULES [LORA_MODULES ...]",
-          "LoRA modules to load for the API server, as name=path.")
-          .not_yet("LoRA adapters"));
+          "LoRA modules to load at start, as name=path (needs --enable-lora); requests name them as their model."));
   add(Opt("chat-template", bind_field(FIELD(server.chat_template)), "PATH",
           "The file path to the chat template. By default, the model's own template is used."));
   add(Opt("response-role", bind_field(FIELD(server.response_role)), "ROLE",

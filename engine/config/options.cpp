@@ -506,6 +506,8 @@ std::vector<std::string> validate_options(const EngineConfig& cfg, const std::se
   }
   CYPRIS_CHECK(!cfg.server.ssl_keyfile.has_value() == !cfg.server.ssl_certfile.has_value(),
                "--ssl-keyfile and --ssl-certfile must be given together");
+  CYPRIS_CHECK(cfg.server.lora_modules.empty() || cfg.lora.enable_lora,
+               "--lora-modules needs --enable-lora (adapters are only loaded with LoRA enabled)");
   if (cfg.spec.ngram_prompt_lookup_min && cfg.spec.ngram_prompt_lookup_max) {
     CYPRIS_CHECK(*cfg.spec.ngram_prompt_lookup_min <= *cfg.spec.ngram_prompt_lookup_max,
                  "--ngram-prompt-lookup-min must not exceed --ngram-prompt-lookup-max");

@@ -11,6 +11,7 @@ namespace cypris {
 AsyncEngine::AsyncEngine(const EngineConfig& cfg) : engine_(std::make_unique<Engine>(cfg)) {
   info_ = engine_->model_info();
   snapshot_ = engine_->stats();
+  loras_ = engine_->loras();
   thread_ = std::thread([this] { loop(); });
   stats_logger_ = std::make_unique<StatsLogger>(cfg.logging, [this] { return stats(); });
 }
@@ -68,6 +69,38 @@ void AsyncEngine::abort(const std::string& request_id) {
   cv_.notify_all();
 }
 
+void AsyncEngine::post(Command c) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    CYPRIS_CHECK(!stop_, "the engine is shutting down");
+    commands_.push_back(std::move(c));
+  }
+  cv_.notify_all();
+}
+
+std::vector<LoraInfo> AsyncEngine::loras() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return loras_;
+}
+
+void AsyncEngine::load_lora(const std::string& name, const std::string& path) {
+  CYPRIS_CHECK(engine_->lora_enabled(), "LoRA adapters need --enable-lora (cannot load '{}')", name);
+  LoraLoad c;
+  c.name = name;
+  c.adapter = std::make_shared<const LoraAdapter>(load_lora_adapter(path, engine_->max_lora_rank()));
+  std::future<void> done = c.done.get_future();
+  post(std::move(c));
+  done.get();  // rethrows the engine's Error (name taken, no free slot, shapes)
+}
+
+bool AsyncEngine::unload_lora(const std::string& name) {
+  LoraUnload c;
+  c.name = name;
+  std::future<bool> done = c.done.get_future();
+  post(std::move(c));
+  return done.get();
+}
+
 EngineStats AsyncEngine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return snapshot_;
@@ -96,6 +129,19 @@ void AsyncEngine::loop() {
         } catch (...) {
           s->accepted.set_exception(std::current_exception());
         }
+      } else if (auto* l = std::get_if<LoraLoad>(&c)) {
+        try {
+          engine_->add_lora(l->name, *l->adapter);
+          l->done.set_value();
+        } catch (...) {
+          l->done.set_exception(std::current_exception());
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        loras_ = engine_->loras();
+      } else if (auto* u = std::get_if<LoraUnload>(&c)) {
+        u->done.set_value(engine_->remove_lora(u->name));
+        std::lock_guard<std::mutex> lock(mu_);
+        loras_ = engine_->loras();
       } else {
         engine_->abort_request(std::get<Abort>(c).request_id);
       }
@@ -126,9 +172,10 @@ void AsyncEngine::loop() {
   }
   // Shutdown: the pending submissions and running requests end with an error.
   for (auto& c : commands_) {
-    if (auto* s = std::get_if<Submit>(&c)) {
-      s->accepted.set_exception(std::make_exception_ptr(Error("the engine is shutting down")));
-    }
+    const auto down = std::make_exception_ptr(Error("the engine is shutting down"));
+    if (auto* s = std::get_if<Submit>(&c)) s->accepted.set_exception(down);
+    if (auto* l = std::get_if<LoraLoad>(&c)) l->done.set_exception(down);
+    if (auto* u = std::get_if<LoraUnload>(&c)) u->done.set_exception(down);
   }
   for (auto& s : live) {
     RequestOutput out;

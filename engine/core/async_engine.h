@@ -14,6 +14,7 @@
 #include "engine/config/engine_config.h"
 #include "engine/core/engine.h"
 #include "engine/core/engine_client.h"
+#include "engine/loader/lora_adapter.h"
 
 namespace cypris {
 
@@ -31,6 +32,12 @@ class AsyncEngine : public EngineClient {
   EngineStats stats() const override;
   ModelInfo model_info() const override { return info_; }
   const Tokenizer* tokenizer() const override { return engine_->tokenizer(); }
+  // The adapter is read and checked on the calling thread; the engine thread writes it into a slot
+  // between two steps, so running requests go on while it loads.
+  bool lora_enabled() const override { return engine_->lora_enabled(); }
+  std::vector<LoraInfo> loras() const override;
+  void load_lora(const std::string& name, const std::string& path) override;
+  bool unload_lora(const std::string& name) override;
   // How many times the engine went idle and gave the heap's free memory back (release_free_heap).
   int64_t idle_trims() const { return idle_trims_.load(); }
 
@@ -44,7 +51,18 @@ class AsyncEngine : public EngineClient {
   struct Abort {
     std::string request_id;
   };
-  using Command = std::variant<Submit, Abort>;
+  struct LoraLoad {
+    std::string name;
+    std::shared_ptr<const LoraAdapter> adapter;
+    std::promise<void> done;
+  };
+  struct LoraUnload {
+    std::string name;
+    std::promise<bool> done;
+  };
+  using Command = std::variant<Submit, Abort, LoraLoad, LoraUnload>;
+  // Queues a command for the engine thread (Error once it is stopping).
+  void post(Command c);
 
   void loop();
   // Adds every request of s to the engine, or none of them (rethrows the first refusal).
@@ -58,6 +76,7 @@ class AsyncEngine : public EngineClient {
   bool stop_ = false;
   std::atomic<int64_t> idle_trims_{0};
   EngineStats snapshot_;
+  std::vector<LoraInfo> loras_;  // the engine's adapters, updated by the engine thread
   std::unique_ptr<StatsLogger> stats_logger_;
   std::thread thread_;
 };

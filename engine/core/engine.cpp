@@ -19,6 +19,8 @@
 #include "engine/runtime/model_runner.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/scheduler.h"
+#include "engine/core/lora_table.h"
+#include "engine/loader/lora_adapter.h"
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/spec_config.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -59,6 +61,10 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const int64_t max_num_batched_tokens = default_max_num_batched_tokens(cfg, max_model_len);
   ro.device = device;
   ro.max_num_batched_tokens = max_num_batched_tokens;
+  if (cfg.lora.enable_lora) {
+    ro.max_loras = static_cast<int>(cfg.lora.max_loras);
+    ro.max_lora_rank = cfg.lora.max_lora_rank;
+  }
   CYPRIS_CHECK(ro.num_blocks <= INT32_MAX, "--num-gpu-blocks-override {} is more blocks than the scheduler counts ({})",
                ro.num_blocks, INT32_MAX);
 
@@ -143,6 +149,16 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
              spec->ngram.min_n, spec->ngram.max_n);
   }
 
+  if (cfg.lora.enable_lora) {
+    lora_ = std::make_unique<LoraTable>(static_cast<int>(cfg.lora.max_loras));
+    for (const std::string& spec : cfg.server.lora_modules) {
+      const auto [name, path] = parse_lora_module(spec);
+      add_lora(name, load_lora_adapter(path, cfg.lora.max_lora_rank));
+    }
+    LOG_INFO("LoRA: up to {} adapters of rank <= {}; {} loaded at start", cfg.lora.max_loras,
+             cfg.lora.max_lora_rank, cfg.server.lora_modules.size());
+  }
+
   const double max_concurrency = static_cast<double>(num_blocks) * ro.block_size / static_cast<double>(max_model_len);
   LOG_INFO("KV cache: {} blocks of {} tokens ({:.2f} GiB); maximum concurrency for {} tokens per request: {:.2f}x",
            num_blocks, ro.block_size, num_blocks * block_bytes / kGiB, max_model_len, max_concurrency);
@@ -158,7 +174,48 @@ void Engine::set_debug_hook(std::function<void(const std::string&, const Tensor&
 }
 
 void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> stream) {
+  req.lora_slot = -1;
+  req.lora_id = 0;
+  if (!req.lora_name.empty()) {
+    const LoraTable::Entry* e = lora_ ? lora_->find(req.lora_name) : nullptr;
+    CYPRIS_CHECK(e, "the LoRA adapter '{}' is not loaded", req.lora_name);
+    req.lora_slot = e->slot;
+    req.lora_id = e->info.id;
+  }
   tracker_->add(std::move(req), std::move(stream));
+}
+
+std::vector<LoraInfo> Engine::loras() const { return lora_ ? lora_->list() : std::vector<LoraInfo>{}; }
+
+size_t Engine::lora_device_bytes() const { return runner_->lora_device_bytes(); }
+
+void Engine::add_lora(const std::string& name, const LoraAdapter& adapter) {
+  CYPRIS_CHECK(lora_, "LoRA adapters need --enable-lora (cannot load '{}')", name);
+  CYPRIS_CHECK(!name.empty() && name.size() <= 256, "a LoRA adapter's name must have 1 to 256 characters");
+  for (const std::string& served : info_.served_names) {
+    CYPRIS_CHECK(name != served, "the LoRA adapter name '{}' is the base model's name; choose another", name);
+  }
+  CYPRIS_CHECK(!lora_->find(name), "a LoRA adapter named '{}' is already loaded; unload it first", name);
+  runner_->check_lora(adapter);
+  const int slot = lora_->free_slot([&](int s) { return tracker_->uses_lora_slot(s); });
+  CYPRIS_CHECK(slot >= 0,
+               "all --max-loras {} adapter slots are in use (by loaded adapters, or by requests still running with "
+               "one just unloaded); unload one first",
+               lora_->max_loras());
+  runner_->load_lora(slot, adapter);
+  const LoraTable::Entry& e = lora_->add(name, adapter.path, adapter.rank, slot);
+  LOG_INFO("LoRA adapter '{}' loaded from {} (rank {}, scale {}, {} modules, {:.1f} MiB) into slot {}", name,
+           adapter.path, adapter.rank, adapter.scale, adapter.modules.size(),
+           static_cast<double>(adapter.nbytes()) / (1 << 20), e.slot);
+}
+
+bool Engine::remove_lora(const std::string& name) {
+  if (!lora_) return false;
+  const std::optional<LoraTable::Entry> e = lora_->remove(name);
+  if (!e) return false;
+  // Requests running with it keep its weights until they finish: the slot is only reused after.
+  LOG_INFO("LoRA adapter '{}' unloaded (slot {})", name, e->slot);
+  return true;
 }
 
 void Engine::abort_request(const std::string& request_id) {

@@ -26,7 +26,9 @@
 namespace cypris {
 
 class DraftModelProposer;
+class LoraTable;
 class ModelRunner;
+struct LoraAdapter;
 class NgramProposer;
 class RequestTracker;
 class Scheduler;
@@ -80,6 +82,17 @@ class Engine {
   ModelInfo model_info() const;
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   int64_t num_kv_blocks() const;
+  // LoRA adapters (--enable-lora; engine_client.h says what each does). add_lora takes an adapter the
+  // caller read (load_lora_adapter with max_lora_rank()), checks it against the model and writes it
+  // into a free slot; Error when LoRA is off, the name is the model's or taken, or no slot is free.
+  bool lora_enabled() const { return lora_ != nullptr; }
+  int64_t max_lora_rank() const { return cfg_.lora.max_lora_rank; }
+  std::vector<LoraInfo> loras() const;
+  void add_lora(const std::string& name, const LoraAdapter& adapter);
+  bool remove_lora(const std::string& name);
+  // Device bytes of the loaded adapters' weights (rank 0).
+  size_t lora_device_bytes() const;
+
   // Every named intermediate of each forward pass goes to hook (debug dumps).
   void set_debug_hook(std::function<void(const std::string&, const Tensor&)> hook);
 
@@ -102,6 +115,7 @@ class Engine {
   std::unique_ptr<RequestTracker> tracker_;  // last: refers to the scheduler and the sampler
   std::unique_ptr<NgramProposer> proposer_;  // --speculative-model "[ngram]"
   std::unique_ptr<DraftModelProposer> draft_;  // --speculative-model PATH (refers to the sampler)
+  std::unique_ptr<LoraTable> lora_;            // null without --enable-lora
   std::optional<int64_t> spec_disable_by_batch_size_;
 
   StepProfile profile_;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/common/error.h"
 #include "engine/request/outputs.h"
 #include "engine/core/stats.h"
 
@@ -22,6 +23,21 @@ struct GenerateRequest {
   std::string prompt;  // the text, for request logging only (may be empty)
   std::shared_ptr<const SamplingParams> params;
   int priority = 0;  // --scheduling-policy priority: lower runs first
+  // The LoRA adapter to run with, by the name it was loaded under (EngineClient::load_lora); empty:
+  // the base model. The engine resolves it when the request is added (an Error if not loaded).
+  std::string lora_name;
+  // Set by the engine from lora_name: the adapter's slot (-1: none) and its id (never reused, so KV
+  // computed under one adapter is never served to another).
+  int32_t lora_slot = -1;
+  uint64_t lora_id = 0;
+};
+
+// A loaded LoRA adapter, as /v1/models lists it.
+struct LoraInfo {
+  std::string name;
+  std::string path;
+  uint64_t id = 0;
+  int64_t rank = 0;
 };
 
 struct ModelInfo {
@@ -62,6 +78,18 @@ class EngineClient {
   virtual ModelInfo model_info() const = 0;
   // nullptr with --skip-tokenizer-init.
   virtual const Tokenizer* tokenizer() const = 0;
+
+  // LoRA adapters (--enable-lora). load_lora reads the PEFT folder at path and makes it available
+  // under name; throws Error when LoRA is off, the name is taken, every --max-loras slot is held,
+  // or the adapter is malformed or does not fit the model (the message names the file, module and
+  // shapes). unload_lora returns false for an unknown name; requests already running with the
+  // adapter finish with it, new ones cannot name it.
+  virtual bool lora_enabled() const { return false; }
+  virtual std::vector<LoraInfo> loras() const { return {}; }
+  virtual void load_lora(const std::string& name, const std::string& path) {
+    throw Error("LoRA adapters need --enable-lora (cannot load '" + name + "' from " + path + ")");
+  }
+  virtual bool unload_lora(const std::string& name) { return false; }
 };
 
 }  // namespace cypris

@@ -21,7 +21,6 @@
 #include "engine/loader/safetensors.h"
 #include "models/registry/registry.h"
 #include "engine/loader/weights.h"
-#include "models/registry/registry.h"
 
 namespace cypris {
 

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "engine/core/lora_table.h"
+
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/core/request_state.h"
@@ -168,6 +170,7 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
         const std::string id = num_seqs == 1 ? g->req.request_id : fmt::format("{}#{}", g->req.request_id, i);
         seq->req =
             std::make_shared<Request>(id, prompt, static_cast<int32_t>(max_tokens), params, g->req.priority, now);
+        set_lora(*seq->req, g->req);
         seq->sampling = SamplingState(*params, prompt, static_cast<uint32_t>(i), g->seed);
         seq->spec_length = AdaptiveDraftLength(cfg_.spec_num_tokens);
         if (params->guided.active()) seq->guided = make_guided_matcher(*params);
@@ -196,6 +199,19 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
                           params->n, params->temperature,
                           params->use_beam_search ? fmt::format(", beam width: {}", params->effective_best_of()) : ""));
   groups_[g->req.request_id] = std::move(g);
+}
+
+bool RequestTracker::uses_lora_slot(int slot) const {
+  for (const auto& [id, g] : groups_) {
+    if (g->req.lora_slot == slot) return true;
+  }
+  return false;
+}
+
+void set_lora(Request& r, const GenerateRequest& req) {
+  r.set_lora_slot(req.lora_slot);
+  // KV computed under an adapter is keyed by it: no other adapter or the base shares its blocks.
+  r.set_cache_salt(lora_cache_salt(req.lora_id));
 }
 
 void RequestTracker::abort(const std::string& request_id) {

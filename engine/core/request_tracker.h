@@ -58,6 +58,9 @@ struct TrackerConfig {
 
 struct StepRows;
 
+// Gives a scheduler request its LoRA slot and the cache salt of its adapter (none: slot -1, salt 0).
+void set_lora(Request& r, const GenerateRequest& req);
+
 class RequestTracker {
  public:
   struct Seq;  // request_state.h
@@ -75,6 +78,8 @@ class RequestTracker {
   // Ends a request with finish_reason "abort"; unknown ids are ignored.
   void abort(const std::string& request_id);
   bool has_unfinished() const { return !groups_.empty(); }
+  // Whether an unfinished request runs with the LoRA adapter in this slot.
+  bool uses_lora_slot(int slot) const;
   // Output tokens produced so far (sampled, or ranked by the beam search).
   int64_t num_generated_tokens() const { return num_generated_tokens_; }
   // Speculative decoding: whether the request gets drafts this step (call once per step for a

@@ -32,6 +32,7 @@ void RequestTracker::add_beam_request(Group& g, const std::shared_ptr<SamplingPa
   seq->index = 0;
   const std::string id = fmt::format("{}#beam0", g.req.request_id);
   seq->req = std::make_shared<Request>(id, prompt, max_tokens, params, g.req.priority, now);
+  set_lora(*seq->req, g.req);
   seq->sampling = SamplingState(*params, prompt, 0, g.seed);
   if (params->guided.active()) seq->guided = make_guided_matcher(*params);
   scheduler_.add_request(seq->req);

@@ -101,6 +101,11 @@ class Request {
   uint64_t cache_salt() const { return cache_salt_; }
   void set_cache_salt(uint64_t salt) { cache_salt_ = salt; }
 
+  // The LoRA adapter this request runs with: its slot in the model's adapter weights (-1: the
+  // base model). The engine sets it with a cache salt naming the adapter.
+  int32_t lora_slot() const { return lora_slot_; }
+  void set_lora_slot(int32_t slot) { lora_slot_ = slot; }
+
   // Chained hashes of this request's full blocks, filled lazily by the KV-cache manager (tokens
   // only ever get appended, so earlier hashes stay valid).
   std::vector<uint64_t>& block_hashes() { return block_hashes_; }
@@ -123,6 +128,7 @@ class Request {
   double arrival_time_ = 0.0;
   uint64_t arrival_seq_ = 0;
   uint64_t cache_salt_ = 0;
+  int32_t lora_slot_ = -1;
   RequestStatus status_ = RequestStatus::Waiting;
   int32_t num_preemptions_ = 0;
   std::shared_ptr<const SamplingParams> sampling_params_;

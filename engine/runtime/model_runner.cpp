@@ -57,6 +57,15 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   check_tensor_parallel(cfg, tp);
   weight_dtype_ = resolve_dtype(options.load.dtype, cfg.torch_dtype);
   block_size_ = options.block_size;
+  max_loras_ = options.max_loras;
+  max_lora_rank_ = options.max_lora_rank;
+  // An adapter loads on process 0 between steps; the step messages do not carry it to the others.
+  CYPRIS_CHECK(!(world && max_loras_ > 0),
+               "--enable-lora with ranks in several processes (MPI) is not supported yet; use one process");
+  // Each stage's model holds the LoRA sites of its layers only; loading an adapter across stages is not
+  // written yet.
+  CYPRIS_CHECK(!(max_loras_ > 0 && (options.pipeline_stages > 1 || !options.stage_layers.empty() || options.gpu_layers)),
+               "--enable-lora with pipeline stages (--pipeline-parallel-size / --gpu-layers) is not supported yet");
   // Pipeline stages run inside one process; an MPI process holds one tensor-parallel rank.
   CYPRIS_CHECK(!world || (options.pipeline_stages == 1 && options.stage_layers.empty() && !options.gpu_layers),
                "--pipeline-parallel-size {} / --gpu-layers with --distributed-executor-backend mpi: pipeline stages "
@@ -129,8 +138,12 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   graph_policy_.max_seq_len_to_capture = std::min<int64_t>(options.max_seq_len_to_capture, cfg.max_model_len);
   graph_policy_.sizes = graph_capture_sizes(options.max_num_seqs);
   const bool capturable = model().graph_capturable();
-  graph_policy_.enforce_eager = options.enforce_eager || device != Device::Cuda || tp > 1 || pp > 1 || !capturable;
-  if (!options.enforce_eager && device == Device::Cuda && !capturable) {
+  graph_policy_.enforce_eager =
+      options.enforce_eager || device != Device::Cuda || tp > 1 || pp > 1 || !capturable || lora_enabled();
+  if (!options.enforce_eager && device == Device::Cuda && lora_enabled()) {
+    LOG_INFO("--enforce-eager false: no CUDA graphs with --enable-lora yet (adapters load into weights allocated "
+             "when first used); running eagerly");
+  } else if (!options.enforce_eager && device == Device::Cuda && !capturable) {
     LOG_INFO("--enforce-eager false: {} routes its experts on the host, which CUDA graphs cannot capture; "
              "running eagerly",
              resolve_architecture(cfg));
@@ -364,6 +377,10 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   build.comm = workers_ && tp_ > 1 ? &workers_->comm(rank) : process_comm_.get();
   build.first_layer = st.first_layer;
   build.last_layer = st.end_layer;
+  if (max_loras_ > 0) {
+    r.lora = std::make_unique<LoraSites>(*r.backend, max_loras_, max_lora_rank_);
+    build.lora = r.lora.get();
+  }
   r.model = build_model(cfg, *weights, *r.backend, build);
 }
 
@@ -541,8 +558,34 @@ Logits ModelRunner::execute(const BatchContext& b) {
   return download(logits, 0, logits.rows());
 }
 
+void ModelRunner::check_lora(const LoraAdapter& adapter) const {
+  CYPRIS_CHECK(lora_enabled(), "LoRA adapters need --enable-lora");
+  ranks_.front().lora->check(adapter);
+}
+
+void ModelRunner::load_lora(int slot, const LoraAdapter& adapter) {
+  check_lora(adapter);
+  for_each_rank([&](Rank& r) { r.lora->load(slot, adapter); });
+}
+
+void ModelRunner::clear_lora(int slot) {
+  CYPRIS_CHECK(lora_enabled(), "LoRA adapters need --enable-lora");
+  for_each_rank([&](Rank& r) { r.lora->clear(slot); });
+}
+
+size_t ModelRunner::lora_device_bytes() const { return lora_enabled() ? ranks_.front().lora->device_bytes() : 0; }
+
 StepLogits ModelRunner::execute_step(const BatchContext& b) {
   b.validate(num_blocks_, block_size_);
+  if (!b.lora_slots.empty()) {
+    // The kernels read the slots on the device: check them here.
+    CYPRIS_CHECK(lora_enabled(), "the batch names LoRA slots but LoRA is not enabled (--enable-lora)");
+    CYPRIS_CHECK(static_cast<int64_t>(b.lora_slots.size()) == b.num_tokens(), "batch: {} LoRA slots for {} tokens",
+                 b.lora_slots.size(), b.num_tokens());
+    for (int32_t s : b.lora_slots) {
+      CYPRIS_CHECK(s < max_loras_, "batch: LoRA slot {} is not below --max-loras {}", s, max_loras_);
+    }
+  }
   bool any_device = false;
   for (const Stage& st : stages_) any_device = any_device || st.device != Device::Cpu;
   if (any_device || drives_processes_) {
@@ -765,6 +808,11 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, const StageHandof
   in.attn.max_seq_len = b.max_seq_len;
   in.stage_in = stage_in;
   in.stage_out = handoff;
+  DeviceTensor lora_slots;
+  if (!b.lora_slots.empty()) {
+    lora_slots = be.upload(b.lora_slots.data(), DType::I32, {n});
+    in.lora_slots = lora_slots.view;
+  }
   DeviceTensor logits = r.model->forward(in, r.kv_cache);
   if (!out) return;
   out->view = logits.view;

@@ -18,10 +18,12 @@
 #include <vector>
 
 #include "engine/kv/kv_cache_manager.h"  // BlockCopy
+#include "engine/loader/lora_adapter.h"
 #include "engine/loader/model_config.h"
 #include "engine/loader/weights.h"
 #include "engine/runtime/decode_graphs.h"
 #include "engine/scheduler/batch_context.h"
+#include "models/layers/lora.h"
 #include "models/model.h"
 
 namespace cypris {
@@ -80,6 +82,10 @@ struct ModelRunnerOptions {
   // --quantization-param-path for the fp8 scales ("" = none).
   std::optional<DType> kv_cache_dtype;
   std::string quantization_param_path;
+  // --enable-lora: adapter slots for up to max_loras adapters of rank <= max_lora_rank
+  // (models/layers/lora.h). 0: no LoRA.
+  int max_loras = 0;
+  int64_t max_lora_rank = 16;
 };
 
 // Rank 0's logits of one step where the forward pass left them (device memory on a GPU backend,
@@ -162,6 +168,17 @@ class ModelRunner {
   // the hook receives host copies of the (2-D fp32) intermediates.
   void set_debug_hook(DebugHook hook);
 
+  // LoRA (with options.max_loras > 0): whether it is on, the check that an adapter fits the model
+  // (Error naming module and shapes), writing an adapter into slot [0, max_loras) on every rank, and
+  // emptying a slot. A batch's lora_slots name these slots.
+  bool lora_enabled() const { return max_loras_ > 0; }
+  int max_loras() const { return max_loras_; }
+  void check_lora(const LoraAdapter& adapter) const;
+  void load_lora(int slot, const LoraAdapter& adapter);
+  void clear_lora(int slot);
+  // Device bytes the adapters' stacked weights take on rank 0.
+  size_t lora_device_bytes() const;
+
   // KV block moves the scheduler asks for before a step (kv_block_ops.cpp). Pairs are
   // (src, dst) block ids: swap_out copies cache -> swap pool, swap_in pool -> cache, copy_blocks
   // cache -> cache (copy-on-write after a fork).
@@ -188,6 +205,7 @@ class ModelRunner {
     int stage = 0;
     int tp_rank = 0;
     std::unique_ptr<Backend> backend;
+    std::unique_ptr<LoraSites> lora;  // --enable-lora; the model's layers point into it
     std::unique_ptr<Model> model;
     std::vector<KvCacheLayer> kv_cache;
     std::vector<KvCacheScales> kv_scales;  // per layer (fp8 cache)
@@ -238,6 +256,8 @@ class ModelRunner {
   int64_t num_blocks_ = 0;
   int64_t kv_block_bytes_ = 0;
   int64_t num_swap_blocks_ = 0;
+  int max_loras_ = 0;
+  int64_t max_lora_rank_ = 16;
   DecodeGraphPolicy graph_policy_;  // enforce_eager unless graphs are in use
   bool debug_hook_ = false;         // a hook reads intermediates: graphs cannot replay
 };

@@ -23,6 +23,8 @@ void BatchContext::validate(int64_t num_blocks, int block_size) const {
   CYPRIS_CHECK(max_blocks_per_seq >= 0 && block_tables.size() == static_cast<size_t>(s) * max_blocks_per_seq,
                "batch: block_tables has {} entries, expected num_seqs * max_blocks_per_seq = {}", block_tables.size(),
                static_cast<int64_t>(s) * max_blocks_per_seq);
+  CYPRIS_CHECK(lora_slots.empty() || lora_slots.size() == static_cast<size_t>(n),
+               "batch: lora_slots has {} entries, token_ids {}", lora_slots.size(), n);
   for (int64_t slot : slot_mapping) {
     CYPRIS_CHECK(slot < num_blocks * block_size, "batch: slot {} is outside the KV cache ({} slots)", slot,
                  num_blocks * block_size);
@@ -59,6 +61,8 @@ BatchContext build_batch_context(const SchedulerOutput& output) {
   for (const auto& s : output.scheduled)
     b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, int32_t(s.block_ids.size()));
   b.block_tables.assign(output.scheduled.size() * size_t(b.max_blocks_per_seq), -1);
+  const bool lora = std::any_of(output.scheduled.begin(), output.scheduled.end(),
+                                [](const auto& s) { return s.request->lora_slot() >= 0; });
   for (size_t r = 0; r < output.scheduled.size(); ++r) {
     const auto& s = output.scheduled[r];
     auto tokens = s.request->all_token_ids();
@@ -73,6 +77,7 @@ BatchContext build_batch_context(const SchedulerOutput& output) {
       b.positions.push_back(pos);
       b.slot_mapping.push_back(int64_t(s.block_ids[size_t(pos / bs)]) * bs + pos % bs);
     }
+    if (lora) b.lora_slots.resize(b.token_ids.size(), s.request->lora_slot());
     b.query_start_loc.push_back(int32_t(b.token_ids.size()));
     b.seq_lens.push_back(end);
     std::copy(s.block_ids.begin(), s.block_ids.end(), b.block_tables.begin() + ptrdiff_t(r) * b.max_blocks_per_seq);

@@ -34,6 +34,9 @@ struct BatchContext {
   // decoding) has one row per verified position, consecutive, in position order. Empty for
   // batches not built by the scheduler.
   std::vector<int32_t> sampled_seqs;
+  // [num_tokens]: the LoRA adapter slot of each token's request (-1: the base model). Empty when
+  // no scheduled request uses an adapter.
+  std::vector<int32_t> lora_slots;
 
   int num_seqs() const { return static_cast<int>(seq_lens.size()); }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }

@@ -1,5 +1,7 @@
 #include "models/layers/decoder_model.h"
 
+#include "models/layers/lora.h"
+
 namespace cypris {
 
 DecoderModel::DecoderModel(const ModelConfig& cfg, Backend& backend, const ModelBuildOptions& opt)
@@ -14,6 +16,8 @@ DecoderModel::DecoderModel(const ModelConfig& cfg, Backend& backend, const Model
 
 DeviceTensor DecoderModel::forward(const ForwardInputs& in, std::vector<KvCacheLayer>& kv) {
   check_cache(kv);
+  // The batch's per-row LoRA slots for the layers' LoRA sites (--enable-lora).
+  if (opt_.lora) opt_.lora->bind(in.lora_slots);
   const int64_t t = in.token_ids.shape[0];
   const int64_t h = cfg_.hidden_size;
   ForwardScratch scratch(backend_, t);

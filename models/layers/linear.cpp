@@ -5,6 +5,7 @@
 
 #include "engine/common/error.h"
 #include "engine/backend/communicator.h"
+#include "models/layers/lora.h"
 
 namespace cypris {
 
@@ -29,6 +30,27 @@ ColumnParallelLinear::ColumnParallelLinear(const WeightLoader& w, const std::vec
     std::vector<LinearPart> bias_parts = parts;
     for (LinearPart& p : bias_parts) p.name = bias_name(p.name);
     bias_ = w.load_stacked_bias(bias_parts);
+  }
+  register_lora(w, parts, in_features, 0, 0);
+}
+
+void ColumnParallelLinear::register_lora(const WeightLoader& w, const std::vector<LinearPart>& parts,
+                                         int64_t in_features, int64_t neox_rows, int head_dim) {
+  lora_ = w.options().lora;
+  if (!lora_) return;
+  const std::string suffix = ".weight";
+  int64_t column0 = 0;
+  for (const LinearPart& p : parts) {
+    const int64_t row0 = p.row0 >= 0 ? p.row0 : 0;
+    const int64_t rows = p.row0 >= 0 ? p.row_count : p.full_rows;
+    const int64_t local = p.shard.dim < 0 || p.shard.world_size <= 1 ? rows : rows / p.shard.world_size;
+    if (p.name.ends_with(suffix)) {
+      const std::string module = p.name.substr(0, p.name.size() - suffix.size());
+      const int neox = column0 < neox_rows ? head_dim : 0;
+      const int site = lora_->add_column(module, in_features, p.full_rows, row0, rows, p.shard, column0, neox);
+      if (site >= 0) lora_sites_.push_back(site);
+    }
+    column0 += local;
   }
 }
 
@@ -71,6 +93,7 @@ ColumnParallelLinear ColumnParallelLinear::interleaved_to_neox(const WeightLoade
     deinterleave_rows(hb, rows, head_dim);
     l.bias_ = w.backend().upload_weight(std::move(hb));
   }
+  l.register_lora(w, parts, in_features, rows, head_dim);
   return l;
 }
 
@@ -78,8 +101,13 @@ void ColumnParallelLinear::forward(Backend& b, const Tensor& x, Tensor& out) con
   const Tensor* bias = bias_.view.data ? &bias_.view : nullptr;
   if (weights_.size() == 1) {
     b.linear(x, weights_[0].view, bias, out);
-    return;
+  } else {
+    forward_parts(b, x, bias, out);
   }
+  for (int site : lora_sites_) lora_->apply(b, site, x, out);
+}
+
+void ColumnParallelLinear::forward_parts(Backend& b, const Tensor& x, const Tensor* bias, Tensor& out) const {
   for (size_t i = 0; i < weights_.size(); ++i) {
     const int64_t n = weights_[i].view.shape[0];
     Tensor part = column_slice(out, column0_[i], n);
@@ -99,10 +127,17 @@ RowParallelLinear::RowParallelLinear(const WeightLoader& w, const std::string& n
   const auto& par = w.options().parallel;
   weight_ = w.load_linear({{name, out_features, ShardSpec::split(1, par.rank, par.world_size)}}, in_features);
   if (with_bias && par.rank == 0) bias_ = w.load_f32(bias_name(name), {out_features});
+  lora_ = w.options().lora;
+  const std::string suffix = ".weight";
+  if (lora_ && name.ends_with(suffix)) {
+    lora_site_ = lora_->add_row(name.substr(0, name.size() - suffix.size()), out_features, in_features,
+                                ShardSpec::split(1, par.rank, par.world_size));
+  }
 }
 
 void RowParallelLinear::forward(Backend& b, const Tensor& x, Tensor& out, bool reduce) const {
   b.linear(x, weight_.view, bias_.view.data ? &bias_.view : nullptr, out);
+  if (lora_site_ >= 0) lora_->apply(b, lora_site_, x, out);
   if (reduce) tp_all_reduce(*opt_, out);
 }
 

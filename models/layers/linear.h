@@ -10,6 +10,8 @@
 
 namespace cypris {
 
+class LoraSites;
+
 // Sums a tensor over the ranks in place (no-op at tp 1).
 void tp_all_reduce(const ModelBuildOptions& opt, Tensor& t);
 
@@ -32,12 +34,20 @@ class ColumnParallelLinear {
   const Tensor* sole_weight() const { return weights_.size() == 1 && !bias_.view.data ? &weights_[0].view : nullptr; }
 
  private:
+  // With --enable-lora: one LoRA site per part (models/layers/lora.h), each adding to the part's
+  // output columns; neox_head_dim > 0 when the rows were reordered (interleaved_to_neox).
+  void register_lora(const WeightLoader& w, const std::vector<LinearPart>& parts, int64_t in_features,
+                     int64_t neox_rows, int head_dim);
+  void forward_parts(Backend& b, const Tensor& x, const Tensor* bias, Tensor& out) const;
+
   // Usually one weight; several when the stacked parts keep different quantized types
   // (WeightLoader::same_dtype_runs): each then fills its own columns of out.
   std::vector<DeviceTensor> weights_;
   std::vector<int64_t> column0_;  // first output column of each weight
   int64_t out_features_ = 0;
   DeviceTensor bias_;
+  LoraSites* lora_ = nullptr;
+  std::vector<int> lora_sites_;
 };
 
 class RowParallelLinear {
@@ -56,6 +66,8 @@ class RowParallelLinear {
   DeviceTensor weight_;
   DeviceTensor bias_;  // only on rank 0: the all-reduce adds it once
   const ModelBuildOptions* opt_ = nullptr;
+  LoraSites* lora_ = nullptr;  // --enable-lora: the update is added before the all-reduce
+  int lora_site_ = -1;
 };
 
 // Rows [0, rows) of t (rows of a 2-D tensor, elements of a 1-D one) regrouped per head of head_dim

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "engine/common/error.h"
+#include "engine/loader/lora_adapter.h"
 #include "engine/request/sampling_params.h"
 
 namespace cypris::fake {
@@ -191,6 +192,7 @@ void FakeEngine::Core::abort(const std::string& id) {
 }
 
 FakeEngine::FakeEngine(FakeEngineOptions opts) : core_(std::make_shared<Core>()) {
+  opts_lora_ = opts.lora;
   core_->opts = std::move(opts);
   core_->thread = std::thread([c = core_.get()] { c->loop(); });
 }
@@ -271,6 +273,25 @@ ModelInfo FakeEngine::model_info() const {
   m.dtype = "float32";
   m.device = "cpu";
   return m;
+}
+
+std::vector<LoraInfo> FakeEngine::loras() const {
+  std::lock_guard<std::mutex> lock(lora_mu_);
+  return loras_;
+}
+
+void FakeEngine::load_lora(const std::string& name, const std::string& path) {
+  if (!opts_lora_) EngineClient::load_lora(name, path);
+  const LoraAdapter a = load_lora_adapter(path, 16);
+  std::lock_guard<std::mutex> lock(lora_mu_);
+  for (const auto& l : loras_) CYPRIS_CHECK(l.name != name, "a LoRA adapter named '{}' is already loaded", name);
+  loras_.push_back({name, path, loras_.size() + 1, a.rank});
+}
+
+bool FakeEngine::unload_lora(const std::string& name) {
+  std::lock_guard<std::mutex> lock(lora_mu_);
+  const auto n = std::erase_if(loras_, [&](const LoraInfo& l) { return l.name == name; });
+  return n > 0;
 }
 
 const Tokenizer* FakeEngine::tokenizer() const {

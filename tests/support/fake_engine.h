@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct FakeEngineOptions {
   // Served instead of the word-level fake (for /v1/tokenize and chat templates); generation still
   // produces the fake words.
   std::shared_ptr<const Tokenizer> tokenizer;
+  // --enable-lora: load_lora reads the adapter folder with the real loader (so a bad folder is
+  // refused as the engine would refuse it) and lists it; requests may then name it.
+  bool lora = false;
 };
 
 class FakeEngine : public EngineClient {
@@ -44,6 +48,10 @@ class FakeEngine : public EngineClient {
   EngineStats stats() const override;
   ModelInfo model_info() const override;
   const Tokenizer* tokenizer() const override;
+  bool lora_enabled() const override { return opts_lora_; }
+  std::vector<LoraInfo> loras() const override;
+  void load_lora(const std::string& name, const std::string& path) override;
+  bool unload_lora(const std::string& name) override;
 
   // Ids of the requests aborted while they were running, in order.
   std::vector<std::string> aborted() const;
@@ -63,6 +71,9 @@ class FakeEngine : public EngineClient {
 
  private:
   std::shared_ptr<Core> core_;
+  bool opts_lora_ = false;
+  mutable std::mutex lora_mu_;
+  std::vector<LoraInfo> loras_;
 };
 
 }  // namespace cypris::fake

@@ -170,10 +170,11 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
 
   const std::string id = ctx.new_id("chatcmpl");
   const int64_t created = unix_time_now();
-  const std::string model = ctx.served_name();
+  const std::string lora = request_lora(body, ctx, *engine);
+  const std::string model = lora.empty() ? ctx.served_name() : lora;
   auto sub = std::make_shared<Submitted>(submit_prompts(ctx, *engine, id, {prompt},
                                                         std::make_shared<const SamplingParams>(std::move(params)),
-                                                        request_priority(body, ctx)));
+                                                        request_priority(body, ctx), lora));
   auto choices = std::make_shared<Choices>(1, n);
   const int top_n = static_cast<int>(top_logprobs);
 

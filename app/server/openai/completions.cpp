@@ -77,9 +77,10 @@ void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib
 
   const std::string id = ctx.new_id("cmpl");
   const int64_t created = unix_time_now();
-  const std::string model = ctx.served_name();
+  const std::string lora = request_lora(body, ctx, *engine);
+  const std::string model = lora.empty() ? ctx.served_name() : lora;
   auto sub = std::make_shared<Submitted>(
-      submit_prompts(ctx, *engine, id, prompts, shared_params, request_priority(body, ctx)));
+      submit_prompts(ctx, *engine, id, prompts, shared_params, request_priority(body, ctx), lora));
   (void)top_n;
 
   auto choices = std::make_shared<Choices>(prompts.size(), n);

@@ -51,6 +51,17 @@ json model_cards(ServerContext& ctx) {
                                                  {"group", nullptr},
                                                  {"is_blocking", false}}})}});
   }
+  // LoRA adapters: their own cards, the base model as parent (vLLM's and Aphrodite's lists).
+  const std::string parent = ctx.served_name();
+  for (const LoraInfo& l : engine->loras()) {
+    data.push_back({{"id", l.name},
+                    {"object", "model"},
+                    {"created", created},
+                    {"owned_by", "pygmalionai"},
+                    {"root", l.path},
+                    {"parent", parent},
+                    {"permission", json::array()}});
+  }
   return data;
 }
 
@@ -296,9 +307,70 @@ void register_openai_routes(Router& r) {
     return
         [what](const httplib::Request&, httplib::Response&) { throw HttpError(501, what + " is not supported yet"); };
   };
-  r.post("/v1/lora/load", not_yet("LoRA loading"));
-  r.del("/v1/lora/unload", not_yet("LoRA unloading"));
-  r.post("/v1/lora/unload", not_yet("LoRA unloading"));
+  // LoRA adapters at run time: Aphrodite's /v1/lora/* and vLLM's /v1/(un)load_lora_adapter.
+  auto lora_engine = [&ctx]() {
+    auto e = ctx.engine();
+    if (!e) throw HttpError(503, "no model is loaded");
+    if (!e->lora_enabled()) throw HttpError(400, "LoRA adapters need the server started with --enable-lora");
+    return e;
+  };
+  auto load_lora = [lora_engine](const std::string& name, const std::string& path) {
+    auto e = lora_engine();
+    if (name.empty()) throw HttpError(400, "the LoRA adapter needs a name", "lora_name");
+    if (path.empty()) throw HttpError(400, "the LoRA adapter needs a path (a PEFT folder)", "lora_path");
+    try {
+      e->load_lora(name, path);
+    } catch (const std::filesystem::filesystem_error& err) {
+      throw HttpError(400, fmt::format("cannot load the LoRA adapter '{}': {}", name, err.code().message()),
+                      "lora_path");
+    } catch (const cypris::Error& err) {
+      throw HttpError(400, fmt::format("cannot load the LoRA adapter '{}': {}", name, err.what()), "lora_path");
+    }
+    LOG_INFO("LoRA adapter loaded: {} from {}", name, path);
+  };
+  auto unload_lora = [lora_engine](const std::string& name) {
+    auto e = lora_engine();
+    if (name.empty()) throw HttpError(400, "name the LoRA adapter to unload", "lora_name");
+    if (!e->unload_lora(name)) {
+      throw HttpError(404, fmt::format("The LoRA adapter '{}' cannot be found (it is not loaded)", name), "lora_name");
+    }
+  };
+  auto str_field = [](const json& body, std::initializer_list<const char*> keys) {
+    for (const char* k : keys) {
+      auto it = body.find(k);
+      if (it == body.end() || it->is_null()) continue;
+      if (!it->is_string()) throw HttpError(400, fmt::format("'{}' must be a string", k), k);
+      return it->get<std::string>();
+    }
+    return std::string();
+  };
+  r.post("/v1/lora/load", [load_lora, str_field](const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_json_body(req);
+    load_lora(str_field(body, {"name", "lora_name"}), str_field(body, {"path", "lora_path", "local_path"}));
+    send_json(res, 200, {{"status", "success"}});
+  });
+  auto aphrodite_unload = [unload_lora, str_field](const httplib::Request& req, httplib::Response& res) {
+    std::string name = req.get_param_value("lora_name");
+    if (name.empty() && !req.body.empty()) name = str_field(parse_json_body(req), {"lora_name", "name"});
+    unload_lora(name);
+    send_json(res, 200, {{"status", "success"}});
+  };
+  r.del("/v1/lora/unload", aphrodite_unload);
+  r.post("/v1/lora/unload", aphrodite_unload);
+  r.post("/v1/load_lora_adapter", [load_lora, str_field](const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_json_body(req);
+    const std::string name = str_field(body, {"lora_name"});
+    load_lora(name, str_field(body, {"lora_path"}));
+    res.status = 200;
+    res.set_content(fmt::format("Success: LoRA adapter '{}' added successfully.", name), "text/plain");
+  });
+  r.post("/v1/unload_lora_adapter", [unload_lora, str_field](const httplib::Request& req, httplib::Response& res) {
+    const json body = parse_json_body(req);
+    const std::string name = str_field(body, {"lora_name"});
+    unload_lora(name);
+    res.status = 200;
+    res.set_content(fmt::format("Success: LoRA adapter '{}' removed successfully.", name), "text/plain");
+  });
   r.post("/v1/soft_prompt/load", not_yet("soft prompt loading"));
   r.del("/v1/soft_prompt/unload", not_yet("soft prompt unloading"));
 }

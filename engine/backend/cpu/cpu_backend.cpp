@@ -8,6 +8,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dummy_fill.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/lora.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant/quant_gemm.h"
 #include "kernels/cpu/sampling.h"
@@ -69,6 +70,23 @@ std::optional<DeviceTensor> CpuBackend::dummy_weight(DType dtype, const std::vec
 void CpuBackend::download(const Tensor& t, void* dst) {
   require_contiguous(kName, t, "download source");
   if (t.nbytes()) std::memcpy(dst, t.data, t.nbytes());
+}
+
+void CpuBackend::upload_into(const void* src, Tensor& dst) {
+  require_contiguous(kName, dst, "upload destination");
+  if (dst.nbytes()) std::memcpy(dst.data, src, dst.nbytes());
+}
+
+void CpuBackend::lora_linear(const Tensor& x, const Tensor& slots, const Tensor& a, const Tensor& b,
+                             const Tensor& scales, Tensor& out) {
+  backend_checks::check_lora_linear(kName, DType::F32, x, slots, a, b, scales, out);
+  const int64_t L = a.shape[0];
+  const int32_t* s = slots.as<int32_t>();
+  for (int64_t r = 0; r < slots.shape[0]; ++r) {
+    CYPRIS_CHECK(s[r] < L, "{}: LoRA slot {} of row {} is not below the {} adapter slots", kName, s[r], r, L);
+  }
+  lora_bgmv_f32(x.as<float>(), row_stride(x), s, x.shape[0], a.as<float>(), b.as<float>(), scales.as<float>(),
+                a.shape[1], a.shape[2], b.shape[1], out.as<float>(), row_stride(out), pool_.get());
 }
 
 void CpuBackend::embedding(const Tensor& ids, const Tensor& table, Tensor& out) {

@@ -28,6 +28,7 @@ class CpuBackend : public Backend {
   std::optional<DeviceTensor> dummy_weight(DType dtype, const std::vector<int64_t>& shape,
                                            const std::vector<DummyFill>& runs) override;
   void download(const Tensor& t, void* dst) override;
+  void upload_into(const void* src, Tensor& dst) override;
   DeviceTensor empty_host(DType dtype, const std::vector<int64_t>& shape) override { return empty(dtype, shape); }
   void synchronize() override {}
   DeviceMemoryInfo memory_info() override { return {}; }
@@ -35,6 +36,8 @@ class CpuBackend : public Backend {
   void embedding(const Tensor& ids, const Tensor& table, Tensor& out) override;
   void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
   void grouped_linear(const Tensor& x, const std::vector<LinearGroup>& groups, Tensor& out) override;
+  void lora_linear(const Tensor& x, const Tensor& slots, const Tensor& a, const Tensor& b, const Tensor& scales,
+                   Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
   void layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) override;

@@ -20,6 +20,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layer_norm.h"
+#include "kernels/cuda/lora.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/quant/quant_gemm.h"
 #include "kernels/cuda/rms_norm.h"
@@ -335,6 +336,13 @@ void CudaBackend::download(const Tensor& t, void* dst) {
   CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
 
+void CudaBackend::upload_into(const void* src, Tensor& dst) {
+  require_contiguous(kName, dst, "upload destination");
+  if (!dst.nbytes()) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, impl_->stream));
+  CUDA_CHECK(cudaStreamSynchronize(impl_->stream));  // the caller may free src when this returns
+}
+
 DeviceTensor CudaBackend::empty_host(DType dtype, const std::vector<int64_t>& shape) {
   Tensor view(nullptr, dtype, shape, Device::Cpu);
   if (view.nbytes() == 0) return DeviceTensor{view, nullptr};
@@ -567,6 +575,13 @@ void CudaBackend::scale_and_cap(Tensor& x, float scale, float cap) {
   // Logits (F32) are capped as well as activations.
   backend_checks::check_scale_and_cap(kName, x.dtype == DType::F32 ? DType::F32 : activation_dtype(), x, scale, cap);
   scale_and_cap_cuda(x.data, x.dtype, x.shape[0], x.shape[1], row_stride(x), scale, cap, impl_->stream);
+}
+
+void CudaBackend::lora_linear(const Tensor& x, const Tensor& slots, const Tensor& a, const Tensor& b,
+                              const Tensor& scales, Tensor& out) {
+  backend_checks::check_lora_linear(kName, activation_dtype(), x, slots, a, b, scales, out);
+  lora_bgmv_cuda(x.data, row_stride(x), slots.as<int32_t>(), x.shape[0], a.data, b.data, scales.as<float>(),
+                 a.shape[1], a.shape[2], b.shape[1], out.data, row_stride(out), x.dtype, impl_->stream);
 }
 
 void CudaBackend::add(const Tensor& x, Tensor& out) {

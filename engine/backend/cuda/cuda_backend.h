@@ -39,6 +39,7 @@ class CudaBackend : public Backend {
   std::optional<DeviceTensor> dummy_weight(DType dtype, const std::vector<int64_t>& shape,
                                            const std::vector<DummyFill>& runs) override;
   void download(const Tensor& t, void* dst) override;
+  void upload_into(const void* src, Tensor& dst) override;
   DeviceTensor empty_host(DType dtype, const std::vector<int64_t>& shape) override;
   void synchronize() override;
   DeviceMemoryInfo memory_info() override;
@@ -48,6 +49,10 @@ class CudaBackend : public Backend {
   // Decode-sized groups: one grouped GEMV launch (16-bit or quantized weights); larger groups of
   // 16-bit weights: one cuBLAS grouped GEMM; otherwise linear() per group. Never ran on a GPU.
   void grouped_linear(const Tensor& x, const std::vector<LinearGroup>& groups, Tensor& out) override;
+  // One launch (kernels/cuda/lora.h); the slots are read on the device, checked by the caller
+  // (LoraSites::bind). Never ran on a GPU.
+  void lora_linear(const Tensor& x, const Tensor& slots, const Tensor& a, const Tensor& b, const Tensor& scales,
+                   Tensor& out) override;
   void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
   void fused_add_rms_norm(Tensor& x, Tensor& residual, const Tensor& w, float eps) override;
   void layer_norm(const Tensor& x, const Tensor& w, const Tensor* bias, float eps, Tensor& out) override;

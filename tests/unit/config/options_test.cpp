@@ -218,7 +218,9 @@ TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
   // The implemented methods are accepted here; the loader checks them against the checkpoint.
   EXPECT_EQ(error_of({"-q", "gptq"}), "");
   EXPECT_EQ(error_of({"-q", "awq"}), "");
-  EXPECT_THAT(error_of({"--enable-lora"}), HasSubstr("not supported yet"));
+  EXPECT_EQ(error_of({"--enable-lora", "--lora-modules", "a=/x", "--max-lora-rank", "64"}), "");
+  EXPECT_THAT(error_of({"--qlora-adapter-name-or-path", "x"}),
+              AllOf(HasSubstr("--qlora-adapter-name-or-path"), HasSubstr("not supported yet")));
   EXPECT_THAT(error_of({"--cpu-offload-gb", "4"}), AllOf(HasSubstr("--cpu-offload-gb"), HasSubstr("not supported yet")));
   // The default value given explicitly is harmless.
   EXPECT_EQ(error_of({"--cpu-offload-gb", "0"}), "");

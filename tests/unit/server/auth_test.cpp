@@ -28,6 +28,9 @@ TEST(Auth, RouteLevels) {
   EXPECT_EQ(required_auth_level("/v1/models", cfg), AuthLevel::User);  // not an admin route
   EXPECT_EQ(required_auth_level("/v1/model/load", cfg), AuthLevel::Admin);
   EXPECT_EQ(required_auth_level("/v1/lora/load", cfg), AuthLevel::Admin);
+  EXPECT_EQ(required_auth_level("/v1/load_lora_adapter", cfg), AuthLevel::Admin);
+  EXPECT_EQ(required_auth_level("/v1/unload_lora_adapter", cfg), AuthLevel::Admin);
+  EXPECT_EQ(required_auth_level("/v1/load_lora_adapterX", cfg), AuthLevel::User);
   EXPECT_EQ(required_auth_level("/api/v1/generate", cfg), AuthLevel::User);
   EXPECT_EQ(required_auth_level("/health", cfg), AuthLevel::Open);
   EXPECT_EQ(required_auth_level("/metrics", cfg), AuthLevel::Open);

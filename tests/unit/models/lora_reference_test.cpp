@@ -1,0 +1,191 @@
+// LoRA adapters in the model runner against the float64 torch reference of
+// tests/tools/gen_lora_fixtures.py (the base model with W + scale·B·A merged, PEFT's definitions):
+// each adapter alone (separate q/k/v/o and gate/up/down, all-linear with rsLoRA, a .bin adapter,
+// Phi-3's fused qkv_proj / gate_up_proj, Cohere's interleaved rotary rows) gives the reference
+// logits and greedy tokens; one batch mixing three adapters and the base model gives each row its
+// own output; tensor parallelism 2 gives the same; an adapter that does not fit the model is
+// refused naming the module and the shapes; an emptied slot gives the base model again.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/common/error.h"
+#include "engine/loader/lora_adapter.h"
+#include "tests/support/reference_fixture.h"
+
+namespace cypris {
+namespace {
+
+using namespace reference_fixture;
+using ::testing::HasSubstr;
+
+const std::string kLora = std::string(CYPRIS_FIXTURES_DIR) + "/lora/";
+constexpr double kTol = 1e-4;  // fp32 CPU against the float64 reference, relative to the row's largest logit
+
+struct Case {
+  std::string base, adapter;
+};
+const std::vector<Case> kCases = {{"llama_gqa_tied", "qv_r4"},
+                                  {"llama_gqa_tied", "all_r8_rslora"},
+                                  {"llama_gqa_tied", "mlp_o_r2_bin"},
+                                  {"phi3_fused_longrope", "fused_r4"},
+                                  {"cohere_parallel_block", "qk_r4"}};
+
+ModelRunnerOptions lora_options(const std::string& base, int tp = 1) {
+  ModelRunnerOptions o = fixture_options(kFixtures + base, "float32", 16, 16, tp);
+  o.max_loras = 4;
+  o.max_lora_rank = 16;
+  return o;
+}
+
+LoraAdapter adapter(const Case& c) { return load_lora_adapter(kLora + c.base + "/" + c.adapter, 16); }
+
+// One prefill of several whole sequences (sequence s in blocks 2s, 2s + 1; at most 32 tokens), each
+// with its LoRA slot, and the logits of every position.
+Logits multi_prefill(ModelRunner& runner, const std::vector<std::vector<int32_t>>& seqs,
+                     const std::vector<int32_t>& slots) {
+  BatchContext b;
+  const int bs = runner.block_size();
+  b.max_blocks_per_seq = 2;
+  b.query_start_loc.push_back(0);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const auto& ids = seqs[s];
+    for (int32_t p = 0; p < static_cast<int32_t>(ids.size()); ++p) {
+      b.token_ids.push_back(ids[static_cast<size_t>(p)]);
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(int64_t{2 * static_cast<int64_t>(s) + p / bs} * bs + p % bs);
+      b.lora_slots.push_back(slots[s]);
+      b.logits_indices.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
+    }
+    b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
+    b.seq_lens.push_back(static_cast<int32_t>(ids.size()));
+    b.block_tables.push_back(static_cast<int32_t>(2 * s));
+    b.block_tables.push_back(static_cast<int32_t>(2 * s + 1));
+    b.max_query_len = std::max<int32_t>(b.max_query_len, static_cast<int32_t>(ids.size()));
+    b.max_seq_len = b.max_query_len;
+  }
+  return runner.execute(b);
+}
+
+// Rows [row0, row0 + expected rows) of got against expected.
+void expect_rows(const Logits& got, int64_t row0, const Expected& want, const std::string& what) {
+  for (size_t t = 0; t < want.logits.size(); ++t) {
+    EXPECT_LT(rel_err(got.row(row0 + static_cast<int64_t>(t)), want.logits[t]), kTol) << what << " position " << t;
+  }
+}
+
+// Greedy continuation of the first 12 ids by prefill then one-token decodes, all in slot.
+std::vector<int32_t> greedy(ModelRunner& runner, std::vector<int32_t> ids, int n, int32_t slot) {
+  ids.resize(12);
+  BatchContext b = make_single_sequence_batch(ids, 0, runner.block_size());
+  b.lora_slots.assign(ids.size(), slot);
+  Logits l = runner.execute(b);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const int32_t tok = argmax(l.row(0), l.vocab);
+    out.push_back(tok);
+    const int32_t pos = static_cast<int32_t>(ids.size() + out.size()) - 1;
+    std::vector<int32_t> one = {tok};
+    BatchContext d = make_single_sequence_batch(one, pos, runner.block_size());
+    d.lora_slots = {slot};
+    l = runner.execute(d);
+  }
+  return out;
+}
+
+TEST(LoraReference, EachAdapterAloneMatchesTheMergedReference) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.base + "/" + c.adapter);
+    ModelRunner runner(lora_options(c.base));
+    runner.load_lora(2, adapter(c));  // not slot 0: the slot's offset into the stacked weights counts
+    const Expected want = load_expected_from(kLora + c.base + "/" + c.adapter);
+    const Expected base = load_expected(c.base);
+    const Logits got = multi_prefill(runner, {want.ids, base.ids}, {2, -1});
+    expect_rows(got, 0, want, "adapter");
+    expect_rows(got, static_cast<int64_t>(want.ids.size()), base, "base row beside it");
+    EXPECT_EQ(greedy(runner, want.ids, 8, 2), want.greedy);
+  }
+}
+
+TEST(LoraReference, OneBatchMixingThreeAdaptersAndTheBaseGivesEachRowItsOwnOutput) {
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    ModelRunner runner(lora_options("llama_gqa_tied", tp));
+    std::vector<std::vector<int32_t>> seqs;
+    std::vector<int32_t> slots;
+    std::vector<Expected> wants;
+    int slot = 0;
+    for (const Case& c : kCases) {
+      if (c.base != "llama_gqa_tied") continue;
+      runner.load_lora(slot, adapter(c));
+      wants.push_back(load_expected_from(kLora + c.base + "/" + c.adapter));
+      slots.push_back(slot++);
+    }
+    wants.push_back(load_expected("llama_gqa_tied"));
+    slots.push_back(-1);
+    // Interleaved so that neighbouring rows belong to different adapters.
+    const std::vector<size_t> order = {3, 0, 2, 1};
+    std::vector<int32_t> ordered_slots;
+    for (size_t i : order) {
+      seqs.push_back(wants[i].ids);
+      ordered_slots.push_back(slots[i]);
+    }
+    const Logits got = multi_prefill(runner, seqs, ordered_slots);
+    int64_t row = 0;
+    for (size_t i : order) {
+      expect_rows(got, row, wants[i], "sequence with slot " + std::to_string(slots[i]));
+      row += static_cast<int64_t>(wants[i].ids.size());
+    }
+  }
+}
+
+TEST(LoraReference, AnEmptiedSlotGivesTheBaseModelAgain) {
+  const Case c = kCases[1];
+  ModelRunner runner(lora_options(c.base));
+  runner.load_lora(0, adapter(c));
+  runner.clear_lora(0);
+  const Expected base = load_expected(c.base);
+  expect_rows(multi_prefill(runner, {base.ids}, {0}), 0, base, "cleared slot");
+  // A batch that names no slot at all (no request uses an adapter) runs the base model.
+  runner.load_lora(1, adapter(c));
+  expect_rows(full_prefill(runner, base.ids), 0, base, "batch without slots");
+  // A smaller adapter written over a larger one leaves nothing of the first behind.
+  runner.load_lora(0, adapter(kCases[1]));
+  runner.load_lora(0, adapter(kCases[0]));
+  expect_rows(multi_prefill(runner, {base.ids}, {0}), 0, load_expected_from(kLora + c.base + "/qv_r4"), "overwritten");
+}
+
+TEST(LoraReference, AdaptersThatDoNotFitAreRefusedNamingModuleAndShapes) {
+  ModelRunner runner(lora_options("llama_gqa_tied"));
+  // A Phi-3 adapter names fused modules the Llama model does not have.
+  EXPECT_THAT([&] { runner.load_lora(0, adapter(kCases[3])); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("model.layers.0.mlp.gate_up_proj")));
+  LoraAdapter a = adapter(kCases[0]);
+  LoraModule& m = a.modules.at("model.layers.1.self_attn.v_proj");
+  m.b.shape = {15, 4};  // v_proj is [16, 32]
+  EXPECT_THAT([&] { runner.check_lora(a); },
+              ::testing::ThrowsMessage<Error>(AllOf(HasSubstr("model.layers.1.self_attn.v_proj"), HasSubstr("[15, 4]"),
+                                                    HasSubstr("[16, 32]"))));
+  LoraAdapter expert = adapter(kCases[0]);
+  expert.modules.emplace("model.layers.0.mlp.experts.0.w1", std::move(expert.modules.begin()->second));
+  EXPECT_THAT([&] { runner.check_lora(expert); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("model.layers.0.mlp.experts.0.w1")));
+  EXPECT_THAT([&] { runner.load_lora(4, adapter(kCases[0])); }, ::testing::ThrowsMessage<Error>(HasSubstr("slot 4")));
+}
+
+TEST(LoraReference, BatchSlotsAreCheckedBeforeTheKernelsReadThem) {
+  ModelRunner runner(lora_options("llama_gqa_tied"));
+  BatchContext b = make_single_sequence_batch(std::vector<int32_t>{1, 2, 3}, 0, runner.block_size());
+  b.lora_slots = {0, 4, 0};
+  EXPECT_THAT([&] { runner.execute(b); }, ::testing::ThrowsMessage<Error>(HasSubstr("--max-loras 4")));
+  b.lora_slots = {0};
+  EXPECT_THAT([&] { runner.execute(b); }, ::testing::ThrowsMessage<Error>(HasSubstr("lora_slots")));
+  ModelRunner plain(fixture_options(kFixtures + "llama_gqa_tied"));
+  b.lora_slots = {0, 0, 0};
+  EXPECT_THAT([&] { plain.execute(b); }, ::testing::ThrowsMessage<Error>(HasSubstr("--enable-lora")));
+}
+
+}  // namespace
+}  // namespace cypris
