@@ -20,6 +20,7 @@
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
 #include "kernels/cpu/quant/quant_ref.h"
+#include "tests/support/error_of.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
 #include "models/registry/registry.h"
@@ -53,14 +54,7 @@ std::unique_ptr<WeightSource> open(const fs::path& dir, std::optional<std::strin
   return open_weight_source(model_families(), dir, load_model_config(model_families(), dir), o);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // [out, in] of the FP8 fixtures' layers (hidden 128, 2 KV heads of 32, MLP 256).
 std::vector<int64_t> layer_shape(const std::string& layer) {

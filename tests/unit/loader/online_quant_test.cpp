@@ -17,6 +17,7 @@
 #include "engine/loader/weights.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "models/registry/registry.h"
+#include "tests/support/error_of.h"
 
 namespace cypris {
 namespace {
@@ -60,14 +61,7 @@ std::string hash_of(const std::vector<float>& v) {
   return fmt::format("{:016x}", h);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // Bytes of the quantized values and their scales (and zero points) alone: what 1.1x is measured against.
 double quantized_bytes(const std::string& method, int64_t out, int64_t in) {

@@ -17,6 +17,7 @@
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
 #include "kernels/cpu/quant/quant_ref.h"
+#include "tests/support/error_of.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
 #include "models/registry/registry.h"
@@ -43,14 +44,7 @@ std::unique_ptr<WeightSource> open(const fs::path& dir, std::optional<std::strin
   return open_weight_source(model_families(), dir, load_model_config(model_families(), dir), o);
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // [out, in] of each linear layer of the fixtures' Llama (hidden 128, 2 KV heads of 32, MLP 128).
 std::vector<int64_t> layer_shape(const std::string& layer) {
