@@ -10,6 +10,7 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/loader/safetensors.h"
+#include "engine/loader/weight_names.h"
 #include "kernels/common/fp8.h"
 #include "kernels/common/fp8_blocks.h"
 #include "kernels/common/wq_blocks.h"
@@ -19,18 +20,6 @@
 
 namespace cypris {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
-}
-
-std::string layer_prefix(const std::string& name) {
-  static const std::string kSuffix = ".weight";
-  if (name.size() <= kSuffix.size() || name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
-    return "";
-  }
-  return name.substr(0, name.size() - kSuffix.size());
-}
 
 // One FP8 (or int8) layer: its codes [out, in] and scales as fp32, scale(r, c) = scales[(r / sn) *
 // cols + c / sk]; int8 layers may have zero points laid out as the scales.

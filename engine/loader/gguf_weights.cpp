@@ -8,6 +8,7 @@
 
 #include "engine/common/error.h"
 #include "engine/loader/gguf_model.h"
+#include "engine/loader/weight_names.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant/quant_ref.h"
 
@@ -68,8 +69,6 @@ std::pair<int, size_t> leading_number(std::string_view s) {
   if (digits == 0 || digits > 6) return {0, 0};
   return {std::stoi(std::string(s.substr(0, digits))), digits};
 }
-
-std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
 class GgufWeightSource : public WeightSource {
  public:

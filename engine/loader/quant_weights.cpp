@@ -11,25 +11,13 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/loader/safetensors.h"
+#include "engine/loader/weight_names.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant/wq_pack.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
-}
-
-// The layer prefix of a linear weight name ("...q_proj.weight" -> "...q_proj"), or "".
-std::string layer_prefix(const std::string& name) {
-  static const std::string kSuffix = ".weight";
-  if (name.size() <= kSuffix.size() || name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) {
-    return "";
-  }
-  return name.substr(0, name.size() - kSuffix.size());
-}
 
 class QuantizedWeightSource : public WeightSource {
  public:

@@ -16,16 +16,13 @@
 #include "engine/loader/quant_weights.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/torch_checkpoint.h"
+#include "engine/loader/weight_names.h"
 #include "kernels/cpu/dummy_fill.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace cypris {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
-}
 
 // Calls fn(src_element_offset, dst_element_offset, count) for each contiguous run of the slice.
 template <typename Fn>

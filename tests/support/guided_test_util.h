@@ -9,18 +9,11 @@
 
 #include "engine/common/error.h"
 #include "engine/guided/matcher.h"
+#include "tests/support/error_of.h"
 
 namespace cypris::guided::test_util {
 
-// The message of the cypris::Error that f throws, or "" when it throws none.
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using cypris::test::error_of;
 
 // True when g accepts the whole of text (and may end there).
 inline bool matches(const Grammar& g, std::string_view text) {

@@ -1,8 +1,10 @@
 // The torch-reference model fixtures (tests/fixtures/models/*/expected.json, written by
 // tests/tools/gen_llama_fixtures.py and gen_family_fixtures.py) and the set-up the model tests
 // share (reference, tensor-parallel and GGUF logits): runner options for a fixture, one full
-// prefill with logits for every position, the row error, the argmax.
+// prefill with logits for every position, the row error, the argmax, a greedy continuation.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -80,6 +82,34 @@ inline Logits full_prefill(ModelRunner& runner, const std::vector<int32_t>& ids)
   b.logits_indices.clear();
   for (int32_t i = 0; i < static_cast<int32_t>(ids.size()); ++i) b.logits_indices.push_back(i);
   return runner.execute(b);
+}
+
+// got and ref (two runs of the same model, split or not) agree row by row: relative error under
+// 1e-5 and the same argmax.
+inline void expect_same_logits(const Logits& got, const Logits& ref, const std::string& what) {
+  ASSERT_EQ(got.rows, ref.rows) << what;
+  ASSERT_EQ(got.vocab, ref.vocab) << what;
+  for (int64_t r = 0; r < ref.rows; ++r) {
+    EXPECT_LT(rel_err(got.row(r), ref.row(r), ref.vocab), 1e-5) << what << " row " << r;
+    EXPECT_EQ(argmax(got.row(r), got.vocab), argmax(ref.row(r), ref.vocab)) << what << " row " << r;
+  }
+}
+
+// Greedy decoding after a prefill of ids: n tokens, each decoded alone through the paged cache.
+// With logits, the logits each token was chosen from are appended there.
+inline std::vector<int32_t> greedy_decode(ModelRunner& runner, std::vector<int32_t> ids, size_t n,
+                                          std::vector<Logits>* logits = nullptr) {
+  Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
+  std::vector<int32_t> got;
+  for (size_t step = 0; step < n; ++step) {
+    if (logits) logits->push_back(l);
+    const int32_t next = argmax(l.row(0), l.vocab);
+    got.push_back(next);
+    ids.push_back(next);
+    const int32_t one[] = {next};
+    l = runner.execute(make_single_sequence_batch(one, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
+  }
+  return got;
 }
 
 }  // namespace cypris::reference_fixture

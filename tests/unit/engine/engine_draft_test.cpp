@@ -15,6 +15,7 @@
 #include "engine/core/engine.h"
 #include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
+#include "tests/support/same_distribution.h"
 
 namespace cypris {
 namespace {
@@ -177,31 +178,6 @@ TEST(DraftFixtures, AFixtureDraftingForItselfKeepsEveryGreedyToken) {
   EXPECT_GT(totals(self).acceptance(), 0.95);
 }
 
-// Two-sample chi-square (pooled cells under 10) of the tokens at one output position.
-void expect_same_distribution(const std::map<int32_t, std::pair<int, int>>& counts) {
-  double chi = 0.0;
-  int cells = 0;
-  std::pair<int, int> pooled{0, 0};
-  auto add = [&](int a, int b) {
-    const double e = (a + b) / 2.0;
-    chi += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
-    ++cells;
-  };
-  for (const auto& [tok, ab] : counts) {
-    if (ab.first + ab.second < 10) {
-      pooled.first += ab.first;
-      pooled.second += ab.second;
-    } else {
-      add(ab.first, ab.second);
-    }
-  }
-  if (pooled.first + pooled.second > 0) add(pooled.first, pooled.second);
-  ASSERT_GT(cells, 3) << "the position is not random enough to say anything";
-  const double k = cells - 1;  // chi-square 0.1% point (Wilson-Hilferty)
-  const double limit = k * std::pow(1.0 - 2.0 / (9.0 * k) + 3.09 * std::sqrt(2.0 / (9.0 * k)), 3.0);
-  EXPECT_LT(chi, limit) << cells << " cells";
-}
-
 TEST(DraftSampled, VerifiedTokensKeepTheTargetDistributionOverSeeds) {
   // stories260k at temperature 1 (top-p 0.9 in half the requests) drafted by a random-weight model
   // with its vocabulary: q is far from p, so most drafts are rejected and the residual max(0, p - q)
@@ -237,7 +213,7 @@ TEST(DraftSampled, VerifiedTokensKeepTheTargetDistributionOverSeeds) {
       counts[got.at(r.request_id)[pos]].first++;
       counts[want.at(r.request_id)[pos]].second++;
     }
-    expect_same_distribution(counts);
+    test::expect_same_distribution(counts, 4);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "engine/core/engine.h"
 #include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
+#include "tests/support/same_distribution.h"
 
 namespace cypris {
 namespace {
@@ -263,27 +264,7 @@ TEST(SpecSampled, FirstTokensKeepTheTargetDistributionOverSeeds) {
     counts[got.at(r.request_id).tokens[1]].first++;
     counts[want.at(r.request_id).tokens[1]].second++;
   }
-  double chi = 0.0;
-  int cells = 0;
-  std::pair<int, int> pooled{0, 0};
-  auto add = [&](int a, int b) {
-    const double e = (a + b) / 2.0;
-    chi += (a - e) * (a - e) / e + (b - e) * (b - e) / e;
-    ++cells;
-  };
-  for (const auto& [tok, ab] : counts) {
-    if (ab.first + ab.second < 10) {
-      pooled.first += ab.first;
-      pooled.second += ab.second;
-    } else {
-      add(ab.first, ab.second);
-    }
-  }
-  if (pooled.first + pooled.second > 0) add(pooled.first, pooled.second);
-  ASSERT_GT(cells, 2) << "the position is not random enough to say anything";
-  const double k = cells - 1;  // chi-square 0.1% point (Wilson-Hilferty)
-  const double limit = k * std::pow(1.0 - 2.0 / (9.0 * k) + 3.09 * std::sqrt(2.0 / (9.0 * k)), 3.0);
-  EXPECT_LT(chi, limit);
+  test::expect_same_distribution(counts, 3);
 }
 
 TEST(SpecInteractions, StopStringsStopIdsAndMaxTokensCutWhereTheyCutWithout) {

@@ -20,9 +20,11 @@
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
 #include "kernels/cpu/quant/quant_ref.h"
+#include "models/registry/registry.h"
+#include "tests/support/error_of.h"
+#include "tests/support/quant_checkpoints.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
-#include "models/registry/registry.h"
 
 namespace cypris {
 namespace {
@@ -31,7 +33,7 @@ namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
+const std::string& kQuant = test::kQuantFixtures;
 const std::vector<std::string> kFp8 = {"fp8_tensor_static",    "fp8_block128_dynamic",   "ct_fp8_channel_dynamic",
                                        "ct_fp8_tensor_static", "ct_w8a8_channel_dynamic", "ct_w8a8_tensor_static_asym"};
 
@@ -40,59 +42,32 @@ DType kept_as(const std::string& fixture) {
   return fixture.find("w8a8") != std::string::npos ? DType::W8G128 : DType::F8G128;
 }
 
-nlohmann::json expected(const std::string& name) {
-  std::ifstream in(kQuant + name + "/expected.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str());
-}
+using test::error_of;
+using test::fnv1a64;
+using test::open_checkpoint;
+using test::quant_expected;
 
-std::unique_ptr<WeightSource> open(const fs::path& dir, std::optional<std::string> q = std::nullopt) {
-  LoadOptions o;
-  o.quantization = std::move(q);
-  return open_weight_source(model_families(), dir, load_model_config(model_families(), dir), o);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// [out, in] of the FP8 fixtures' layers (hidden 128, 2 KV heads of 32, MLP 256).
+// [out, in] of the FP8 fixtures' layers (MLP 256).
 std::vector<int64_t> layer_shape(const std::string& layer) {
-  if (layer.find("k_proj") != std::string::npos || layer.find("v_proj") != std::string::npos) return {64, 128};
-  if (layer.find("gate_proj") != std::string::npos || layer.find("up_proj") != std::string::npos) return {256, 128};
-  if (layer.find("down_proj") != std::string::npos) return {128, 256};
-  return {128, 128};
-}
-
-std::string hash_of(const float* v, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto* p = reinterpret_cast<const unsigned char*>(v);
-  for (size_t i = 0; i < n * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return fmt::format("{:016x}", h);
+  return test::fixture_layer_shape(layer, 256);
 }
 
 class Fp8Checkpoint : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Fp8Checkpoint, LayersDequantizeToTheReferenceBitForBit) {
-  const auto w = open(kQuant + GetParam());
-  const auto want = expected(GetParam())["dequant_fnv1a64"];
+  const auto w = open_checkpoint(kQuant + GetParam());
+  const auto want = quant_expected(kQuant + GetParam())["dequant_fnv1a64"];
   ASSERT_EQ(want.size(), 7u);
   for (const auto& [layer, hash] : want.items()) {
     const HostTensor t = w->load(layer + ".weight", layer_shape(layer), DType::F32);
-    EXPECT_EQ(hash_of(t.buffer.as<float>(), static_cast<size_t>(t.view().numel())), hash.get<std::string>()) << layer;
+    EXPECT_EQ(fnv1a64(t.buffer.as<float>(), static_cast<size_t>(t.view().numel())), hash.get<std::string>()) << layer;
   }
 }
 
 // What the kernels read: F8G128 blocks, 1.03x the checkpoint's fp8 bytes, decoding to the reference.
 TEST_P(Fp8Checkpoint, LayersStayInEightBitsAndHoldTheReferenceValues) {
-  const auto w = open(kQuant + GetParam());
-  const auto want = expected(GetParam())["dequant_fnv1a64"];
+  const auto w = open_checkpoint(kQuant + GetParam());
+  const auto want = quant_expected(kQuant + GetParam())["dequant_fnv1a64"];
   for (const auto& [layer, hash] : want.items()) {
     const DType type = kept_as(GetParam());
     ASSERT_EQ(w->native_dtype(layer + ".weight"), type) << layer;
@@ -102,7 +77,7 @@ TEST_P(Fp8Checkpoint, LayersStayInEightBitsAndHoldTheReferenceValues) {
     EXPECT_LE(t.buffer.size(), fp8_bytes * 11 / 10) << layer;
     std::vector<float> deq(fp8_bytes);
     quant::dequantize_row(type, t.buffer.data(), deq.data(), shape[0] * shape[1]);
-    EXPECT_EQ(hash_of(deq.data(), deq.size()), hash.get<std::string>()) << layer;
+    EXPECT_EQ(fnv1a64(deq.data(), deq.size()), hash.get<std::string>()) << layer;
   }
   // lm_head is not in FP8 (the checkpoints' ignore list): a plain tensor.
   EXPECT_FALSE(w->native_dtype("lm_head.weight").has_value());
@@ -110,25 +85,11 @@ TEST_P(Fp8Checkpoint, LayersStayInEightBitsAndHoldTheReferenceValues) {
 
 // Rows (column-parallel) and 128-column halves (row-parallel down_proj, [128, 256]) of two ranks.
 TEST_P(Fp8Checkpoint, TensorParallelSlicesAreSlicesOfTheWhole) {
-  const auto w = open(kQuant + GetParam());
+  const auto w = open_checkpoint(kQuant + GetParam());
   const std::string name = "model.layers.0.mlp.down_proj.weight";
   const std::vector<int64_t> full = {128, 256};
   const DType type = kept_as(GetParam());
-  const HostTensor whole = w->load(name, full, type);
-  const size_t row_bytes = dtype_nbytes(type, 256), half = row_bytes / 2;
-  for (int rank = 0; rank < 2; ++rank) {
-    const HostTensor rows = w->load(name, full, type, ShardSpec::split(0, rank, 2));
-    EXPECT_EQ(std::memcmp(rows.buffer.data(), static_cast<const char*>(whole.buffer.data()) + rank * 64 * row_bytes,
-                          64 * row_bytes),
-              0);
-    const HostTensor cols = w->load(name, full, type, ShardSpec::split(1, rank, 2));
-    for (int64_t r = 0; r < 128; ++r) {
-      ASSERT_EQ(std::memcmp(static_cast<const char*>(cols.buffer.data()) + r * half,
-                            static_cast<const char*>(whole.buffer.data()) + r * row_bytes + rank * half, half),
-                0)
-          << "rank " << rank << " row " << r;
-    }
-  }
+  test::expect_slices_of_whole(*w, name, full, type);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Fp8Checkpoint, ::testing::ValuesIn(kFp8));
@@ -183,7 +144,7 @@ class MalformedFp8 : public ::testing::Test {
   }
   void save() { testing_support::write_tensors(dir_.path() / "model.safetensors", tensors_); }
   std::string load_error(DType dtype = DType::F8G128) {
-    return error_of([&] { open(dir_.path())->load(q_ + ".weight", {128, 128}, dtype); });
+    return error_of([&] { open_checkpoint(dir_.path())->load(q_ + ".weight", {128, 128}, dtype); });
   }
   test::TempDir dir_{"malformed_fp8"};
   std::map<std::string, RawTensor> tensors_;
@@ -249,9 +210,9 @@ TEST_F(MalformedFp8, Int8ScalesNotExactInFp16AndMisShapedZeroPoints) {
 
 TEST_F(MalformedFp8, RequestedMethodMustAgree) {
   copy("fp8_tensor_static");
-  EXPECT_THAT(error_of([&] { open(dir_.path(), std::string("gptq")); }),
+  EXPECT_THAT(error_of([&] { open_checkpoint(dir_.path(), std::string("gptq")); }),
               AllOf(HasSubstr("--quantization gptq"), HasSubstr("fp8")));
-  EXPECT_NO_THROW(open(dir_.path(), std::string("fp8")));
+  EXPECT_NO_THROW(open_checkpoint(dir_.path(), std::string("fp8")));
 }
 
 }  // namespace

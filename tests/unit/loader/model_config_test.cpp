@@ -1,7 +1,6 @@
 // config.json parsing: defaults, per-architecture sliding-window rules, generation_config,
 // --dtype / --max-model-len / --rope-scaling / --rope-theta rules and their error messages.
 #include "engine/loader/model_config.h"
-#include "models/registry/registry.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +9,9 @@
 #include "engine/common/error.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
+#include "models/registry/registry.h"
 #include "models/rope.h"
+#include "tests/support/error_of.h"
 
 namespace cypris {
 namespace {
@@ -19,14 +20,7 @@ const char* kLlama = R"({"architectures":["LlamaForCausalLM"],"model_type":"llam
   "intermediate_size":128,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,"vocab_size":100,
   "max_position_embeddings":256,"torch_dtype":"bfloat16","eos_token_id":2})";
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(ModelConfig, DefaultsAndDerivedFields) {
   ModelConfig c = parse_model_config(model_families(), kLlama, "cfg.json");

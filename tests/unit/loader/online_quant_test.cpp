@@ -17,22 +17,22 @@
 #include "engine/loader/weights.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "models/registry/registry.h"
+#include "tests/support/error_of.h"
+#include "tests/support/quant_checkpoints.h"
 
 namespace cypris {
 namespace {
 
+using test::error_of;
+using test::fnv1a64;
+using test::kQuantFixtures;
+using test::open_checkpoint;
+using test::quant_expected;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-const std::string kDir = std::string(CYPRIS_FIXTURES_DIR) + "/quant/online_f16";
-const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
-
-nlohmann::json expected() {
-  std::ifstream in(kDir + "/expected.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str());
-}
+const std::string& kQuant = test::kQuantFixtures;
+const std::string kDir = kQuantFixtures + "online_f16";
 
 LoadOptions options_for(const std::string& method) {
   LoadOptions o;
@@ -40,33 +40,6 @@ LoadOptions options_for(const std::string& method) {
   o.load_in_8bit = method == "int8";
   o.load_in_4bit = method == "int4";
   return o;
-}
-
-std::unique_ptr<WeightSource> open(const std::string& dir, const LoadOptions& o) {
-  return open_weight_source(model_families(), dir, load_model_config(model_families(), dir), o);
-}
-
-std::vector<int64_t> layer_shape(const std::string& layer) {
-  if (layer.find("k_proj") != std::string::npos || layer.find("v_proj") != std::string::npos) return {64, 128};
-  if (layer.find("gate_proj") != std::string::npos || layer.find("up_proj") != std::string::npos) return {256, 128};
-  if (layer.find("down_proj") != std::string::npos) return {128, 256};
-  return {128, 128};
-}
-
-std::string hash_of(const std::vector<float>& v) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return fmt::format("{:016x}", h);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // Bytes of the quantized values and their scales (and zero points) alone: what 1.1x is measured against.
@@ -80,18 +53,18 @@ class OnlineQuant : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OnlineQuant, LayersEqualTheReferenceQuantizationBitForBit) {
   const std::string method = GetParam();
-  const auto w = open(kDir, options_for(method));
-  const auto want = expected()["online"][method]["dequant_fnv1a64"];
+  const auto w = open_checkpoint(kDir, options_for(method));
+  const auto want = quant_expected(kDir)["online"][method]["dequant_fnv1a64"];
   ASSERT_EQ(want.size(), 7u);
   const DType type = method == "fp8" ? DType::F8G128 : method == "int8" ? DType::W8G128 : DType::W4G128;
   for (const auto& [layer, hash] : want.items()) {
     ASSERT_EQ(w->native_dtype(layer + ".weight"), type) << layer;
-    const auto shape = layer_shape(layer);
+    const auto shape = test::fixture_layer_shape(layer, 256);
     const HostTensor t = w->load(layer + ".weight", shape, type);
     EXPECT_LE(static_cast<double>(t.buffer.size()), 1.1 * quantized_bytes(method, shape[0], shape[1])) << layer;
     std::vector<float> deq(static_cast<size_t>(shape[0] * shape[1]));
     quant::dequantize_row(type, t.buffer.data(), deq.data(), shape[0] * shape[1]);
-    EXPECT_EQ(hash_of(deq), hash.get<std::string>()) << layer << " as " << dtype_name(type);
+    EXPECT_EQ(fnv1a64(deq), hash.get<std::string>()) << layer << " as " << dtype_name(type);
   }
   // Embeddings, lm_head and norms stay as they are.
   EXPECT_FALSE(w->native_dtype("lm_head.weight").has_value());
@@ -102,25 +75,11 @@ TEST_P(OnlineQuant, LayersEqualTheReferenceQuantizationBitForBit) {
 // The scales span whole rows: each rank of a row-parallel split gets the columns of the one-rank
 // quantization, not a quantization of its half.
 TEST_P(OnlineQuant, TensorParallelSlicesAreSlicesOfTheWhole) {
-  const auto w = open(kDir, options_for(GetParam()));
+  const auto w = open_checkpoint(kDir, options_for(GetParam()));
   const std::string name = "model.layers.0.mlp.down_proj.weight";
   const DType t = *w->native_dtype(name);
   const std::vector<int64_t> full = {128, 256};
-  const HostTensor whole = w->load(name, full, t);
-  const size_t row_bytes = dtype_nbytes(t, 256), half = row_bytes / 2;
-  for (int rank = 0; rank < 2; ++rank) {
-    const HostTensor rows = w->load(name, full, t, ShardSpec::split(0, rank, 2));
-    EXPECT_EQ(std::memcmp(rows.buffer.data(), static_cast<const char*>(whole.buffer.data()) + rank * 64 * row_bytes,
-                          64 * row_bytes),
-              0);
-    const HostTensor cols = w->load(name, full, t, ShardSpec::split(1, rank, 2));
-    for (int64_t r = 0; r < 128; ++r) {
-      ASSERT_EQ(std::memcmp(static_cast<const char*>(cols.buffer.data()) + r * half,
-                            static_cast<const char*>(whole.buffer.data()) + r * row_bytes + rank * half, half),
-                0)
-          << "rank " << rank << " row " << r;
-    }
-  }
+  test::expect_slices_of_whole(*w, name, full, t);
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, OnlineQuant, ::testing::Values("fp8", "int8", "int4"));
@@ -128,15 +87,17 @@ INSTANTIATE_TEST_SUITE_P(Methods, OnlineQuant, ::testing::Values("fp8", "int8", 
 TEST(OnlineQuantFlags, MeaninglessCombinationsNameTheFlags) {
   LoadOptions both;
   both.load_in_8bit = both.load_in_4bit = true;
-  EXPECT_THAT(error_of([&] { open(kDir, both); }), AllOf(HasSubstr("--load-in-8bit"), HasSubstr("--load-in-4bit")));
+  EXPECT_THAT(error_of([&] { open_checkpoint(kDir, both); }),
+              AllOf(HasSubstr("--load-in-8bit"), HasSubstr("--load-in-4bit")));
   LoadOptions with_q = options_for("int8");
   with_q.quantization = "fp8";
-  EXPECT_THAT(error_of([&] { open(kDir, with_q); }), AllOf(HasSubstr("--load-in-8bit"), HasSubstr("-q fp8")));
+  EXPECT_THAT(error_of([&] { open_checkpoint(kDir, with_q); }),
+              AllOf(HasSubstr("--load-in-8bit"), HasSubstr("-q fp8")));
   // A checkpoint that is already quantized loads as it is.
-  EXPECT_THAT(error_of([&] { open(kQuant + "gptq_w4_g128_v1", options_for("int4")); }),
+  EXPECT_THAT(error_of([&] { open_checkpoint(kQuant + "gptq_w4_g128_v1", options_for("int4")); }),
               AllOf(HasSubstr("--load-in-4bit"), HasSubstr("already quantized"), HasSubstr("gptq")));
   // -q fp8 on a GPTQ checkpoint is a mismatch, not an online quantization.
-  EXPECT_THAT(error_of([&] { open(kQuant + "gptq_w4_g128_v1", options_for("fp8")); }),
+  EXPECT_THAT(error_of([&] { open_checkpoint(kQuant + "gptq_w4_g128_v1", options_for("fp8")); }),
               AllOf(HasSubstr("--quantization fp8"), HasSubstr("gptq")));
 }
 

@@ -17,9 +17,11 @@
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weights.h"
 #include "kernels/cpu/quant/quant_ref.h"
+#include "models/registry/registry.h"
+#include "tests/support/error_of.h"
+#include "tests/support/quant_checkpoints.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
-#include "models/registry/registry.h"
 
 namespace cypris {
 namespace {
@@ -28,42 +30,16 @@ namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
+const std::string& kQuant = test::kQuantFixtures;
 
-nlohmann::json expected(const std::string& name) {
-  std::ifstream in(kQuant + name + "/expected.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str());
-}
+using test::error_of;
+using test::fnv1a64;
+using test::open_checkpoint;
+using test::quant_expected;
 
-std::unique_ptr<WeightSource> open(const fs::path& dir, std::optional<std::string> q = std::nullopt) {
-  LoadOptions o;
-  o.quantization = std::move(q);
-  return open_weight_source(model_families(), dir, load_model_config(model_families(), dir), o);
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// [out, in] of each linear layer of the fixtures' Llama (hidden 128, 2 KV heads of 32, MLP 128).
+// [out, in] of each linear layer of these fixtures (MLP 128).
 std::vector<int64_t> layer_shape(const std::string& layer) {
-  if (layer.find("k_proj") != std::string::npos || layer.find("v_proj") != std::string::npos) return {64, 128};
-  return {128, 128};
-}
-
-// FNV-1a 64 of the values' little-endian bytes, as the generator hashes its reference.
-std::string hash_of(const std::vector<float>& v) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return fmt::format("{:016x}", h);
+  return test::fixture_layer_shape(layer, 128);
 }
 
 const std::vector<std::string> kReadable = {"gptq_w4_g128_v1",      "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
@@ -75,13 +51,13 @@ class QuantCheckpointValues : public ::testing::TestWithParam<std::string> {};
 
 // Read in a plain dtype, every layer (act-order ones too) is the reference's scale * (q - zero).
 TEST_P(QuantCheckpointValues, LayersDequantizeToTheReferenceBitForBit) {
-  const auto w = open(kQuant + GetParam());
-  const auto want = expected(GetParam())["dequant_fnv1a64"];
+  const auto w = open_checkpoint(kQuant + GetParam());
+  const auto want = quant_expected(kQuant + GetParam())["dequant_fnv1a64"];
   ASSERT_EQ(want.size(), 7u);
   for (const auto& [layer, hash] : want.items()) {
     const HostTensor t = w->load(layer + ".weight", layer_shape(layer), DType::F32);
     const float* p = t.buffer.as<float>();
-    EXPECT_EQ(hash_of(std::vector<float>(p, p + t.view().numel())), hash.get<std::string>()) << layer;
+    EXPECT_EQ(fnv1a64(std::vector<float>(p, p + t.view().numel())), hash.get<std::string>()) << layer;
   }
 }
 
@@ -89,8 +65,8 @@ TEST_P(QuantCheckpointValues, LayersDequantizeToTheReferenceBitForBit) {
 // equals the reference too (so the zero offset, the AWQ column order and the nibble order are right
 // where it matters).
 TEST_P(QuantCheckpoint, RepackedBlocksHoldTheReferenceValues) {
-  const auto w = open(kQuant + GetParam());
-  const auto want = expected(GetParam())["dequant_fnv1a64"];
+  const auto w = open_checkpoint(kQuant + GetParam());
+  const auto want = quant_expected(kQuant + GetParam())["dequant_fnv1a64"];
   ASSERT_EQ(want.size(), 7u);
   for (const auto& [layer, hash] : want.items()) {
     const std::optional<DType> native = w->native_dtype(layer + ".weight");
@@ -101,33 +77,18 @@ TEST_P(QuantCheckpoint, RepackedBlocksHoldTheReferenceValues) {
     EXPECT_EQ(t.buffer.size(), dtype_nbytes(*native, shape[0] * shape[1]));
     std::vector<float> deq(static_cast<size_t>(shape[0] * shape[1]));
     quant::dequantize_row(*native, t.buffer.data(), deq.data(), shape[0] * shape[1]);
-    EXPECT_EQ(hash_of(deq), hash.get<std::string>()) << layer << " as " << dtype_name(*native);
+    EXPECT_EQ(fnv1a64(deq), hash.get<std::string>()) << layer << " as " << dtype_name(*native);
   }
 }
 
 // Column- and row-parallel slices of two ranks are the rows / the blocks of the whole layer.
 TEST_P(QuantCheckpoint, TensorParallelSlicesAreSlicesOfTheWhole) {
-  const auto w = open(kQuant + GetParam());
+  const auto w = open_checkpoint(kQuant + GetParam());
   const std::string name = "model.layers.0.mlp.down_proj.weight";
   const DType t = *w->native_dtype(name);
   const std::vector<int64_t> full = {128, 128};
-  const HostTensor whole = w->load(name, full, t);
-  const size_t row_bytes = dtype_nbytes(t, 128);
-  for (int rank = 0; rank < 2; ++rank) {
-    const HostTensor rows = w->load(name, full, t, ShardSpec::split(0, rank, 2));
-    EXPECT_EQ(std::memcmp(rows.buffer.data(), static_cast<const char*>(whole.buffer.data()) + rank * 64 * row_bytes,
-                          64 * row_bytes),
-              0);
-    if (dtype_block(t).elems > 64) continue;  // a 128-value block does not split over two ranks of 64 columns
-    const HostTensor cols = w->load(name, full, t, ShardSpec::split(1, rank, 2));
-    const size_t half = row_bytes / 2;
-    for (int r = 0; r < 128; ++r) {
-      ASSERT_EQ(std::memcmp(static_cast<const char*>(cols.buffer.data()) + r * half,
-                            static_cast<const char*>(whole.buffer.data()) + r * row_bytes + rank * half, half),
-                0)
-          << "row " << r << " rank " << rank;
-    }
-  }
+  // A 128-value block does not split over two ranks of 64 columns: those are checked by rows only.
+  test::expect_slices_of_whole(*w, name, full, t);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantCheckpoint, ::testing::ValuesIn(kReadable));
@@ -138,14 +99,15 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, QuantCheckpointValues,
 
 TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
   const std::string layer = "model.layers.0.self_attn.q_proj.weight";
-  EXPECT_EQ(open(kQuant + "gptq_w4_g128_v1")->native_dtype(layer), DType::W4G128);
-  EXPECT_EQ(open(kQuant + "gptq_w8_g32_sym_v2")->native_dtype(layer), DType::W8G32);
-  EXPECT_EQ(open(kQuant + "gptq_w2_rowgroup_v1")->native_dtype(layer), DType::W4G128);  // a row of 128 is one group
-  EXPECT_EQ(open(kQuant + "awq_w4_g64")->native_dtype(layer), DType::W4G32);
-  EXPECT_EQ(open(kQuant + "ct_w4a16_g128_sym")->native_dtype(layer), DType::W4G128);
-  EXPECT_EQ(open(kQuant + "ct_w8a16_channel_asym")->native_dtype(layer), DType::W8G128);  // channel: a row
+  EXPECT_EQ(open_checkpoint(kQuant + "gptq_w4_g128_v1")->native_dtype(layer), DType::W4G128);
+  EXPECT_EQ(open_checkpoint(kQuant + "gptq_w8_g32_sym_v2")->native_dtype(layer), DType::W8G32);
+  EXPECT_EQ(open_checkpoint(kQuant + "gptq_w2_rowgroup_v1")->native_dtype(layer),
+            DType::W4G128);  // a row of 128 is one group
+  EXPECT_EQ(open_checkpoint(kQuant + "awq_w4_g64")->native_dtype(layer), DType::W4G32);
+  EXPECT_EQ(open_checkpoint(kQuant + "ct_w4a16_g128_sym")->native_dtype(layer), DType::W4G128);
+  EXPECT_EQ(open_checkpoint(kQuant + "ct_w8a16_channel_asym")->native_dtype(layer), DType::W8G128);  // channel: a row
   // Unquantized tensors stay plain.
-  EXPECT_FALSE(open(kQuant + "awq_w4_g64")->native_dtype("lm_head.weight").has_value());
+  EXPECT_FALSE(open_checkpoint(kQuant + "awq_w4_g64")->native_dtype("lm_head.weight").has_value());
 }
 
 // Weights stay quantized: the repacked layers take at most 1.1x the bytes of the checkpoint's
@@ -154,10 +116,10 @@ TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
 TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
   for (const std::string name :
        {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "awq_w4_g128", "ct_w4a16_g128_sym", "ct_w8a16_channel_asym"}) {
-    const auto w = open(kQuant + name);
+    const auto w = open_checkpoint(kQuant + name);
     SafetensorsFile f(kQuant + name + "/model.safetensors");
     double ours = 0, theirs = 0;
-    const auto layers = expected(name)["dequant_fnv1a64"];
+    const auto layers = quant_expected(kQuant + name)["dequant_fnv1a64"];
     ASSERT_EQ(layers.size(), 7u);
     for (const auto& [layer, hash] : layers.items()) {
       const auto shape = layer_shape(layer);
@@ -175,7 +137,7 @@ TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
 // Act-order layers (g_idx out of order) would mix groups in a block: they have no repacked type
 // (the model keeps them in --dtype, dequantized exactly as above), and forcing one names g_idx.
 TEST(QuantCheckpointTypes, ActOrderLayersAreReadDequantized) {
-  const auto w = open(kQuant + "gptq_w4_g64_act_order");
+  const auto w = open_checkpoint(kQuant + "gptq_w4_g64_act_order");
   const std::string layer = "model.layers.0.self_attn.q_proj.weight";
   EXPECT_FALSE(w->native_dtype(layer).has_value());
   EXPECT_THAT(error_of([&] {
@@ -185,7 +147,7 @@ TEST(QuantCheckpointTypes, ActOrderLayersAreReadDequantized) {
 }
 
 TEST(QuantCheckpointTypes, MethodMismatchNamesBoth) {
-  EXPECT_THAT(error_of([&] { open(kQuant + "awq_w4_g64", "gptq"); }),
+  EXPECT_THAT(error_of([&] { open_checkpoint(kQuant + "awq_w4_g64", "gptq"); }),
               AllOf(HasSubstr("--quantization gptq"), HasSubstr("quantized with awq")));
 }
 
@@ -212,7 +174,7 @@ class MalformedQuant : public ::testing::Test {
   // The error of loading q_proj in its native type.
   std::string load_error() {
     return error_of([&] {
-      const auto w = open(dir_.path());
+      const auto w = open_checkpoint(dir_.path());
       const std::string layer = "model.layers.0.self_attn.q_proj.weight";
       w->load(layer, {128, 128}, *w->native_dtype(layer));
     });

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine/common/error.h"
+#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
 namespace cypris {
@@ -18,14 +19,7 @@ using ::testing::HasSubstr;
 
 const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::string parse_error(const std::string& json) {
   return error_of([&] { parse_quant_config(json, "config.json"); });

@@ -14,6 +14,7 @@
 #include "engine/common/error.h"
 #include "engine/loader/weights.h"
 #include "engine/runtime/model_runner.h"
+#include "tests/support/error_of.h"
 #include "tests/support/temp_dir.h"
 
 namespace cypris {
@@ -25,14 +26,7 @@ using ::testing::HasSubstr;
 
 const fs::path kDir = fs::path(CYPRIS_FIXTURES_DIR) / "torch_bin";
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::vector<float> as_f32(const SafetensorsTensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));

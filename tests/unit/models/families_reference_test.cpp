@@ -48,16 +48,8 @@ TEST_P(Families, GreedyDecodeMatchesTorchReference) {
   const Expected e = load_expected(name);
   ASSERT_FALSE(e.greedy.empty()) << name << ": the fixture has no greedy continuation";
   ModelRunner runner(options(name));
-  std::vector<int32_t> ids(e.ids.begin(), e.ids.begin() + 12);
-  Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
-  std::vector<int32_t> got;
-  for (size_t step = 0; step < e.greedy.size(); ++step) {
-    const int32_t next = static_cast<int32_t>(std::max_element(l.row(0), l.row(0) + l.vocab) - l.row(0));
-    got.push_back(next);
-    ids.push_back(next);
-    const int32_t one[] = {next};
-    l = runner.execute(make_single_sequence_batch(one, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
-  }
+  const std::vector<int32_t> got =
+      greedy_decode(runner, std::vector<int32_t>(e.ids.begin(), e.ids.begin() + 12), e.greedy.size());
   EXPECT_EQ(got, e.greedy) << name;
 }
 

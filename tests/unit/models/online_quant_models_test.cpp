@@ -68,16 +68,8 @@ TEST_P(OnlineQuantModels, PrefillAndGreedyMatchTheReferenceQuantization) {
   RecordProperty("max_rel_err", std::to_string(worst));
 
   ModelRunner dec(options(method));
-  std::vector<int32_t> seq(ids.begin(), ids.begin() + 12);
-  Logits d = dec.execute(make_single_sequence_batch(seq, 0, dec.block_size()));
-  std::vector<int32_t> got;
-  for (size_t step = 0; step < m["greedy"].size(); ++step) {
-    const int32_t next = static_cast<int32_t>(std::max_element(d.row(0), d.row(0) + d.vocab) - d.row(0));
-    got.push_back(next);
-    seq.push_back(next);
-    const int32_t one[] = {next};
-    d = dec.execute(make_single_sequence_batch(one, static_cast<int32_t>(seq.size()) - 1, dec.block_size()));
-  }
+  const std::vector<int32_t> got =
+      greedy_decode(dec, std::vector<int32_t>(ids.begin(), ids.begin() + 12), m["greedy"].size());
   EXPECT_EQ(got, m["greedy"].get<std::vector<int32_t>>()) << method;
 }
 

@@ -27,15 +27,9 @@ using namespace reference_fixture;
 constexpr double kTolerance = 5e-2;
 const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
 
+// Blocks of 4 tokens, so the decode crosses block boundaries.
 ModelRunnerOptions options(const std::string& name, int tp = 1) {
-  ModelRunnerOptions o;
-  o.model_dir = kQuant + name;
-  o.load.dtype = "float32";
-  o.threads = 2;
-  o.block_size = 4;
-  o.num_blocks = 16;
-  o.parallel.world_size = tp;
-  return o;
+  return fixture_options(kQuant + name, "float32", 4, 16, tp);
 }
 
 Expected load(const std::string& name) { return load_expected_from(kQuant + name); }
@@ -56,17 +50,9 @@ TEST_P(QuantModels, FullPrefillMatchesTheFloat64Reference) {
 TEST_P(QuantModels, GreedyDecodeMatchesTheReference) {
   const Expected e = load(GetParam());
   ModelRunner runner(options(GetParam()));
-  std::vector<int32_t> ids(e.ids.begin(), e.ids.begin() + 12);
-  Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
   ASSERT_FALSE(e.greedy.empty()) << "the fixture has no greedy continuation";
-  std::vector<int32_t> got;
-  for (size_t step = 0; step < e.greedy.size(); ++step) {
-    const int32_t next = static_cast<int32_t>(std::max_element(l.row(0), l.row(0) + l.vocab) - l.row(0));
-    got.push_back(next);
-    ids.push_back(next);
-    const int32_t one[] = {next};
-    l = runner.execute(make_single_sequence_batch(one, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
-  }
+  const std::vector<int32_t> got =
+      greedy_decode(runner, std::vector<int32_t>(e.ids.begin(), e.ids.begin() + 12), e.greedy.size());
   EXPECT_EQ(got, e.greedy) << GetParam();
 }
 

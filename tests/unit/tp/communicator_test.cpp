@@ -8,24 +8,18 @@
 #include <chrono>
 #include <thread>
 
-#include "engine/common/error.h"
-#include "engine/loader/model_config.h"
 #include "engine/backend/cpu/cpu_communicator.h"
 #include "engine/backend/tp_workers.h"
+#include "engine/common/error.h"
+#include "engine/loader/model_config.h"
+#include "tests/support/error_of.h"
 
 namespace cypris {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(CpuCommunicator, AllReduceSumsInRankOrderOnEveryRank) {
   for (int world : {2, 3, 4}) {

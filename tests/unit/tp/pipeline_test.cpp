@@ -43,15 +43,6 @@ ModelRunnerOptions split_options(const std::string& path, const Split& sp, const
   return o;
 }
 
-void expect_same_logits(const Logits& got, const Logits& ref, const std::string& what) {
-  ASSERT_EQ(got.rows, ref.rows) << what;
-  ASSERT_EQ(got.vocab, ref.vocab) << what;
-  for (int64_t r = 0; r < ref.rows; ++r) {
-    EXPECT_LT(rel_err(got.row(r), ref.row(r), ref.vocab), 1e-5) << what << " row " << r;
-    EXPECT_EQ(argmax(got.row(r), got.vocab), argmax(ref.row(r), ref.vocab)) << what << " row " << r;
-  }
-}
-
 class PipelineFixtures : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PipelineFixtures, StagesGiveTheUnsplitLogits) {
@@ -85,17 +76,7 @@ INSTANTIATE_TEST_SUITE_P(Families, PipelineFixtures,
 
 // Greedy decoding of BOS, one token per step, through the runner.
 std::vector<int32_t> greedy(ModelRunner& runner, int steps) {
-  std::vector<int32_t> ids = {1};  // BOS
-  Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
-  std::vector<int32_t> out;
-  for (int i = 0; i < steps; ++i) {
-    const int32_t next = argmax(l.row(0), l.vocab);
-    out.push_back(next);
-    ids.push_back(next);
-    const int32_t tok[] = {next};
-    l = runner.execute(make_single_sequence_batch(tok, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
-  }
-  return out;
+  return greedy_decode(runner, {1}, steps);
 }
 
 TEST(PipelineStories260k, GreedyTokensOfEverySplitMatchOneStage) {

@@ -29,15 +29,6 @@ ModelRunnerOptions options(const std::string& dir, int tp, const std::string& dt
   return fixture_options(dir, dtype, block_size, num_blocks, tp);
 }
 
-void expect_same_logits(const Logits& got, const Logits& ref, const std::string& what) {
-  ASSERT_EQ(got.rows, ref.rows) << what;
-  ASSERT_EQ(got.vocab, ref.vocab) << what;
-  for (int64_t r = 0; r < ref.rows; ++r) {
-    EXPECT_LT(rel_err(got.row(r), ref.row(r), ref.vocab), 1e-5) << what << " row " << r;
-    EXPECT_EQ(argmax(got.row(r), got.vocab), argmax(ref.row(r), ref.vocab)) << what << " row " << r;
-  }
-}
-
 class TpFixtures : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TpFixtures, SplitModelsGiveTheUnsplitLogits) {
@@ -128,19 +119,9 @@ TEST(TpRanks, PagedStepsAndBlockMovesMatchTheUnsplitModel) {
   }
 }
 
+// Greedy decoding of BOS, with the logits of every step.
 std::vector<int32_t> greedy(ModelRunner& runner, int steps, std::vector<Logits>* logits) {
-  std::vector<int32_t> ids = {1};  // BOS
-  Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
-  std::vector<int32_t> out;
-  for (int i = 0; i < steps; ++i) {
-    logits->push_back(l);
-    const int32_t next = argmax(l.row(0), l.vocab);
-    out.push_back(next);
-    ids.push_back(next);
-    const int32_t tok[] = {next};
-    l = runner.execute(make_single_sequence_batch(tok, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
-  }
-  return out;
+  return greedy_decode(runner, {1}, steps, logits);
 }
 
 TEST(TpStories260k, GreedyTokensAndLogitsMatchTpOne) {
