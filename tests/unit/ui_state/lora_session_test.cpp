@@ -17,6 +17,8 @@
 #include "tests/support/engine_jobs.h"
 #include "tests/support/fake_services.h"
 #include "tests/support/reference_fixture.h"
+#include "tests/support/safetensors_edit.h"
+#include "tests/support/temp_dir.h"
 #include "tests/unit/ui_state/pump.h"
 
 namespace cypris {
@@ -24,6 +26,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using namespace testing_support;
+namespace fs = std::filesystem;
 
 const std::string kBase = std::string(CYPRIS_FIXTURES_DIR) + "/models/llama_gqa_tied";
 const std::string kLora = std::string(CYPRIS_FIXTURES_DIR) + "/lora/llama_gqa_tied/";
@@ -108,9 +111,21 @@ TEST_F(LoraSessionTest, EngineRefusalsAndHubIdsAreTextNotCrashes) {
   const std::string missing = kLora + "no_such_adapter";
   load(s, "x", missing);
   EXPECT_THAT(s.error(), HasSubstr(missing));
-  // The Phi-3 fixture's adapter is shaped for another model.
-  load(s, "phi", std::string(CYPRIS_FIXTURES_DIR) + "/lora/phi3_fused_longrope/fused_r4");
-  EXPECT_NE(s.error(), "");
+  // qv_r4 with one A matrix one column too wide for the model.
+  test::TempDir dir("lora_shape");
+  fs::copy_file(kLora + "qv_r4/adapter_config.json", dir.path() / "adapter_config.json");
+  auto tensors = read_tensors(kLora + "qv_r4/adapter_model.safetensors");
+  bool widened = false;
+  for (auto& [name, t] : tensors) {
+    if (widened || name.find("lora_A") == std::string::npos || t.dtype != "F32") continue;
+    t.shape.back() += 1;
+    t.bytes.append(static_cast<size_t>(t.shape.front()) * sizeof(float), '\0');
+    widened = true;
+  }
+  ASSERT_TRUE(widened);
+  write_tensors(dir.path() / "adapter_model.safetensors", tensors);
+  load(s, "wide", dir.path().string());
+  EXPECT_THAT(s.error(), HasSubstr("shape"));
   EXPECT_TRUE(s.adapters().empty());
 
   EXPECT_FALSE(s.load(engine_, "", "someone/some-lora"));
