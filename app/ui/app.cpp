@@ -91,6 +91,7 @@ class App {
   QuickOptions quick_{options_};
   EngineSession engine_;
   ChatSession chat_;
+  LoraSession lora_;
   HubSession hub_;
   ServerSession server_;
   AppContext ctx_;
@@ -131,6 +132,7 @@ App::App(const AppLaunch& launch, std::unique_ptr<AppServices> services)
       }),
       engine_(*services_, queue_, jobs_),
       chat_(*services_, queue_, jobs_, [this] { return now(); }),
+      lora_(queue_, jobs_),
       hub_(*services_, queue_, jobs_, [this] { return now(); }),
       server_(*services_, queue_, jobs_) {
   sink_ = std::make_shared<LogBufferSink>(log_);
@@ -141,6 +143,7 @@ App::App(const AppLaunch& launch, std::unique_ptr<AppServices> services)
   ctx_.jobs = &jobs_;
   ctx_.engine = &engine_;
   ctx_.chat = &chat_;
+  ctx_.lora = &lora_;
   ctx_.hub = &hub_;
   ctx_.server = &server_;
   ctx_.options = &options_;
@@ -191,6 +194,7 @@ App::App(const AppLaunch& launch, std::unique_ptr<AppServices> services)
     LOG_WARN("{}", status_);
   }
   chat_.transcript().system_prompt = settings_.system_prompt;
+  chat_.set_adapter(settings_.chat_lora);
   load_startup_options();
 
   load_bar_ = std::make_unique<LoadBar>(ctx_);
@@ -443,6 +447,7 @@ int App::run() {
     glfwSwapBuffers(window_);
   }
   settings_.system_prompt = chat_.transcript().system_prompt;
+  settings_.chat_lora = chat_.adapter();
   int ww = 0, wh = 0;
   glfwGetWindowSize(window_, &ww, &wh);
   if (ww > 0 && wh > 0 && !script_ && launch_.screenshot.empty()) {

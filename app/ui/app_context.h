@@ -12,6 +12,7 @@
 #include "app/ui/state/engine_session.h"
 #include "app/ui/state/hub_session.h"
 #include "app/ui/state/log_buffer.h"
+#include "app/ui/state/lora_session.h"
 #include "app/ui/state/options_form.h"
 #include "app/ui/state/quick_options.h"
 #include "app/ui/state/server_session.h"
@@ -29,6 +30,7 @@ struct AppContext {
   BackgroundJobs* jobs = nullptr;
   EngineSession* engine = nullptr;
   ChatSession* chat = nullptr;
+  LoraSession* lora = nullptr;  // the loaded engine's LoRA adapters (Models panel, Chat combo)
   HubSession* hub = nullptr;
   ServerSession* server = nullptr;
   OptionsForm* options = nullptr;

@@ -130,18 +130,30 @@ void AsyncEngine::loop() {
           s->accepted.set_exception(std::current_exception());
         }
       } else if (auto* l = std::get_if<LoraLoad>(&c)) {
+        // The list is updated before the caller is answered, so loras() right after load_lora /
+        // unload_lora returns (the desktop app's list, /v1/models after /v1/lora/load) sees the change.
+        std::exception_ptr err;
         try {
           engine_->add_lora(l->name, *l->adapter);
-          l->done.set_value();
         } catch (...) {
-          l->done.set_exception(std::current_exception());
+          err = std::current_exception();
         }
-        std::lock_guard<std::mutex> lock(mu_);
-        loras_ = engine_->loras();
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          loras_ = engine_->loras();
+        }
+        if (err) {
+          l->done.set_exception(err);
+        } else {
+          l->done.set_value();
+        }
       } else if (auto* u = std::get_if<LoraUnload>(&c)) {
-        u->done.set_value(engine_->remove_lora(u->name));
-        std::lock_guard<std::mutex> lock(mu_);
-        loras_ = engine_->loras();
+        const bool found = engine_->remove_lora(u->name);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          loras_ = engine_->loras();
+        }
+        u->done.set_value(found);
       } else {
         engine_->abort_request(std::get<Abort>(c).request_id);
       }

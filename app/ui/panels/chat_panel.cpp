@@ -41,6 +41,7 @@ void ChatPanel::draw() {
     ImGui::TextDisabled("(no model loaded)");
   } else {
     ImGui::TextDisabled("with %s", ctx_.engine->model_info().model.c_str());
+    draw_adapter_choice();
   }
   ImGui::SameLine(ImGui::GetContentRegionAvail().x + ImGui::GetCursorPosX() - ImGui::GetFontSize() * 4.5f);
   if (ui::button("Clear chat", !t.generating() && !t.messages().empty())) t.clear();
@@ -172,6 +173,30 @@ void ChatPanel::draw_input() {
     ImGui::SameLine();
     ImGui::TextColored(ui::kYellow, "%s", chat.last_error().c_str());
   }
+}
+
+void ChatPanel::draw_adapter_choice() {
+  // Only with --enable-lora; the choice is kept (and saved) even while its adapter is not loaded.
+  LoraSession& lora = *ctx_.lora;
+  lora.refresh(ctx_.engine->engine());
+  if (!lora.enabled()) return;
+  ChatSession& chat = *ctx_.chat;
+  const std::string current = chat.adapter().empty() ? "base model" : chat.adapter();
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 9);
+  if (ImGui::BeginCombo("##adapter", current.c_str())) {
+    auto choose = [&](const std::string& name) {
+      chat.set_adapter(name);
+      ctx_.settings->chat_lora = name;
+      ctx_.save_settings();
+    };
+    if (ImGui::Selectable("base model", chat.adapter().empty())) choose("");
+    for (const auto& a : lora.adapters()) {
+      if (ImGui::Selectable(a.name.c_str(), chat.adapter() == a.name)) choose(a.name);
+    }
+    ImGui::EndCombo();
+  }
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("The LoRA adapter this chat's replies use (Models → Adapters).");
 }
 
 }  // namespace cypris

@@ -31,6 +31,7 @@ class ChatPanel {
  private:
   void draw_messages();
   void draw_input();
+  void draw_adapter_choice();
   AppContext& ctx_;
   std::string input_;
   std::optional<size_t> editing_;

@@ -29,6 +29,8 @@ void ModelsPanel::draw() {
   draw_cache();
   ImGui::Separator();
   draw_local();
+  ImGui::Separator();
+  draw_adapters();
   ImGui::PopID();
 }
 
@@ -317,6 +319,67 @@ void ModelsPanel::draw_local() {
     ImGui::SameLine();
     ImGui::TextUnformatted(s.local_folders[i].c_str());
     ImGui::PopID();
+  }
+}
+
+void ModelsPanel::draw_adapters() {
+  ImGui::TextUnformatted("Adapters (LoRA)");
+  LoraSession& lora = *ctx_.lora;
+  const auto& engine = ctx_.engine->engine();
+  lora.refresh(engine);
+  if (!ctx_.engine->loaded()) {
+    ImGui::TextDisabled("Load a model (with --enable-lora) to add adapters.");
+    return;
+  }
+  if (!lora.enabled()) {
+    ImGui::TextDisabled("This model was loaded without --enable-lora (Engine options → Advanced → LoRA):");
+    ImGui::TextDisabled("turn it on, set --max-loras / --max-lora-rank, and load the model again.");
+    return;
+  }
+  ImGui::SetNextItemWidth(-ImGui::GetFontSize() * 12);
+  ImGui::InputTextWithHint("##lora_path", "adapter folder (adapter_config.json + adapter_model.safetensors)",
+                           &adapter_path_);
+  ImGui::SameLine();
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 7);
+  ImGui::InputTextWithHint("##lora_name", "name", &adapter_name_);
+  ImGui::SameLine();
+  if (ui::button("Load##lora", !adapter_path_.empty() && !lora.busy())) {
+    if (lora.load(engine, adapter_name_, adapter_path_)) adapter_name_.clear();
+  }
+  if (lora.busy()) ImGui::TextDisabled("working...");
+  if (!lora.error().empty()) {
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextColored(ImVec4(1.0f, 0.45f, 0.4f, 1.0f), "%s", lora.error().c_str());
+    ImGui::PopTextWrapPos();
+  } else if (!lora.message().empty()) {
+    ImGui::TextDisabled("%s", lora.message().c_str());
+  }
+  if (lora.adapters().empty()) {
+    ImGui::TextDisabled("No adapter loaded: chats run on the base model.");
+    return;
+  }
+  if (ImGui::BeginTable("adapters", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersOuter)) {
+    ImGui::TableSetupColumn("name");
+    ImGui::TableSetupColumn("rank", ImGuiTableColumnFlags_WidthFixed);
+    ImGui::TableSetupColumn("folder");
+    ImGui::TableSetupColumn("", ImGuiTableColumnFlags_WidthFixed);
+    ImGui::TableHeadersRow();
+    std::string unload;
+    for (const auto& a : lora.adapters()) {
+      ImGui::PushID(a.name.c_str());
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(a.name.c_str());
+      ImGui::TableNextColumn();
+      ImGui::Text("%lld", static_cast<long long>(a.rank));
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(a.path.c_str());
+      ImGui::TableNextColumn();
+      if (ui::button("Unload", !lora.busy())) unload = a.name;
+      ImGui::PopID();
+    }
+    ImGui::EndTable();
+    if (!unload.empty()) lora.unload(engine, unload);
   }
 }
 

@@ -3,6 +3,7 @@
 // choose files (with sizes), download them with per-file and total progress, rate, ETA and
 // cancel; the models already in the cache and local folders, to use or delete. At the top: the
 // selected (and the loaded) model with how its weights are stored ("GPTQ 4-bit g128", "GGUF Q4_K_M").
+// At the bottom: the loaded model's LoRA adapters (load from a folder, unload).
 #pragma once
 
 #include <map>
@@ -27,9 +28,12 @@ class ModelsPanel : public Panel {
   void draw_download();
   void draw_cache();
   void draw_local();
+  void draw_adapters();
   std::string query_;
   std::string commit_;
   std::string local_path_;
+  std::string adapter_path_;
+  std::string adapter_name_;
   bool cache_loaded_ = false;
   std::string confirm_delete_;  // "repo@revision" waiting for confirmation
   std::string loaded_key_;      // the loaded model loaded_label_ was read for

@@ -67,6 +67,7 @@ bool ChatSession::start_reply(const std::shared_ptr<EngineClient>& engine) {
   } else if (structured.state == StructuredCheck::State::Invalid) {
     last_error_ = "sent without structured output (the field is invalid: " + structured.message + ")";
   }
+  if (!adapter_.empty()) sampler["model"] = adapter_;
   const std::string request_id = "chat-" + std::to_string(next_id_++);
   auto flight = std::make_shared<InFlight>();
   in_flight_ = flight;

@@ -42,6 +42,11 @@ class ChatSession {
   // Stops the reply being generated (Esc). The partial reply stays, marked stopped.
   void stop();
   const std::string& last_error() const { return last_error_; }
+  // The LoRA adapter this chat's requests run with, by the name it was loaded under (Models panel);
+  // empty: the base model. It goes into the request as its "model", as an OpenAI request names its
+  // adapter; an adapter unloaded since fails the reply with the engine's message.
+  void set_adapter(std::string name) { adapter_ = std::move(name); }
+  const std::string& adapter() const { return adapter_; }
 
  private:
   bool start_reply(const std::shared_ptr<EngineClient>& engine);
@@ -54,6 +59,7 @@ class ChatSession {
   SamplerSettings samplers_;
   StructuredOutputValidator structured_check_;
   std::string last_error_;
+  std::string adapter_;
   uint64_t next_id_ = 1;
   // The stream of the reply in flight; the worker sets it, stop() cancels it.
   struct InFlight {

@@ -219,7 +219,10 @@ SamplingParams chat_sampling_params(const nlohmann::json& request) {
 std::shared_ptr<RequestStream> RealServices::generate(EngineClient& engine, const std::string& request_id,
                                                       std::vector<int32_t> prompt_ids, const nlohmann::json& sampler) {
   auto params = std::make_shared<SamplingParams>(chat_sampling_params(sampler));
-  return engine.submit(GenerateRequest{request_id, std::move(prompt_ids), "", params, 0});
+  GenerateRequest req{request_id, std::move(prompt_ids), "", params, 0};
+  // The chat names its LoRA adapter as an OpenAI request does: "model" (absent: the base model).
+  if (auto it = sampler.find("model"); it != sampler.end() && it->is_string()) req.lora_name = it->get<std::string>();
+  return engine.submit(std::move(req));
 }
 
 }  // namespace cypris

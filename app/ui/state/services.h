@@ -116,7 +116,8 @@ class AppServices {
   // Starts one generation. sampler: the sampler values as request JSON (the OpenAI/Aphrodite
   // field names of app/ui/state/sampler_table.h: {"temperature": 0.7, "max_tokens": 256, ...},
   // plus the structured-output field's guided_json / guided_regex / guided_choice / grammar),
-  // turned into SamplingParams the same way the HTTP API does. Throws for invalid values.
+  // turned into SamplingParams the same way the HTTP API does, and "model": the LoRA adapter to run
+  // with (absent: the base model). Throws for invalid values.
   virtual std::shared_ptr<RequestStream> generate(EngineClient& engine, const std::string& request_id,
                                                   std::vector<int32_t> prompt_ids, const nlohmann::json& sampler) = 0;
 };

@@ -63,6 +63,7 @@ AppSettings load_settings(const std::string& path) {
   read_key(j, "last_profile", s.last_profile, path);
   read_key(j, "last_sampler_preset", s.last_sampler_preset, path);
   read_key(j, "system_prompt", s.system_prompt, path);
+  read_key(j, "chat_lora", s.chat_lora, path);
   read_key(j, "local_folders", s.local_folders, path);
   read_key(j, "server_host", s.server_host, path);
   read_key(j, "server_port", s.server_port, path);
@@ -83,6 +84,7 @@ void save_settings(const std::string& path, const AppSettings& s) {
          {"last_profile", s.last_profile},
          {"last_sampler_preset", s.last_sampler_preset},
          {"system_prompt", s.system_prompt},
+         {"chat_lora", s.chat_lora},
          {"local_folders", s.local_folders},
          {"server_host", s.server_host},
          {"server_port", s.server_port},

@@ -14,6 +14,7 @@ struct AppSettings {
   std::string last_profile;         // name of the last profile loaded or saved
   std::string last_sampler_preset;  // name of the last sampler preset applied
   std::string system_prompt;
+  std::string chat_lora;                   // the chat's LoRA adapter by name (empty: the base model)
   std::vector<std::string> local_folders;  // model folders the user added in the Models panel
   std::string server_host = "localhost";
   int64_t server_port = 2242;
