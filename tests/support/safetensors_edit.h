@@ -46,4 +46,15 @@ inline void write_tensors(const std::filesystem::path& file, const std::map<std:
   out << h << data;
 }
 
+// Replaces the files in `to` with those of the checkpoint folder `from` and returns the copy's
+// model.safetensors tensors, for a test that edits one of them and writes them back (write_tensors).
+inline std::map<std::string, RawTensor> copy_checkpoint(const std::filesystem::path& from,
+                                                       const std::filesystem::path& to) {
+  for (const auto& e : std::filesystem::directory_iterator(to)) std::filesystem::remove(e.path());
+  for (const auto& e : std::filesystem::directory_iterator(from)) {
+    std::filesystem::copy(e.path(), to / e.path().filename());
+  }
+  return read_tensors(to / "model.safetensors");
+}
+
 }  // namespace cypris::testing_support

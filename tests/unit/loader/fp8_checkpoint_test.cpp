@@ -137,10 +137,7 @@ using testing_support::RawTensor;
 class MalformedFp8 : public ::testing::Test {
  protected:
   void copy(const std::string& fixture) {
-    for (const auto& e : fs::directory_iterator(dir_.path())) fs::remove(e.path());
-    for (const auto& e : fs::directory_iterator(kQuant + fixture))
-      fs::copy(e.path(), dir_.path() / e.path().filename());
-    tensors_ = testing_support::read_tensors(dir_.path() / "model.safetensors");
+    tensors_ = testing_support::copy_checkpoint(kQuant + fixture, dir_.path());
   }
   void save() { testing_support::write_tensors(dir_.path() / "model.safetensors", tensors_); }
   std::string load_error(DType dtype = DType::F8G128) {

@@ -159,10 +159,7 @@ class MalformedQuant : public ::testing::Test {
  protected:
   // A copy of `fixture` in a temp folder, its tensors in tensors_.
   void copy(const std::string& fixture) {
-    for (const auto& e : fs::directory_iterator(dir_.path())) fs::remove(e.path());
-    for (const auto& e : fs::directory_iterator(kQuant + fixture))
-      fs::copy(e.path(), dir_.path() / e.path().filename());
-    tensors_ = testing_support::read_tensors(dir_.path() / "model.safetensors");
+    tensors_ = testing_support::copy_checkpoint(kQuant + fixture, dir_.path());
   }
   void save() { testing_support::write_tensors(dir_.path() / "model.safetensors", tensors_); }
   void set_config(const std::string& key, const nlohmann::json& value) {
