@@ -109,6 +109,33 @@ int wait_exit(pid_t pid, std::chrono::seconds timeout) {
   ::waitpid(pid, nullptr, 0);
   return -1;
 }
+// Streams a completion in the background: `first` is set once the received text holds `marker` (any
+// text when empty) or the request ends; the future holds everything received.
+std::future<std::string> stream_in_background(int port, std::string body, std::string marker,
+                                               std::promise<void>& first) {
+  return std::async(std::launch::async, [port, body = std::move(body), marker = std::move(marker), &first] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30, 0);
+    std::string raw;
+    bool told = false;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.set_header("Content-Type", "application/json");
+    req.body = body;
+    req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+      raw.append(data, len);
+      if (!told && (marker.empty() || raw.find(marker) != std::string::npos)) {
+        told = true;
+        first.set_value();
+      }
+      return true;
+    };
+    c.send(req);
+    if (!told) first.set_value();
+    return raw;
+  });
+}
 }  // namespace
 
 TEST(ServeForever, ServesUntilSigtermThenExitsZero) {
@@ -161,30 +188,9 @@ TEST(ServeForever, SigtermWithManyPromptsInFlightEndsInSecondsWith503) {
   }
   ASSERT_TRUE(running);
   std::promise<void> first_event;
-  auto streaming = std::async(std::launch::async, [&] {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(30, 0);
-    std::string raw;
-    bool told = false;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.set_header("Content-Type", "application/json");
-    nlohmann::json b = nlohmann::json::parse(body);
-    b["stream"] = true;
-    req.body = b.dump();
-    req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
-      raw.append(data, len);
-      if (!told) {
-        told = true;
-        first_event.set_value();
-      }
-      return true;
-    };
-    c.send(req);
-    if (!told) first_event.set_value();
-    return raw;
-  });
+  nlohmann::json streamed = nlohmann::json::parse(body);
+  streamed["stream"] = true;
+  auto streaming = stream_in_background(port, streamed.dump(), "", first_event);
   ASSERT_EQ(first_event.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   ::kill(pid, SIGTERM);
   EXPECT_EQ(wait_exit(pid, std::chrono::seconds(8)), 0);
@@ -201,28 +207,8 @@ TEST(ServeForever, SigtermEndsEvenWhenTheEngineNoLongerAnswers) {
   ASSERT_GT(pid, 0);
   ASSERT_TRUE(wait_up(port));
   std::promise<void> first_event;
-  auto streaming = std::async(std::launch::async, [&] {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(30, 0);
-    std::string raw;
-    bool told = false;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.set_header("Content-Type", "application/json");
-    req.body = R"({"prompt":["a","b","c"],"max_tokens":100,"stream":true})";
-    req.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
-      raw.append(data, len);
-      if (!told && raw.find("stuck") != std::string::npos) {
-        told = true;
-        first_event.set_value();
-      }
-      return true;
-    };
-    c.send(req);
-    if (!told) first_event.set_value();
-    return raw;
-  });
+  auto streaming =
+      stream_in_background(port, R"({"prompt":["a","b","c"],"max_tokens":100,"stream":true})", "stuck", first_event);
   ASSERT_EQ(first_event.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   ::kill(pid, SIGTERM);
   EXPECT_EQ(wait_exit(pid, std::chrono::seconds(8)), 0);
