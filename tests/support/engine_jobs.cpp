@@ -55,6 +55,15 @@ std::vector<Job> make_jobs(int count, uint32_t seed, int shared_prefix_len) {
   return jobs;
 }
 
+std::vector<Job> make_long_jobs(int count, uint32_t seed, int max_prompt, int min_tokens, int spread) {
+  std::vector<Job> jobs = make_jobs(count, seed);
+  for (auto& j : jobs) {
+    if (static_cast<int>(j.prompt.size()) > max_prompt) j.prompt.resize(static_cast<size_t>(max_prompt));
+    j.max_tokens = min_tokens + static_cast<int>(j.prompt.size() % static_cast<size_t>(spread));
+  }
+  return jobs;
+}
+
 GenerateRequest make_greedy_request(const Job& job) {
   auto p = std::make_shared<SamplingParams>();
   p->temperature = 0.0f;

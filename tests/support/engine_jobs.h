@@ -34,6 +34,10 @@ EngineConfig stories_config(int tensor_parallel_size = 1, const std::string& dev
 // the same tokens after BOS.
 std::vector<Job> make_jobs(int count, uint32_t seed, int shared_prefix_len = 0);
 
+// make_jobs with prompts cut to max_prompt tokens and min_tokens + (prompt length % spread) output
+// tokens: outputs long enough for stories260k to repeat itself (speculative-decoding tests).
+std::vector<Job> make_long_jobs(int count, uint32_t seed, int max_prompt, int min_tokens, int spread);
+
 // Greedy, ignore_eos, exactly max_tokens tokens.
 GenerateRequest make_greedy_request(const Job& job);
 

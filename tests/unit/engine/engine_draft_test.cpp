@@ -48,14 +48,7 @@ EngineConfig fixture_config(const std::string& name) {
 }
 
 // Greedy jobs on stories260k whose outputs are long enough to draft a lot.
-std::vector<Job> long_jobs(int count, uint32_t seed) {
-  std::vector<Job> jobs = make_jobs(count, seed);
-  for (auto& j : jobs) {
-    if (j.prompt.size() > 160) j.prompt.resize(160);
-    j.max_tokens = 30 + static_cast<int>(j.prompt.size() % 50);
-  }
-  return jobs;
-}
+std::vector<Job> long_jobs(int count, uint32_t seed) { return make_long_jobs(count, seed, 160, 30, 50); }
 
 struct SpecTotals {
   int64_t drafted, accepted, verifications;

@@ -32,14 +32,7 @@ EngineConfig spec_config(int k = 4, int max_n = 3) {
 }
 
 // Greedy jobs whose outputs are long enough for stories260k to repeat itself.
-std::vector<Job> long_jobs(int count, uint32_t seed) {
-  std::vector<Job> jobs = make_jobs(count, seed);
-  for (auto& j : jobs) {
-    if (j.prompt.size() > 200) j.prompt.resize(200);
-    j.max_tokens = 40 + static_cast<int>(j.prompt.size() % 60);
-  }
-  return jobs;
-}
+std::vector<Job> long_jobs(int count, uint32_t seed) { return make_long_jobs(count, seed, 200, 40, 60); }
 
 void expect_speculated(const Engine& engine) {
   const EngineStats s = engine.stats();
