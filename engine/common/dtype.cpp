@@ -55,6 +55,8 @@ std::optional<DTypeBlock> wq_block(DType t) {
     case DType::W8G32: return DTypeBlock{32, 4 + 32};
     case DType::W8G128: return DTypeBlock{128, 4 + 128};
     case DType::F8G128: return DTypeBlock{128, 4 + 128};  // fp32 scale + 128 e4m3 bytes
+    case DType::NF4G64:
+    case DType::FP4G64: return DTypeBlock{64, 4 + 32};  // fp32 absmax + 64 4-bit codes
     default: return std::nullopt;
   }
 }
@@ -92,6 +94,8 @@ std::string_view dtype_name(DType t) {
     case DType::W8G32: return "W8G32";
     case DType::W8G128: return "W8G128";
     case DType::F8G128: return "F8G128";
+    case DType::NF4G64: return "NF4G64";
+    case DType::FP4G64: return "FP4G64";
     default:
       if (auto g = ggml_type_of(t)) return ggml_traits(*g).name;
   }

@@ -22,6 +22,9 @@ enum class DType : uint8_t {
   // FP8 e4m3 weights with one fp32 scale per block of 128 values (per-tensor, per-channel and
   // 128x128 block scales all become one scale per block: kernels/common/fp8_blocks.h).
   F8G128,
+  // bitsandbytes 4-bit weights: 64 codes of the NF4 or FP4 16-value table (two per byte) and one
+  // fp32 absmax per block (nested absmax dequantized at load): kernels/common/bnb_blocks.h.
+  NF4G64, FP4G64,
 };
 
 // Bytes of one element of a plain type; 0 for a block-quantized type (use dtype_nbytes).
