@@ -80,9 +80,9 @@ SamplerSet active_samplers(const SamplerRow& row) {
 
 namespace {
 
-using cpu_sampling::RawStats;
 using cpu_sampling::logprob_of;
 using cpu_sampling::raw_stats;
+using cpu_sampling::RawStats;
 
 void fill_top_and_rank(const float* x, int32_t V, const RawStats& st, int num_top, SampleOutput& out) {
   out.rank = cpu_sampling::rank_of(x, V, out.token);

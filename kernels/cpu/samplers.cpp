@@ -527,7 +527,6 @@ void apply_xtc(RowLogits& row, float threshold, float probability, double u) {
   for (size_t i = 0; i + 1 < above.size(); ++i) row.mask_one(above[i].second);
 }
 
-
 void apply_mirostat_mask(RowLogits& row, float mu, float& max_v, double& log_z) {
   double z;
   row.stats(max_v, z);
