@@ -14,6 +14,7 @@
 #include "engine/core/engine_setup.h"
 #include "engine/request/request.h"
 #include "engine/core/request_tracker.h"
+#include "engine/core/step_sampler.h"
 #include "engine/loader/model_config.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/runtime/model_runner.h"
@@ -137,6 +138,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   }
   tc.seed = static_cast<uint64_t>(cfg.model.seed);
   tracker_ = std::make_unique<RequestTracker>(tc, *scheduler_, *sampler_, tokenizer_.get(), std::move(eos_ids));
+  step_sampler_ = std::make_unique<StepSampler>(*runner_, *sampler_, *tracker_, tc.max_log_probs);
 
   if (spec && spec->draft_model_proposer()) {
     draft_ = load_draft_model(cfg, *spec, *runner_, tokenizer_.get(), *sampler_, max_num_batched_tokens);
@@ -243,11 +245,14 @@ void Engine::step() {
   const int64_t prompt_before = prompt_tokens_total_;
   prepare(so);
   // Which logits rows the step computes and where each is sampled (written into so.batch).
-  const StepRows rows = tracker_->plan_rows(so, so.batch, runner_->can_sample_on_device());
+  const StepRows rows = tracker_->plan_rows(so, so.batch, step_sampler_->device_sampling());
   const auto t2 = Clock::now();
   std::vector<SampleOutput> samples;
   try {
-    samples = execute_and_sample(so.batch, rows);
+    const StepLogits logits = execute(so.batch);
+    const auto ts = Clock::now();
+    samples = step_sampler_->sample(logits, rows);
+    profile_.sample += seconds_between(ts, Clock::now());
   } catch (const std::exception& e) {
     // An engine fault fails the requests of this step; the engine keeps serving others.
     LOG_ERROR("model step failed: {}", e.what());
@@ -309,13 +314,11 @@ void Engine::prepare(const SchedulerOutput& so) {
   }
 }
 
-std::vector<SampleOutput> Engine::execute_and_sample(const BatchContext& batch, const StepRows& rows) {
-  const int max_lp = static_cast<int>(cfg_.model.max_log_probs);
+StepLogits Engine::execute(const BatchContext& batch) {
   const auto t0 = std::chrono::steady_clock::now();
-  const StepLogits logits = runner_->execute_step(batch);
+  StepLogits logits = runner_->execute_step(batch);
   if (profile_sync_) runner_->synchronize();
-  const auto t1 = std::chrono::steady_clock::now();
-  profile_.execute += seconds_between(t0, t1);
+  profile_.execute += seconds_between(t0, std::chrono::steady_clock::now());
   if (runner_->pipeline_parallel_size() > 1) {
     profile_.stages.clear();
     for (const StageStats& st : runner_->stage_stats()) {
@@ -324,18 +327,7 @@ std::vector<SampleOutput> Engine::execute_and_sample(const BatchContext& batch, 
     }
     profile_.pipeline = runner_->pipeline_seconds();
   }
-  // The GPU sampler's rows come first; the others are downloaded (CPU-sampled, beam, prompt rows).
-  std::vector<SampleOutput> samples;
-  if (!rows.device.empty()) samples = runner_->sample_on_device(logits, 0, rows.device, max_lp);
-  const auto first_host = static_cast<int64_t>(rows.device.size());
-  const Logits host = runner_->download(logits, first_host, logits.rows() - first_host);
-  tracker_->take_host_rows(rows, host);  // before the draws: verification reads the rows' distributions
-  if (!rows.host.empty()) {
-    std::vector<SampleOutput> cpu = sampler_->sample(host.data.data(), rows.host);
-    samples.insert(samples.end(), std::make_move_iterator(cpu.begin()), std::make_move_iterator(cpu.end()));
-  }
-  profile_.sample += seconds_between(t1, std::chrono::steady_clock::now());
-  return samples;
+  return logits;
 }
 
 EngineStats Engine::stats() const {

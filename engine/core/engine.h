@@ -33,10 +33,12 @@ class NgramProposer;
 class RequestTracker;
 class Scheduler;
 class Sampler;
+class StepSampler;
 class Tokenizer;
 struct BatchContext;
 struct SampleOutput;
 struct SchedulerOutput;
+struct StepLogits;
 struct StepRows;
 
 // Where step() spends its wall time since the engine started (seconds), for `cypris bench
@@ -99,9 +101,8 @@ class Engine {
  private:
   // The step's block moves and prompt-token count.
   void prepare(const SchedulerOutput& so);
-  // Runs the batch and samples its rows where the tracker planned them; the tracker takes the beam
-  // and prompt-logprob rows. Samples in StepRows::sampled order.
-  std::vector<SampleOutput> execute_and_sample(const BatchContext& batch, const StepRows& rows);
+  // Runs the batch: its logits rows where the forward pass left them (the step's timing profile too).
+  StepLogits execute(const BatchContext& batch);
   // Speculative decoding: drafts for the running requests about to decode (the scheduler trims
   // them to its budget and limits), none above --speculative-disable-by-batch-size.
   void propose_drafts();
@@ -113,6 +114,7 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<RequestTracker> tracker_;  // last: refers to the scheduler and the sampler
+  std::unique_ptr<StepSampler> step_sampler_;  // refers to the runner, the sampler and the tracker
   std::unique_ptr<NgramProposer> proposer_;  // --speculative-model "[ngram]"
   std::unique_ptr<DraftModelProposer> draft_;  // --speculative-model PATH (refers to the sampler)
   std::unique_ptr<LoraTable> lora_;            // null without --enable-lora

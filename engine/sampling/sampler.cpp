@@ -1,4 +1,5 @@
-// The batched sampler: per-row processing (sampler_chain.cpp), the draw, logprobs, threading.
+// The batched sampler: per-row processing (sampler_chain.cpp), the draw and logprobs (the CPU's
+// samplers, kernels/cpu/samplers.h), threading.
 #include "engine/sampling/sampler.h"
 
 #include <algorithm>
@@ -10,14 +11,14 @@
 #include <thread>
 
 #include "engine/common/error.h"
-#include "engine/sampling/fast_math.h"
 #include "engine/sampling/sampler_chain.h"
+#include "kernels/cpu/samplers.h"
 
 namespace cypris {
 
-using sampling_detail::kNegInf;
-using sampling_detail::RowBuffers;
-using sampling_detail::RowLogits;
+using cpu_sampling::kNegInf;
+using cpu_sampling::RowBuffers;
+using cpu_sampling::RowLogits;
 
 // ------------------------------------------------------------------------------------------------
 // SamplingState
@@ -79,45 +80,14 @@ SamplerSet active_samplers(const SamplerRow& row) {
 
 namespace {
 
-struct RawStats {
-  float max_v;
-  double log_z;  // log sum exp(x - max)
-};
-
-RawStats raw_stats(const float* x, int32_t V) {
-  const float m = sampling_detail::max_of(x, V);
-  return {m, std::log(sampling_detail::sum_exp(x, V, m))};
-}
-
-float logprob_of(const float* x, const RawStats& st, int32_t token) {
-  return static_cast<float>(static_cast<double>(x[token]) - st.max_v - st.log_z);
-}
+using cpu_sampling::logprob_of;
+using cpu_sampling::raw_stats;
+using cpu_sampling::RawStats;
 
 void fill_top_and_rank(const float* x, int32_t V, const RawStats& st, int num_top, SampleOutput& out) {
-  const float v = x[out.token];
-  int32_t rank = 1;
-  for (int32_t i = 0; i < V; ++i) rank += x[i] > v;
-  out.rank = rank;
+  out.rank = cpu_sampling::rank_of(x, V, out.token);
   out.top_logprobs.clear();
-  if (num_top <= 0) return;
-  // Bounded min-heap of (value, -id) so equal values prefer the lower id.
-  std::vector<std::pair<float, int32_t>> heap;
-  heap.reserve(num_top + 1);
-  auto cmp = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  for (int32_t i = 0; i < V; ++i) {
-    if (heap.size() < static_cast<size_t>(num_top)) {
-      heap.emplace_back(x[i], i);
-      std::push_heap(heap.begin(), heap.end(), cmp);
-    } else if (x[i] > heap.front().first) {
-      std::pop_heap(heap.begin(), heap.end(), cmp);
-      heap.back() = {x[i], i};
-      std::push_heap(heap.begin(), heap.end(), cmp);
-    }
-  }
-  std::sort(heap.begin(), heap.end(), cmp);
-  for (const auto& [val, id] : heap) out.top_logprobs.push_back({id, logprob_of(x, st, id)});
+  for (const auto& [id, lp] : cpu_sampling::top_logprobs(x, V, st, num_top)) out.top_logprobs.push_back({id, lp});
 }
 
 }  // namespace
@@ -157,11 +127,7 @@ Sampler::Sampler(SamplerConfig config) : config_(config) {
   CYPRIS_CHECK(config_.max_log_probs >= 0, "sampler: max_log_probs must be >= 0, got {}", config_.max_log_probs);
   const int threads = std::max(1, config_.num_threads);
   for (int t = 0; t < threads; ++t) {
-    auto* s = new Scratch;
-    s->buf.logits.resize(config_.vocab_size);
-    s->buf.counts.assign(config_.vocab_size, 0);
-    s->buf.seen.assign(config_.vocab_size, 0);
-    scratch_.push_back(s);
+    scratch_.push_back(new Scratch{cpu_sampling::make_buffers(config_.vocab_size)});
   }
 }
 
@@ -176,57 +142,8 @@ bool is_plain(const SamplingParams& p, SamplerSet active) {
   return active.subset_of(kPlainSamplers) && p.in_default_order(active);
 }
 
-int32_t raw_argmax(const float* x, int32_t V) {
-  return sampling_detail::argmax_of(x, V);
-}
-
-// Draws from the live tokens of `row` after softmax and skew: the inverse CDF at u in vocabulary
-// order, as the GPU sampler draws (kernels/cuda/sampling.cu), so the same logits and uniform give
-// the same token on either device.
-int32_t draw(RowLogits& row, float skew, double u, std::vector<float>* probs_out) {
-  float m;
-  double z;
-  row.stats(m, z);
-  if (z == 0.0) return -1;
-  auto& ids = row.buffers().tmp_ids;
-  auto& pr = row.buffers().tmp_d;
-  ids.clear();
-  pr.clear();
-  row.for_each_live([&](int32_t id, float) { ids.push_back(id); });
-  if (row.sparse()) std::sort(ids.begin(), ids.end());  // a sparse live list is in value order
-  const float* x = row.data();
-  for (int32_t id : ids) pr.push_back(sampling_detail::fast_exp(x[id] - m) / z);
-  if (skew != 0.0f) {
-    // Aphrodite's skew: cumulative probabilities in vocabulary order raised to exp(skew).
-    const double e = std::exp(static_cast<double>(skew));
-    double cum = 0.0, prev = 0.0;
-    std::vector<double> np(pr.size());
-    for (size_t k = 0; k < pr.size(); ++k) {
-      cum += pr[k];
-      const double c = std::pow(std::min(cum, 1.0), e);
-      np[k] = std::max(0.0, c - prev);
-      prev = c;
-    }
-    pr.swap(np);
-  }
-  double total = 0.0;
-  for (double q : pr) total += q;
-  if (probs_out) {
-    probs_out->assign(row.vocab(), 0.0f);
-    for (size_t i = 0; i < ids.size(); ++i) (*probs_out)[ids[i]] = static_cast<float>(pr[i] / total);
-  }
-  if (!(total > 0.0)) return row.argmax();
-  const double target = u * total;
-  double cum = 0.0;
-  int32_t last_nonzero = -1;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (pr[i] <= 0.0) continue;
-    cum += pr[i];
-    last_nonzero = ids[i];
-    if (target < cum) return ids[i];
-  }
-  return last_nonzero;  // rounding: u * total landed past the last partial sum
-}
+using cpu_sampling::draw;
+using cpu_sampling::raw_argmax;
 
 // Processes one row and returns the token. `x` is the per-thread working buffer.
 int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, const uint32_t* allowed_mask,
@@ -242,14 +159,14 @@ int32_t sample_row(const float* raw, const SamplingParams& p, SamplingState& s, 
     if (p.top_k > 0 && p.top_k < V) {
       RowLogits sel(const_cast<float*>(raw), V, buf);  // read-only use: selection only
       float* x = buf.logits.data();
-      sampling_detail::apply_top_k_top_p(sel, p.top_k, 1.0f);
+      cpu_sampling::apply_top_k_top_p(sel, p.top_k, 1.0f);
       if (!sel.sparse()) goto general;  // fewer than top_k finite logits: nothing was selected
       RowLogits row(x, V, buf);
       std::vector<int32_t> ids(buf.live.begin(), buf.live.end());
       for (int32_t id : ids) x[id] = raw[id];
       row.keep_only(std::move(ids), true);
       sampling_detail::apply_temperature(row, p);
-      sampling_detail::apply_top_k_top_p(row, -1, p.top_p);
+      cpu_sampling::apply_top_k_top_p(row, -1, p.top_p);
       return draw(row, 0.0f, s.uniform(), nullptr);
     }
   }
@@ -262,7 +179,7 @@ general:
   if (p.mirostat_mode == 2 && !greedy) {
     float max_v;
     double log_z;
-    sampling_detail::apply_mirostat_mask(row, s.mirostat_mu(), max_v, log_z);
+    cpu_sampling::apply_mirostat_mask(row, s.mirostat_mu(), max_v, log_z);
     if (dense_out) {
       row.densify();
       *dense_out = std::vector<float>(x, x + V);
@@ -361,13 +278,13 @@ void Sampler::beam_logprobs(std::span<const float> logits, const SamplingParams&
                "sampler: a row has {} logits (output {}), the vocabulary has {}", logits.size(), out.size(),
                config_.vocab_size);
   std::copy(logits.begin(), logits.end(), out.begin());
-  sampling_detail::RowLogits row(out.data(), config_.vocab_size, scratch_[0]->buf);
+  RowLogits row(out.data(), config_.vocab_size, scratch_[0]->buf);
   sampling_detail::apply_pre_chain(row, params, state, config_.eos_token_id, nullptr);
   sampling_detail::apply_penalties(row, params, state);
   row.densify();
-  float max_v = sampling_detail::kNegInf;
+  float max_v = kNegInf;
   for (float v : out) max_v = std::max(max_v, v);
-  if (max_v == sampling_detail::kNegInf) return;  // everything masked: no continuation
+  if (max_v == kNegInf) return;  // everything masked: no continuation
   double z = 0.0;
   for (float v : out) z += std::exp(static_cast<double>(v) - max_v);
   const double lz = std::log(z) + max_v;

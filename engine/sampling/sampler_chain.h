@@ -1,16 +1,14 @@
-// Internal to the sampler: one row's working logits and the individual logits processors and
-// samplers of the chain. A row starts dense (all vocab entries, -inf = masked) and turns sparse
-// (an explicit list of live token ids) once a truncation leaves few tokens, so later steps cost
-// O(live tokens) instead of O(vocab).
+// Internal to the sampler: the logits processors driven by a request's parameters and state
+// (pre-chain masks, penalties' history, DRY, no-repeat n-gram, dynamic temperature) and the chain
+// that runs the samplers in the request's order. Each sampler's math is the CPU's one implementation
+// in kernels/cpu/samplers.h, which the Backend's CPU sampling op runs too.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <limits>
-#include <span>
-#include <vector>
+#include <optional>
 
 #include "engine/request/sampling_params.h"
+#include "kernels/cpu/samplers.h"
 
 namespace cypris {
 
@@ -18,116 +16,21 @@ class SamplingState;
 
 namespace sampling_detail {
 
-inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using cpu_sampling::kNegInf;
+using cpu_sampling::RowBuffers;
+using cpu_sampling::RowLogits;
 
-// Per-thread buffers reused across rows.
-struct RowBuffers {
-  std::vector<float> logits;  // [vocab] working copy
-  std::vector<int32_t> live;  // live ids when sparse
-  std::vector<int32_t> tmp_ids;
-  std::vector<float> tmp_vals;
-  std::vector<double> tmp_d;
-  std::vector<int32_t> counts;  // [vocab] output-token counts, kept all-zero between rows
-  std::vector<uint8_t> seen;    // [vocab] token seen in prompt or output, kept all-zero
-  std::vector<int32_t> hist;    // prompt + output ids
-};
-
-class RowLogits {
- public:
-  RowLogits(float* x, int32_t vocab, RowBuffers& buf) : x_(x), vocab_(vocab), buf_(buf) {}
-
-  float* data() { return x_; }
-  int32_t vocab() const { return vocab_; }
-  bool sparse() const { return sparse_; }
-  bool sorted() const { return sparse_ && sorted_; }
-  std::vector<int32_t>& live() { return buf_.live; }
-  RowBuffers& buffers() { return buf_; }
-
-  template <class F>
-  void for_each_live(F&& f) const {
-    if (sparse_) {
-      for (int32_t id : buf_.live) f(id, x_[id]);
-    } else {
-      for (int32_t i = 0; i < vocab_; ++i) {
-        if (x_[i] != kNegInf) f(i, x_[i]);
-      }
-    }
-  }
-  bool is_live(int32_t id) const;  // O(live) when sparse
-  size_t live_count() const;
-  void add(int32_t id, float delta) { x_[id] += delta; }  // masked entries stay -inf
-  // Removes every live token for which pred(id, value) holds.
-  template <class P>
-  void mask_if(P&& pred);
-  void mask_one(int32_t id);
-  // Keeps exactly `ids` (each must be live); they become the live list, sorted descending if told.
-  void keep_only(std::vector<int32_t>&& ids, bool sorted_desc);
-  // Sorts the live list by value, descending (ties: lower id first); makes the row sparse.
-  void sort_desc();
-  // max value and sum(exp(x - max)) over the live tokens; {-inf, 0} when none are live.
-  void stats(float& max_v, double& sum_exp) const;
-  int32_t argmax() const;  // lowest id among the maxima; -1 when none are live
-  // Writes -inf over non-live entries so the array alone describes the row (for process()).
-  void densify();
-
- private:
-  void maybe_go_sparse(size_t survivors);
-
-  float* x_;
-  int32_t vocab_;
-  RowBuffers& buf_;
-  bool sparse_ = false;
-  bool sorted_ = false;
-};
-
-template <class P>
-void RowLogits::mask_if(P&& pred) {
-  if (sparse_) {
-    auto& l = buf_.live;
-    size_t w = 0;
-    for (size_t r = 0; r < l.size(); ++r) {
-      if (!pred(l[r], x_[l[r]])) l[w++] = l[r];
-    }
-    l.resize(w);
-    return;
-  }
-  size_t survivors = 0;
-  for (int32_t i = 0; i < vocab_; ++i) {
-    if (x_[i] == kNegInf) continue;
-    if (pred(i, x_[i])) {
-      x_[i] = kNegInf;
-    } else {
-      ++survivors;
-    }
-  }
-  maybe_go_sparse(survivors);
-}
-
-// --- the processors; each is a no-op when its parameter is off ---
+// --- the processors that read SamplingParams / SamplingState; each is a no-op when its parameter is off ---
 void apply_pre_chain(RowLogits& row, const SamplingParams& p, const SamplingState& s,
                      std::optional<int32_t> eos_token_id, const uint32_t* allowed_mask);
 void apply_penalties(RowLogits& row, const SamplingParams& p, const SamplingState& s);
 void apply_dry(RowLogits& row, const SamplingParams& p, const SamplingState& s);
 void apply_no_repeat_ngram(RowLogits& row, const SamplingParams& p, const SamplingState& s);
+// Temperature, or dynamic temperature (entropy-scaled between dynatemp_min and dynatemp_max).
 void apply_temperature(RowLogits& row, const SamplingParams& p);
-void apply_top_nsigma(RowLogits& row, float nsigma);
-void apply_top_k_top_p(RowLogits& row, int top_k, float top_p);
-void apply_top_a(RowLogits& row, float top_a);
-void apply_min_p(RowLogits& row, float min_p);
-void apply_tfs(RowLogits& row, float tfs);
-void apply_eta_cutoff(RowLogits& row, float eta_cutoff);
-void apply_epsilon_cutoff(RowLogits& row, float epsilon_cutoff);
-void apply_typical(RowLogits& row, float typical_p);
-void apply_quadratic(RowLogits& row, float smoothing_factor, float smoothing_curve);
-// u: the row's uniform draw for this step (XTC applies when u < probability).
-void apply_xtc(RowLogits& row, float threshold, float probability, double u);
 
 // Runs the chain in the row's order (greedy rows skip the samplers that cannot change the argmax).
 void run_chain(RowLogits& row, const SamplingParams& p, SamplingState& s);
-// Mirostat 2: masks tokens whose surprise (-log2 p) exceeds mu, keeping the argmax. Returns the
-// max and log-sum-exp of the logits before masking, from which the caller computes the surprise of
-// the token it draws (to update mu).
-void apply_mirostat_mask(RowLogits& row, float mu, float& max_v, double& log_z);
 
 }  // namespace sampling_detail
 }  // namespace cypris

@@ -1,8 +1,11 @@
-// The CPU reference of the GPU sampler (kernels/cpu/sampling.h) against the engine's CPU sampler
-// (engine/sampling/sampler.h), the independent implementation of the same semantics: the same
+// The Backend's CPU sampling op, the GPU sampler's reference (kernels/cpu/sampling.h), against the
+// engine's CPU sampler (engine/sampling/sampler.h): both run the CPU's one implementation of each
+// sampler (kernels/cpu/samplers.h), one over a SamplingBatch (what the GPU gets), the other over
+// SamplingParams and SamplingState, so these check that the two drivers give a row the same
 // distribution (support and probabilities) for top-k / top-p / min-p / temperature / penalties /
-// logit_bias on small hand-made rows, the same greedy token, the same raw logprobs; and its draws
-// follow that distribution with the Philox uniform.
+// logit_bias on small hand-made rows, the same greedy token, the same raw logprobs and the same
+// Philox draw; the supports and the greedy token are also checked against values worked out by hand,
+// and the draws against the distribution.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,13 +1,13 @@
-// SIMD kernels of fast_math.h, written with GCC/Clang vector extensions (8 floats per vector: one AVX
+// SIMD kernels of sampling_simd.h, written with GCC/Clang vector extensions (8 floats per vector: one AVX
 // register, two SSE registers on the baseline build); target_clones adds an AVX2+FMA version picked at
 // load time.
-#include "engine/sampling/fast_math.h"
+#include "kernels/cpu/sampling_simd.h"
 
 #include <cstring>
 
 #pragma GCC diagnostic ignored "-Wpsabi"  // the 32-byte vectors only live inside this file
 
-namespace cypris::sampling_detail {
+namespace cypris::cpu_sampling {
 namespace {
 
 typedef float V8f __attribute__((vector_size(32)));
@@ -132,4 +132,4 @@ int32_t argmax_of(const float* x, int32_t n) {
   return 0;  // all NaN
 }
 
-}  // namespace cypris::sampling_detail
+}  // namespace cypris::cpu_sampling

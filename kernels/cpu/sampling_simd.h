@@ -1,6 +1,6 @@
-// Float kernels for the sampler's full-vocabulary passes (max, sum of exp, argmax). A 128k vocabulary
+// Float kernels for the samplers' full-vocabulary passes (max, sum of exp, argmax). A 128k vocabulary
 // times hundreds of rows makes these the hot loops of a sampling step; the compiler does not
-// vectorise float reductions by itself (no -ffast-math), so fast_math.cpp does it explicitly.
+// vectorise float reductions by itself (no -ffast-math), so sampling_simd.cpp does it explicitly.
 #pragma once
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <limits>
 
-namespace cypris::sampling_detail {
+namespace cypris::cpu_sampling {
 
 // e^x with ~1 ulp error (Cephes expf polynomial) for x in [-87, 88]; exactly 0 below -87
 // (so -inf, the mask value, gives 0).
@@ -41,4 +41,4 @@ void block_max64(const float* x, int32_t num_blocks, float* out);
 // Index of the first maximum (0 when n == 0).
 int32_t argmax_of(const float* x, int32_t n);
 
-}  // namespace cypris::sampling_detail
+}  // namespace cypris::cpu_sampling
