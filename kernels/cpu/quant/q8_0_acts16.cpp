@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/q8_0_tiled.h"
 #include "kernels/cpu/quant/tile_dot_rows.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -216,11 +217,31 @@ void dot_rows(const Acts16& acts, quant::Dot16Fn dot, int64_t i_begin, int64_t i
                                                    j1, bias, y, ldy);
 }
 
+// Row handles for the tiled kernel (q8_0_tiled.h), which takes activation rows by the tile.
+std::vector<quant::ActRow16> row_handles(const Acts16& acts, int64_t m) {
+  std::vector<quant::ActRow16> rows(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) rows[static_cast<size_t>(i)] = acts.row(i);
+  return rows;
+}
+
+bool use_tiled(int64_t rows, quant::Isa isa) {
+  return isa != quant::Isa::Scalar && rows >= quant::kQ8TiledMinRows && quant::q8_0_tiled_available(isa);
+}
+
 }  // namespace
 
 void q8_0_gemm_acts16(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t n, const float* bias,
                       float* y, int64_t ldy, ThreadPool* pool, quant::Isa isa) {
   const Acts16 acts = quantize_rows(x, m, k, ldx, pool);
+  if (use_tiled(m, isa)) {  // prefill: the pool splits panels of weight rows
+    const std::vector<quant::ActRow16> rows = row_handles(acts, m);
+    const int64_t panels = (n + quant::kQ8TilePanel - 1) / quant::kQ8TilePanel;
+    run(pool, panels, 1, [&](int64_t p0, int64_t p1) {
+      quant::q8_0_tiled_gemm(rows.data(), m, k, w, p0 * quant::kQ8TilePanel, std::min(n, p1 * quant::kQ8TilePanel),
+                             bias, y, ldy, isa);
+    });
+    return;
+  }
   const quant::Dot16Fn dot = quant::dot_q8_0_acts16_fn(isa);
   const auto* wb = static_cast<const uint8_t*>(w);
   run(pool, n, 8, [&](int64_t j0, int64_t j1) { dot_rows(acts, dot, 0, m, wb, j0, j1, bias, y, ldy); });
@@ -229,12 +250,19 @@ void q8_0_gemm_acts16(const float* x, int64_t m, int64_t k, int64_t ldx, const v
 void q8_0_gemm_acts16_grouped(const float* x, int64_t m, int64_t k, int64_t ldx, const GemmGroup* groups,
                               int64_t num_groups, int64_t n, float* y, int64_t ldy, ThreadPool* pool) {
   const Acts16 acts = quantize_rows(x, m, k, ldx, pool);
-  const quant::Dot16Fn dot = quant::dot_q8_0_acts16_fn(quant::best_isa());
+  const quant::Isa isa = quant::best_isa();
+  const quant::Dot16Fn dot = quant::dot_q8_0_acts16_fn(isa);
+  const std::vector<quant::ActRow16> rows = row_handles(acts, m);
   parallel_for_groups(
       pool, num_groups, n,
       [&](int64_t g, int64_t j0, int64_t j1) {
         const GemmGroup& gr = groups[g];
-        dot_rows(acts, dot, gr.first, gr.first + gr.rows, static_cast<const uint8_t*>(gr.w), j0, j1, nullptr, y, ldy);
+        if (use_tiled(gr.rows, isa)) {
+          quant::q8_0_tiled_gemm(rows.data() + gr.first, gr.rows, k, gr.w, j0, j1, nullptr, y + gr.first * ldy, ldy,
+                                 isa);
+        } else {
+          dot_rows(acts, dot, gr.first, gr.first + gr.rows, static_cast<const uint8_t*>(gr.w), j0, j1, nullptr, y, ldy);
+        }
       },
       8);
 }

@@ -12,6 +12,9 @@
 // over 1..kActs16Rows activation rows per weight row (the weight block widened once for all rows),
 // chosen at run time like the other quantized kernels (quant_dot.h). They agree with the reference
 // to float summation order.
+//
+// Prefill on AVX-512 VNNI CPUs (kQ8TiledMinRows activation rows or more) goes through the tiled
+// GEMM of q8_0_tiled.h instead of these row dots: same activations, same integer sums.
 #pragma once
 
 #include <cstdint>
