@@ -139,6 +139,8 @@ CYPRIS_TILED_AVX512 void tile_avx512(const ActRow16* rows, int64_t nb, const Pan
       __m512i isum[MR][2];
       for (int r = 0; r < MR; ++r) isum[r][0] = isum[r][1] = _mm512_setzero_si512();
       const int16_t* lines = wp + b * kBlockLines;
+      // Unrolled: a rolled loop over the register array costs GCC a register copy per vpdpwssd.
+#pragma GCC unroll 16
       for (int q = 0; q < kPairs; ++q) {
         const __m512i w0 = _mm512_loadu_si512(lines + q * kLine);
         const __m512i w1 = _mm512_loadu_si512(lines + q * kLine + 32);
