@@ -273,6 +273,28 @@ TEST(QuantKernelsGguf, RealRowsAgreeAcrossIsas) {
   }
 }
 
+// The AVX2 16-bit quantizer gives the reference's bytes and scales exactly: random rows with
+// outliers, an all-zero group (d = 0, q = 0), a short last group (k = 544), and a group whose
+// scale is exactly 1 holding values half-way between two steps (rounded half to even either way).
+TEST(QuantActs16, SimdQuantizerGivesTheReferenceBytes) {
+  if (!quant::isa_available(Isa::Avx2)) GTEST_SKIP() << "no AVX2";
+  const int64_t k = 544, groups = quant::acts16_groups(k);
+  std::vector<float> x = randn(k, 55);
+  for (int i = 256; i < 512; ++i) x[i] = 0.0f;
+  x[512] = 32767.0f;  // the last group's scale: 1
+  const float ties[] = {2.5f, 3.5f, -4.5f, -0.5f, 0.5f, 1000.5f, -32766.5f};
+  for (int i = 0; i < 7; ++i) x[513 + i] = ties[i];
+  std::vector<int16_t> ref(k, 99), got(k, -99);
+  std::vector<float> dref(groups, kNaN()), dgot(groups, kNaN());
+  quant::quantize_acts16(x.data(), k, ref.data(), dref.data());
+  quant::quantize_acts16_fn(Isa::Avx2)(x.data(), k, got.data(), dgot.data());
+  EXPECT_EQ(got, ref);
+  for (int64_t g = 0; g < groups; ++g) EXPECT_EQ(dgot[g], dref[g]) << g;
+  EXPECT_EQ(dref[2], 1.0f);
+  EXPECT_EQ(ref[513], 2);
+  EXPECT_EQ(ref[515], -4);
+}
+
 // Q8_0 with 16-bit activations: the quantizer's step is 1/32767 of the largest value of each group
 // of 256 (a short last group included: k = 544 is 2 groups and 32), each value within half a step,
 // and every SIMD kernel equals the scalar reference on rows llama.cpp quantized (their first 512
