@@ -23,7 +23,7 @@
 namespace cypris::quant {
 
 // Activation rows at and above which quant_gemm_xwt takes the tiled kernel for Q4_0 on AVX-512.
-constexpr int64_t kQ4TiledMinRows = 16;
+constexpr int64_t kQ4TiledMinRows = 4;
 // Weight rows per panel.
 constexpr int64_t kQ4TilePanel = 32;
 

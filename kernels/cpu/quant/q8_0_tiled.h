@@ -24,7 +24,7 @@
 namespace cypris::quant {
 
 // Activation rows at and above which q8_0_gemm_acts16 takes the tiled kernel on AVX-512 CPUs.
-constexpr int64_t kQ8TiledMinRows = 16;
+constexpr int64_t kQ8TiledMinRows = 8;
 // Weight rows per panel.
 constexpr int64_t kQ8TilePanel = 32;
 
