@@ -196,7 +196,7 @@ void q4_0_tiled_gemm(const ActRow* rows, int64_t num_rows, int64_t k, const void
   thread_local Panel panel;
   panel.wp.resize(static_cast<size_t>(nb * kBlockBytes));
   panel.dw.resize(static_cast<size_t>(nb * kPanel));
-  const bool simd = isa == Isa::Avx512;
+  [[maybe_unused]] const bool simd = isa == Isa::Avx512;
   float out[kTileRows * kPanel];
   for (int64_t j = j0; j < j1; j += kPanel) {
     const int nc = static_cast<int>(std::min<int64_t>(kPanel, j1 - j));
