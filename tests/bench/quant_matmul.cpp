@@ -9,7 +9,8 @@
 // On a machine shared with other jobs, --cpu-time derives the rates from the process CPU time
 // divided by the thread count instead of wall time (the wall time is printed as well); it also
 // stops the pool's idle polling (CYPRIS_POOL_SPIN_US=0), so CPU time counts work only.
-// Usage: bench_quant_matmul [--threads N] [--types Q4_K,Q8_0,F16,W4G128] [--quick] [--cpu-time]
+// --rows 1,16,128 times those activation-row counts (default 1,128; the model sums use 1 and 128).
+// Usage: bench_quant_matmul [--threads N] [--types Q4_K,Q8_0,F16,W4G128] [--rows 1,128] [--quick] [--cpu-time]
 // (W4G32/W4G128/W8G32/W8G128: the GPTQ/AWQ/compressed-tensors repacked types; F8G128: FP8 weights)
 #include <algorithm>
 #include <chrono>
@@ -115,6 +116,7 @@ void linear(const float* x, int64_t m, int64_t k, const std::vector<uint8_t>& w,
 int main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   std::vector<DType> types = {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::F16, DType::BF16};
+  std::vector<int64_t> row_counts = {1, 128};
   bool quick = false;
   bool use_wall = true;  // --cpu-time: rates from CPU time / threads instead of wall time
   for (int i = 1; i < argc; ++i) {
@@ -124,6 +126,22 @@ int main(int argc, char** argv) {
     } else if (a == "--cpu-time") {
       use_wall = false;
       ::setenv("CYPRIS_POOL_SPIN_US", "0", 1);  // before any pool reads it
+    } else if (a == "--rows" && i + 1 < argc) {
+      row_counts.clear();
+      for (const char* p = argv[++i]; *p;) {
+        char* end = nullptr;
+        const long long v = std::strtoll(p, &end, 10);
+        if (end == p || v < 1 || v > 65536) {
+          std::fprintf(stderr, "--rows: expected a comma-separated list of row counts 1..65536, got '%s'\n", argv[i]);
+          return 2;
+        }
+        row_counts.push_back(v);
+        p = *end == ',' ? end + 1 : end;
+      }
+      if (row_counts.empty()) {
+        std::fprintf(stderr, "--rows: expected at least one row count\n");
+        return 2;
+      }
     } else if (a == "--quick") {
       quick = true;
     } else if (a == "--types" && i + 1 < argc) {
@@ -142,7 +160,8 @@ int main(int argc, char** argv) {
         pos = e + 1;
       }
     } else {
-      std::fprintf(stderr, "usage: bench_quant_matmul [--threads N] [--types Q4_K,Q8_0,F16] [--quick] [--cpu-time]\n");
+      std::fprintf(stderr, "usage: bench_quant_matmul [--threads N] [--types Q4_K,Q8_0,F16] [--rows 1,128] [--quick] "
+                   "[--cpu-time]\n");
       return 2;
     }
   }
@@ -156,7 +175,7 @@ int main(int argc, char** argv) {
       for (const Shape& s : kShapes) {
         if (quick && s.count == 0) continue;
         const auto w = make_weights(t, s.n, s.k);
-        for (int64_t m : {int64_t{1}, int64_t{128}}) {
+        for (int64_t m : row_counts) {
           std::mt19937 g(2);
           std::normal_distribution<float> d(0.0f, 1.0f);
           std::vector<float> x(static_cast<size_t>(m * s.k)), y(static_cast<size_t>(m * s.n));
@@ -170,7 +189,8 @@ int main(int argc, char** argv) {
           std::printf("%-8s threads=%d m=%-3lld %-24s wall %9.3f ms  cpu/thr %9.3f ms %7.2f GB/s %7.1f GOP/s %9.1f tok/s\n",
                       std::string(dtype_name(t)).c_str(), threads, static_cast<long long>(m), s.name, tm.wall_ms,
                       tm.cpu_ms / threads, gbs, gops, m / (ms * 1e-3));
-          (m == 1 ? model_decode_ms : model_prefill_ms) += ms * s.count;
+          if (m == 1) model_decode_ms += ms * s.count;
+          if (m == 128) model_prefill_ms += ms * s.count;
         }
       }
       std::printf("%-5s threads=%d 110M model matmuls: decode %.1f tok/s, prefill(128) %.1f tok/s\n\n",

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/q8_0_tiled.h"
 #include "kernels/cpu/quant/tile_dot_rows.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -70,6 +71,34 @@ void rows_ref(const void* w_row, const ActRow16* a, int nrows, int64_t k, float*
 #define CYPRIS_A16_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 constexpr int kGroupBlocks = kActs16Group / kQK;
+
+// quantize_acts16 in 8 lanes: the same max, scale, products and round-half-even (cvtps_epi32 under
+// the default rounding mode), clamped before the rounding instead of after (32767 is an integer, so
+// the result is the same).
+CYPRIS_A16_AVX2 void quantize_acts16_avx2(const float* x, int64_t k, int16_t* qs, float* d) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 lim = _mm256_set1_ps(32767.0f), nlim = _mm256_set1_ps(-32767.0f);
+  for (int64_t g0 = 0; g0 < k; g0 += kActs16Group) {
+    const int64_t n = std::min<int64_t>(kActs16Group, k - g0);  // a multiple of 32
+    const float* xg = x + g0;
+    __m256 mx = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(xg + i), abs_mask));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float dg = amax / 32767.0f;
+    const float id = dg != 0.0f ? 1.0f / dg : 0.0f;
+    d[g0 / kActs16Group] = dg;
+    const __m256 vid = _mm256_set1_ps(id);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m256 a = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(xg + i), vid), nlim), lim);
+      const __m256 b = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(xg + i + 8), vid), nlim), lim);
+      const __m256i p = _mm256_packs_epi32(_mm256_cvtps_epi32(a), _mm256_cvtps_epi32(b));  // lane-interleaved
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs + g0 + i), _mm256_permute4x64_epi64(p, 0xD8));
+    }
+  }
+}
 
 // Per block: the 32 weights widened to int16 once, vpmaddwd with each row's activations (pairs of
 // products summed in int32: at most 2 * 127 * 32767 < 2^24, exact as float), then one fmadd by the
@@ -160,6 +189,13 @@ static_assert(kActs16Rows == 8);
 
 }  // namespace
 
+Quantize16Fn quantize_acts16_fn(Isa isa) {
+#if defined(__x86_64__)
+  if (isa != Isa::Scalar && isa_available(Isa::Avx2)) return quantize_acts16_avx2;
+#endif
+  return quantize_acts16;
+}
+
 Dot16Fn dot_q8_0_acts16_fn(Isa isa) {
   if (!isa_available(isa)) return nullptr;
   switch (isa) {
@@ -196,7 +232,8 @@ void run(ThreadPool* pool, int64_t n, int64_t min_chunk, const std::function<voi
   }
 }
 
-Acts16 quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, ThreadPool* pool) {
+Acts16 quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, ThreadPool* pool, quant::Isa isa) {
+  const quant::Quantize16Fn quantize = quant::quantize_acts16_fn(isa);
   thread_local std::vector<int16_t> qs;
   thread_local std::vector<float> ds;
   qs.resize(static_cast<size_t>(m * k));
@@ -205,7 +242,7 @@ Acts16 quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, ThreadPo
   float* d = ds.data();
   run(pool, m, 4, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
-      quant::quantize_acts16(x + i * ldx, k, q + i * k, d + i * quant::acts16_groups(k));
+      quantize(x + i * ldx, k, q + i * k, d + i * quant::acts16_groups(k));
   });
   return {&qs, &ds, k};
 }
@@ -216,11 +253,31 @@ void dot_rows(const Acts16& acts, quant::Dot16Fn dot, int64_t i_begin, int64_t i
                                                    j1, bias, y, ldy);
 }
 
+// Row handles for the tiled kernel (q8_0_tiled.h), which takes activation rows by the tile.
+std::vector<quant::ActRow16> row_handles(const Acts16& acts, int64_t m) {
+  std::vector<quant::ActRow16> rows(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) rows[static_cast<size_t>(i)] = acts.row(i);
+  return rows;
+}
+
+bool use_tiled(int64_t rows, quant::Isa isa) {
+  return isa != quant::Isa::Scalar && rows >= quant::kQ8TiledMinRows && quant::q8_0_tiled_available(isa);
+}
+
 }  // namespace
 
 void q8_0_gemm_acts16(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, int64_t n, const float* bias,
                       float* y, int64_t ldy, ThreadPool* pool, quant::Isa isa) {
-  const Acts16 acts = quantize_rows(x, m, k, ldx, pool);
+  const Acts16 acts = quantize_rows(x, m, k, ldx, pool, isa);
+  if (use_tiled(m, isa)) {  // prefill: the pool splits panels of weight rows
+    const std::vector<quant::ActRow16> rows = row_handles(acts, m);
+    const int64_t panels = (n + quant::kQ8TilePanel - 1) / quant::kQ8TilePanel;
+    run(pool, panels, 1, [&](int64_t p0, int64_t p1) {
+      quant::q8_0_tiled_gemm(rows.data(), m, k, w, p0 * quant::kQ8TilePanel, std::min(n, p1 * quant::kQ8TilePanel),
+                             bias, y, ldy, isa);
+    });
+    return;
+  }
   const quant::Dot16Fn dot = quant::dot_q8_0_acts16_fn(isa);
   const auto* wb = static_cast<const uint8_t*>(w);
   run(pool, n, 8, [&](int64_t j0, int64_t j1) { dot_rows(acts, dot, 0, m, wb, j0, j1, bias, y, ldy); });
@@ -228,13 +285,20 @@ void q8_0_gemm_acts16(const float* x, int64_t m, int64_t k, int64_t ldx, const v
 
 void q8_0_gemm_acts16_grouped(const float* x, int64_t m, int64_t k, int64_t ldx, const GemmGroup* groups,
                               int64_t num_groups, int64_t n, float* y, int64_t ldy, ThreadPool* pool) {
-  const Acts16 acts = quantize_rows(x, m, k, ldx, pool);
-  const quant::Dot16Fn dot = quant::dot_q8_0_acts16_fn(quant::best_isa());
+  const quant::Isa isa = quant::best_isa();
+  const Acts16 acts = quantize_rows(x, m, k, ldx, pool, isa);
+  const quant::Dot16Fn dot = quant::dot_q8_0_acts16_fn(isa);
+  const std::vector<quant::ActRow16> rows = row_handles(acts, m);
   parallel_for_groups(
       pool, num_groups, n,
       [&](int64_t g, int64_t j0, int64_t j1) {
         const GemmGroup& gr = groups[g];
-        dot_rows(acts, dot, gr.first, gr.first + gr.rows, static_cast<const uint8_t*>(gr.w), j0, j1, nullptr, y, ldy);
+        if (use_tiled(gr.rows, isa)) {
+          quant::q8_0_tiled_gemm(rows.data() + gr.first, gr.rows, k, gr.w, j0, j1, nullptr, y + gr.first * ldy, ldy,
+                                 isa);
+        } else {
+          dot_rows(acts, dot, gr.first, gr.first + gr.rows, static_cast<const uint8_t*>(gr.w), j0, j1, nullptr, y, ldy);
+        }
       },
       8);
 }

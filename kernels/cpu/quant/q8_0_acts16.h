@@ -12,6 +12,9 @@
 // over 1..kActs16Rows activation rows per weight row (the weight block widened once for all rows),
 // chosen at run time like the other quantized kernels (quant_dot.h). They agree with the reference
 // to float summation order.
+//
+// Prefill on AVX-512 VNNI CPUs (kQ8TiledMinRows activation rows or more) goes through the tiled
+// GEMM of q8_0_tiled.h instead of these row dots: same activations, same integer sums.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +42,10 @@ struct ActRow16 {
 
 // qs: [k], d: [acts16_groups(k)]; k a multiple of 32.
 void quantize_acts16(const float* x, int64_t k, int16_t* qs, float* d);
+// The same bytes, 8 values per AVX2 instruction (the scalar quantizer was a third of a prefill-sized
+// Q8_0 product) for any isa but Scalar on a CPU with AVX2; otherwise quantize_acts16.
+using Quantize16Fn = void (*)(const float* x, int64_t k, int16_t* qs, float* d);
+Quantize16Fn quantize_acts16_fn(Isa isa);
 
 // One Q8_0 weight row of k elements (k / 32 blocks) dotted with one activation row: per group of 8
 // blocks d_x * sum_b d_w[b] * (integer sum of block b), in order.

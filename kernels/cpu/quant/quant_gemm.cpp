@@ -14,6 +14,7 @@
 #include "engine/common/error.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant/fp8_gemm.h"
+#include "kernels/cpu/quant/q4_0_tiled.h"
 #include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "kernels/cpu/quant/tile_dot_rows.h"
@@ -98,6 +99,18 @@ void dot_rows(const QuantizedActs& acts, quant::DotFn dot, int64_t i_begin, int6
                                                    bias, y, ldy);
 }
 
+// Prefill with Q4_0 weights on AVX-512 VNNI: the tiled GEMM (q4_0_tiled.h).
+bool use_tiled(DType w_dtype, int64_t rows, quant::Isa isa) {
+  return w_dtype == DType::Q4_0 && isa != quant::Isa::Scalar && rows >= quant::kQ4TiledMinRows &&
+         quant::q4_0_tiled_available(isa);
+}
+
+std::vector<quant::ActRow> row_handles(const QuantizedActs& acts, int64_t m) {
+  std::vector<quant::ActRow> rows(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) rows[static_cast<size_t>(i)] = acts.row(i);
+  return rows;
+}
+
 }  // namespace
 
 void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
@@ -122,6 +135,15 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
     return;
   }
   const QuantizedActs acts = quantize_acts(x, m, k, ldx, w_dtype, isa, pool);
+  if (use_tiled(w_dtype, m, isa)) {  // the pool splits panels of weight rows
+    const std::vector<quant::ActRow> rows = row_handles(acts, m);
+    const int64_t panels = (n + quant::kQ4TilePanel - 1) / quant::kQ4TilePanel;
+    run(pool, panels, 1, [&](int64_t p0, int64_t p1) {
+      quant::q4_0_tiled_gemm(rows.data(), m, k, w, p0 * quant::kQ4TilePanel, std::min(n, p1 * quant::kQ4TilePanel),
+                             bias, y, ldy, isa);
+    });
+    return;
+  }
   const quant::DotFn dot = quant::dot_fn(w_dtype, isa);
   const auto* wb = static_cast<const uint8_t*>(w);
   run(pool, n, 8, [&](int64_t j0, int64_t j1) { dot_rows(acts, dot, 0, m, wb, w_dtype, j0, j1, bias, y, ldy); });
@@ -149,10 +171,16 @@ void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGr
   const quant::Isa isa = quant::best_isa();
   const QuantizedActs acts = quantize_acts(x, m, k, ldx, w_dtype, isa, pool);
   const quant::DotFn dot = quant::dot_fn(w_dtype, isa);
+  const std::vector<quant::ActRow> rows = row_handles(acts, m);
   parallel_for_groups(
       pool, static_cast<int64_t>(live.size()), n,
       [&](int64_t g, int64_t j0, int64_t j1) {
         const GemmGroup& gr = live[static_cast<size_t>(g)];
+        if (use_tiled(w_dtype, gr.rows, isa)) {
+          quant::q4_0_tiled_gemm(rows.data() + gr.first, gr.rows, k, gr.w, j0, j1, nullptr, y + gr.first * ldy, ldy,
+                                 isa);
+          return;
+        }
         dot_rows(acts, dot, gr.first, gr.first + gr.rows, static_cast<const uint8_t*>(gr.w), w_dtype, j0, j1, nullptr,
                  y, ldy);
       },

@@ -4,10 +4,10 @@
 // y = x · Wᵀ (+ bias): the activations are quantized to 8 bits per block (one fp32 scale per 32 or
 // 256 values, as the weight type's block) and each output is an integer dot product per block
 // (quant_dot.h), parallel over weight rows. Q8_0 weights take 16-bit activations instead
-// (q8_0_acts16.h): 8-bit ones would double the error of an 8-bit format; FP8 weights (F8G128) take
-// the fp32 activations as they are (fp8_gemm.h). The alternative path
-// dequantizes tiles of weight rows to fp32 and uses the fp32 GEMM: exact in the activations, used
-// as a reference and selectable.
+// (q8_0_acts16.h; prefill through a tiled VNNI GEMM, q8_0_tiled.h): 8-bit ones would double the
+// error of an 8-bit format; FP8 weights (F8G128) take the fp32 activations as they are
+// (fp8_gemm.h). The alternative path dequantizes tiles of weight rows to fp32 and uses the fp32
+// GEMM: exact in the activations, used as a reference and selectable.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // Quantized dot products and linear layers (kernels/cpu/quant/):
 //  - the AVX2 and AVX-512 activation quantizers give the scalar reference's bytes exactly;
-//  - every SIMD dot kernel equals the scalar reference up to float summation order;
+//  - every SIMD dot kernel equals the scalar reference up to float summation order, and so does the
+//    tiled Q8_0 and Q4_0 prefill GEMMs (scalar and AVX-512 VNNI) at every tile edge;
 //  - the quantized linear equals an fp64 product of the dequantized weights with the exact
 //    activations, within the error bound the 8-bit activations allow (derived below);
 //  - the dequantize-then-fp32-GEMM path is exact to fp32 rounding; embedding rows are the
@@ -19,7 +20,9 @@
 
 #include "engine/common/error.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/q4_0_tiled.h"
 #include "kernels/cpu/quant/q8_0_acts16.h"
+#include "kernels/cpu/quant/q8_0_tiled.h"
 #include "kernels/cpu/quant/quant_dot.h"
 #include "kernels/cpu/quant/quant_gemm.h"
 #include "kernels/cpu/quant/quant_ref.h"
@@ -202,8 +205,9 @@ TEST_P(QuantKernels, LinearMatchesFp64WithinActivationQuantizationBound) {
 // ungrouped product is checked against fp64 above); rows in no run keep their poison.
 TEST_P(QuantKernels, GroupedLinearEqualsOneProductPerRun) {
   const DType t = GetParam();
-  const int64_t k = quant::block_elems(t) == 32 ? 160 : 512, n = 21, m = 26;
-  const std::vector<std::pair<int64_t, int64_t>> runs = {{0, 2}, {2, 0}, {3, 1}, {5, 9}, {15, 10}};  // rows 4, 25: none
+  const int64_t k = quant::block_elems(t) == 32 ? 160 : 512, n = 21, m = 44;
+  // Rows 4, 25 and 43 in no run; the run of 17 is a prefill-sized one (Q8_0: the tiled kernel).
+  const std::vector<std::pair<int64_t, int64_t>> runs = {{0, 2}, {2, 0}, {3, 1}, {5, 9}, {15, 10}, {26, 17}};
   std::vector<std::vector<uint8_t>> w;
   std::vector<GemmGroup> groups;
   for (size_t g = 0; g < runs.size(); ++g) {
@@ -269,6 +273,28 @@ TEST(QuantKernelsGguf, RealRowsAgreeAcrossIsas) {
   }
 }
 
+// The AVX2 16-bit quantizer gives the reference's bytes and scales exactly: random rows with
+// outliers, an all-zero group (d = 0, q = 0), a short last group (k = 544), and a group whose
+// scale is exactly 1 holding values half-way between two steps (rounded half to even either way).
+TEST(QuantActs16, SimdQuantizerGivesTheReferenceBytes) {
+  if (!quant::isa_available(Isa::Avx2)) GTEST_SKIP() << "no AVX2";
+  const int64_t k = 544, groups = quant::acts16_groups(k);
+  std::vector<float> x = randn(k, 55);
+  for (int i = 256; i < 512; ++i) x[i] = 0.0f;
+  x[512] = 32767.0f;  // the last group's scale: 1
+  const float ties[] = {2.5f, 3.5f, -4.5f, -0.5f, 0.5f, 1000.5f, -32766.5f};
+  for (int i = 0; i < 7; ++i) x[513 + i] = ties[i];
+  std::vector<int16_t> ref(k, 99), got(k, -99);
+  std::vector<float> dref(groups, kNaN()), dgot(groups, kNaN());
+  quant::quantize_acts16(x.data(), k, ref.data(), dref.data());
+  quant::quantize_acts16_fn(Isa::Avx2)(x.data(), k, got.data(), dgot.data());
+  EXPECT_EQ(got, ref);
+  for (int64_t g = 0; g < groups; ++g) EXPECT_EQ(dgot[g], dref[g]) << g;
+  EXPECT_EQ(dref[2], 1.0f);
+  EXPECT_EQ(ref[513], 2);
+  EXPECT_EQ(ref[515], -4);
+}
+
 // Q8_0 with 16-bit activations: the quantizer's step is 1/32767 of the largest value of each group
 // of 256 (a short last group included: k = 544 is 2 groups and 32), each value within half a step,
 // and every SIMD kernel equals the scalar reference on rows llama.cpp quantized (their first 512
@@ -309,6 +335,114 @@ TEST(QuantActs16, QuantizerIsWithinHalfAStepAndKernelsEqualTheReference) {
         for (int r = 0; r < nr; ++r) {
           const float ref = quant::dot_q8_0_acts16_ref(wrow, rows[r], k);
           EXPECT_NEAR(got[r], ref, 1e-5 * std::abs(ref) + 1e-4) << quant::isa_name(isa) << " rows " << nr;
+        }
+      }
+    }
+  }
+}
+
+// The tiled Q8_0 prefill GEMM (q8_0_tiled.h) equals the scalar reference dot of every (activation
+// row, weight row) pair up to float summation order: |got - ref| <= 1e-5 * sum |block terms|. The
+// shapes cross every edge of the kernel: activation rows not a multiple of the 4-row tile, weight
+// ranges that start inside a panel and end short of one (1, 31, 33 and 45 rows), k of one block, of a
+// short last group of 256 (544) and of several groups (800); random blocks and llama.cpp's rows.
+// Outside the weight range y keeps its poison; the bias and the output row stride are honoured.
+TEST(QuantQ8Tiled, EqualsTheReferenceDotAtEveryTileEdge) {
+  std::vector<Isa> isas = {Isa::Scalar};
+  if (quant::q8_0_tiled_available(Isa::Avx512)) isas.push_back(Isa::Avx512);
+  EXPECT_FALSE(quant::q8_0_tiled_available(Isa::Avx2));
+  const test::MiniGguf file(std::string(CYPRIS_TESTDATA_DIR) + "/gguf/tiny-random-Q8_0.gguf");
+  const test::GgufTensor& real = file.tensor("blk.0.ffn_down.weight");  // [256 rows, 512]
+  struct Shape {
+    int64_t m, k, n, j0, j1;
+    bool real_rows;
+  };
+  const Shape shapes[] = {{1, 32, 33, 0, 33, false},  {5, 544, 45, 0, 45, false},  {16, 800, 70, 3, 67, false},
+                          {7, 256, 31, 0, 31, false}, {37, 512, 96, 33, 34, true}, {18, 512, 64, 0, 64, true}};
+  for (const Shape& s : shapes) {
+    const size_t row_bytes = dtype_nbytes(DType::Q8_0, s.k);
+    std::vector<uint8_t> w = s.real_rows ? std::vector<uint8_t>(file.data(real), file.data(real) + s.n * row_bytes)
+                                         : random_weights(DType::Q8_0, s.n, s.k, 600 + static_cast<uint32_t>(s.k));
+    const int64_t groups = quant::acts16_groups(s.k);
+    const auto x = randn(s.m * s.k, 31 + static_cast<uint32_t>(s.m));
+    std::vector<int16_t> qs(s.m * s.k);
+    std::vector<float> d(s.m * groups);
+    std::vector<quant::ActRow16> rows(s.m);
+    for (int64_t r = 0; r < s.m; ++r) {
+      quant::quantize_acts16(x.data() + r * s.k, s.k, qs.data() + r * s.k, d.data() + r * groups);
+      rows[r] = {qs.data() + r * s.k, d.data() + r * groups};
+    }
+    const auto bias = randn(s.n, 5);
+    std::vector<float> wd(s.k);
+    for (Isa isa : isas) {
+      const int64_t ldy = s.n + 3;
+      std::vector<float> y(s.m * ldy, kNaN());
+      quant::q8_0_tiled_gemm(rows.data(), s.m, s.k, w.data(), s.j0, s.j1, s.m % 2 ? bias.data() : nullptr, y.data(),
+                             ldy, isa);
+      for (int64_t j = 0; j < s.n; ++j) {
+        quant::dequantize_row(DType::Q8_0, w.data() + j * row_bytes, wd.data(), s.k);
+        for (int64_t i = 0; i < s.m; ++i) {
+          const float got = y[i * ldy + j];
+          if (j < s.j0 || j >= s.j1) {
+            ASSERT_TRUE(std::isnan(got)) << "written outside the range: row " << i << " col " << j;
+            continue;
+          }
+          double mag = 0;
+          for (int64_t c = 0; c < s.k; ++c) mag += std::abs(double(wd[c]) * d[i * groups + c / 256] * qs[i * s.k + c]);
+          const float ref =
+              quant::dot_q8_0_acts16_ref(w.data() + j * row_bytes, rows[i], s.k) + (s.m % 2 ? bias[j] : 0.0f);
+          ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-6)
+              << quant::isa_name(isa) << " m=" << s.m << " k=" << s.k << " row " << i << " col " << j;
+        }
+      }
+    }
+  }
+}
+
+// The tiled Q4_0 prefill GEMM (q4_0_tiled.h) against the scalar reference dot, as the Q8_0 one above
+// (8-bit activations in blocks of 32; the -8 of every weight comes back through the block sums).
+TEST(QuantQ4Tiled, EqualsTheReferenceDotAtEveryTileEdge) {
+  std::vector<Isa> isas = {Isa::Scalar};
+  if (quant::q4_0_tiled_available(Isa::Avx512)) isas.push_back(Isa::Avx512);
+  EXPECT_FALSE(quant::q4_0_tiled_available(Isa::Avx2));
+  const test::MiniGguf file(std::string(CYPRIS_TESTDATA_DIR) + "/gguf/tiny-random-Q4_0.gguf");
+  const test::GgufTensor& real = file.tensor("blk.0.ffn_down.weight");  // [256 rows, 512]
+  struct Shape {
+    int64_t m, k, n, j0, j1;
+    bool real_rows;
+  };
+  const Shape shapes[] = {{1, 32, 33, 0, 33, false},  {5, 544, 45, 0, 45, false},   {16, 800, 70, 3, 67, false},
+                          {7, 256, 31, 0, 31, false}, {37, 512, 96, 33, 34, true}, {18, 512, 64, 0, 64, true}};
+  for (const Shape& s : shapes) {
+    const size_t row_bytes = dtype_nbytes(DType::Q4_0, s.k);
+    std::vector<uint8_t> w = s.real_rows ? std::vector<uint8_t>(file.data(real), file.data(real) + s.n * row_bytes)
+                                         : random_weights(DType::Q4_0, s.n, s.k, 700 + static_cast<uint32_t>(s.k));
+    const auto x = randn(s.m * s.k, 41 + static_cast<uint32_t>(s.m));
+    std::vector<QuantizedActs> acts;
+    std::vector<quant::ActRow> rows;
+    for (int64_t r = 0; r < s.m; ++r) acts.push_back(quantize(quant::quantize_acts_ref, x.data() + r * s.k, s.k, 32));
+    for (const auto& a : acts) rows.push_back(a.row());
+    const auto bias = randn(s.n, 6);
+    std::vector<float> wd(s.k);
+    for (Isa isa : isas) {
+      const int64_t ldy = s.n + 3;
+      std::vector<float> y(s.m * ldy, kNaN());
+      quant::q4_0_tiled_gemm(rows.data(), s.m, s.k, w.data(), s.j0, s.j1, s.m % 2 ? bias.data() : nullptr, y.data(),
+                             ldy, isa);
+      for (int64_t j = 0; j < s.n; ++j) {
+        quant::dequantize_row(DType::Q4_0, w.data() + j * row_bytes, wd.data(), s.k);
+        for (int64_t i = 0; i < s.m; ++i) {
+          const float got = y[i * ldy + j];
+          if (j < s.j0 || j >= s.j1) {
+            ASSERT_TRUE(std::isnan(got)) << "written outside the range: row " << i << " col " << j;
+            continue;
+          }
+          double mag = 0;
+          for (int64_t c = 0; c < s.k; ++c) mag += std::abs(double(wd[c]) * acts[i].d[c / 32] * acts[i].qs[c]);
+          const float ref =
+              quant::dot_ref(DType::Q4_0, w.data() + j * row_bytes, rows[i], s.k) + (s.m % 2 ? bias[j] : 0.0f);
+          ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-6)
+              << quant::isa_name(isa) << " m=" << s.m << " k=" << s.k << " row " << i << " col " << j;
         }
       }
     }

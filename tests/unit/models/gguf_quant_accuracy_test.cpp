@@ -8,8 +8,10 @@
 // Distance: the Kullback-Leibler divergence KL(P_unquantized || P_quantized) of the next-token
 // distribution, averaged over the 31 positions of the three prompts (what llama-perplexity's
 // --kl-divergence reports), and the mean over positions of the largest |log p| change over the
-// tokens the unquantized model gives p >= 1e-4. The test asserts both, with a 5% margin for the
-// positions where one of the two lands on the other side of a rounding step by chance.
+// tokens the unquantized model gives p >= 1e-4. The test asserts both, with a 2% margin: for every
+// type but Q8_0 Cypris quantizes the activations as llama.cpp does (8 bits, round to nearest, one
+// scale per block of 32 or 256 values), so the two differ only where a value lands on the other
+// side of a rounding step by chance; measured 0.99x-1.004x of llama.cpp's on every file.
 //
 // Q8_0 must do clearly better: llama.cpp quantizes the activations of an 8-bit weight type to 8
 // bits too (Q8_0 blocks with an fp16 scale), which about doubles what the weights alone lose (the
@@ -111,7 +113,7 @@ Distance distance(const std::vector<float>& base, const std::vector<float>& quan
 struct Case {
   const char* file;
   const char* unquantized;
-  double kl_factor = 1.05;  // Cypris's KL <= kl_factor x llama.cpp's
+  double kl_factor = 1.02;  // Cypris's KL <= kl_factor x llama.cpp's
 };
 
 class GgufQuantAccuracy : public ::testing::TestWithParam<Case> {};
@@ -128,7 +130,7 @@ TEST_P(GgufQuantAccuracy, LosesNoMoreThanLlamaCpp) {
               "Cypris %.4f (%.2fx)\n",
               c.file, c.unquantized, dl.kl, dc.kl, dc.kl / dl.kl, dl.max_dlogp, dc.max_dlogp,
               dc.max_dlogp / dl.max_dlogp);
-  constexpr double kMargin = 1.05;
+  constexpr double kMargin = 1.02;
   EXPECT_LE(dc.kl, dl.kl * c.kl_factor);
   EXPECT_LE(dc.max_dlogp, dl.max_dlogp * kMargin);
 }
