@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -188,6 +189,69 @@ TEST_F(MalformedExl2, QpermMustInvertQinvperm) {
   tensors_[q_ + ".q_perm"].bytes = std::string(reinterpret_cast<const char*>(perm.data()), 512);
   save();
   EXPECT_THAT(load_error(), AllOf(HasSubstr(q_ + ".q_perm'[3]"), HasSubstr("inverse of q_invperm")));
+}
+
+// A bounded, seeded random-mutation fuzz of the EXL2 reader: each run changes the q_* tensors'
+// shapes, dtypes or words (q_groups widths and starts, q_invperm entries, scale codes, inf/NaN
+// maxima) or drops one, then reads the layers as a model load does, whole and as tensor-parallel
+// halves. Every outcome must be success or a cypris::Error (no crash, no other exception).
+TEST(Exl2Fuzz, MutatedCheckpointsLoadOrFailCleanly) {
+  std::mt19937 rng(20261127);
+  test::TempDir dir("exl2_fuzz");
+  const auto original = testing_support::copy_checkpoint(kExl2, dir.path());
+  std::vector<std::string> names;
+  for (const auto& [n, t] : original) {
+    if (n.find(".q_") != std::string::npos) names.push_back(n);
+  }
+  int ok = 0, errors = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    auto tensors = original;
+    const int mutations = 1 + static_cast<int>(rng() % 3);
+    for (int m = 0; m < mutations; ++m) {
+      const std::string name = names[rng() % names.size()];
+      if (tensors.count(name) == 0) continue;
+      RawTensor& t = tensors[name];
+      switch (rng() % 5) {
+        case 0:
+          t.shape[rng() % t.shape.size()] = static_cast<int64_t>(rng() % 300);
+          break;
+        case 1:
+          t.dtype = std::vector<std::string>{"I32", "I16", "F16", "F32"}[rng() % 4];
+          break;
+        case 2:  // small values where widths and row starts live, anything elsewhere
+          for (int i = 0; i < 4 && !t.bytes.empty(); ++i) {
+            const uint32_t v = rng() % 2 ? rng() % 40 : rng();
+            const size_t at = rng() % t.bytes.size();
+            std::memcpy(t.bytes.data() + at, &v, std::min<size_t>(t.dtype == "I16" ? 2 : 4, t.bytes.size() - at));
+          }
+          break;
+        case 3:
+          tensors.erase(name);
+          break;
+        default:
+          t.shape.push_back(1);
+      }
+    }
+    for (auto& [n, t] : tensors) {  // keep the file well formed so that the EXL2 checks run
+      int64_t count = 1;
+      for (int64_t d : t.shape) count *= d;
+      t.bytes.resize(static_cast<size_t>(count) * (t.dtype == "I16" || t.dtype == "F16" ? 2 : 4));
+    }
+    testing_support::write_tensors(dir.path() / "model.safetensors", tensors);
+    try {
+      const auto w = open_checkpoint(dir.path());
+      for (const std::string layer : {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj",
+                                      "model.layers.1.mlp.down_proj", "lm_head"}) {
+        w->load(layer + ".weight", layer_shape(layer), DType::F32);
+        w->load(layer + ".weight", layer_shape(layer), DType::BF16, ShardSpec::split(1, 1, 2));
+      }
+      ++ok;
+    } catch (const Error&) {
+      ++errors;
+    }
+  }
+  std::printf("exl2 fuzz: %d loaded, %d clean errors\n", ok, errors);
+  EXPECT_GT(errors, 0);
 }
 
 }  // namespace
