@@ -80,7 +80,7 @@ std::vector<OptionSpec> build_table() {
   const std::string kSpec = "speculative decoding";
   const std::string kQuantRefused =
       "not supported yet in Cypris; supported: gptq (also gptq_marlin), awq, compressed-tensors (pack-quantized, "
-      "int-quantized, float-quantized), fp8 (all read from the checkpoint's quantization_config, so -q may be left "
+      "int-quantized, float-quantized), fp8, exl2 (all read from the checkpoint's quantization_config, so -q may be left "
       "out; -q fp8 on a 16-bit checkpoint quantizes it at load) and gguf (a .gguf --model or --gguf-file NAME)";
 
   group = "Model Options";
@@ -232,14 +232,14 @@ std::vector<OptionSpec> build_table() {
           "quantization_config); when given it must agree with the checkpoint. Cypris supports gptq (2/4/8 bits; "
           "gptq_marlin loads the same checkpoints), awq (4-bit GEMM), compressed-tensors (pack-quantized W4A16/W8A16, "
           "int-quantized W8A8, float-quantized FP8), fp8 (FP8 checkpoints; on a 16-bit checkpoint: quantized at load "
-          "to FP8 with one scale per output channel) and gguf (llama.cpp's quantization types, read from a .gguf "
-          "--model); the others are not supported yet. See docs/quantization.md.")
+          "to FP8 with one scale per output channel), exl2 (exllamav2's mixed 2-8 bit checkpoints, dequantized at "
+          "load to --dtype) and gguf (llama.cpp's quantization types, read from a .gguf --model); the others are not "
+          "supported yet. See docs/quantization.md.")
           .alias("-q")
-          .choices({"gguf", "gptq", "gptq_marlin", "awq", "compressed-tensors", "fp8"})
+          .choices({"gguf", "gptq", "gptq_marlin", "awq", "compressed-tensors", "fp8", "exl2"})
           .refuse({"aqlm",
                    "bnb",
                    "eetq",
-                   "exl2",
                    "quip",
                    "squeezellm",
                    "marlin",

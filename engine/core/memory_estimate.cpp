@@ -18,6 +18,7 @@
 #include "engine/loader/gguf_model.h"
 #include "engine/loader/model_config.h"
 #include "engine/loader/quant_config.h"
+#include "engine/loader/quant_label.h"
 #include "engine/loader/safetensors.h"
 #include "models/registry/registry.h"
 #include "engine/loader/weights.h"
@@ -109,6 +110,7 @@ std::string dtype_label(const std::string& torch_dtype) {
 }
 
 std::string checkpoint_quant_label(const QuantConfig& q) {
+  if (q.method == "exl2") return quant_label(q);  // "EXL2 4.65 bpw": its widths vary per group
   std::string method = q.method == "gptq" ? "GPTQ" : q.method == "awq" ? "AWQ" : q.method;
   std::string out = fmt::format("{} {}-bit {}", method, q.bits,
                                 q.group_size > 0 ? fmt::format("g{}", q.group_size) : std::string("per-channel"));
@@ -192,7 +194,19 @@ ModelFootprint read_model_footprint(const std::filesystem::path& path) {
     for (const std::string& name : ckpt.names()) {
       const SafetensorsTensor* t = ckpt.find(name);
       WeightBytes w;
-      if (t->dtype && !(quant && is_quant_part(name))) {
+      if (quant && quant->method == "exl2" && contains(name, ".q_")) {
+        // EXL2 layers are dequantized at load to --dtype (engine/loader/exl2_weights.h): [out, in]
+        // values per layer, counted at its q_weight (outputs as padded to 32), its other q_* nothing.
+        const std::string qw = ".q_weight";
+        if (name.size() > qw.size() && name.compare(name.size() - qw.size(), qw.size(), qw) == 0) {
+          const SafetensorsTensor* inv = ckpt.find(name.substr(0, name.size() - qw.size()) + ".q_invperm");
+          if (inv != nullptr && inv->shape.size() == 1 && t->shape.size() == 2) {
+            w.float_elems = inv->shape[0] * t->shape[1];
+          } else {
+            w.fixed_bytes = static_cast<int64_t>(t->nbytes);
+          }
+        }
+      } else if (t->dtype && !(quant && is_quant_part(name))) {
         w.float_elems = t->numel();
       } else {
         w.fixed_bytes = static_cast<int64_t>(t->nbytes);

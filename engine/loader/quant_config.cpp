@@ -241,9 +241,22 @@ QuantConfig from_json(const json& j, const std::string& source) {
                  "{}: quantization_config weights.actorder {}: not supported yet", source, w.at("actorder").dump());
     q.zero_point_plus_one = false;
     check_group_size(q);
+  } else if (q.method == "exl2") {
+    // exllamav2's config states only the averages; the widths are per group in each layer's q_groups.
+    if (j.contains("bits") && !j.at("bits").is_null()) {
+      CYPRIS_CHECK(j.at("bits").is_number() && j.at("bits").get<double>() >= 2 && j.at("bits").get<double>() <= 8,
+                   "{}: quantization_config.bits must be a number of bits per weight from 2 to 8, got {}", source,
+                   j.at("bits").dump());
+      q.bits_per_weight = j.at("bits").get<double>();
+    }
+    q.head_bits = static_cast<int>(int_field(j, "head_bits", source, 0));
+    q.bits = static_cast<int>(q.bits_per_weight + 0.5);
+    q.group_size = -1;
+    q.zero_point_plus_one = false;
+    q.checkpoint_format = "exl2";
   } else {
     CYPRIS_FAIL(
-        "{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq, awq, fp8 and "
+        "{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq, awq, fp8, exl2 and "
         "compressed-tensors (pack-quantized, float-quantized) checkpoints (and GGUF files)",
         source, q.method);
   }
@@ -261,6 +274,11 @@ std::string QuantConfig::summary() const {
     return fmt::format("{}{} e4m3 weights, {} scales, {}", method, method == "fp8" ? "" : " float-quantized", scales,
                        act_scheme.empty() ? "16-bit activations"
                                           : act_scheme + " activation scales (activations run unquantized)");
+  }
+  if (method == "exl2") {
+    return fmt::format("exl2 {} bits per weight, head {} bits (mixed 2-8 bits per group; layers dequantized at load)",
+                       bits_per_weight > 0 ? fmt::format("{:g}", bits_per_weight) : std::string("(not stated)"),
+                       head_bits > 0 ? std::to_string(head_bits) : std::string("(not stated)"));
   }
   if (method == "awq") {
     return fmt::format("awq {}-bit, group size {}, zero points, version {}", bits, group_size, checkpoint_format);

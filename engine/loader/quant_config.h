@@ -11,7 +11,7 @@
 namespace cypris {
 
 struct QuantConfig {
-  std::string method;               // "gptq", "awq" or "compressed-tensors"
+  std::string method;               // "gptq", "awq", "compressed-tensors", "fp8" or "exl2"
   int bits = 0;                     // 2, 4, 8 (GPTQ), 4 (AWQ)
   int64_t group_size = -1;          // values per scale along a row; -1: one group per row
   bool desc_act = false;            // GPTQ act-order: g_idx is not in order
@@ -23,6 +23,10 @@ struct QuantConfig {
   std::string scale_strategy;       // "tensor", "channel", "block", or "" = from the weight_scale's shape (fp8)
   int64_t block_n = 0, block_k = 0;  // "block": weight_block_size [rows, columns]
   std::string act_scheme;           // activations the checkpoint quantizes: "dynamic", "static", "" (none)
+  // EXL2 (exllamav2): the average bits per weight and the lm_head's bits the config states (each layer's
+  // groups carry their own widths in the tensors; engine/loader/exl2_weights.h).
+  double bits_per_weight = 0;
+  int head_bits = 0;
   std::string source;               // the file it was read from, for messages
 
   // One line for the load log: "gptq 4-bit, group size 128, desc_act false, sym true, format gptq".

@@ -50,6 +50,9 @@ std::string quant_label(const QuantConfig& q) {
     return fmt::format("{} {}-bit{}{}", upper_method(q.method), q.bits, group_text(q.group_size),
                        q.desc_act ? " act-order" : "");
   }
+  if (q.method == "exl2") {
+    return q.bits_per_weight > 0 ? fmt::format("EXL2 {:g} bpw", q.bits_per_weight) : std::string("EXL2");
+  }
   if (q.method == "fp8" || q.checkpoint_format == "float-quantized") {
     std::string s = q.method == "fp8" ? "FP8" : "compressed-tensors FP8";
     if (q.scale_strategy == "block") s += fmt::format(" block {}x{}", q.block_n, q.block_k);

@@ -9,6 +9,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/loader/exl2_weights.h"
 #include "engine/loader/fp8_weights.h"
 #include "engine/loader/gguf_model.h"
 #include "engine/loader/online_quant_weights.h"
@@ -247,7 +248,8 @@ std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, 
     }
   }
   if (!plain) plain = std::make_unique<CheckpointWeightSource<SafetensorsCheckpoint>>(dir, options.ignore_patterns);
-  const std::optional<QuantConfig> ckpt = read_quant_config(dir);
+  std::optional<QuantConfig> ckpt = read_quant_config(dir);
+  if (!ckpt) ckpt = exl2_config_from_tensors(dir, options.ignore_patterns);  // EXL2 checkpoints without a quantization_config
   if (const auto online = online_quant_mode(options, ckpt ? ckpt->method : "", dir.string())) {
     LOG_INFO("{}: linear layers quantized at load: {}", dir.string(),
              *online == quant::OnlineQuant::Fp8    ? "fp8 e4m3, one scale per output channel (F8G128)"
@@ -257,10 +259,12 @@ std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, 
   }
   const std::optional<QuantConfig> q = resolve_quantization(ckpt, options.quantization, dir.string());
   if (!q) return plain;
-  LOG_INFO("{}: quantized checkpoint, {} (layers kept quantized)", dir.string(), q->summary());
+  LOG_INFO("{}: quantized checkpoint, {}{}", dir.string(), q->summary(),
+           q->method == "exl2" ? "" : " (layers kept quantized)");
   if (q->method == "fp8" || q->checkpoint_format == "float-quantized" || q->checkpoint_format == "int-quantized") {
     return make_fp8_weight_source(dir, *q, std::move(plain));
   }
+  if (q->method == "exl2") return make_exl2_weight_source(dir, *q, std::move(plain));
   return make_quantized_weight_source(dir, *q, std::move(plain));
 }
 

@@ -214,10 +214,11 @@ TEST(Parse, ErrorsNameTheFlagAndWhatIsAllowed) {
 TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
   EXPECT_THAT(error_of({"--num-lookahead-slots", "4"}),
               AllOf(HasSubstr("--num-lookahead-slots"), HasSubstr("not supported yet")));
-  EXPECT_THAT(error_of({"-q", "exl2"}), AllOf(HasSubstr("exl2"), HasSubstr("not supported yet")));
+  EXPECT_THAT(error_of({"-q", "aqlm"}), AllOf(HasSubstr("aqlm"), HasSubstr("not supported yet")));
   // The implemented methods are accepted here; the loader checks them against the checkpoint.
   EXPECT_EQ(error_of({"-q", "gptq"}), "");
   EXPECT_EQ(error_of({"-q", "awq"}), "");
+  EXPECT_EQ(error_of({"-q", "exl2"}), "");
   EXPECT_EQ(error_of({"--enable-lora", "--lora-modules", "a=/x", "--max-lora-rank", "64"}), "");
   EXPECT_THAT(error_of({"--qlora-adapter-name-or-path", "x"}),
               AllOf(HasSubstr("--qlora-adapter-name-or-path"), HasSubstr("not supported yet")));

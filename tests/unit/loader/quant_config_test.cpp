@@ -89,7 +89,9 @@ TEST(QuantConfig, UnimplementedMethodsAndVariantsAreRefusedByName) {
           R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"tensor"}}}})"),
       HasSubstr("strategy 'tensor'"));
   EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true})"), HasSubstr("bitsandbytes"));
-  EXPECT_THAT(parse_error(R"({"quant_method":"exl2"})"), HasSubstr("exl2"));
+  EXPECT_THAT(parse_error(R"({"quant_method":"exl2","bits":9.5})"),
+              AllOf(HasSubstr("quantization_config.bits"), HasSubstr("from 2 to 8")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"exl2","bits":"4.0"})"), HasSubstr("quantization_config.bits"));
   EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":3,"group_size":128})"),
               AllOf(HasSubstr("bits 3"), HasSubstr("not supported yet")));
   EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":5,"group_size":128})"),

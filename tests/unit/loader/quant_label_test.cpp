@@ -33,6 +33,8 @@ TEST(QuantLabel, NamesMethodBitsAndGroup) {
   EXPECT_EQ(label_of_fixture("awq_w4_g64"), "AWQ 4-bit g64");
   EXPECT_EQ(label_of_fixture("ct_w4a16_g128_sym"), "compressed-tensors W4A16 g128");
   EXPECT_EQ(label_of_fixture("ct_w8a16_channel_asym"), "compressed-tensors W8A16 per-channel");
+  EXPECT_EQ(label_of_fixture("exl2_mixed"), "EXL2 4.21 bpw");
+  EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"exl2"}})"), "EXL2");
 }
 
 TEST(QuantLabel, PlainAndUnreadableConfigsHaveNone) {
@@ -46,8 +48,6 @@ TEST(QuantLabel, UnsupportedMethodsAreLabelledAsSuch) {
       quant_label_from_json(
           R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4"}})"),
       "bitsandbytes nf4 (not supported)");
-  EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"exl2","bits":4.65}})"),
-            "EXL2 4.65-bit (not supported)");
   EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"gptq","bits":3}})"),
             "GPTQ 3-bit (not supported)");
   EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":7}})"), "quantized (not supported)");

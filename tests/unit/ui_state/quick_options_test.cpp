@@ -159,6 +159,16 @@ TEST(MemoryEstimate, SafetensorsWeightsEqualTheFilesDataSection) {
   const ModelFootprint fq = read_model_footprint(q);
   EXPECT_EQ(estimate_memory(fq, MemoryChoice{}, machine_without_gpu()).ram_weight_bytes,
             safetensors_data_bytes(q / "model.safetensors"));
+
+  // An EXL2 checkpoint loads dequantized: every layer [out, in] at --dtype, not its packed bytes.
+  // exl2_mixed: 2 layers of 5 x 128 x 128 (q, o, gate, up, down) + 2 x 64 x 128 (k, v), lm_head and
+  // embeddings 64 x 128, 5 norms of 128.
+  const ModelFootprint fe = read_model_footprint(kFixtures + "quant/exl2_mixed");
+  EXPECT_EQ(fe.weight_label, "EXL2 4.21 bpw");
+  MemoryChoice f32;
+  f32.dtype = "float32";
+  EXPECT_EQ(estimate_memory(fe, f32, machine_without_gpu()).ram_weight_bytes,
+            4 * (2 * (5 * 128 * 128 + 2 * 64 * 128) + 2 * 64 * 128 + 5 * 128));
 }
 
 TEST(MemoryEstimate, MeminfoAndUnreadableModels) {
