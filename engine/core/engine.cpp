@@ -279,7 +279,7 @@ void Engine::propose_drafts() {
     // The adaptive draft length, within max_tokens (the last token comes from the target).
     const int32_t want = std::min(tracker_->spec_draft_length(id), r->max_tokens() - r->num_output_tokens() - 1);
     if (proposer_) {
-      r->set_spec_token_ids(proposer_->propose(r->all_token_ids(), want));
+      r->set_spec_token_ids(tracker_->trim_drafts(id, proposer_->propose(r->all_token_ids(), want)));
       continue;
     }
     inputs.push_back(DraftInput{id, r->all_token_ids(), tracker_->sampling_params(id), tracker_->sampling_state(id),
@@ -289,7 +289,8 @@ void Engine::propose_drafts() {
   if (!draft_) return;
   std::vector<DraftProposal> proposals = draft_->propose(inputs);
   for (size_t i = 0; i < drafted.size(); ++i) {
-    drafted[i]->set_spec_token_ids(std::move(proposals[i].tokens));
+    // The draft's q stays whole: verification reads it only up to the kept drafts.
+    drafted[i]->set_spec_token_ids(tracker_->trim_drafts(drafted[i]->request_id(), std::move(proposals[i].tokens)));
     tracker_->set_draft_probs(drafted[i]->request_id(), std::move(proposals[i].probs));
   }
   // The draft cache of sequences that finished or were preempted goes back.

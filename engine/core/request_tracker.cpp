@@ -391,9 +391,32 @@ StepRows RequestTracker::plan_rows(const SchedulerOutput& so, BatchContext& batc
       for (size_t i = 1; i < m; ++i) {
         for (size_t t = 0; t < i; ++t) s->draft_states[i - 1].append(s->drafts[t]);
       }
+      // Guided decoding: row i's mask is the grammar's after drafts 0..i-1, from the matcher
+      // advanced over them and rolled back. A row after a draft the grammar rejects keeps that
+      // row's mask: verification stops at the rejected draft, so its draw is never used.
+      const size_t words = s->guided ? s->guided->mask_words() : 0;
+      if (s->guided) {
+        s->guided_mask.resize(m * words);
+        size_t advanced = 0;
+        bool valid = true;
+        for (size_t i = 0; i < m; ++i) {
+          const std::span<uint32_t> mask(s->guided_mask.data() + i * words, words);
+          if (valid) {
+            s->guided->fill_mask(mask);
+          } else {
+            std::copy_n(s->guided_mask.data() + (i - 1) * words, words, mask.data());
+          }
+          if (valid && i + 1 < m) {
+            valid = s->guided->accept(s->drafts[i]);
+            if (valid) ++advanced;
+          }
+        }
+        s->guided->rollback(advanced);
+      }
       for (size_t i = 0; i < m; ++i) {
         SamplingState* state = i == 0 ? &s->sampling : &s->draft_states[i - 1];
-        rows.host.push_back(SamplerRow{s->group->req.params.get(), state});
+        rows.host.push_back(SamplerRow{s->group->req.params.get(), state,
+                                       s->guided ? s->guided_mask.data() + i * words : nullptr});
         host_seqs.push_back(s);
         host_idx.push_back(batch.logits_indices[j + i]);
         host_seq.push_back(k);
@@ -477,7 +500,7 @@ void RequestTracker::take_host_rows(const StepRows& rows, const Logits& host) {
         s.target_logits.insert(s.target_logits.end(), row, row + V);
         if (i + 1 == m) break;  // the bonus position is the sampler's own draw
         SamplingState st = *rows.host[r + i].state;
-        const std::vector<float> probs = sampler_.probabilities({row, V}, p, st);
+        const std::vector<float> probs = sampler_.probabilities({row, V}, p, st, rows.host[r + i].allowed_mask);
         s.target_probs.insert(s.target_probs.end(), probs.begin(), probs.end());
       }
     }
@@ -507,12 +530,28 @@ bool RequestTracker::may_speculate(const std::string& request_id) {
   auto it = seqs_.find(request_id);
   if (it == seqs_.end()) return false;
   Seq& s = *it->second;
-  if (s.finished || s.group->beam || s.banned || s.guided || s.group->req.params->mirostat_mode != 0) return false;
+  if (s.finished || s.group->beam || s.banned || s.group->req.params->mirostat_mode != 0) return false;
   if (s.spec_pause > 0) {
     --s.spec_pause;
     return false;
   }
   return true;
+}
+
+std::vector<int32_t> RequestTracker::trim_drafts(const std::string& request_id, std::vector<int32_t> drafts) {
+  auto it = seqs_.find(request_id);
+  if (it == seqs_.end() || !it->second->guided) return drafts;
+  guided::GuidedMatcher& m = *it->second->guided;
+  size_t kept = 0, accepted = 0;
+  while (kept < drafts.size()) {
+    const bool ok = m.accept(drafts[kept++]);
+    if (!ok) break;
+    ++accepted;
+    if (m.terminated()) break;
+  }
+  m.rollback(accepted);
+  drafts.resize(kept);
+  return drafts;
 }
 
 int32_t RequestTracker::spec_draft_length(const std::string& request_id) const {
@@ -598,17 +637,25 @@ StepResult RequestTracker::check_drafts(Seq& s, std::span<SampleOutput> samples)
     s.spec_pause = kSpecPauseSteps;
     s.spec_acceptance = 0.5;
   }
-  for (int32_t e = 0; e < n; ++e) {
+  // The emitted run, token by token as without speculation: EOS / stop ids, the grammar.
+  for (int32_t e = 0; e < n && !is_finished(r.finish); ++e) {
     const int32_t tok = targets[static_cast<size_t>(e)];
     r.sampled_token_ids.push_back(tok);
     if (e > 0) s.sampling.append(tok);  // the first was appended by the sampler (row 0's state)
     const int64_t num_out = s.req->num_output_tokens() + e + 1;
-    if (num_out < p.min_tokens) continue;
-    const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
-    const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
-    if ((is_eos && !p.ignore_eos) || is_stop_id) {
-      r.finish = RequestStatus::FinishedStopped;
-      break;
+    if (num_out >= p.min_tokens) {
+      const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
+      const bool is_stop_id =
+          std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+      if ((is_eos && !p.ignore_eos) || is_stop_id) r.finish = RequestStatus::FinishedStopped;
+    }
+    if (s.guided) {
+      if (!s.guided->accept(tok)) {
+        LOG_WARN("request {}: guided decoding: token {} is outside the grammar; stopping", r.request_id, tok);
+        r.finish = RequestStatus::FinishedStopped;
+      } else if (s.guided->terminated()) {
+        r.finish = RequestStatus::FinishedStopped;
+      }
     }
   }
   num_generated_tokens_ += static_cast<int64_t>(r.sampled_token_ids.size());
