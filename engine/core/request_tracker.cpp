@@ -530,7 +530,7 @@ bool RequestTracker::may_speculate(const std::string& request_id) {
   auto it = seqs_.find(request_id);
   if (it == seqs_.end()) return false;
   Seq& s = *it->second;
-  if (s.finished || s.group->beam || s.banned || s.group->req.params->mirostat_mode != 0) return false;
+  if (s.finished || s.group->beam || s.group->req.params->mirostat_mode != 0) return false;
   if (s.spec_pause > 0) {
     --s.spec_pause;
     return false;
@@ -637,7 +637,9 @@ StepResult RequestTracker::check_drafts(Seq& s, std::span<SampleOutput> samples)
     s.spec_pause = kSpecPauseSteps;
     s.spec_acceptance = 0.5;
   }
-  // The emitted run, token by token as without speculation: EOS / stop ids, the grammar.
+  // The emitted run, token by token as without speculation: EOS / stop ids, the grammar, banned
+  // strings (a token that completes a banned phrase ends the run there and is not appended: the
+  // rewind in emit_outputs goes back to where the phrase began, as it would without drafts).
   for (int32_t e = 0; e < n && !is_finished(r.finish); ++e) {
     const int32_t tok = targets[static_cast<size_t>(e)];
     r.sampled_token_ids.push_back(tok);
@@ -655,6 +657,15 @@ StepResult RequestTracker::check_drafts(Seq& s, std::span<SampleOutput> samples)
         r.finish = RequestStatus::FinishedStopped;
       } else if (s.guided->terminated()) {
         r.finish = RequestStatus::FinishedStopped;
+      }
+    }
+    if (s.banned) {
+      const std::string text = s.detok ? s.detok->push(tok) : std::string();
+      if (auto hit = s.banned->push(tok, text)) {
+        r.sampled_token_ids.pop_back();
+        r.finish = RequestStatus::Running;
+        rewinds_.emplace_back(&s, *hit);
+        break;
       }
     }
   }
@@ -720,10 +731,11 @@ void RequestTracker::emit_outputs(const StepRows& rows, std::span<const SampleOu
     if (!outs.count(&g)) order.push_back(&g);
     return outs[&g];
   };
-  for (auto& [s, hit] : rewinds_) {
-    if (!s->finished) rewind_banned(*s, hit, out_for(*s->group));
-  }
-  rewinds_.clear();
+  // banned_strings: sequences whose step ended in a banned phrase rewind after their tokens of the
+  // step (a verified run can bring tokens before the phrase's last one); until then nothing of
+  // theirs is released.
+  std::unordered_set<const Seq*> rewinding;
+  for (const auto& [s, hit] : rewinds_) rewinding.insert(s);
   for (size_t i = 0, span = 1; i < rows.sampled.size(); i += span) {
     Seq& s = *rows.sampled[i];
     span = s.drafts.size() + 1;  // the verified positions of a Seq with drafts, else its one row
@@ -754,7 +766,7 @@ void RequestTracker::emit_outputs(const StepRows& rows, std::span<const SampleOu
       if (s.banned) {
         s.cumulative_at.push_back(s.cumulative_logprob);
         if (lp) s.held_logprobs.push_back(std::move(*lp));
-        release_banned(s, /*all=*/uit->finished(), out);
+        if (!rewinding.count(&s)) release_banned(s, /*all=*/uit->finished(), out);
       } else {
         const std::string text = s.detok ? s.detok->push(tok) : std::string();
         emit_token(s, tok, text, lp ? &*lp : nullptr, out);
@@ -770,6 +782,10 @@ void RequestTracker::emit_outputs(const StepRows& rows, std::span<const SampleOu
       finish_seq(s, stopped ? "stop" : uit->status == RequestStatus::FinishedLength ? "length" : "abort", out);
     }
   }
+  for (auto& [s, hit] : rewinds_) {
+    if (!s->finished) rewind_banned(*s, hit, out_for(*s->group));
+  }
+  rewinds_.clear();
   // Beam-search requests step once every running beam has its row.
   std::vector<Group*> beam_groups;
   for (Seq* s : rows.beam) {

@@ -121,7 +121,7 @@ class RequestTracker {
   void take_host_rows(const StepRows& rows, const Logits& host);
   // One StepResult per sampled row (samples in StepRows::sampled order): EOS and stop ids end the
   // sequence; a token that completes a banned phrase is not appended (its rewind follows in
-  // emit_outputs). A verified position that emits another token than its row's own draw (a draft
+  // emit_outputs), and with drafts ends the verified run there. A verified position that emits another token than its row's own draw (a draft
   // accepted by rejection sampling, a residual draw) gets that token's logprobs in `samples`.
   std::vector<StepResult> check_sampled(const StepRows& rows, std::span<SampleOutput> samples);
   // The scheduler's updates to the clients: tokens through the banned-strings hold, the detokenizer

@@ -4,6 +4,9 @@
 //    a draft the grammar rejects ends the run; greedy and seeded outputs equal token for token
 //    (JSON schema, regex, choice), and a draft model's verified tokens keep the masked
 //    distribution (chi-square over seeds);
+//  - banned_strings: a phrase completed inside a verified run ends the run there and rewinds to
+//    where it began, as without drafts (greedy and seeded outputs equal, phrases from inside the
+//    unbanned text);
 // Every test also checks that drafts were proposed, accepted and rejected, or it would compare nothing.
 #include <gtest/gtest.h>
 
@@ -217,6 +220,116 @@ TEST(SpecGuided, DraftModelKeepsTheMaskedDistributionOverSeeds) {
     }
     test::expect_same_distribution(counts, 4);
   }
+}
+
+// Greedy jobs whose outputs are long enough for stories260k to repeat itself (and lookup to match).
+std::vector<Job> long_jobs(int count, uint32_t seed) { return make_long_jobs(count, seed, 200, 40, 60); }
+
+// Each step's delta (tokens and text) per request.
+struct Delta {
+  std::vector<int32_t> tokens;
+  std::string text;
+};
+std::map<std::string, std::vector<Delta>> run_deltas(Engine& engine, const std::vector<GenerateRequest>& reqs) {
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+  for (const auto& r : reqs) {
+    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
+    engine.add_request(r, streams[r.request_id]);
+  }
+  std::map<std::string, std::vector<Delta>> out;
+  for (int step = 0; engine.has_unfinished_requests() && step < 100000; ++step) {
+    engine.step();
+    for (auto& [id, st] : streams) {
+      while (auto o = st->next(std::chrono::milliseconds(0))) {
+        for (const auto& d : o->outputs) out[id].push_back(Delta{d.token_ids, d.text});
+      }
+    }
+  }
+  return out;
+}
+
+// Requests whose banned phrases are completed inside a verified run: with speculation and
+// without bans, a step that emits at least 4 tokens t0 t1 t2 t3... gives the phrase "t1 t2" (new
+// in the output so far), which the banned run then completes at t2, before the run's last token.
+// The prompts hold stories260k's greedy story and then its first words again, so the answer
+// retells it and prompt lookup drafts from the prompt.
+std::vector<GenerateRequest> banned_requests(const SamplingParams& base) {
+  Engine greedy(stories_config());
+  SamplingParams g;
+  g.temperature = 0.0f;
+  g.max_tokens = 100;
+  g.ignore_eos = true;
+  const std::vector<int32_t> story = run_full(greedy, {request("story", {1}, g)}).at("story").tokens;
+  std::vector<GenerateRequest> plain;
+  for (int cut : {3, 6, 10, 15, 20, 25, 30, 40}) {
+    std::vector<int32_t> prompt = {1};
+    prompt.insert(prompt.end(), story.begin(), story.end());
+    prompt.insert(prompt.end(), story.begin(), story.begin() + cut);
+    SamplingParams p = base;
+    p.max_tokens = 80;
+    p.ignore_eos = true;
+    plain.push_back(request("retell" + std::to_string(cut), prompt, p));
+  }
+  Engine engine(ngram_config(6, 2));
+  const auto deltas = run_deltas(engine, plain);
+  auto piece = [&](int32_t id) {
+    std::string t = engine.tokenizer()->id_to_piece(id);
+    for (size_t at; (at = t.find("\xe2\x96\x81")) != std::string::npos;) t.replace(at, 3, " ");
+    return t;
+  };
+  std::vector<GenerateRequest> reqs;
+  for (const GenerateRequest& r : plain) {
+    std::string before;
+    std::vector<std::string> phrases;
+    for (const Delta& d : deltas.at(r.request_id)) {
+      if (d.tokens.size() >= 4 && phrases.size() < 2) {
+        const std::string phrase = piece(d.tokens[1]) + piece(d.tokens[2]);
+        if (phrase.size() >= 3 && phrase.find('<') == std::string::npos &&
+            (before + d.text).find(phrase) == before.size() + d.text.find(phrase) &&
+            before.find(phrase) == std::string::npos && d.text.find(phrase) != std::string::npos) {
+          phrases.push_back(phrase);
+        }
+      }
+      before += d.text;
+    }
+    if (phrases.empty()) continue;
+    SamplingParams p = *r.params;
+    p.banned_strings = phrases;
+    reqs.push_back(request(r.request_id + "-banned", r.prompt_token_ids, p));
+  }
+  EXPECT_GE(reqs.size(), 4u) << "too few verified runs of 4 tokens to ban inside";
+  return reqs;
+}
+
+TEST(SpecBanned, GreedyOutputsEqualWithoutSpeculation) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  const std::vector<GenerateRequest> reqs = banned_requests(p);
+  Engine plain(stories_config());
+  const auto want = run_full(plain, reqs);
+  Engine spec(ngram_config(6, 2));
+  const auto got = run_full(spec, reqs);
+  expect_equal_results(reqs, want, got);
+  for (const auto& r : reqs) {
+    for (const std::string& b : r.params->banned_strings) {
+      EXPECT_EQ(want.at(r.request_id).text.find(b), std::string::npos) << r.request_id << " has '" << b << "'";
+    }
+  }
+  expect_speculated(spec);
+}
+
+TEST(SpecBanned, SeededSampledOutputsEqualWithoutSpeculation) {
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 20;
+  p.seed = 4242;
+  const std::vector<GenerateRequest> reqs = banned_requests(p);
+  Engine plain(stories_config());
+  const auto want = run_full(plain, reqs);
+  Engine spec(ngram_config(6, 2));
+  const auto got = run_full(spec, reqs);
+  expect_equal_results(reqs, want, got);
+  expect_speculated(spec);
 }
 
 }  // namespace
