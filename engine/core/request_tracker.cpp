@@ -492,6 +492,19 @@ void RequestTracker::take_host_rows(const StepRows& rows, const Logits& host) {
     const SamplingParams& p = *s.group->req.params;
     s.target_probs.clear();
     s.target_logits.clear();
+    s.mirostat_mu_before.clear();
+    if (p.mirostat_mode == 2 && p.temperature != 0.0f) {
+      // Mirostat: row i is drawn with the mu it would have had after the drafts before it, which
+      // follows from the target's rows before it and the drafts alone (not from their draws).
+      s.mirostat_mu_before.push_back(s.sampling.mirostat_mu());
+      for (size_t i = 1; i < m; ++i) {
+        const SamplerRow& prev = rows.host[r + i - 1];
+        const float mu = sampler_.mirostat_mu_after({host.row(static_cast<int64_t>(r + i - 1)), V}, p, *prev.state,
+                                                    s.drafts[i - 1], prev.allowed_mask);
+        rows.host[r + i].state->set_mirostat_mu(mu);
+        s.mirostat_mu_before.push_back(mu);
+      }
+    }
     const bool general = p.temperature != 0.0f && (cfg_.spec_acceptance == SpecAcceptance::Typical ||
                                                    s.draft_probs.size() >= s.drafts.size() * V);
     if (general) {
@@ -530,7 +543,7 @@ bool RequestTracker::may_speculate(const std::string& request_id) {
   auto it = seqs_.find(request_id);
   if (it == seqs_.end()) return false;
   Seq& s = *it->second;
-  if (s.finished || s.group->beam || s.group->req.params->mirostat_mode != 0) return false;
+  if (s.finished || s.group->beam) return false;
   if (s.spec_pause > 0) {
     --s.spec_pause;
     return false;
@@ -607,6 +620,11 @@ StepResult RequestTracker::check_drafts(Seq& s, std::span<SampleOutput> samples)
   const SamplingParams& p = *s.group->req.params;
   StepResult r;
   r.request_id = s.req->request_id();
+  // Each row's own draw, before a verification by the general rules puts its emitted tokens here.
+  std::vector<int32_t> own;
+  for (const auto& so : samples) own.push_back(so.token);
+  const bool mirostat = !s.mirostat_mu_before.empty();
+  const SamplingState row0 = mirostat ? s.sampling : SamplingState();  // row 0's state after its draw
   std::vector<int32_t> targets;
   if (s.target_probs.empty()) {
     // Point-mass drafts (prompt lookup) or a greedy row: the rule is "keep while the draw equals the draft".
@@ -668,6 +686,28 @@ StepResult RequestTracker::check_drafts(Seq& s, std::span<SampleOutput> samples)
         break;
       }
     }
+  }
+  if (mirostat) {
+    // mu after the last token the run appended to the history (a banned phrase's last token
+    // included), as the sampler would have left it without speculation.
+    const size_t last = r.sampled_token_ids.size() - (rewinds_.empty() || rewinds_.back().first != &s ? 1 : 0);
+    const size_t V = static_cast<size_t>(cfg_.vocab_size);
+    const int32_t tok = targets[last];
+    const SamplingState& row_state = last == 0 ? row0 : s.draft_states[last - 1];
+    float mu;
+    if (own[last] == tok) {
+      mu = row_state.mirostat_mu();  // the sampler's update for its own draw
+    } else if (last + 1 < s.mirostat_mu_before.size() && tok == s.drafts[last]) {
+      mu = s.mirostat_mu_before[last + 1];
+    } else {
+      // A residual or recovered token (general rules only, so the row's logits were kept).
+      SamplingState before = row_state;
+      before.rewind(1);
+      before.set_mirostat_mu(s.mirostat_mu_before[last]);
+      const uint32_t* mask = s.guided ? s.guided_mask.data() + last * s.guided->mask_words() : nullptr;
+      mu = sampler_.mirostat_mu_after({s.target_logits.data() + last * V, V}, p, before, tok, mask);
+    }
+    s.sampling.set_mirostat_mu(mu);
   }
   num_generated_tokens_ += static_cast<int64_t>(r.sampled_token_ids.size());
   return r;

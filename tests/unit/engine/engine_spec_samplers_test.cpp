@@ -7,6 +7,8 @@
 //  - banned_strings: a phrase completed inside a verified run ends the run there and rewinds to
 //    where it began, as without drafts (greedy and seeded outputs equal, phrases from inside the
 //    unbanned text);
+//  - Mirostat 2: each verified position is drawn with the mu it would have had after the drafts
+//    before it (seeded outputs equal, alone and with the other samplers that see the history);
 // Every test also checks that drafts were proposed, accepted and rejected, or it would compare nothing.
 #include <gtest/gtest.h>
 
@@ -330,6 +332,95 @@ TEST(SpecBanned, SeededSampledOutputsEqualWithoutSpeculation) {
   const auto got = run_full(spec, reqs);
   expect_equal_results(reqs, want, got);
   expect_speculated(spec);
+}
+
+TEST(SpecMirostat, SeededOutputsEqualWithoutSpeculation) {
+  // mu after a drafted position follows from the target's row there and the draft, so each row
+  // draws from the Philox stream at its output position with the mu and history it would have
+  // had: the tokens are those of the run without speculation, for any tau and eta.
+  const std::vector<Job> jobs = long_jobs(6, 9);
+  std::vector<GenerateRequest> reqs;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    for (int v = 0; v < 3; ++v) {
+      SamplingParams p;
+      p.temperature = 1.0f;
+      p.mirostat_mode = 2;
+      p.mirostat_tau = v == 0 ? 2.0f : v == 1 ? 4.0f : 1.0f;
+      p.mirostat_eta = v == 2 ? 0.5f : 0.1f;
+      if (v == 2) p.repetition_penalty = 1.1f;
+      p.seed = 300 + static_cast<int>(i) * 7 + v;
+      p.max_tokens = 64;
+      p.ignore_eos = true;
+      reqs.push_back(request(jobs[i].id + "-m" + std::to_string(v), jobs[i].prompt, p));
+    }
+  }
+  Engine plain(stories_config());
+  const auto want = run_full(plain, reqs);
+  Engine spec(ngram_config(4, 2));
+  const auto got = run_full(spec, reqs);
+  expect_equal_results(reqs, want, got);
+  expect_speculated(spec);
+}
+
+TEST(SpecMirostat, GuidedAndBannedTogetherEqualWithoutSpeculation) {
+  // Every stateful sampler at once: the grammar's mask, banned phrases and Mirostat's mu.
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.mirostat_mode = 2;
+  p.mirostat_tau = 3.0f;
+  p.seed = 77;
+  p.max_tokens = 90;
+  std::vector<GenerateRequest> reqs = guided_requests(p);
+  for (GenerateRequest& r : banned_requests(p)) reqs.push_back(std::move(r));
+  for (size_t i = 0; i < 3; ++i) {
+    SamplingParams q = *reqs[i].params;
+    q.banned_strings = {" the", "ing"};
+    reqs.push_back(request(reqs[i].request_id + "-banned", reqs[i].prompt_token_ids, q));
+  }
+  Engine plain(stories_config());
+  const auto want = run_full(plain, reqs);
+  Engine spec(ngram_config(6, 2));
+  const auto got = run_full(spec, reqs);
+  expect_equal_results(reqs, want, got);
+  expect_speculated(spec);
+}
+
+TEST(SpecMirostat, DraftModelKeepsTheTargetDistributionOverSeeds) {
+  // A random draft: most drafts are rejected and the residual decides, after which mu must be
+  // the one the emitted token gives, not the row's own draw's. Positions 1 and 2 are verified in
+  // one step, position 3 is drawn the next step with the mu the verification left.
+  const std::vector<int32_t> prompt = {1, 403, 261, 340, 385, 261, 442, 270, 300};
+  std::vector<GenerateRequest> reqs;
+  for (int seed = 0; seed < 1000; ++seed) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.mirostat_mode = 2;
+    p.mirostat_tau = 4.0f;
+    p.mirostat_eta = 3.0f;
+    p.seed = seed;
+    p.max_tokens = 4;
+    p.ignore_eos = true;
+    reqs.push_back(request("s" + std::to_string(seed), prompt, p));
+  }
+  EngineConfig cfg = stories_config();
+  cfg.scheduler.max_num_seqs = 256;
+  Engine plain(cfg);
+  const auto want = run_full(plain, reqs);
+  cfg.spec.speculative_model = std::string(CYPRIS_TESTDATA_DIR) + "/gguf/tiny-random-Q8_0.gguf";
+  cfg.spec.num_speculative_tokens = 2;
+  Engine spec(cfg);
+  const auto got = run_full(spec, reqs);
+  expect_speculated(spec);
+  for (size_t pos : {1u, 2u, 3u}) {
+    SCOPED_TRACE("output position " + std::to_string(pos));
+    std::map<int32_t, std::pair<int, int>> counts;
+    for (const auto& r : reqs) {
+      ASSERT_EQ(got.at(r.request_id).tokens.size(), 4u);
+      counts[got.at(r.request_id).tokens[pos]].first++;
+      counts[want.at(r.request_id).tokens[pos]].second++;
+    }
+    test::expect_same_distribution(counts, 4);
+  }
 }
 
 }  // namespace
