@@ -94,6 +94,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   sc.num_gpu_blocks = static_cast<int32_t>(num_blocks);
   sc.enable_prefix_caching = cfg.cache.enable_prefix_caching;
   sc.context_shift = cfg.cache.context_shift;
+  sc.num_lookahead_slots = spec ? spec->lookahead_slots : 0;
   if (sc.preemption_mode == PreemptionMode::Swap) {
     sc.num_cpu_blocks = static_cast<int32_t>(cfg.cache.swap_space * kGiB / block_bytes);
     runner_->allocate_swap_space(sc.num_cpu_blocks);
