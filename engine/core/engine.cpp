@@ -61,6 +61,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const int64_t max_num_batched_tokens = default_max_num_batched_tokens(cfg, max_model_len);
   ro.device = device;
   ro.max_num_batched_tokens = max_num_batched_tokens;
+  // A decode verifying drafts has up to k + 1 query tokens per sequence: graphs for those too.
+  if (spec) ro.graph_max_query_len = static_cast<int>(spec->ngram.num_tokens) + 1;
   if (cfg.lora.enable_lora) {
     ro.max_loras = static_cast<int>(cfg.lora.max_loras);
     ro.max_lora_rank = cfg.lora.max_lora_rank;
