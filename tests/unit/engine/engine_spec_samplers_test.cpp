@@ -128,8 +128,8 @@ std::vector<GenerateRequest> guided_requests(const SamplingParams& base) {
   const std::string schema = R"({"type":"object","properties":{"story":{"type":"string"}},"required":["story"]})";
   add("json", nlohmann::json{{"story", story}}.dump() + "\n", GuidedKind::JsonSchema, schema);
   add("json-free", story + "\n" + story, GuidedKind::JsonSchema, schema);
-  add("regex", story + "\n",
-      GuidedKind::Regex, R"(Once upon a time, there was a (little|big) (girl|boy|dog) named [A-Z][a-z]+\.( [A-Z][a-z ,']+\.){1,3})");
+  add("regex", story + "\n", GuidedKind::Regex,
+      R"(Once upon a time, there was a (little|big) (girl|boy|dog) named [A-Z][a-z]+\.( [A-Z][a-z ,']+\.){1,3})");
   // The prompt says "a little girl named Lily": lookup proposes it, the grammar refuses it.
   add("regex-refuses", story + "\n", GuidedKind::Regex,
       R"(Once upon a time, there was a big dog named Max\. [A-Z][a-z ,']+\.( [A-Z][a-z ,']+\.)?)");
@@ -225,7 +225,9 @@ TEST(SpecGuided, DraftModelKeepsTheMaskedDistributionOverSeeds) {
 }
 
 // Greedy jobs whose outputs are long enough for stories260k to repeat itself (and lookup to match).
-std::vector<Job> long_jobs(int count, uint32_t seed) { return make_long_jobs(count, seed, 200, 40, 60); }
+std::vector<Job> long_jobs(int count, uint32_t seed) {
+  return make_long_jobs(count, seed, 200, 40, 60);
+}
 
 // Each step's delta (tokens and text) per request.
 struct Delta {
