@@ -385,10 +385,9 @@ std::vector<OptionSpec> build_table() {
           "The number of speculative tokens to sample from the draft model.")
           .range(1, 64));
   add(Opt("num-lookahead-slots", bind_field(FIELD(scheduler.num_lookahead_slots)), "NUM",
-          "The number of slots to allocate per sequence per step, beyond the known token IDs "
-          "(speculative decoding).")
-          .range(0, std::nullopt)
-          .not_yet("speculative decoding"));
+          "The number of KV slots a decode that verifies drafts reserves after its last token "
+          "(speculative decoding: at least --num-speculative-tokens; 0 or unset means that many).")
+          .range(0, std::nullopt));
   add(Opt("speculative-max-model-len", bind_field(FIELD(spec.speculative_max_model_len)), "LEN",
           "The maximum sequence length supported by the draft model.")
           .range(1, std::nullopt));

@@ -220,7 +220,10 @@ std::unique_ptr<DraftModelProposer> load_draft_model(const EngineConfig& cfg, co
   dc.max_model_len = ro.config->max_model_len;
   dc.max_num_batched_tokens = max_num_batched_tokens;
   ro.max_num_batched_tokens = max_num_batched_tokens;
-  ro.enforce_eager = true;  // the draft's decode steps run eagerly (no CUDA graphs for the draft yet)
+  // The draft's one-token decodes (k - 1 a step) replay CUDA graphs as the target's do; its first
+  // forward of a step (the tokens its cache lacks) runs eagerly.
+  ro.enforce_eager = cfg.model.enforce_eager;
+  ro.graph_max_query_len = 1;
   // As many tokens as the target's cache holds, plus each sequence's drafts past them.
   const int64_t per_seq = (spec.ngram.num_tokens + ro.block_size - 1) / ro.block_size + 1;
   ro.num_blocks = target.num_blocks() + std::min<int64_t>(cfg.scheduler.max_num_seqs, target.num_blocks()) * per_seq;

@@ -62,6 +62,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   const int64_t max_num_batched_tokens = default_max_num_batched_tokens(cfg, max_model_len);
   ro.device = device;
   ro.max_num_batched_tokens = max_num_batched_tokens;
+  // A decode verifying drafts has up to k + 1 query tokens per sequence: graphs for those too.
+  if (spec) ro.graph_max_query_len = static_cast<int>(spec->ngram.num_tokens) + 1;
   if (cfg.lora.enable_lora) {
     ro.max_loras = static_cast<int>(cfg.lora.max_loras);
     ro.max_lora_rank = cfg.lora.max_lora_rank;
@@ -95,6 +97,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   sc.num_gpu_blocks = static_cast<int32_t>(num_blocks);
   sc.enable_prefix_caching = cfg.cache.enable_prefix_caching;
   sc.context_shift = cfg.cache.context_shift;
+  sc.num_lookahead_slots = spec ? spec->lookahead_slots : 0;
   if (sc.preemption_mode == PreemptionMode::Swap) {
     sc.num_cpu_blocks = static_cast<int32_t>(cfg.cache.swap_space * kGiB / block_bytes);
     runner_->allocate_swap_space(sc.num_cpu_blocks);
@@ -284,7 +287,7 @@ void Engine::propose_drafts() {
     // The adaptive draft length, within max_tokens (the last token comes from the target).
     const int32_t want = std::min(tracker_->spec_draft_length(id), r->max_tokens() - r->num_output_tokens() - 1);
     if (proposer_) {
-      r->set_spec_token_ids(proposer_->propose(r->all_token_ids(), want));
+      r->set_spec_token_ids(tracker_->trim_drafts(id, proposer_->propose(r->all_token_ids(), want)));
       continue;
     }
     inputs.push_back(DraftInput{id, r->all_token_ids(), tracker_->sampling_params(id), tracker_->sampling_state(id),
@@ -294,7 +297,8 @@ void Engine::propose_drafts() {
   if (!draft_) return;
   std::vector<DraftProposal> proposals = draft_->propose(inputs);
   for (size_t i = 0; i < drafted.size(); ++i) {
-    drafted[i]->set_spec_token_ids(std::move(proposals[i].tokens));
+    // The draft's q stays whole: verification reads it only up to the kept drafts.
+    drafted[i]->set_spec_token_ids(tracker_->trim_drafts(drafted[i]->request_id(), std::move(proposals[i].tokens)));
     tracker_->set_draft_probs(drafted[i]->request_id(), std::move(proposals[i].probs));
   }
   // The draft cache of sequences that finished or were preempted goes back.

@@ -43,7 +43,9 @@ struct RequestTracker::Seq {
   std::unique_ptr<BannedStringMatcher> banned;
   // Structured output (null without): advanced with every sampled token, rolled back with rewinds.
   std::unique_ptr<guided::GuidedMatcher> guided;
-  std::vector<uint32_t> guided_mask;           // this step's allowed-token bits
+  // This step's allowed-token bits: one row's, or with drafts one per verified position ([drafts
+  // + 1, mask words], each from the matcher advanced over the drafts before it).
+  std::vector<uint32_t> guided_mask;
   size_t banned_sent_tokens = 0;               // output tokens passed on
   std::deque<PositionLogprobs> held_logprobs;  // of the tokens not passed on yet (when asked for)
   std::vector<double> cumulative_at;           // cumulative logprob after each output token
@@ -65,6 +67,8 @@ struct RequestTracker::Seq {
   std::vector<float> draft_probs;
   std::vector<float> target_probs;
   std::vector<float> target_logits;
+  // Mirostat: each verified position's mu before its draw (the mu after the drafts before it).
+  std::vector<float> mirostat_mu_before;
 };
 
 // Beam search for one request (beam width = best_of): the search itself, the Seq of each running

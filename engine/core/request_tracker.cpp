@@ -391,9 +391,32 @@ StepRows RequestTracker::plan_rows(const SchedulerOutput& so, BatchContext& batc
       for (size_t i = 1; i < m; ++i) {
         for (size_t t = 0; t < i; ++t) s->draft_states[i - 1].append(s->drafts[t]);
       }
+      // Guided decoding: row i's mask is the grammar's after drafts 0..i-1, from the matcher
+      // advanced over them and rolled back. A row after a draft the grammar rejects keeps that
+      // row's mask: verification stops at the rejected draft, so its draw is never used.
+      const size_t words = s->guided ? s->guided->mask_words() : 0;
+      if (s->guided) {
+        s->guided_mask.resize(m * words);
+        size_t advanced = 0;
+        bool valid = true;
+        for (size_t i = 0; i < m; ++i) {
+          const std::span<uint32_t> mask(s->guided_mask.data() + i * words, words);
+          if (valid) {
+            s->guided->fill_mask(mask);
+          } else {
+            std::copy_n(s->guided_mask.data() + (i - 1) * words, words, mask.data());
+          }
+          if (valid && i + 1 < m) {
+            valid = s->guided->accept(s->drafts[i]);
+            if (valid) ++advanced;
+          }
+        }
+        s->guided->rollback(advanced);
+      }
       for (size_t i = 0; i < m; ++i) {
         SamplingState* state = i == 0 ? &s->sampling : &s->draft_states[i - 1];
-        rows.host.push_back(SamplerRow{s->group->req.params.get(), state});
+        rows.host.push_back(SamplerRow{s->group->req.params.get(), state,
+                                       s->guided ? s->guided_mask.data() + i * words : nullptr});
         host_seqs.push_back(s);
         host_idx.push_back(batch.logits_indices[j + i]);
         host_seq.push_back(k);
@@ -469,6 +492,19 @@ void RequestTracker::take_host_rows(const StepRows& rows, const Logits& host) {
     const SamplingParams& p = *s.group->req.params;
     s.target_probs.clear();
     s.target_logits.clear();
+    s.mirostat_mu_before.clear();
+    if (p.mirostat_mode == 2 && p.temperature != 0.0f) {
+      // Mirostat: row i is drawn with the mu it would have had after the drafts before it, which
+      // follows from the target's rows before it and the drafts alone (not from their draws).
+      s.mirostat_mu_before.push_back(s.sampling.mirostat_mu());
+      for (size_t i = 1; i < m; ++i) {
+        const SamplerRow& prev = rows.host[r + i - 1];
+        const float mu = sampler_.mirostat_mu_after({host.row(static_cast<int64_t>(r + i - 1)), V}, p, *prev.state,
+                                                    s.drafts[i - 1], prev.allowed_mask);
+        rows.host[r + i].state->set_mirostat_mu(mu);
+        s.mirostat_mu_before.push_back(mu);
+      }
+    }
     const bool general = p.temperature != 0.0f && (cfg_.spec_acceptance == SpecAcceptance::Typical ||
                                                    s.draft_probs.size() >= s.drafts.size() * V);
     if (general) {
@@ -477,7 +513,7 @@ void RequestTracker::take_host_rows(const StepRows& rows, const Logits& host) {
         s.target_logits.insert(s.target_logits.end(), row, row + V);
         if (i + 1 == m) break;  // the bonus position is the sampler's own draw
         SamplingState st = *rows.host[r + i].state;
-        const std::vector<float> probs = sampler_.probabilities({row, V}, p, st);
+        const std::vector<float> probs = sampler_.probabilities({row, V}, p, st, rows.host[r + i].allowed_mask);
         s.target_probs.insert(s.target_probs.end(), probs.begin(), probs.end());
       }
     }
@@ -507,12 +543,28 @@ bool RequestTracker::may_speculate(const std::string& request_id) {
   auto it = seqs_.find(request_id);
   if (it == seqs_.end()) return false;
   Seq& s = *it->second;
-  if (s.finished || s.group->beam || s.banned || s.guided || s.group->req.params->mirostat_mode != 0) return false;
+  if (s.finished || s.group->beam) return false;
   if (s.spec_pause > 0) {
     --s.spec_pause;
     return false;
   }
   return true;
+}
+
+std::vector<int32_t> RequestTracker::trim_drafts(const std::string& request_id, std::vector<int32_t> drafts) {
+  auto it = seqs_.find(request_id);
+  if (it == seqs_.end() || !it->second->guided) return drafts;
+  guided::GuidedMatcher& m = *it->second->guided;
+  size_t kept = 0, accepted = 0;
+  while (kept < drafts.size()) {
+    const bool ok = m.accept(drafts[kept++]);
+    if (!ok) break;
+    ++accepted;
+    if (m.terminated()) break;
+  }
+  m.rollback(accepted);
+  drafts.resize(kept);
+  return drafts;
 }
 
 int32_t RequestTracker::spec_draft_length(const std::string& request_id) const {
@@ -568,6 +620,11 @@ StepResult RequestTracker::check_drafts(Seq& s, std::span<SampleOutput> samples)
   const SamplingParams& p = *s.group->req.params;
   StepResult r;
   r.request_id = s.req->request_id();
+  // Each row's own draw, before a verification by the general rules puts its emitted tokens here.
+  std::vector<int32_t> own;
+  for (const auto& so : samples) own.push_back(so.token);
+  const bool mirostat = !s.mirostat_mu_before.empty();
+  const SamplingState row0 = mirostat ? s.sampling : SamplingState();  // row 0's state after its draw
   std::vector<int32_t> targets;
   if (s.target_probs.empty()) {
     // Point-mass drafts (prompt lookup) or a greedy row: the rule is "keep while the draw equals the draft".
@@ -598,18 +655,59 @@ StepResult RequestTracker::check_drafts(Seq& s, std::span<SampleOutput> samples)
     s.spec_pause = kSpecPauseSteps;
     s.spec_acceptance = 0.5;
   }
-  for (int32_t e = 0; e < n; ++e) {
+  // The emitted run, token by token as without speculation: EOS / stop ids, the grammar, banned
+  // strings (a token that completes a banned phrase ends the run there and is not appended: the
+  // rewind in emit_outputs goes back to where the phrase began, as it would without drafts).
+  for (int32_t e = 0; e < n && !is_finished(r.finish); ++e) {
     const int32_t tok = targets[static_cast<size_t>(e)];
     r.sampled_token_ids.push_back(tok);
     if (e > 0) s.sampling.append(tok);  // the first was appended by the sampler (row 0's state)
     const int64_t num_out = s.req->num_output_tokens() + e + 1;
-    if (num_out < p.min_tokens) continue;
-    const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
-    const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
-    if ((is_eos && !p.ignore_eos) || is_stop_id) {
-      r.finish = RequestStatus::FinishedStopped;
-      break;
+    if (num_out >= p.min_tokens) {
+      const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), tok) != eos_ids_.end();
+      const bool is_stop_id =
+          std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), tok) != p.stop_token_ids.end();
+      if ((is_eos && !p.ignore_eos) || is_stop_id) r.finish = RequestStatus::FinishedStopped;
     }
+    if (s.guided) {
+      if (!s.guided->accept(tok)) {
+        LOG_WARN("request {}: guided decoding: token {} is outside the grammar; stopping", r.request_id, tok);
+        r.finish = RequestStatus::FinishedStopped;
+      } else if (s.guided->terminated()) {
+        r.finish = RequestStatus::FinishedStopped;
+      }
+    }
+    if (s.banned) {
+      const std::string text = s.detok ? s.detok->push(tok) : std::string();
+      if (auto hit = s.banned->push(tok, text)) {
+        r.sampled_token_ids.pop_back();
+        r.finish = RequestStatus::Running;
+        rewinds_.emplace_back(&s, *hit);
+        break;
+      }
+    }
+  }
+  if (mirostat) {
+    // mu after the last token the run appended to the history (a banned phrase's last token
+    // included), as the sampler would have left it without speculation.
+    const size_t last = r.sampled_token_ids.size() - (rewinds_.empty() || rewinds_.back().first != &s ? 1 : 0);
+    const size_t V = static_cast<size_t>(cfg_.vocab_size);
+    const int32_t tok = targets[last];
+    const SamplingState& row_state = last == 0 ? row0 : s.draft_states[last - 1];
+    float mu;
+    if (own[last] == tok) {
+      mu = row_state.mirostat_mu();  // the sampler's update for its own draw
+    } else if (last + 1 < s.mirostat_mu_before.size() && tok == s.drafts[last]) {
+      mu = s.mirostat_mu_before[last + 1];
+    } else {
+      // A residual or recovered token (general rules only, so the row's logits were kept).
+      SamplingState before = row_state;
+      before.rewind(1);
+      before.set_mirostat_mu(s.mirostat_mu_before[last]);
+      const uint32_t* mask = s.guided ? s.guided_mask.data() + last * s.guided->mask_words() : nullptr;
+      mu = sampler_.mirostat_mu_after({s.target_logits.data() + last * V, V}, p, before, tok, mask);
+    }
+    s.sampling.set_mirostat_mu(mu);
   }
   num_generated_tokens_ += static_cast<int64_t>(r.sampled_token_ids.size());
   return r;
@@ -673,10 +771,11 @@ void RequestTracker::emit_outputs(const StepRows& rows, std::span<const SampleOu
     if (!outs.count(&g)) order.push_back(&g);
     return outs[&g];
   };
-  for (auto& [s, hit] : rewinds_) {
-    if (!s->finished) rewind_banned(*s, hit, out_for(*s->group));
-  }
-  rewinds_.clear();
+  // banned_strings: sequences whose step ended in a banned phrase rewind after their tokens of the
+  // step (a verified run can bring tokens before the phrase's last one); until then nothing of
+  // theirs is released.
+  std::unordered_set<const Seq*> rewinding;
+  for (const auto& [s, hit] : rewinds_) rewinding.insert(s);
   for (size_t i = 0, span = 1; i < rows.sampled.size(); i += span) {
     Seq& s = *rows.sampled[i];
     span = s.drafts.size() + 1;  // the verified positions of a Seq with drafts, else its one row
@@ -707,7 +806,7 @@ void RequestTracker::emit_outputs(const StepRows& rows, std::span<const SampleOu
       if (s.banned) {
         s.cumulative_at.push_back(s.cumulative_logprob);
         if (lp) s.held_logprobs.push_back(std::move(*lp));
-        release_banned(s, /*all=*/uit->finished(), out);
+        if (!rewinding.count(&s)) release_banned(s, /*all=*/uit->finished(), out);
       } else {
         const std::string text = s.detok ? s.detok->push(tok) : std::string();
         emit_token(s, tok, text, lp ? &*lp : nullptr, out);
@@ -723,6 +822,10 @@ void RequestTracker::emit_outputs(const StepRows& rows, std::span<const SampleOu
       finish_seq(s, stopped ? "stop" : uit->status == RequestStatus::FinishedLength ? "length" : "abort", out);
     }
   }
+  for (auto& [s, hit] : rewinds_) {
+    if (!s->finished) rewind_banned(*s, hit, out_for(*s->group));
+  }
+  rewinds_.clear();
   // Beam-search requests step once every running beam has its row.
   std::vector<Group*> beam_groups;
   for (Seq* s : rows.beam) {

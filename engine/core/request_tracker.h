@@ -83,11 +83,13 @@ class RequestTracker {
   // Output tokens produced so far (sampled, or ranked by the beam search).
   int64_t num_generated_tokens() const { return num_generated_tokens_; }
   // Speculative decoding: whether the request gets drafts this step (call once per step for a
-  // request about to decode). Never for beam search, banned_strings (their rewinds), guided
-  // decoding (the mask of a drafted position needs the matcher advanced over the drafts) and
-  // Mirostat (its mu follows each sampled token); not for a while after its recent drafts were
+  // request about to decode). Never for beam search; not for a while after its recent drafts were
   // mostly rejected (verifying them costs compute and gains nothing).
   bool may_speculate(const std::string& request_id);
+  // The proposed drafts cut to those worth verifying: with guided decoding, after the first draft
+  // the grammar rejects (it is verified and cannot be accepted: the target draws there from its
+  // masked distribution) or after the one that completes the grammar.
+  std::vector<int32_t> trim_drafts(const std::string& request_id, std::vector<int32_t> drafts);
   // How many tokens to draft for the request this step: --num-speculative-tokens, shrunk while its
   // drafts are mostly rejected and grown back while they are all accepted (AdaptiveDraftLength).
   int32_t spec_draft_length(const std::string& request_id) const;
@@ -119,7 +121,7 @@ class RequestTracker {
   void take_host_rows(const StepRows& rows, const Logits& host);
   // One StepResult per sampled row (samples in StepRows::sampled order): EOS and stop ids end the
   // sequence; a token that completes a banned phrase is not appended (its rewind follows in
-  // emit_outputs). A verified position that emits another token than its row's own draw (a draft
+  // emit_outputs), and with drafts ends the verified run there. A verified position that emits another token than its row's own draw (a draft
   // accepted by rejection sampling, a residual draw) gets that token's logprobs in `samples`.
   std::vector<StepResult> check_sampled(const StepRows& rows, std::span<SampleOutput> samples);
   // The scheduler's updates to the clients: tokens through the banned-strings hold, the detokenizer

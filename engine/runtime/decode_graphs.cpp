@@ -24,39 +24,73 @@ int padded_graph_batch_size(const std::vector<int>& sizes, int batch_size) {
   return it == sizes.end() ? 0 : *it;
 }
 
+std::vector<int> graph_sizes_for(const DecodeGraphPolicy& policy, int q) {
+  if (q == 1) return policy.sizes;
+  std::vector<int> out;
+  if (q < 1 || q > policy.max_query_len || policy.sizes.empty()) return out;
+  const int max_tokens = std::max(policy.sizes.back(), kMinSpecGraphTokens);
+  for (int s : policy.sizes) {
+    if (s <= kMaxSpecGraphBatch && s * q <= max_tokens) out.push_back(s);
+  }
+  return out;
+}
+
+int max_graph_tokens(const DecodeGraphPolicy& policy) {
+  int most = 0;
+  for (int q = 1; q <= policy.max_query_len; ++q) {
+    const std::vector<int> sizes = graph_sizes_for(policy, q);
+    if (!sizes.empty()) most = std::max(most, sizes.back() * q);
+  }
+  return most;
+}
+
+int uniform_query_len(const BatchContext& b) {
+  const int n = b.num_seqs();
+  if (n < 1 || b.query_start_loc.size() != static_cast<size_t>(n) + 1) return 0;
+  const int q = b.query_start_loc[1] - b.query_start_loc[0];
+  for (int s = 1; s < n; ++s) {
+    if (b.query_start_loc[s + 1] - b.query_start_loc[s] != q) return 0;
+  }
+  return q >= 1 && b.num_tokens() == n * q ? q : 0;
+}
+
 bool is_graph_eligible(const BatchContext& b, const DecodeGraphPolicy& policy) {
   const int n = b.num_seqs();
-  if (policy.enforce_eager || n < 1 || b.num_tokens() != n) return false;
-  if (padded_graph_batch_size(policy.sizes, n) == 0) return false;
-  if (b.logits_indices.size() > static_cast<size_t>(n)) return false;
-  if (b.query_start_loc.size() != static_cast<size_t>(n) + 1) return false;
+  if (policy.enforce_eager || n < 1) return false;
+  const int q = uniform_query_len(b);
+  if (q < 1 || q > policy.max_query_len) return false;
+  if (padded_graph_batch_size(graph_sizes_for(policy, q), n) == 0) return false;
+  if (b.logits_indices.size() > static_cast<size_t>(n) * static_cast<size_t>(q)) return false;
   for (int s = 0; s < n; ++s) {
-    if (b.query_start_loc[s + 1] - b.query_start_loc[s] != 1) return false;
-    if (b.seq_lens[s] < 1 || b.seq_lens[s] > policy.max_seq_len_to_capture) return false;
+    if (b.seq_lens[s] < q || b.seq_lens[s] > policy.max_seq_len_to_capture) return false;
   }
   return true;
 }
 
-BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, int block_size) {
+BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, int block_size, int q) {
   const int n = b.num_seqs();
   const size_t r = b.logits_indices.size();
-  CYPRIS_CHECK(b.num_tokens() == n && size >= n && r <= static_cast<size_t>(size) && width >= 1 && block_size >= 1,
-               "CUDA graphs: cannot pad a batch of {} sequences and {} tokens to {} rows", n, b.num_tokens(), size);
+  const size_t tokens = static_cast<size_t>(size) * static_cast<size_t>(std::max(q, 0));
+  CYPRIS_CHECK(q >= 1 && b.num_tokens() == n * q && size >= n && r <= tokens && width >= 1 && block_size >= 1,
+               "CUDA graphs: cannot pad a batch of {} sequences and {} tokens to {} sequences of {} tokens", n,
+               b.num_tokens(), size, q);
   BatchContext p;
   p.max_blocks_per_seq = static_cast<int32_t>(width);
-  p.max_query_len = 1;
-  p.max_seq_len = std::max(1, b.max_seq_len);
+  p.max_query_len = q;
+  p.max_seq_len = std::max(q, b.max_seq_len);
   p.block_tables.assign(static_cast<size_t>(size) * static_cast<size_t>(width), 0);
   p.query_start_loc.push_back(0);
   for (int i = 0; i < size; ++i) {
     const bool real = i < n;
-    p.token_ids.push_back(real ? b.token_ids[i] : 0);
-    p.positions.push_back(real ? b.positions[i] : 0);
-    p.slot_mapping.push_back(real ? b.slot_mapping[i] : -1);
-    p.query_start_loc.push_back(i + 1);
-    p.seq_lens.push_back(real ? b.seq_lens[i] : 1);
+    for (int t = 0; t < q; ++t) {
+      const size_t at = static_cast<size_t>(i) * static_cast<size_t>(q) + static_cast<size_t>(t);
+      p.token_ids.push_back(real ? b.token_ids[at] : 0);
+      p.positions.push_back(real ? b.positions[at] : t);
+      p.slot_mapping.push_back(real ? b.slot_mapping[at] : -1);
+    }
+    p.query_start_loc.push_back((i + 1) * q);
+    p.seq_lens.push_back(real ? b.seq_lens[i] : q);
     if (real) p.max_seq_len = std::max(p.max_seq_len, b.seq_lens[i]);
-    p.logits_indices.push_back(static_cast<size_t>(i) < r ? b.logits_indices[i] : i);
     if (!real) continue;
     // Only the blocks the context uses are read.
     const int64_t used = (static_cast<int64_t>(b.seq_lens[i]) + block_size - 1) / block_size;
@@ -65,6 +99,7 @@ BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, in
     std::copy_n(b.block_tables.begin() + static_cast<int64_t>(i) * b.max_blocks_per_seq, used,
                 p.block_tables.begin() + static_cast<int64_t>(i) * width);
   }
+  for (size_t j = 0; j < tokens; ++j) p.logits_indices.push_back(j < r ? b.logits_indices[j] : static_cast<int32_t>(j));
   return p;
 }
 

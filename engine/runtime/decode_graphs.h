@@ -1,7 +1,9 @@
 // CUDA graphs for decode steps (vLLM's scheme), as the ModelRunner sees them: which batches may
 // replay a captured graph and at which padded size (pure logic, unit-tested on the CPU), and the
 // DecodeGraphRunner interface the CUDA implementation (engine/runtime/cuda/cuda_graphs.cpp)
-// provides.
+// provides. A graph is captured per (batch size, query tokens per sequence): 1 for plain decodes,
+// and with speculative decoding 2 .. k + 1 for decodes that verify their drafts (every sequence of
+// the batch with the same number of drafts, e.g. one user at a time).
 #pragma once
 
 #include <cstddef>
@@ -28,19 +30,32 @@ struct DecodeGraphPolicy {
   bool enforce_eager = true;
   std::vector<int> sizes;              // ascending, from graph_capture_sizes
   int64_t max_seq_len_to_capture = 0;  // longest context (tokens) a graph's block tables hold
+  // Query tokens per sequence graphs are captured for: 1 .. max_query_len (k + 1 with speculative
+  // decoding, else 1). Graphs of q > 1 are captured for the sizes up to kMaxSpecGraphBatch whose
+  // size * q tokens are no more than the largest plain decode graph's or kMinSpecGraphTokens.
+  int max_query_len = 1;
 };
+inline constexpr int kMaxSpecGraphBatch = 8;
+inline constexpr int kMinSpecGraphTokens = 64;
 
-// A batch replays a graph when graphs are on, every sequence has exactly one new token, the
-// padded size exists, no context is longer than max_seq_len_to_capture, and it asks for at most
-// one logits row per sequence.
+// The capture sizes (ascending) for graphs of q query tokens per sequence under the policy.
+std::vector<int> graph_sizes_for(const DecodeGraphPolicy& policy, int q);
+// The most tokens any graph of the policy runs (for the memory profile).
+int max_graph_tokens(const DecodeGraphPolicy& policy);
+// The number of new tokens of every sequence of b when they all have the same, else 0.
+int uniform_query_len(const BatchContext& b);
+
+// A batch replays a graph when graphs are on, every sequence has the same number q of new tokens
+// with 1 <= q <= max_query_len, the padded size exists for q, no context is longer than
+// max_seq_len_to_capture, and it asks for at most one logits row per new token.
 bool is_graph_eligible(const BatchContext& b, const DecodeGraphPolicy& policy);
 
-// The batch a graph of `size` rows runs for the eligible batch b: b's rows, then padding rows
-// (token 0 at position 0, slot -1 so no KV is written, a context of 1 token in block 0 - any valid
-// block, their outputs are dropped), block tables `width` entries wide (b's used entries, zeros
-// after), and logits indices b's then the padding rows'. The first b.logits_indices.size() logits
-// rows are b's.
-BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, int block_size);
+// The batch a graph of `size` sequences of q tokens runs for the eligible batch b: b's rows, then
+// padding sequences (q tokens 0 at positions 0..q-1, slot -1 so no KV is written, a context of q
+// tokens in block 0 - any valid block, their outputs are dropped), block tables `width` entries
+// wide (b's used entries, zeros after), and size * q logits indices, b's first then the padding
+// tokens'. The first b.logits_indices.size() logits rows are b's.
+BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, int block_size, int q = 1);
 
 // Captures one graph per capture size over persistent input buffers and replays them. Lives on
 // one backend (one GPU); every call must come from the thread that uses that backend.
@@ -51,7 +66,7 @@ class DecodeGraphRunner {
   // place: the graphs bake in its addresses. Returns the seconds it took.
   virtual double capture(Model& model, std::vector<KvCacheLayer>& kv_cache) = 0;
   // Copies an eligible batch into the input buffers (padding rows write no KV and their logits
-  // are dropped), replays the graph of its padded size and returns its logits
+  // are dropped), replays the graph of its padded size and query length and returns its logits
   // [logits_indices.size(), vocab] on the device, valid until the next replay.
   virtual Tensor replay(const BatchContext& b) = 0;
   virtual int num_graphs() const = 0;

@@ -137,6 +137,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   micro_batches_ = pp == 1 ? 1 : (options.micro_batches > 0 ? options.micro_batches : pp);
   graph_policy_.max_seq_len_to_capture = std::min<int64_t>(options.max_seq_len_to_capture, cfg.max_model_len);
   graph_policy_.sizes = graph_capture_sizes(options.max_num_seqs);
+  graph_policy_.max_query_len = std::max(1, options.graph_max_query_len);
   const bool capturable = model().graph_capturable();
   graph_policy_.enforce_eager =
       options.enforce_eager || device != Device::Cuda || tp > 1 || pp > 1 || !capturable || lora_enabled();
@@ -458,7 +459,7 @@ int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const Mod
       constexpr size_t kPerGraph = size_t{1} << 20;  // instantiated graph, rough
       const size_t decode = profile_peak(
           cfg,
-          make_profile_decode_batch(graph_policy_.sizes.back(),
+          make_profile_decode_batch(std::max(graph_policy_.sizes.back(), max_graph_tokens(graph_policy_)),
                                     static_cast<int32_t>(graph_policy_.max_seq_len_to_capture), block_size_),
           stage);
       m.graph_reserve = 2 * decode + kPerGraph * graph_policy_.sizes.size();

@@ -77,6 +77,9 @@ struct ModelRunnerOptions {
   // contexts up to max_seq_len_to_capture replay CUDA graphs captured at load (decode_graphs.h).
   bool enforce_eager = true;
   int64_t max_seq_len_to_capture = 8192;
+  // Speculative decoding: graphs also for decodes verifying drafts, up to this many query tokens
+  // per sequence (k + 1; 1 without speculation).
+  int graph_max_query_len = 1;
   // KV cache element type: F32, F16, BF16, or F8E4M3 / F8E5M2 (parse_kv_cache_dtype in
   // engine/config/kv_cache_dtype.h); nullopt ("auto") = the activation dtype.
   // --quantization-param-path for the fp8 scales ("" = none).

@@ -292,12 +292,34 @@ void Sampler::beam_logprobs(std::span<const float> logits, const SamplingParams&
 }
 
 std::vector<float> Sampler::probabilities(std::span<const float> logits, const SamplingParams& params,
-                                          SamplingState& state) {
+                                          SamplingState& state, const uint32_t* allowed_mask) {
   CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == config_.vocab_size,
                "sampler: a row has {} logits, the vocabulary has {}", logits.size(), config_.vocab_size);
   std::vector<float> probs;
-  sample_row(logits.data(), params, state, nullptr, config_, scratch_[0]->buf, nullptr, &probs);
+  sample_row(logits.data(), params, state, allowed_mask, config_, scratch_[0]->buf, nullptr, &probs);
   return probs;
+}
+
+float Sampler::mirostat_mu_after(std::span<const float> logits, const SamplingParams& params,
+                                 const SamplingState& state, int32_t token, const uint32_t* allowed_mask) {
+  const int32_t V = config_.vocab_size;
+  CYPRIS_CHECK(static_cast<int32_t>(logits.size()) == V, "sampler: a row has {} logits, the vocabulary has {}",
+               logits.size(), V);
+  const float mu = state.mirostat_mu();
+  if (params.mirostat_mode != 2 || params.temperature == 0.0f || token < 0 || token >= V) return mu;
+  // The same surprise sample_row measures: of the token under the distribution after the
+  // pre-chain masks, before Mirostat's own cut.
+  sampling_detail::RowBuffers& buf = scratch_[0]->buf;
+  float* x = buf.logits.data();
+  std::memcpy(x, logits.data(), sizeof(float) * static_cast<size_t>(V));
+  sampling_detail::RowLogits row(x, V, buf);
+  sampling_detail::apply_pre_chain(row, params, state, config_.eos_token_id, allowed_mask);
+  if (!row.is_live(token)) return mu;
+  float max_v;
+  double z;
+  row.stats(max_v, z);
+  const double surprise = -(static_cast<double>(x[token]) - max_v - std::log(z)) / std::log(2.0);
+  return static_cast<float>(mu - params.mirostat_eta * (surprise - params.mirostat_tau));
 }
 
 }  // namespace cypris

@@ -134,8 +134,17 @@ class Sampler {
   void beam_logprobs(std::span<const float> logits, const SamplingParams& params, const SamplingState& state,
                      std::span<float> out);
 
-  // Final sampling probabilities of one row (after skew), as sample() draws from them. For tests.
-  std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params, SamplingState& state);
+  // Final sampling probabilities of one row (after skew), as sample() draws from them (speculative
+  // decoding's verification by the general rules; tests). allowed_mask: the row's grammar mask.
+  std::vector<float> probabilities(std::span<const float> logits, const SamplingParams& params, SamplingState& state,
+                                   const uint32_t* allowed_mask = nullptr);
+
+  // Mirostat 2: the mu after `token` is emitted at this row (what sample() leaves in the state when
+  // it draws that token). Speculative decoding verifies a drafted position with the mu it would
+  // have had, i.e. after the drafts before it. state.mirostat_mu() without Mirostat or at
+  // temperature 0, or when the token is masked at this row (it cannot be emitted there).
+  float mirostat_mu_after(std::span<const float> logits, const SamplingParams& params, const SamplingState& state,
+                          int32_t token, const uint32_t* allowed_mask = nullptr);
 
  private:
   struct Scratch;

@@ -249,24 +249,32 @@ SchedulerOutput Scheduler::schedule() {
     }
     num_new = std::min(num_new, budget);
     // Speculative decoding: a decode verifies its drafts in the same step (one more query token
-    // and KV slot each), within the budget, max_tokens and the context length (the verified
-    // tokens plus the target's own must fit), and only when their blocks are free without
-    // preempting anyone.
+    // each), within the lookahead slots, the budget, max_tokens and the context length (the
+    // verified tokens plus the target's own must fit). It reserves KV for its last token and
+    // --num-lookahead-slots positions after it (within the context length), only when those
+    // blocks are free without preempting anyone; else it decodes without drafts.
     std::vector<int32_t> spec;
-    if (num_new == 1 && !request->spec_token_ids().empty()) {
+    int32_t lookahead = 0;
+    const int32_t slots = config_.num_lookahead_slots;
+    if (num_new == 1 && !request->spec_token_ids().empty() && slots > 0) {
       const int32_t room = std::min({budget - 1, request->max_tokens() - request->num_output_tokens() - 1,
-                                     config_.max_model_len - request->num_tokens() - 1});
+                                     config_.max_model_len - request->num_tokens() - 1, slots});
       const auto& drafts = request->spec_token_ids();
       if (room > 0) spec.assign(drafts.begin(), drafts.begin() + std::min<ptrdiff_t>(room, ptrdiff_t(drafts.size())));
+      const auto n = int32_t(spec.size());
+      lookahead = std::max(0, std::min(slots - n, config_.max_model_len - request->num_tokens() - n));
       // A block in reserve for each running request after this one, so drafts never preempt.
       const auto later = int32_t(running_.size() - i - 1);
-      if (!spec.empty() && kv_.num_blocks_needed(*request, 1 + int32_t(spec.size())) + later > kv_.num_free_blocks())
+      if (!spec.empty() &&
+          kv_.num_blocks_needed(*request, 1 + n, nullptr, lookahead) + later > kv_.num_free_blocks()) {
         spec.clear();
+      }
+      if (spec.empty()) lookahead = 0;
       num_new += int32_t(spec.size());
     }
     std::optional<SlotAllocation> allocation;
     bool self_preempted = false;
-    while (!(allocation = kv_.allocate_slots(*request, num_new))) {
+    while (!(allocation = kv_.allocate_slots(*request, num_new, nullptr, lookahead))) {
       preempted_now = true;
       self_preempted = running_.back() == request;
       preempt_last_running(out, /*allow_swap=*/true);

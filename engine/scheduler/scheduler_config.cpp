@@ -23,6 +23,7 @@ void SchedulerConfig::validate() const {
   CYPRIS_CHECK(std::isfinite(delay_factor) && delay_factor >= 0.0,
                "--scheduler-delay-factor must be a finite number >= 0, got {}", delay_factor);
   kv_cache_config().validate();
+  CYPRIS_CHECK(num_lookahead_slots >= 0, "--num-lookahead-slots must be >= 0, got {}", num_lookahead_slots);
   CYPRIS_CHECK(preemption_mode != PreemptionMode::Swap || num_cpu_blocks > 0,
                "--preemption-mode swap needs CPU swap space (--swap-space > 0)");
 }

@@ -27,6 +27,11 @@ struct SchedulerConfig {
   // --context-shift: a sequence that reaches max_model_len drops old tokens after a kept prefix and
   // goes on (Scheduler::shift_context) instead of finishing with "length".
   bool context_shift = false;
+  // --num-lookahead-slots (k or more while speculating, 0 without): a decode that verifies drafts
+  // reserves KV slots for this many positions after its last token (its drafts take the first
+  // ones; a decode gets at most this many drafts). Reserved only when free without preempting
+  // anyone; what the verification does not keep goes back after the step.
+  int32_t num_lookahead_slots = 0;
 
   // Throws cypris::Error naming the flag, the value and what is allowed.
   void validate() const;

@@ -20,10 +20,16 @@ std::string lower(std::string s) {
 
 std::optional<SpecDecodeConfig> spec_decode_config(const EngineConfig& cfg) {
   const auto& o = cfg.spec;
+  const int64_t lookahead = cfg.scheduler.num_lookahead_slots;
+  CYPRIS_CHECK(lookahead >= 0 && lookahead <= 4096, "--num-lookahead-slots must be in [0, 4096], got {}", lookahead);
   if (!o.speculative_model) {
     CYPRIS_CHECK(!o.num_speculative_tokens && !o.ngram_prompt_lookup_max && !o.ngram_prompt_lookup_min,
                  "--num-speculative-tokens and --ngram-prompt-lookup-max/min need --speculative-model "
                  "(\"[ngram]\" for prompt lookup)");
+    CYPRIS_CHECK(lookahead == 0,
+                 "--num-lookahead-slots {}: the slots hold the positions speculative decoding verifies; it needs "
+                 "--speculative-model (without it, leave --num-lookahead-slots out)",
+                 lookahead);
     return std::nullopt;
   }
   const std::string model = *o.speculative_model;
@@ -44,8 +50,13 @@ std::optional<SpecDecodeConfig> spec_decode_config(const EngineConfig& cfg) {
                o.speculative_draft_tensor_parallel_size.value_or(1));
   CYPRIS_CHECK(!o.speculative_max_model_len || *o.speculative_max_model_len >= 1,
                "--speculative-max-model-len must be at least 1, got {}", o.speculative_max_model_len.value_or(0));
+  CYPRIS_CHECK(lookahead == 0 || lookahead >= *o.num_speculative_tokens,
+               "--num-lookahead-slots {} is fewer than --num-speculative-tokens {}: each drafted token needs a KV "
+               "slot to be verified in; give at least {} or leave --num-lookahead-slots out",
+               lookahead, *o.num_speculative_tokens, *o.num_speculative_tokens);
   SpecDecodeConfig sc;
   sc.ngram.num_tokens = static_cast<int32_t>(*o.num_speculative_tokens);
+  sc.lookahead_slots = static_cast<int32_t>(std::max<int64_t>(lookahead, *o.num_speculative_tokens));
   sc.disable_by_batch_size = o.speculative_disable_by_batch_size;
   if (o.spec_decoding_acceptance_method == "typical_acceptance_sampler") {
     sc.acceptance = SpecAcceptance::Typical;

@@ -30,13 +30,17 @@ struct SpecDecodeConfig {
   double typical_alpha = 0.3;
   // No speculation in a step with more running requests than this (--speculative-disable-by-batch-size).
   std::optional<int64_t> disable_by_batch_size;
+  // KV slots a decode with drafts reserves after its last token (--num-lookahead-slots, at least
+  // num_tokens; unset or 0: num_tokens).
+  int32_t lookahead_slots = 0;
   bool draft_model_proposer() const { return !draft_model.empty(); }
 };
 
 // nullopt without --speculative-model. "[ngram]" needs --num-speculative-tokens and
 // --ngram-prompt-lookup-max (--ngram-prompt-lookup-min defaults to 1), like Aphrodite; a draft model
 // needs --num-speculative-tokens and refuses the n-gram flags. Medusa, EAGLE and MLP speculators are
-// refused by name, and so is a draft tensor-parallel size other than 1.
+// refused by name, and so is a draft tensor-parallel size other than 1. --num-lookahead-slots needs
+// --speculative-model and, given, at least --num-speculative-tokens.
 std::optional<SpecDecodeConfig> spec_decode_config(const EngineConfig& cfg);
 
 }  // namespace cypris

@@ -1,5 +1,6 @@
 // CUDA graphs for decode batches on a CUDA backend (vLLM's CUDAGraphRunner): one graph per capture
-// size over persistent input buffers, replayed for pure-decode batches padded to that size. The
+// size and query length (1, or 2 .. k + 1 for decodes verifying drafts) over persistent input
+// buffers, replayed for batches whose sequences all have that many new tokens, padded to the size. The
 // ModelRunner reaches it through DecodeGraphRunner (engine/runtime/decode_graphs.h); the backend is
 // used through the Backend interface only (stream, exact allocations, the graphs' pool).
 #include "engine/runtime/decode_graphs.h"
@@ -23,7 +24,7 @@ namespace {
 // capture asks for in the graphs' private pool (a miss would cudaMalloc, which capture allows; the
 // graphs' pool never calls cudaFree);
 // every kernel takes its launch shape from host values that are fixed per size (num_tokens,
-// num_seqs, max_query_len 1, and max_seq_len = max_seq_len_to_capture for paged attention's
+// num_seqs, max_query_len q, and max_seq_len = max_seq_len_to_capture for paged attention's
 // split-K); cuBLAS has a preset workspace; nothing downloads (no debug hook, tp 1 only: the
 // vocab-parallel paths download ids). The KV cache and the input buffers below never move, so
 // their addresses baked into the graphs stay valid.
@@ -37,15 +38,16 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
     max_size_ = policy.sizes.back();
     width_ = (policy.max_seq_len_to_capture + block_size - 1) / block_size;
     // One byte buffer for all inputs, so that a replay needs one host-to-device copy:
-    // slots I64 [max], then I32 token ids [max], positions [max], query starts [max + 1],
-    // seq lens [max], logits indices [max], block tables [max, width].
+    // slots I64 [tokens], then I32 token ids [tokens], positions [tokens], query starts [seqs + 1],
+    // seq lens [seqs], logits indices [tokens], block tables [seqs, width].
     const size_t m = static_cast<size_t>(max_size_);
-    off_tokens_ = m * 8;
-    off_positions_ = off_tokens_ + m * 4;
-    off_qsl_ = off_positions_ + m * 4;
+    const size_t t = static_cast<size_t>(std::max(max_size_, max_graph_tokens(policy)));
+    off_tokens_ = t * 8;
+    off_positions_ = off_tokens_ + t * 4;
+    off_qsl_ = off_positions_ + t * 4;
     off_lens_ = off_qsl_ + (m + 1) * 4;
     off_lidx_ = off_lens_ + m * 4;
-    off_tables_ = off_lidx_ + m * 4;
+    off_tables_ = off_lidx_ + t * 4;
     bytes_ = off_tables_ + m * static_cast<size_t>(width_) * 4;
     device_ = be_.empty_exact(DType::U8, {static_cast<int64_t>(bytes_)});
     CUDA_CHECK(cudaMallocHost(&host_, bytes_));
@@ -68,17 +70,23 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
     const auto t0 = std::chrono::steady_clock::now();
     cudaStream_t stream = static_cast<cudaStream_t>(be_.stream());
     graphs_.clear();
-    // Largest first: the smaller graphs then fit in the blocks the largest left in the pool.
-    for (auto it = policy_.sizes.rbegin(); it != policy_.sizes.rend(); ++it) {
-      const int size = *it;
+    // Largest first (in tokens): the smaller graphs then fit in the blocks the largest left in the pool.
+    std::vector<std::pair<int, int>> shapes;  // (size, q)
+    for (int q = 1; q <= policy_.max_query_len; ++q) {
+      for (int size : graph_sizes_for(policy_, q)) shapes.emplace_back(size, q);
+    }
+    std::stable_sort(shapes.begin(), shapes.end(),
+                     [](const auto& a, const auto& b) { return a.first * a.second > b.first * b.second; });
+    for (const auto& [size, q] : shapes) {
       be_.set_graph_pool(true);
       try {
-        stage(nullptr, size);
-        const ForwardInputs in = inputs(size);
+        stage(nullptr, size, q);
+        const ForwardInputs in = inputs(size, q);
         { DeviceTensor warm = model.forward(in, kv_cache); }
         be_.synchronize();
         Graph g;
         g.size = size;
+        g.q = q;
         CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         DeviceTensor logits;
         try {
@@ -102,7 +110,6 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
       }
       be_.set_graph_pool(false);
     }
-    std::reverse(graphs_.begin(), graphs_.end());  // ascending, as policy_.sizes
     be_.synchronize();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -110,10 +117,12 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
   Tensor replay(const BatchContext& b) override {
     CYPRIS_CHECK(is_graph_eligible(b, policy_), "CUDA graphs: the batch of {} sequences and {} tokens cannot replay",
                  b.num_seqs(), b.num_tokens());
-    const int size = padded_graph_batch_size(policy_.sizes, b.num_seqs());
-    const auto it = std::find_if(graphs_.begin(), graphs_.end(), [&](const Graph& g) { return g.size == size; });
-    CYPRIS_CHECK(it != graphs_.end(), "CUDA graphs: no graph of size {} was captured", size);
-    stage(&b, size);
+    const int q = uniform_query_len(b);
+    const int size = padded_graph_batch_size(graph_sizes_for(policy_, q), b.num_seqs());
+    const auto it =
+        std::find_if(graphs_.begin(), graphs_.end(), [&](const Graph& g) { return g.size == size && g.q == q; });
+    CYPRIS_CHECK(it != graphs_.end(), "CUDA graphs: no graph of size {} with {} query tokens was captured", size, q);
+    stage(&b, size, q);
     CUDA_CHECK(cudaGraphLaunch(it->exec, static_cast<cudaStream_t>(be_.stream())));
     Tensor out = it->logits;
     out.shape = {static_cast<int64_t>(b.logits_indices.size()), it->logits.shape[1]};
@@ -127,9 +136,10 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
  private:
   struct Graph {
     int size = 0;
+    int q = 1;  // query tokens per sequence
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
-    Tensor logits;  // [size, vocab] in the graphs' pool
+    Tensor logits;  // [size * q, vocab] in the graphs' pool
   };
 
   template <typename T>
@@ -144,17 +154,18 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
 
   // Writes the padded batch (pad_decode_batch; all padding when b is null, for capture) into the
   // pinned staging buffer and queues its copy.
-  void stage(const BatchContext* b, int size) {
+  void stage(const BatchContext* b, int size, int q) {
     const BatchContext none;
-    const BatchContext p = pad_decode_batch(b ? *b : none, size, width_, block_size_);
+    const BatchContext p = pad_decode_batch(b ? *b : none, size, width_, block_size_, q);
     CUDA_CHECK(cudaEventSynchronize(copied_));  // the previous copy has left the staging buffer
     const size_t n = static_cast<size_t>(size);
-    std::memcpy(host_at<int64_t>(0), p.slot_mapping.data(), n * 8);
-    std::memcpy(host_at<int32_t>(off_tokens_), p.token_ids.data(), n * 4);
-    std::memcpy(host_at<int32_t>(off_positions_), p.positions.data(), n * 4);
+    const size_t t = n * static_cast<size_t>(q);
+    std::memcpy(host_at<int64_t>(0), p.slot_mapping.data(), t * 8);
+    std::memcpy(host_at<int32_t>(off_tokens_), p.token_ids.data(), t * 4);
+    std::memcpy(host_at<int32_t>(off_positions_), p.positions.data(), t * 4);
     std::memcpy(host_at<int32_t>(off_qsl_), p.query_start_loc.data(), (n + 1) * 4);
     std::memcpy(host_at<int32_t>(off_lens_), p.seq_lens.data(), n * 4);
-    std::memcpy(host_at<int32_t>(off_lidx_), p.logits_indices.data(), n * 4);
+    std::memcpy(host_at<int32_t>(off_lidx_), p.logits_indices.data(), t * 4);
     std::memcpy(host_at<int32_t>(off_tables_), p.block_tables.data(), p.block_tables.size() * 4);
     cudaStream_t stream = static_cast<cudaStream_t>(be_.stream());
     // Two copies: the fixed-size prefix, then only the table rows in use.
@@ -164,18 +175,19 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
     CUDA_CHECK(cudaEventRecord(copied_, stream));
   }
 
-  ForwardInputs inputs(int size) {
+  ForwardInputs inputs(int size, int q) {
     ForwardInputs in;
-    in.token_ids = device_view(off_tokens_, DType::I32, {size});
-    in.positions = device_view(off_positions_, DType::I32, {size});
-    in.logits_indices = device_view(off_lidx_, DType::I32, {size});
+    const int tokens = size * q;
+    in.token_ids = device_view(off_tokens_, DType::I32, {tokens});
+    in.positions = device_view(off_positions_, DType::I32, {tokens});
+    in.logits_indices = device_view(off_lidx_, DType::I32, {tokens});
     in.attn.query_start_loc = device_view(off_qsl_, DType::I32, {size + 1});
     in.attn.seq_lens = device_view(off_lens_, DType::I32, {size});
     in.attn.block_tables = device_view(off_tables_, DType::I32, {size, width_});
-    in.attn.slot_mapping = device_view(0, DType::I64, {size});
+    in.attn.slot_mapping = device_view(0, DType::I64, {tokens});
     in.attn.num_seqs = size;
     in.attn.max_blocks_per_seq = width_;
-    in.attn.max_query_len = 1;
+    in.attn.max_query_len = q;
     in.attn.max_seq_len = static_cast<int>(policy_.max_seq_len_to_capture);
     return in;
   }
@@ -190,7 +202,7 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
   DeviceTensor device_;   // the persistent inputs
   void* host_ = nullptr;  // pinned staging of the same layout
   cudaEvent_t copied_ = nullptr;
-  std::vector<Graph> graphs_;  // ascending by size
+  std::vector<Graph> graphs_;  // by tokens, largest first
 };
 
 }  // namespace

@@ -46,8 +46,9 @@ TEST_F(CudaEquivalence, SoloOnGpuEqualsSoloOnCpu) {
 }
 
 TEST_F(CudaEquivalence, SpeculativeDecodingKeepsOutputs) {
-  // Prompt lookup on the GPU: steps with drafts run eagerly (k + 1 query tokens per sequence, no
-  // decode graph), the others replay graphs; the verified rows are sampled on the CPU.
+  // Prompt lookup on the GPU: steps whose sequences all verify the same number of drafts (up to 8
+  // sequences) replay the graphs of k + 1 query tokens, the others run eagerly; the verified rows
+  // are sampled on the CPU.
   CYPRIS_REQUIRE_GPU();
   EngineConfig cfg = config("cuda");
   cfg.spec.speculative_model = "[ngram]";
@@ -59,7 +60,8 @@ TEST_F(CudaEquivalence, SpeculativeDecodingKeepsOutputs) {
 }
 
 TEST_F(CudaEquivalence, DraftModelSpeculationKeepsOutputs) {
-  // stories260k drafting for itself on the GPU: the draft's own runner and KV cache (eager), k
+  // stories260k drafting for itself on the GPU: the draft's own runner and KV cache (its one-token
+  // decodes replay its own graphs), k
   // forwards a step batched over the sequences; greedy outputs are the target's and nearly every
   // draft is kept.
   CYPRIS_REQUIRE_GPU();
@@ -71,6 +73,19 @@ TEST_F(CudaEquivalence, DraftModelSpeculationKeepsOutputs) {
   const EngineStats s = engine.stats();
   EXPECT_GT(s.spec_draft_tokens_total, 0);
   EXPECT_GT(double(s.spec_accepted_tokens_total), 0.9 * double(s.spec_draft_tokens_total));
+}
+
+TEST_F(CudaEquivalence, SpeculativeDecodingAloneReplaysVerifyGraphs) {
+  // One sequence at a time: every verify step has one length (its drafts + 1), so it replays a
+  // graph; the outputs are those of the GPU without speculation.
+  CYPRIS_REQUIRE_GPU();
+  EngineConfig cfg = config("cuda");
+  cfg.spec.speculative_model = "[ngram]";
+  cfg.spec.num_speculative_tokens = 3;
+  cfg.spec.ngram_prompt_lookup_max = 2;
+  const std::vector<Job> some(jobs_->begin(), jobs_->begin() + 12);  // an engine (and its graphs) per job
+  const Outputs got = testing_support::run_solo(cfg, some);
+  for (const auto& j : some) EXPECT_EQ(got.at(j.id), solo_->at(j.id)) << j.id;
 }
 
 TEST_F(CudaEquivalence, ContinuousBatching) {

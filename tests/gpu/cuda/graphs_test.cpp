@@ -112,6 +112,77 @@ void expect_graph_logits_equal_eager(const std::string& dir) {
   }
 }
 
+// Speculative decoding's verify steps: every sequence with q new tokens (its last token and q - 1
+// drafts), a logits row per token. Prefills n prompts, then runs `steps` such steps with made-up
+// drafts; returns each step's logits.
+std::vector<std::vector<float> > run_verify(ModelRunner& runner, int n, int q, int steps) {
+  const int64_t vocab = runner.config().vocab_size;
+  std::vector<int32_t> lens(n);
+  for (int s = 0; s < n; ++s) {
+    const int32_t len = 3 + (s * 5) % 17;
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < len; ++i) prompt.push_back(static_cast<int32_t>(1 + (s * 31 + i * 7) % (vocab - 1)));
+    BatchContext b = make_single_sequence_batch(prompt, 0, kBlockSize);
+    b.max_blocks_per_seq = kBlocksPerSeq;
+    b.block_tables.clear();
+    for (int k = 0; k < kBlocksPerSeq; ++k) b.block_tables.push_back(s * kBlocksPerSeq + k);
+    for (auto& slot : b.slot_mapping) slot += static_cast<int64_t>(s) * kBlocksPerSeq * kBlockSize;
+    runner.execute(b);
+    lens[s] = len;
+  }
+  std::vector<std::vector<float> > out;
+  for (int step = 0; step < steps; ++step) {
+    BatchContext b;
+    b.max_blocks_per_seq = kBlocksPerSeq;
+    b.query_start_loc.push_back(0);
+    for (int s = 0; s < n; ++s) {
+      for (int t = 0; t < q; ++t) {
+        const int32_t pos = lens[s] + t;
+        b.token_ids.push_back(static_cast<int32_t>(1 + (s * 13 + step * 7 + t * 3) % (vocab - 1)));
+        b.positions.push_back(pos);
+        b.slot_mapping.push_back(static_cast<int64_t>(s) * kBlocksPerSeq * kBlockSize + pos);
+        b.logits_indices.push_back(s * q + t);
+      }
+      lens[s] += q;
+      b.query_start_loc.push_back((s + 1) * q);
+      b.seq_lens.push_back(lens[s]);
+      for (int k = 0; k < kBlocksPerSeq; ++k) b.block_tables.push_back(s * kBlocksPerSeq + k);
+    }
+    b.max_query_len = q;
+    b.max_seq_len = *std::max_element(lens.begin(), lens.end());
+    const Logits l = runner.execute(b);
+    EXPECT_EQ(l.rows, n * q);
+    out.push_back(l.data);
+  }
+  return out;
+}
+
+TEST(CudaGraphs, SpeculativeVerifyStepsOfKPlusOneTokensEqualEager) {
+  // Graphs for 2..4 query tokens per sequence (k = 3) over batches of 1, 2, 4 and 8 sequences;
+  // 9 sequences have none and run eagerly. Logits of every verified position equal eager ones.
+  CYPRIS_REQUIRE_GPU();
+  const std::string dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  ModelRunnerOptions eo = options(dir, true), go = options(dir, false);
+  eo.graph_max_query_len = go.graph_max_query_len = 4;
+  ModelRunner eager(eo);
+  ModelRunner graphs(go);
+  ASSERT_EQ(graphs.num_cuda_graphs(), 6 + 3 * 4);
+  for (int q : {2, 4}) {
+    for (int n : {1, 3, 8, 9}) {
+      const auto want = run_verify(eager, n, q, 3);
+      const auto got = run_verify(graphs, n, q, 3);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t step = 0; step < want.size(); ++step) {
+        EXPECT_LT(norm_err(got[step], want[step]), 1e-5) << "q " << q << " batch " << n << " step " << step;
+      }
+    }
+  }
+  // Plain decodes still replay their own graphs after verify steps.
+  const auto want = run(eager, 3, 3);
+  const auto got = run(graphs, 3, 3);
+  for (size_t step = 0; step < want.size(); ++step) EXPECT_LT(norm_err(got[step], want[step]), 1e-5);
+}
+
 TEST(CudaGraphs, Stories260kDecodeLogitsEqualEager) {
   CYPRIS_REQUIRE_GPU();
   expect_graph_logits_equal_eager(std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k");

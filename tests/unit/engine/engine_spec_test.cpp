@@ -379,6 +379,27 @@ TEST(SpecConfig, RefusedSettingsNameTheFlag) {
   cfg = stories_config();
   cfg.spec.num_speculative_tokens = 3;
   EXPECT_THAT(error_of(cfg), HasSubstr("--speculative-model"));
+  // Lookahead slots: only with speculation, and at least one per drafted token.
+  cfg = stories_config();
+  cfg.scheduler.num_lookahead_slots = 4;
+  EXPECT_THAT(error_of(cfg), AllOf(HasSubstr("--num-lookahead-slots 4"), HasSubstr("--speculative-model")));
+  cfg = spec_config(5);
+  cfg.scheduler.num_lookahead_slots = 3;
+  EXPECT_THAT(error_of(cfg), AllOf(HasSubstr("--num-lookahead-slots 3"), HasSubstr("--num-speculative-tokens 5")));
+  cfg.scheduler.num_lookahead_slots = 5;
+  EXPECT_EQ(error_of(cfg), "");
+}
+
+TEST(SpecConfig, MoreLookaheadSlotsThanDraftsKeepOutputs) {
+  // Slots past the drafts are reserved and given back each step: outputs stay the same.
+  const std::vector<Job> jobs = long_jobs(6, 41);
+  Engine plain(stories_config());
+  const Outputs want = run_batched(plain, jobs);
+  EngineConfig cfg = spec_config(3, 2);
+  cfg.scheduler.num_lookahead_slots = 40;
+  Engine spec(cfg);
+  expect_same_outputs(jobs, want, run_batched(spec, jobs));
+  expect_speculated(spec);
 }
 
 }  // namespace

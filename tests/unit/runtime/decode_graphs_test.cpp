@@ -168,6 +168,122 @@ TEST(PadDecodeBatch, PaddedBatchGivesTheSameLogitsOnTheCpu) {
   }
 }
 
+// n sequences each verifying q - 1 drafts: q new tokens each, a logits row per token.
+BatchContext verify_batch(const std::vector<int32_t>& lens, int q, int block_size = 16) {
+  BatchContext b;
+  int32_t max_blocks = 0;
+  for (int32_t l : lens) max_blocks = std::max(max_blocks, (l + block_size - 1) / block_size);
+  b.max_blocks_per_seq = max_blocks;
+  b.max_query_len = q;
+  b.query_start_loc.push_back(0);
+  for (size_t s = 0; s < lens.size(); ++s) {
+    for (int t = 0; t < q; ++t) {
+      b.token_ids.push_back(1 + t);
+      b.positions.push_back(lens[s] - q + t);
+      b.slot_mapping.push_back(0);
+      b.logits_indices.push_back(static_cast<int32_t>(s) * q + t);
+    }
+    b.query_start_loc.push_back(static_cast<int32_t>(s + 1) * q);
+    b.seq_lens.push_back(lens[s]);
+    b.max_seq_len = std::max(b.max_seq_len, lens[s]);
+    for (int32_t k = 0; k < max_blocks; ++k) b.block_tables.push_back(0);
+  }
+  return b;
+}
+
+TEST(GraphEligibility, VerifyStepsWithOneDraftLengthReplayUpToEightSequences) {
+  DecodeGraphPolicy spec = policy();
+  spec.max_query_len = 5;  // k = 4
+  EXPECT_EQ(graph_sizes_for(spec, 1), spec.sizes);
+  EXPECT_EQ(graph_sizes_for(spec, 5), (std::vector<int>{1, 2, 4, 8}));
+  EXPECT_TRUE(graph_sizes_for(spec, 6).empty());
+  EXPECT_EQ(max_graph_tokens(spec), 256);
+  EXPECT_TRUE(is_graph_eligible(verify_batch({10}, 5), spec));
+  EXPECT_TRUE(is_graph_eligible(verify_batch({10, 30, 7}, 2), spec));
+  EXPECT_TRUE(is_graph_eligible(verify_batch(std::vector<int32_t>(8, 9), 3), spec));
+  EXPECT_FALSE(is_graph_eligible(verify_batch(std::vector<int32_t>(9, 9), 3), spec));  // no graph of 9+ sequences
+  EXPECT_FALSE(is_graph_eligible(verify_batch({10}, 6), spec));                       // more than k + 1 tokens
+  EXPECT_FALSE(is_graph_eligible(verify_batch({10}, 2), policy()));                   // no speculation: no such graph
+  // Sequences with different numbers of drafts run eagerly.
+  BatchContext mixed = verify_batch({10, 12}, 3);
+  mixed.query_start_loc = {0, 2, 6};
+  mixed.token_ids.push_back(1);
+  mixed.positions.push_back(11);
+  mixed.slot_mapping.push_back(0);
+  EXPECT_EQ(uniform_query_len(mixed), 0);
+  EXPECT_FALSE(is_graph_eligible(mixed, spec));
+  // One sequence of max_num_seqs 1: a graph of k + 1 tokens still exists (up to 64 tokens).
+  DecodeGraphPolicy one = policy(1);
+  one.max_query_len = 5;
+  EXPECT_EQ(graph_sizes_for(one, 5), (std::vector<int>{1}));
+  EXPECT_EQ(max_graph_tokens(one), 5);
+}
+
+TEST(PadDecodeBatch, VerifyStepsPadWithWholeSequencesOfQTokens) {
+  BatchContext b = verify_batch({5, 20}, 3, 16);
+  b.block_tables = {7, -1, 3, 4};
+  b.slot_mapping = {114, 115, 116, 49, 50, 51};
+  const BatchContext p = pad_decode_batch(b, 4, 2, 16, 3);
+  EXPECT_EQ(p.max_query_len, 3);
+  EXPECT_EQ(p.token_ids, (std::vector<int32_t>{1, 2, 3, 1, 2, 3, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{2, 3, 4, 17, 18, 19, 0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(p.slot_mapping, (std::vector<int64_t>{114, 115, 116, 49, 50, 51, -1, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(p.query_start_loc, (std::vector<int32_t>{0, 3, 6, 9, 12}));
+  EXPECT_EQ(p.seq_lens, (std::vector<int32_t>{5, 20, 3, 3}));
+  EXPECT_EQ(p.block_tables, (std::vector<int32_t>{7, 0, 3, 4, 0, 0, 0, 0}));
+  EXPECT_EQ(p.logits_indices, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}));
+  EXPECT_NO_THROW(p.validate(10, 16));
+  EXPECT_THROW(pad_decode_batch(b, 4, 2, 16, 2), Error);  // 6 tokens are not 2 sequences of 2
+}
+
+// What a replayed verify graph computes, on the CPU: the padded batch of q tokens per sequence
+// gives every verified position's logits, and its padding writes no KV.
+TEST(PadDecodeBatch, PaddedVerifyBatchGivesTheSameLogitsOnTheCpu) {
+  ModelRunnerOptions o;
+  o.model_dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  o.load.dtype = "float32";
+  o.threads = 1;
+  o.num_blocks = 12;
+  ModelRunner plain(o), padded(o);
+  constexpr int kSeqs = 3, kBlocks = 4, kBs = 16, kQ = 3;
+  std::vector<int32_t> lens(kSeqs);
+  for (ModelRunner* r : {&plain, &padded}) {
+    for (int s = 0; s < kSeqs; ++s) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 5 + 7 * s; ++i) prompt.push_back(1 + (s * 31 + i * 7) % 500);
+      BatchContext b = make_single_sequence_batch(prompt, 0, kBs);
+      b.max_blocks_per_seq = kBlocks;
+      b.block_tables.clear();
+      for (int k = 0; k < kBlocks; ++k) b.block_tables.push_back(s * kBlocks + k);
+      for (auto& slot : b.slot_mapping) slot += s * kBlocks * kBs;
+      r->execute(b);
+      lens[s] = static_cast<int32_t>(prompt.size());
+    }
+  }
+  for (int step = 0; step < 3; ++step) {
+    for (auto& l : lens) l += kQ;
+    BatchContext b = verify_batch(lens, kQ, kBs);
+    b.max_blocks_per_seq = kBlocks;
+    b.block_tables.clear();
+    for (int s = 0; s < kSeqs; ++s) {
+      for (int t = 0; t < kQ; ++t) {
+        b.token_ids[static_cast<size_t>(s * kQ + t)] = 3 + 11 * s + 5 * t + step;
+        b.slot_mapping[static_cast<size_t>(s * kQ + t)] = s * kBlocks * kBs + lens[s] - kQ + t;
+      }
+      for (int k = 0; k < kBlocks; ++k) b.block_tables.push_back(s * kBlocks + k);
+    }
+    const Logits want = plain.execute(b);
+    const Logits got = padded.execute(pad_decode_batch(b, 4, 6, kBs, kQ));
+    ASSERT_EQ(got.rows, 4 * kQ);
+    for (int r = 0; r < kSeqs * kQ; ++r) {
+      for (int64_t v = 0; v < want.vocab; ++v) {
+        ASSERT_NEAR(got.row(r)[v], want.row(r)[v], 1e-5f * (1.0f + std::abs(want.row(r)[v])))
+            << "step " << step << " row " << r << " token " << v;
+      }
+    }
+  }
+}
+
 // No graphs on the CPU backend: --enforce-eager false there runs the same eager forward.
 TEST(GraphEligibility, CpuRunnerRunsEagerlyWithGraphsRequested) {
   ModelRunnerOptions o;

@@ -24,6 +24,7 @@ SchedulerConfig config() {
   c.max_model_len = 64;
   c.block_size = kBs;
   c.num_gpu_blocks = 64;
+  c.num_lookahead_slots = 32;  // room for every draft the tests give
   return c;
 }
 
@@ -161,6 +162,69 @@ TEST(SchedulerSpec, DraftsAreDroppedForPromptsAndWhenBlocksRunShort) {
   EXPECT_EQ(out.scheduled[1].num_scheduled_tokens, 1);
   EXPECT_EQ(sim.sched.stats().num_preemptions, 0);
   expect_model_outputs(*a);
+  expect_model_outputs(*b);
+}
+
+TEST(SchedulerSpec, LookaheadSlotsAreReservedForTheVerifiedPositionsAndReturned) {
+  SchedulerConfig c = config();
+  c.num_lookahead_slots = 12;
+  SpecSim sim(c);
+  auto a = std::make_shared<Request>("A", prompt_of(100, 6), 40);
+  sim.sched.add_request(a);
+  sim.step();
+  ASSERT_EQ(a->num_tokens(), 7);
+  // 2 drafts: the last token and 12 slots after it are reserved (positions 6..18: 3 blocks of 8),
+  // though the drafts fill only 2 of them.
+  a->set_spec_token_ids(drafts_for(*a, 1, 1));
+  SchedulerOutput out = sim.sched.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].num_scheduled_tokens, 3);
+  EXPECT_EQ(int32_t(sim.sched.kv_cache().block_ids("A").size()), KvCacheManager::blocks_for_tokens(6 + 1 + 12, kBs));
+  sim.updates = sim.sched.update_from_output(out, sim.runner.execute(out));
+  // One draft kept: the slots past the last computed token go back.
+  EXPECT_EQ(a->num_tokens(), 9);
+  EXPECT_EQ(int32_t(sim.sched.kv_cache().block_ids("A").size()),
+            KvCacheManager::blocks_for_tokens(a->num_computed_tokens(), kBs));
+  // More drafts than slots: the decode verifies as many as it has slots for.
+  a->set_spec_token_ids(drafts_for(*a, 20, 0));
+  out = sim.step();
+  EXPECT_EQ(out.scheduled[0].num_scheduled_tokens, 1 + 12);
+  EXPECT_EQ(a->num_output_tokens(), 3 + 13);
+  expect_model_outputs(*a);
+  // Without lookahead slots (no speculation) drafts are not scheduled at all.
+  SchedulerConfig none = config();
+  none.num_lookahead_slots = 0;
+  SpecSim plain(none);
+  auto b = std::make_shared<Request>("B", prompt_of(200, 6), 40);
+  plain.sched.add_request(b);
+  plain.step();
+  b->set_spec_token_ids(drafts_for(*b, 3, 0));
+  EXPECT_EQ(plain.step().scheduled[0].num_scheduled_tokens, 1);
+}
+
+TEST(SchedulerSpec, LookaheadSlotsThatDoNotFitMeanAPlainDecode) {
+  // 4 blocks (32 tokens): A's last token at position 8 and 30 slots after it would need a fifth
+  // block; A decodes plainly rather than preempt or fail.
+  SchedulerConfig c = config();
+  c.num_gpu_blocks = 4;
+  c.num_lookahead_slots = 30;
+  SpecSim sim(c);
+  auto a = std::make_shared<Request>("A", prompt_of(100, 8), 20);
+  sim.sched.add_request(a);
+  sim.step();
+  a->set_spec_token_ids(drafts_for(*a, 2, 0));
+  SchedulerOutput out = sim.step();
+  EXPECT_EQ(out.scheduled[0].num_scheduled_tokens, 1);
+  EXPECT_EQ(sim.sched.stats().num_preemptions, 0);
+  // With 16 slots it fits (positions 8..24: 4 blocks).
+  SchedulerConfig d = c;
+  d.num_lookahead_slots = 16;
+  SpecSim fits(d);
+  auto b = std::make_shared<Request>("B", prompt_of(200, 8), 20);
+  fits.sched.add_request(b);
+  fits.step();
+  b->set_spec_token_ids(drafts_for(*b, 2, 0));
+  EXPECT_EQ(fits.step().scheduled[0].num_scheduled_tokens, 3);
   expect_model_outputs(*b);
 }
 
