@@ -45,6 +45,12 @@ TEST(QuantLabel, UnsupportedMethodsAreLabelledAsSuch) {
   EXPECT_EQ(
       quant_label_from_json(
           R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4"}})"),
+      "bitsandbytes nf4");
+  EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_8bit":true}})"),
+            "bitsandbytes int8");
+  EXPECT_EQ(
+      quant_label_from_json(
+          R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4","bnb_4bit_quant_storage":"bfloat16"}})"),
       "bitsandbytes nf4 (not supported)");
   EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"exl2","bits":4.65}})"),
             "EXL2 4.65-bit (not supported)");
