@@ -80,8 +80,9 @@ std::vector<OptionSpec> build_table() {
   const std::string kSpec = "speculative decoding";
   const std::string kQuantRefused =
       "not supported yet in Cypris; supported: gptq (also gptq_marlin), awq, compressed-tensors (pack-quantized, "
-      "int-quantized, float-quantized), fp8, exl2 (all read from the checkpoint's quantization_config, so -q may be left "
-      "out; -q fp8 on a 16-bit checkpoint quantizes it at load) and gguf (a .gguf --model or --gguf-file NAME)";
+      "int-quantized, float-quantized), fp8, exl2, bitsandbytes (all read from the checkpoint's quantization_config, so "
+      "-q may be left out; -q fp8 on a 16-bit checkpoint quantizes it at load) and gguf (a .gguf --model or "
+      "--gguf-file NAME)";
 
   group = "Model Options";
   add(Opt("model", bind_field(FIELD(model.model)), "MODEL",
@@ -115,8 +116,9 @@ std::vector<OptionSpec> build_table() {
           "The format of the model weights. Defaults to auto: safetensors when the model has them, else PyTorch "
           "pytorch_model*.bin files (a .gguf --model is read as GGUF). \"pt\" reads PyTorch's zip+pickle files "
           "with a reader that accepts only tensor storages and refuses anything that would run code. \"dummy\" "
-          "uses seeded random weights of the config's shapes (for benchmarks).")
-          .choices({"auto", "pt", "safetensors", "dummy", "gguf"})
+          "uses seeded random weights of the config's shapes (for benchmarks). \"bitsandbytes\" reads a "
+          "bitsandbytes-quantized safetensors checkpoint (as auto does).")
+          .choices({"auto", "pt", "safetensors", "dummy", "gguf", "bitsandbytes"})
           .refuse({"npcache"},
                   "not supported yet in Cypris: the NumPy cache of PyTorch weights; use pt, which "
                   "reads pytorch_model*.bin directly")
@@ -126,9 +128,6 @@ std::vector<OptionSpec> build_table() {
           .refuse({"mistral"},
                   "not supported yet in Cypris: Mistral's consolidated checkpoint layout; use the "
                   "repo's Hugging Face safetensors files")
-          .refuse({"bitsandbytes"},
-                  "not supported yet in Cypris: bitsandbytes quantization; use a GGUF "
-                  "quantization of the model")
           .refuse({"tensorizer"},
                   "not supported in Cypris: CoreWeave's tensorizer format is read by a Python "
                   "library; use safetensors"));
@@ -233,19 +232,18 @@ std::vector<OptionSpec> build_table() {
           "gptq_marlin loads the same checkpoints), awq (4-bit GEMM), compressed-tensors (pack-quantized W4A16/W8A16, "
           "int-quantized W8A8, float-quantized FP8), fp8 (FP8 checkpoints; on a 16-bit checkpoint: quantized at load "
           "to FP8 with one scale per output channel), exl2 (exllamav2's mixed 2-8 bit checkpoints, dequantized at "
-          "load to --dtype) and gguf (llama.cpp's quantization types, read from a .gguf --model); the others are not "
-          "supported yet. See docs/quantization.md.")
+          "load to --dtype), bitsandbytes (= bnb: pre-quantized NF4/FP4 checkpoints, nested absmax included; int8 "
+          "ones load dequantized to --dtype) and gguf (llama.cpp's quantization types, read from a .gguf --model); "
+          "the others are not supported yet. See docs/quantization.md.")
           .alias("-q")
-          .choices({"gguf", "gptq", "gptq_marlin", "awq", "compressed-tensors", "fp8", "exl2"})
+          .choices({"gguf", "gptq", "gptq_marlin", "awq", "compressed-tensors", "fp8", "exl2", "bitsandbytes", "bnb"})
           .refuse({"aqlm",
-                   "bnb",
                    "eetq",
                    "quip",
                    "squeezellm",
                    "marlin",
                    "deepspeedfp",
                    "gptq_marlin_24",
-                   "bitsandbytes",
                    "tpu_int8",
                    "fbgemm_fp8",
                    "modelopt",
@@ -459,8 +457,9 @@ std::vector<OptionSpec> build_table() {
           .not_yet("Long LoRA scaling"));
   add(Opt("qlora-adapter-name-or-path", bind_field(FIELD(lora.qlora_adapter_name_or_path)), "PATH",
           "Name or path of the QLoRA adapter.")
-          .not_yet("QLoRA (its base weights are bitsandbytes 4-bit, which Cypris does not load; a QLoRA adapter "
-                   "over an unquantized or GPTQ/AWQ/GGUF base loads with --lora-modules)"));
+          .not_yet("QLoRA (this flag; a QLoRA adapter is a PEFT folder: over an unquantized or GPTQ/AWQ/GGUF base it "
+                   "loads with --lora-modules; its bitsandbytes 4-bit base loads as a model, an adapter over it is "
+                   "untested)"));
   add(Opt("enable-prompt-adapter", bind_field(FIELD(lora.enable_prompt_adapter)), "",
           "Enable handling of prompt adapters (soft prompts).")
           .not_yet("prompt adapters"));

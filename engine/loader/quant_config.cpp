@@ -133,6 +133,45 @@ QuantConfig int_quantized(QuantConfig q, const json& grp, const json& w, const s
   return q;
 }
 
+// bitsandbytes (transformers' BitsAndBytesConfig): pre-quantized 4-bit NF4/FP4 checkpoints, whose
+// absmax may be double-quantized (nested). The block size and shapes are in each layer's
+// quant_state (engine/loader/bnb_weights.cpp); 8-bit (LLM.int8) checkpoints are refused by name.
+QuantConfig bitsandbytes(QuantConfig q, const json& j, const std::string& source) {
+  const bool in4 = bool_field(j, "load_in_4bit", source, bool_field(j, "_load_in_4bit", source, false));
+  const bool in8 = bool_field(j, "load_in_8bit", source, bool_field(j, "_load_in_8bit", source, false));
+  CYPRIS_CHECK(!(in4 && in8),
+               "{}: quantization_config: load_in_4bit and load_in_8bit are both true; a bitsandbytes checkpoint is one "
+               "or the other",
+               source);
+  CYPRIS_CHECK(in4 || in8, "{}: quantization_config: a bitsandbytes checkpoint needs load_in_4bit or load_in_8bit true",
+               source);
+  if (in8) {  // LLM.int8: int8 rows with an fp32 absmax per row (SCB); the outlier threshold is a run-time choice
+    CYPRIS_CHECK(!bool_field(j, "llm_int8_has_fp16_weight", source, false),
+                 "{}: quantization_config.llm_int8_has_fp16_weight true: such a checkpoint keeps 16-bit weights; "
+                 "load it without the quantization_config",
+                 source);
+    q.bits = 8;
+    q.checkpoint_format = "int8";
+    q.group_size = -1;
+    q.zero_point_plus_one = false;
+    return q;
+  }
+  q.bits = 4;
+  q.checkpoint_format = lower(string_field(j, "bnb_4bit_quant_type", source, "fp4"));
+  CYPRIS_CHECK(q.checkpoint_format == "nf4" || q.checkpoint_format == "fp4",
+               "{}: quantization_config.bnb_4bit_quant_type '{}': allowed: nf4, fp4", source, q.checkpoint_format);
+  q.double_quant = bool_field(j, "bnb_4bit_use_double_quant", source, false);
+  const std::string storage = lower(string_field(j, "bnb_4bit_quant_storage", source, "uint8"));
+  CYPRIS_CHECK(storage == "uint8",
+               "{}: quantization_config.bnb_4bit_quant_storage '{}': bitsandbytes checkpoints with other than uint8 "
+               "storage are not supported yet",
+               source, storage);
+  q.group_size = 64;  // bitsandbytes' default; each layer's quant_state says its own
+  q.sym = true;
+  q.zero_point_plus_one = false;
+  return q;
+}
+
 QuantConfig from_json(const json& j, const std::string& source) {
   CYPRIS_CHECK(j.is_object(), "{}: quantization_config must be an object, got {}", source, j.dump());
   QuantConfig q;
@@ -254,10 +293,12 @@ QuantConfig from_json(const json& j, const std::string& source) {
     q.group_size = -1;
     q.zero_point_plus_one = false;
     q.checkpoint_format = "exl2";
+  } else if (q.method == "bitsandbytes") {
+    return bitsandbytes(q, j, source);
   } else {
     CYPRIS_FAIL(
-        "{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq, awq, fp8, exl2 and "
-        "compressed-tensors (pack-quantized, float-quantized) checkpoints (and GGUF files)",
+        "{}: quantization_config.quant_method '{}' is not supported yet; Cypris loads gptq, awq, fp8, exl2, "
+        "bitsandbytes (4-bit) and compressed-tensors (pack-quantized, float-quantized) checkpoints (and GGUF files)",
         source, q.method);
   }
   return q;
@@ -279,6 +320,14 @@ std::string QuantConfig::summary() const {
     return fmt::format("exl2 {} bits per weight, head {} bits (mixed 2-8 bits per group; layers dequantized at load)",
                        bits_per_weight > 0 ? fmt::format("{:g}", bits_per_weight) : std::string("(not stated)"),
                        head_bits > 0 ? std::to_string(head_bits) : std::string("(not stated)"));
+  }
+  if (method == "bitsandbytes" && bits == 8) {
+    return "bitsandbytes int8 (LLM.int8), one absmax per row; dequantized to --dtype at load, activations "
+           "unquantized (no outlier decomposition needed)";
+  }
+  if (method == "bitsandbytes") {
+    return fmt::format("bitsandbytes {} 4-bit{}, 16-bit activations", checkpoint_format,
+                       double_quant ? ", nested (double-quantized) absmax" : "");
   }
   if (method == "awq") {
     return fmt::format("awq {}-bit, group size {}, zero points, version {}", bits, group_size, checkpoint_format);
@@ -325,7 +374,8 @@ std::optional<QuantConfig> resolve_quantization(const std::optional<QuantConfig>
                r, model);
   // gptq_marlin is Aphrodite's faster kernel choice for the same GPTQ checkpoints; here the same
   // CPU/CUDA kernels serve both.
-  const bool same = r == checkpoint->method || (r == "gptq_marlin" && checkpoint->method == "gptq");
+  const bool same = r == checkpoint->method || (r == "gptq_marlin" && checkpoint->method == "gptq") ||
+                    (r == "bnb" && checkpoint->method == "bitsandbytes");
   CYPRIS_CHECK(same,
                "--quantization {}: the checkpoint is quantized with {} ({}: quantization_config.quant_method); pass "
                "-q {} or leave -q out",

@@ -11,14 +11,14 @@
 namespace cypris {
 
 struct QuantConfig {
-  std::string method;               // "gptq", "awq", "compressed-tensors", "fp8" or "exl2"
+  std::string method;               // "gptq", "awq", "compressed-tensors", "fp8", "exl2" or "bitsandbytes"
   int bits = 0;                     // 2, 4, 8 (GPTQ), 4 (AWQ)
   int64_t group_size = -1;          // values per scale along a row; -1: one group per row
   bool desc_act = false;            // GPTQ act-order: g_idx is not in order
   bool sym = true;                  // GPTQ symmetric (zeros all 2^(bits-1))
   bool zero_point_plus_one = true;  // GPTQ v1 checkpoints store zero - 1 (checkpoint_format gptq)
   std::string checkpoint_format;    // gptq, gptq_v2 (GPTQ); gemm (AWQ version); pack-quantized, float-quantized
-                                    // (compressed-tensors)
+                                    // (compressed-tensors); nf4, fp4 (bitsandbytes 4-bit)
   // FP8 weights (quant_method fp8, compressed-tensors float-quantized): how the scales are laid out.
   std::string scale_strategy;       // "tensor", "channel", "block", or "" = from the weight_scale's shape (fp8)
   int64_t block_n = 0, block_k = 0;  // "block": weight_block_size [rows, columns]
@@ -27,6 +27,7 @@ struct QuantConfig {
   // groups carry their own widths in the tensors; engine/loader/exl2_weights.h).
   double bits_per_weight = 0;
   int head_bits = 0;
+  bool double_quant = false;        // bitsandbytes: bnb_4bit_use_double_quant (nested absmax)
   std::string source;               // the file it was read from, for messages
 
   // One line for the load log: "gptq 4-bit, group size 128, desc_act false, sym true, format gptq".

@@ -67,6 +67,10 @@ std::string quant_label(const QuantConfig& q) {
   if (q.method == "compressed-tensors") {
     return fmt::format("compressed-tensors W{}A16{}", q.bits, group_text(q.group_size));
   }
+  if (q.method == "bitsandbytes") {
+    if (q.bits == 8) return "bitsandbytes int8";
+    return fmt::format("bitsandbytes {}{}", q.checkpoint_format, q.double_quant ? " double-quant" : "");
+  }
   return fmt::format("{} {}-bit", q.method, q.bits);
 }
 

@@ -10,6 +10,7 @@
 #include "engine/common/error.h"
 #include "engine/common/log.h"
 #include "engine/loader/exl2_weights.h"
+#include "engine/loader/bnb_weights.h"
 #include "engine/loader/fp8_weights.h"
 #include "engine/loader/gguf_model.h"
 #include "engine/loader/online_quant_weights.h"
@@ -228,9 +229,9 @@ std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, 
   CYPRIS_CHECK(f != "gguf", "--load-format gguf: {} is not a .gguf file; pass the file as --model (or --gguf-file NAME)",
                dir.string());
   if (f == "npcache") CYPRIS_FAIL("--load-format npcache: not supported yet; use pt, safetensors or dummy");
-  CYPRIS_CHECK(f == "auto" || f == "safetensors" || f == "pt",
-               "--load-format: '{}' is not a load format; allowed: auto, safetensors, pt, gguf, dummy (npcache: not "
-               "supported yet)",
+  CYPRIS_CHECK(f == "auto" || f == "safetensors" || f == "pt" || f == "bitsandbytes",
+               "--load-format: '{}' is not a load format; allowed: auto, safetensors, pt, gguf, dummy, bitsandbytes "
+               "(npcache: not supported yet)",
                f);
   // auto: safetensors when the folder has them, else PyTorch .bin files (vLLM's order).
   std::unique_ptr<WeightSource> plain;
@@ -258,6 +259,10 @@ std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, 
     return make_online_quant_source(std::move(plain), *online);
   }
   const std::optional<QuantConfig> q = resolve_quantization(ckpt, options.quantization, dir.string());
+  CYPRIS_CHECK(f != "bitsandbytes" || (q && q->method == "bitsandbytes"),
+               "--load-format bitsandbytes: {} is not a bitsandbytes checkpoint (its config.json has no "
+               "quantization_config with quant_method bitsandbytes); use --load-format auto",
+               dir.string());
   if (!q) return plain;
   LOG_INFO("{}: quantized checkpoint, {}{}", dir.string(), q->summary(),
            q->method == "exl2" ? "" : " (layers kept quantized)");
@@ -265,6 +270,7 @@ std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, 
     return make_fp8_weight_source(dir, *q, std::move(plain));
   }
   if (q->method == "exl2") return make_exl2_weight_source(dir, *q, std::move(plain));
+  if (q->method == "bitsandbytes") return make_bnb_weight_source(dir, *q, std::move(plain));
   return make_quantized_weight_source(dir, *q, std::move(plain));
 }
 

@@ -11,7 +11,8 @@
 // stops the pool's idle polling (CYPRIS_POOL_SPIN_US=0), so CPU time counts work only.
 // --rows 1,16,128 times those activation-row counts (default 1,128; the model sums use 1 and 128).
 // Usage: bench_quant_matmul [--threads N] [--types Q4_K,Q8_0,F16,W4G128] [--rows 1,128] [--quick] [--cpu-time]
-// (W4G32/W4G128/W8G32/W8G128: the GPTQ/AWQ/compressed-tensors repacked types; F8G128: FP8 weights)
+// (W4G32/W4G128/W8G32/W8G128: the GPTQ/AWQ/compressed-tensors repacked types; F8G128: FP8 weights;
+// NF4G64/FP4G64: bitsandbytes 4-bit weights)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -63,8 +64,8 @@ std::vector<uint8_t> make_weights(DType t, int64_t n, int64_t k) {
   const uint16_t h = f32_to_f16(0.01f);
   for (size_t off = 0; off < w.size(); off += bb) {
     uint8_t* p = w.data() + off;
-    if (t == DType::F8G128) {
-      const float d = 0.01f;  // an fp32 scale
+    if (t == DType::F8G128 || t == DType::NF4G64 || t == DType::FP4G64) {
+      const float d = 0.01f;  // an fp32 scale (absmax)
       std::memcpy(p, &d, 4);
     } else if (t == DType::Q6_K) {
       std::memcpy(p + bb - 2, &h, 2);
@@ -154,7 +155,7 @@ int main(int argc, char** argv) {
         for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
                         DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::F16,
                         DType::BF16, DType::F32, DType::W4G32, DType::W4G128, DType::W8G32, DType::W8G128,
-                        DType::F8G128})
+                        DType::F8G128, DType::NF4G64, DType::FP4G64})
           if (dtype_name(t) == name || (name == "F16" && t == DType::F16) || (name == "BF16" && t == DType::BF16))
             types.push_back(t);
         pos = e + 1;

@@ -51,6 +51,12 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t n, int64_t k, uint32
           if ((p[i] & 0x7f) == 0x7f) p[i] = static_cast<uint8_t>(p[i] & 0xf0);
         break;
       }
+      // bitsandbytes 4-bit blocks: an fp32 absmax (2^-8..2^0); every code is valid.
+      case DType::NF4G64: case DType::FP4G64: {
+        const float d = std::ldexp(1.0f + static_cast<float>(g() % 1024) / 1024.0f, -8 + static_cast<int>(g() % 9));
+        std::memcpy(p, &d, 4);
+        break;
+      }
       default: break;
     }
   }

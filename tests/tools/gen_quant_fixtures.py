@@ -175,7 +175,7 @@ class F8:
 
 def write_safetensors(path, tensors):
     tags = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.int32): "I32",
-            np.dtype(np.int64): "I64"}
+            np.dtype(np.int64): "I64", np.dtype(np.uint8): "U8"}
     header, blobs, off = {}, [], 0
     for n in sorted(tensors):
         if isinstance(tensors[n], BF16):

@@ -13,6 +13,7 @@
 
 #include "engine/common/error.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant/bnb_gemm.h"
 #include "kernels/cpu/quant/fp8_gemm.h"
 #include "kernels/cpu/quant/q4_0_tiled.h"
 #include "kernels/cpu/quant/q8_0_acts16.h"
@@ -134,6 +135,10 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
     f8_gemm_xwt(x, m, k, ldx, w, n, bias, y, ldy, pool, isa);
     return;
   }
+  if (quant::is_b4(w_dtype)) {  // bitsandbytes NF4/FP4: fp32 activations, table lookup in the dot (bnb_gemm.h)
+    b4_gemm_xwt(x, m, k, ldx, w, w_dtype, n, bias, y, ldy, pool, isa);
+    return;
+  }
   const QuantizedActs acts = quantize_acts(x, m, k, ldx, w_dtype, isa, pool);
   if (use_tiled(w_dtype, m, isa)) {  // the pool splits panels of weight rows
     const std::vector<quant::ActRow> rows = row_handles(acts, m);
@@ -162,6 +167,10 @@ void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGr
   if (live.empty() || n == 0) return;
   if (w_dtype == DType::F8G128) {
     f8_gemm_xwt_grouped(x, k, ldx, live.data(), static_cast<int64_t>(live.size()), n, y, ldy, pool);
+    return;
+  }
+  if (quant::is_b4(w_dtype)) {
+    b4_gemm_xwt_grouped(x, k, ldx, live.data(), static_cast<int64_t>(live.size()), w_dtype, n, y, ldy, pool);
     return;
   }
   if (w_dtype == DType::Q8_0) {

@@ -8,6 +8,7 @@
 #include "engine/common/error.h"
 #include "kernels/common/fp8_blocks.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/bnb_gemm.h"
 #include "kernels/cpu/quant/fp8_gemm.h"
 #include "kernels/cpu/quant/wq_kernels.h"
 
@@ -43,6 +44,9 @@ int block_elems(DType t) {
       return kQKK;
     case DType::F8G128:
       return kF8Block;  // FP8: dequantize_row only; its products are fp8_gemm.h's
+    case DType::NF4G64:
+    case DType::FP4G64:
+      return 64;  // bitsandbytes 4-bit: dequantize_row only; its products are bnb_gemm.h's
     default:
       return wq_block_elems(t);  // the repacked checkpoint types (wq_kernels.h), else 0
   }
@@ -183,6 +187,7 @@ void unpack_block(DType t, const void* block, QuantUnpacked& u) {
 
 void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
   if (t == DType::F8G128) return dequantize_f8_row(src, dst, n);  // not in the integer common form
+  if (is_b4(t)) return dequantize_b4_row(t, src, dst, n);           // table values, not integers
   const int be = block_elems(t), bb = block_bytes(t);
   CYPRIS_CHECK(be > 0 && n % be == 0, "dequantize: {} elements of {} are not a whole number of blocks", n,
                dtype_name(t));

@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "engine/common/error.h"
+#include "kernels/common/bnb_blocks.h"
 #include "kernels/common/fp8.h"
 #include "kernels/common/fp8_blocks.h"
 #include "kernels/common/quant_blocks.h"
@@ -72,10 +73,24 @@ template <> struct Traits<DType::W8G32> { static constexpr int kElems = 32, kByt
 template <> struct Traits<DType::W8G128> { static constexpr int kElems = 128, kBytes = 132; };
 // FP8 weights (kernels/common/fp8_blocks.h): w = fp8 * d.
 template <> struct Traits<DType::F8G128> { static constexpr int kElems = 128, kBytes = 132; };
+// bitsandbytes 4-bit weights (kernels/common/bnb_blocks.h): w = table[q] * d.
+template <> struct Traits<DType::NF4G64> { static constexpr int kElems = 64, kBytes = 36; };
+template <> struct Traits<DType::FP4G64> { static constexpr int kElems = 64, kBytes = 36; };
+__constant__ float kNf4Dev[16] = CYPRIS_BNB_NF4_TABLE;
+__constant__ float kFp4Dev[16] = CYPRIS_BNB_FP4_TABLE;
 
 template <DType T>
 __device__ __forceinline__ void dq_group(const uint8_t* blk, int g, float w[16]) {
-  if constexpr (T == DType::F8G128) {
+  if constexpr (T == DType::NF4G64 || T == DType::FP4G64) {
+    // The same fp32 product as the CPU's dequantize_b4_row. Groups 0, 1: the low nibbles of
+    // qs[0..31]; groups 2, 3: the high nibbles.
+    const auto* b = reinterpret_cast<const BlockB4*>(blk);
+    const float d = b->d;
+    const float* table = T == DType::NF4G64 ? kNf4Dev : kFp4Dev;
+    const uint8_t* qs = b->qs + 16 * (g % 2);
+#pragma unroll
+    for (int l = 0; l < 16; ++l) w[l] = __fmul_rn(table[g < 2 ? qs[l] & 0xF : qs[l] >> 4], d);
+  } else if constexpr (T == DType::F8G128) {
     // The same fp32 product as the CPU's dequantize_f8_row (fp8 -> fp32 is exact).
     const auto* b = reinterpret_cast<const BlockF8*>(blk);
     const float d = b->d;
@@ -329,6 +344,8 @@ static __global__ void quant_dequant_kernel(const uint8_t* __restrict__ w, int64
     case DType::W8G32: { constexpr DType T = DType::W8G32; BODY; } break;                \
     case DType::W8G128: { constexpr DType T = DType::W8G128; BODY; } break;              \
     case DType::F8G128: { constexpr DType T = DType::F8G128; BODY; } break;              \
+    case DType::NF4G64: { constexpr DType T = DType::NF4G64; BODY; } break;              \
+    case DType::FP4G64: { constexpr DType T = DType::FP4G64; BODY; } break;              \
     default: CYPRIS_FAIL("{}: {} is not a supported quantized type", what, dtype_name(dtype)); \
   }
 

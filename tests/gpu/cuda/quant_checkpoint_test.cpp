@@ -50,7 +50,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaQuantCheckpoint,
                                            "ct_fp8_channel_dynamic", "ct_fp8_tensor_static", "ct_w8a8_channel_dynamic",
                                            "ct_w8a8_tensor_static_asym",
                                            // EXL2: dequantized at load to the model's fp16 (never ran on a GPU)
-                                           "exl2_mixed"));
+                                           "exl2_mixed",
+                                           // bitsandbytes 4-bit (never ran on a GPU)
+                                           "bnb_nf4", "bnb_nf4_double_quant", "bnb_fp4_block128"));
 
 // A 16-bit checkpoint quantized at load (-q fp8, --load-in-8bit, --load-in-4bit) on the GPU, against
 // the float64 forward over the reference quantization (tests/fixtures/quant/online_f16). Never ran on a GPU.

@@ -36,7 +36,9 @@ const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DTyp
                         // GPTQ/AWQ layers repacked at load (kernels/common/wq_blocks.h); never ran on a GPU
                         DType::W4G32, DType::W4G128, DType::W8G32, DType::W8G128,
                         // FP8 weights (kernels/common/fp8_blocks.h); never ran on a GPU
-                        DType::F8G128};
+                        DType::F8G128,
+                        // bitsandbytes 4-bit weights (kernels/common/bnb_blocks.h); never ran on a GPU
+                        DType::NF4G64, DType::FP4G64};
 
 class CudaQuant : public ::testing::TestWithParam<DType> {};
 

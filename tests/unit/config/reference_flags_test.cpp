@@ -186,7 +186,6 @@ TEST(ReferenceFlags, TheChoicesTheIssueNamesAreRefusedWithTheirReason) {
   for (const auto& args : std::vector<std::vector<std::string>>{{"--tokenizer-mode", "mistral"},
                                                                 {"--load-format", "sharded_state"},
                                                                 {"--load-format", "mistral"},
-                                                                {"--load-format", "bitsandbytes"},
                                                                 {"--load-format", "tensorizer"},
                                                                 {"-q", "fbgemm_fp8"},
                                                                 {"-q", "awq_marlin"},

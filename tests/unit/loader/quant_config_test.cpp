@@ -78,8 +78,8 @@ TEST(QuantConfig, PlainCheckpointHasNone) {
 TEST(QuantConfig, UnimplementedMethodsAndVariantsAreRefusedByName) {
   EXPECT_THAT(parse_error(R"({"quant_method":"compressed-tensors","format":"marlin-24"})"),
               AllOf(HasSubstr("config.json"), HasSubstr("marlin-24"), HasSubstr("not supported yet")));
-  EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true})"),
-              AllOf(HasSubstr("quant_method 'bitsandbytes'"), HasSubstr("not supported yet")));
+  EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_storage":"bfloat16"})"),
+              AllOf(HasSubstr("bnb_4bit_quant_storage 'bfloat16'"), HasSubstr("not supported yet")));
   EXPECT_THAT(
       parse_error(
           R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"group","group_size":128},"input_activations":{"num_bits":8}}}})"),
@@ -88,7 +88,8 @@ TEST(QuantConfig, UnimplementedMethodsAndVariantsAreRefusedByName) {
       parse_error(
           R"({"quant_method":"compressed-tensors","format":"pack-quantized","config_groups":{"g":{"weights":{"num_bits":4,"strategy":"tensor"}}}})"),
       HasSubstr("strategy 'tensor'"));
-  EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true})"), HasSubstr("bitsandbytes"));
+  EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_storage":"float32"})"),
+              HasSubstr("bitsandbytes"));
   EXPECT_THAT(parse_error(R"({"quant_method":"exl2","bits":9.5})"),
               AllOf(HasSubstr("quantization_config.bits"), HasSubstr("from 2 to 8")));
   EXPECT_THAT(parse_error(R"({"quant_method":"exl2","bits":"4.0"})"), HasSubstr("quantization_config.bits"));

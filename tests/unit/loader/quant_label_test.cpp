@@ -47,6 +47,12 @@ TEST(QuantLabel, UnsupportedMethodsAreLabelledAsSuch) {
   EXPECT_EQ(
       quant_label_from_json(
           R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4"}})"),
+      "bitsandbytes nf4");
+  EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_8bit":true}})"),
+            "bitsandbytes int8");
+  EXPECT_EQ(
+      quant_label_from_json(
+          R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4","bnb_4bit_quant_storage":"bfloat16"}})"),
       "bitsandbytes nf4 (not supported)");
   EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"gptq","bits":3}})"),
             "GPTQ 3-bit (not supported)");
