@@ -48,7 +48,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaQuantCheckpoint,
                                            "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
                                            "ct_w8a16_channel_asym", "fp8_tensor_static", "fp8_block128_dynamic",
                                            "ct_fp8_channel_dynamic", "ct_fp8_tensor_static", "ct_w8a8_channel_dynamic",
-                                           "ct_w8a8_tensor_static_asym", "gptq_w4_g32_mixtral",
+                                           "ct_w8a8_tensor_static_asym", "gptq_w4_g32_mixtral", "gptq_w3_g32_v1",
                                            "awq_w4_g64_qwen2_moe"));
 
 // A 16-bit checkpoint quantized at load (-q fp8, --load-in-8bit, --load-in-4bit) on the GPU, against

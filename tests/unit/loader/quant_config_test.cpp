@@ -90,10 +90,8 @@ TEST(QuantConfig, UnimplementedMethodsAndVariantsAreRefusedByName) {
       HasSubstr("strategy 'tensor'"));
   EXPECT_THAT(parse_error(R"({"quant_method":"bitsandbytes","load_in_4bit":true})"), HasSubstr("bitsandbytes"));
   EXPECT_THAT(parse_error(R"({"quant_method":"exl2"})"), HasSubstr("exl2"));
-  EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":3,"group_size":128})"),
-              AllOf(HasSubstr("bits 3"), HasSubstr("not supported yet")));
   EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":5,"group_size":128})"),
-              AllOf(HasSubstr("bits 5"), HasSubstr("allowed: 2, 4, 8")));
+              AllOf(HasSubstr("bits 5"), HasSubstr("allowed: 2, 3, 4, 8")));
   EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":4,"group_size":128,"checkpoint_format":"marlin"})"),
               AllOf(HasSubstr("Marlin"), HasSubstr("not supported yet")));
   EXPECT_THAT(parse_error(R"({"quant_method":"gptq","bits":4,"group_size":128,"is_marlin_format":true})"),
