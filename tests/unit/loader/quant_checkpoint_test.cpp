@@ -136,8 +136,8 @@ TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
 }
 
 // 3-bit GPTQ is kept in the 4-bit blocks (exact, no 3-bit block type yet): 5 bits a weight against
-// the checkpoint's 3.5 for groups of 32 (12 bytes of values, a 2-byte scale, a 3-bit zero, g_idx),
-// 1.3x its bytes, still about 0.3x a 16-bit layer.
+// the checkpoint's 3.6 for groups of 32 (12 bytes of values, a 2-byte scale, a 3-bit zero; plus the
+// g_idx), 1.29x its bytes here, under a third of a 16-bit layer.
 TEST(QuantCheckpointTypes, ThreeBitLayersTakeTheirW4Blocks) {
   const std::string name = "gptq_w3_g32_v1";
   const auto w = open_checkpoint(kQuant + name);
