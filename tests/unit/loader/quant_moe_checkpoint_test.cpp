@@ -89,8 +89,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, QuantMoeCheckpoint,
 // (GPTQ 4-bit, groups of 32: 20 bytes a block against 16 + 2 + 0.5 and the g_idx: 0.97x). AWQ's
 // 64-value groups become two 32-value blocks repeating the scale and zero: 1.16x (docs/quantization.md).
 TEST(QuantMoeCheckpointMemory, ExpertsTakeAboutTheCheckpointsBytes) {
-  for (const auto& [name, bound] : std::vector<std::pair<std::string, double>>{{"gptq_w4_g32_mixtral", 1.1},
-                                                                               {"awq_w4_g64_qwen2_moe", 1.17}}) {
+  for (const auto& [name, bound] :
+       std::vector<std::pair<std::string, double>>{{"gptq_w4_g32_mixtral", 1.1}, {"awq_w4_g64_qwen2_moe", 1.17}}) {
     const auto w = test::open_checkpoint(kQuant + name);
     SafetensorsFile f(kQuant + name + "/model.safetensors");
     double ours = 0, theirs = 0;
@@ -118,9 +118,8 @@ TEST(QuantMoeCheckpointErrors, MisShapedExpertQweightIsRefusedNamingTheTensor) {
   ASSERT_EQ(tensors.at(bad + ".qweight").shape, (std::vector<int64_t>{8, 64}));
   tensors.at(bad + ".qweight").shape = {16, 32};  // the same 512 words
   testing_support::write_tensors(dir.path() / "model.safetensors", tensors);
-  const std::string err = test::error_of([&] {
-    ModelRunner runner(reference_fixture::fixture_options(dir.path().string(), "float32", 4, 16));
-  });
+  const std::string err = test::error_of(
+      [&] { ModelRunner runner(reference_fixture::fixture_options(dir.path().string(), "float32", 4, 16)); });
   EXPECT_THAT(err, AllOf(HasSubstr("model.safetensors"), HasSubstr(bad + ".qweight"), HasSubstr("[16, 32]"),
                          HasSubstr("needs [8, 64]")));
 }
