@@ -193,12 +193,8 @@ QuantConfig from_json(const json& j, const std::string& source) {
                  "{}: quantization_config.checkpoint_format '{}' is not a GPTQ format; allowed: gptq, gptq_v2", source,
                  q.checkpoint_format);
     q.zero_point_plus_one = q.checkpoint_format == "gptq";
-    CYPRIS_CHECK(q.bits != 3,
-                 "{}: quantization_config.bits 3: 3-bit GPTQ is not supported yet; Cypris loads 2, 4 and 8 bits",
-                 source);
-    CYPRIS_CHECK(q.bits == 2 || q.bits == 4 || q.bits == 8,
-                 "{}: quantization_config.bits {} is not a GPTQ bit width; allowed: 2, 4, 8 (3: not supported yet)",
-                 source, q.bits);
+    CYPRIS_CHECK(q.bits == 2 || q.bits == 3 || q.bits == 4 || q.bits == 8,
+                 "{}: quantization_config.bits {} is not a GPTQ bit width; allowed: 2, 3, 4, 8", source, q.bits);
     check_group_size(q);
   } else if (q.method == "awq") {
     q.bits = static_cast<int>(int_field(j, "bits", source, int_field(j, "w_bit", source, 4)));

@@ -129,7 +129,10 @@ class QuantizedWeightSource : public WeightSource {
                  shape_str(t->shape));
     if (q_.method == "awq") return {t->shape[1] * 8, t->shape[0]};
     if (packed_int()) return {t->shape[0], t->shape[1] * (32 / q_.bits)};
-    return {t->shape[1], t->shape[0] * (32 / q_.bits)};
+    CYPRIS_CHECK(t->shape[0] * 32 % q_.bits == 0,
+                 "{}: tensor '{}' has {} rows; {}-bit GPTQ packs 32 values in {} of them", file_of(packed), packed,
+                 t->shape[0], q_.bits, q_.bits);
+    return {t->shape[1], t->shape[0] * 32 / q_.bits};  // 3 bits: 32 values in 3 words
   }
 
   const SafetensorsTensor& tensor(const std::string& name, const std::string& dtype_name,
@@ -168,11 +171,15 @@ class QuantizedWeightSource : public WeightSource {
       l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".qweight", "I32", {in, out / 8}, what).data);
       l.qzeros = reinterpret_cast<const int32_t*>(tensor(p + ".qzeros", "I32", {groups, out / 8}, what).data);
     } else {
-      CYPRIS_CHECK(in % per == 0 && out % per == 0,
-                   "{}: GPTQ layer '{}' is [{}, {}]; {}-bit GPTQ packs {} values per int32 along both",
-                   file_of(p + ".qweight"), p, out, in, q_.bits, per);
-      l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".qweight", "I32", {in / per, out}, what).data);
-      l.qzeros = reinterpret_cast<const int32_t*>(tensor(p + ".qzeros", "I32", {groups, out / per}, what).data);
+      // Values per packing unit: 32 / bits in a word, or 32 in 3 words for 3 bits.
+      const int unit = q_.bits == 3 ? 32 : per;
+      CYPRIS_CHECK(in % unit == 0 && out % unit == 0,
+                   "{}: GPTQ layer '{}' is [{}, {}]; {}-bit GPTQ packs {} values per {} along both",
+                   file_of(p + ".qweight"), p, out, in, q_.bits, unit, q_.bits == 3 ? "3 int32" : "int32");
+      l.qweight =
+          reinterpret_cast<const int32_t*>(tensor(p + ".qweight", "I32", {in * q_.bits / 32, out}, what).data);
+      l.qzeros =
+          reinterpret_cast<const int32_t*>(tensor(p + ".qzeros", "I32", {groups, out * q_.bits / 32}, what).data);
     }
     l.scales = reinterpret_cast<const uint16_t*>(tensor(p + ".scales", "F16", {groups, out}, what).data);
     if (l.layout == quant::WqLayout::Gptq && ckpt_.find(p + ".g_idx") != nullptr) {

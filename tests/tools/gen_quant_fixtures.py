@@ -7,6 +7,7 @@ Packing (read from the reference implementations, written anew here):
   [in, out]; qweight [in * bits / 32, out] int32, input row k at bits * (k % (32 / bits)) of word row
   k // (32 / bits); qzeros [groups, out * bits / 32] the same along the outputs, storing zero - 1 in
   v1 checkpoints (checkpoint_format "gptq") and zero itself in "gptq_v2"; scales [groups, out] fp16;
+  3 bits: 32 values in 3 words (pack3_rows, AutoGPTQ's loop), along the inputs and the outputs;
   g_idx [in] int32, the group of each input column (with act-order a permutation of i // group).
 - AWQ, AutoAWQ's WQLinear_GEMM.from_linear: intweight [in, out]; qweight [in, out / 8] int32 where
   nibble i of word (k, c) holds column c * 8 + ORDER[i], ORDER = [0, 2, 4, 6, 1, 3, 5, 7]; qzeros
@@ -92,10 +93,45 @@ def dequantize(q, zeros, scales, g_idx):
     return scales[g_idx].T.astype(np.float64) * (q - zeros[g_idx].T)
 
 
+def pack3_rows(iw):
+    """AutoGPTQ's 3-bit QuantLinear.pack along the rows of iw [K, M] (K a multiple of 32): per 32 rows
+    three words, the first holding values 0-9 at 3j and the low 2 bits of value 10 at bit 30, the
+    second value 10's top bit, values 11-20 at 3j + 1 and value 21's low bit at 31, the third value
+    21's top 2 bits and values 22-31 at 3j + 2."""
+    K, M = iw.shape
+    out = np.zeros((K // 32 * 3, M), dtype=np.uint64)
+    word = lambda v: v & np.uint64(0xFFFFFFFF)  # the uint32 words AutoGPTQ shifts into
+    i = row = 0
+    while row < out.shape[0]:
+        for j in range(10):
+            out[row] |= iw[i + j] << np.uint64(3 * j)
+        i += 10
+        out[row] |= word(iw[i] << np.uint64(30))
+        row += 1
+        out[row] |= (iw[i] >> np.uint64(2)) & np.uint64(1)
+        i += 1
+        for j in range(10):
+            out[row] |= iw[i + j] << np.uint64(3 * j + 1)
+        i += 10
+        out[row] |= word(iw[i] << np.uint64(31))
+        row += 1
+        out[row] |= (iw[i] >> np.uint64(1)) & np.uint64(3)
+        i += 1
+        for j in range(10):
+            out[row] |= iw[i + j] << np.uint64(3 * j + 2)
+        i += 10
+        row += 1
+    return out
+
+
 def pack_gptq(q, zeros, bits, v1):
     per = 32 // bits
     out, inp = q.shape
     iw = q.T.astype(np.uint64)  # [in, out]
+    if bits == 3:  # 32 values in 3 words, along the inputs in qweight and the outputs in qzeros
+        z = (zeros - (1 if v1 else 0)).astype(np.uint64)
+        qweight, qzeros = pack3_rows(iw), pack3_rows(z.T).T
+        return qweight.astype(np.uint32).view(np.int32), np.ascontiguousarray(qzeros.astype(np.uint32)).view(np.int32)
     qweight = np.zeros((inp // per, out), dtype=np.uint64)
     for j in range(per):
         qweight |= iw[j::per] << np.uint64(bits * j)
@@ -316,6 +352,7 @@ FIXTURES = {
     "gptq_w4_g128_v1": ("gptq", 4, 128, False, True, False, 1, False),
     "gptq_w8_g32_sym_v2": ("gptq", 8, 32, True, False, False, 1, True),
     "gptq_w2_rowgroup_v1": ("gptq", 2, -1, False, True, False, 1, False),
+    "gptq_w3_g32_v1": ("gptq", 3, 32, False, True, False, 1, False),
     "gptq_w4_g64_act_order": ("gptq", 4, 64, False, True, True, 1, False),
     "awq_w4_g128": ("awq", 4, 128, False, False, False, 1, False),
     "awq_w4_g64": ("awq", 4, 64, False, False, False, 1, False),

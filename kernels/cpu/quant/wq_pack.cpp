@@ -48,9 +48,24 @@ void repack_w8(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1,
   }
 }
 
+// AutoGPTQ's 3-bit packing: each run of 32 values fills three words, value j of the run at bits
+// 3j .. 3j + 2 of their 96 bits (word 0's low bit first; values 10 and 21 straddle two words).
+// word(i) is the run's i-th word.
+template <typename Word>
+int value3(int j, Word word) {
+  const int bit = 3 * j, w = bit / 32, off = bit % 32;
+  uint32_t v = static_cast<uint32_t>(word(w)) >> off;
+  if (off > 29) v |= static_cast<uint32_t>(word(w + 1)) << (32 - off);
+  return static_cast<int>(v & 7u);
+}
+
 }  // namespace
 
 int WqLayer::value(int64_t n, int64_t k) const {
+  if (layout == WqLayout::Gptq && bits == 3) {
+    const int64_t row = (k / 32) * 3;
+    return value3(static_cast<int>(k % 32), [&](int w) { return qweight[(row + w) * out + n]; });
+  }
   const uint32_t mask = (1u << bits) - 1;
   if (layout == WqLayout::PackedInt) {
     const int per = 32 / bits;
@@ -67,6 +82,10 @@ int WqLayer::value(int64_t n, int64_t k) const {
 }
 
 int WqLayer::zero(int64_t g, int64_t n) const {
+  if (layout == WqLayout::Gptq && bits == 3) {
+    const int64_t col = g * (out * 3 / 32) + (n / 32) * 3;
+    return value3(static_cast<int>(n % 32), [&](int w) { return qzeros[col + w]; }) + (zero_plus_one ? 1 : 0);
+  }
   const uint32_t mask = (1u << bits) - 1;
   if (layout == WqLayout::PackedInt) {
     if (qzeros == nullptr) return 1 << (bits - 1);  // symmetric
@@ -87,7 +106,7 @@ DType wq_repack_type(int bits, int64_t group, int64_t in) {
   CYPRIS_CHECK(group > 0 && group % 32 == 0, "quantized layer: group size {} is not a multiple of 32", group);
   const bool big = group % 128 == 0 && in % 128 == 0;
   if (bits == 8) return big ? DType::W8G128 : DType::W8G32;
-  CYPRIS_CHECK(bits == 2 || bits == 4, "quantized layer: {} bits are not supported (2, 4, 8)", bits);
+  CYPRIS_CHECK(bits == 2 || bits == 3 || bits == 4, "quantized layer: {} bits are not supported (2, 3, 4, 8)", bits);
   return big ? DType::W4G128 : DType::W4G32;
 }
 

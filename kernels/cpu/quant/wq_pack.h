@@ -6,7 +6,8 @@
 //  GPTQ  qweight [in * bits / 32, out] int32: value (n, k) in word (k / (32 / bits), n) at bit
 //        bits * (k % (32 / bits)); qzeros [groups, out * bits / 32] int32 the same way along n;
 //        scales [groups, out]; g_idx [in] the group of each input column (AutoGPTQ's QuantLinear.pack).
-//        v1 checkpoints (checkpoint_format gptq) store zero - 1.
+//        v1 checkpoints (checkpoint_format gptq) store zero - 1. 3 bits: each run of 32 values (along
+//        k in qweight, n in qzeros) fills 3 words, value j at bits 3j .. 3j + 2 of their 96 bits.
 //  AWQ   qweight [in, out / 8] int32: value (n, k) in word (k, n / 8) at bit 4 * p where the packed
 //        position p of column n % 8 follows AutoAWQ's order map [0, 2, 4, 6, 1, 3, 5, 7]
 //        (position i holds column order[i]); qzeros [groups, out / 8] likewise (WQLinear_GEMM).
@@ -45,7 +46,7 @@ struct WqLayer {
   int64_t group_of(int64_t k) const { return g_idx ? g_idx[k] : k / group; }
 };
 
-// The block type a layer is repacked into: W4 for 2 and 4 bits, W8 for 8; 128-value blocks when
+// The block type a layer is repacked into: W4 for 2, 3 and 4 bits, W8 for 8; 128-value blocks when
 // the groups and the rows are whole multiples of 128, else 32-value blocks. Throws when the group
 // is not a multiple of 32.
 DType wq_repack_type(int bits, int64_t group, int64_t in);

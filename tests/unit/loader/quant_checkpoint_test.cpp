@@ -42,9 +42,9 @@ std::vector<int64_t> layer_shape(const std::string& layer) {
   return test::fixture_layer_shape(layer, 128);
 }
 
-const std::vector<std::string> kReadable = {"gptq_w4_g128_v1",      "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
-                                            "awq_w4_g128",          "awq_w4_g64",         "ct_w4a16_g128_sym",
-                                            "ct_w8a16_channel_asym"};
+const std::vector<std::string> kReadable = {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
+                                            "gptq_w3_g32_v1",  "awq_w4_g128",        "awq_w4_g64",
+                                            "ct_w4a16_g128_sym", "ct_w8a16_channel_asym"};
 
 class QuantCheckpoint : public ::testing::TestWithParam<std::string> {};
 class QuantCheckpointValues : public ::testing::TestWithParam<std::string> {};
@@ -94,8 +94,8 @@ TEST_P(QuantCheckpoint, TensorParallelSlicesAreSlicesOfTheWhole) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantCheckpoint, ::testing::ValuesIn(kReadable));
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantCheckpointValues,
                          ::testing::Values("gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
-                                           "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
-                                           "ct_w8a16_channel_asym"));
+                                           "gptq_w3_g32_v1", "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64",
+                                           "ct_w4a16_g128_sym", "ct_w8a16_channel_asym"));
 
 TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
   const std::string layer = "model.layers.0.self_attn.q_proj.weight";
@@ -103,6 +103,7 @@ TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
   EXPECT_EQ(open_checkpoint(kQuant + "gptq_w8_g32_sym_v2")->native_dtype(layer), DType::W8G32);
   EXPECT_EQ(open_checkpoint(kQuant + "gptq_w2_rowgroup_v1")->native_dtype(layer),
             DType::W4G128);  // a row of 128 is one group
+  EXPECT_EQ(open_checkpoint(kQuant + "gptq_w3_g32_v1")->native_dtype(layer), DType::W4G32);  // 3 bits in W4
   EXPECT_EQ(open_checkpoint(kQuant + "awq_w4_g64")->native_dtype(layer), DType::W4G32);
   EXPECT_EQ(open_checkpoint(kQuant + "ct_w4a16_g128_sym")->native_dtype(layer), DType::W4G128);
   EXPECT_EQ(open_checkpoint(kQuant + "ct_w8a16_channel_asym")->native_dtype(layer), DType::W8G128);  // channel: a row
@@ -132,6 +133,28 @@ TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
     EXPECT_LE(ours, 1.1 * theirs) << name;
     EXPECT_GE(ours, 0.9 * theirs) << name;  // and not a smaller, lossy form
   }
+}
+
+// 3-bit GPTQ is kept in the 4-bit blocks (exact, no 3-bit block type yet): 5 bits a weight against
+// the checkpoint's 3.6 for groups of 32 (12 bytes of values, a 2-byte scale, a 3-bit zero; plus the
+// g_idx), 1.29x its bytes here, under a third of a 16-bit layer.
+TEST(QuantCheckpointTypes, ThreeBitLayersTakeTheirW4Blocks) {
+  const std::string name = "gptq_w3_g32_v1";
+  const auto w = open_checkpoint(kQuant + name);
+  SafetensorsFile f(kQuant + name + "/model.safetensors");
+  double ours = 0, theirs = 0, f16 = 0;
+  const auto layers = quant_expected(kQuant + name)["dequant_fnv1a64"];
+  ASSERT_EQ(layers.size(), 7u);
+  for (const auto& [layer, hash] : layers.items()) {
+    const auto shape = layer_shape(layer);
+    ours += static_cast<double>(dtype_nbytes(*w->native_dtype(layer + ".weight"), shape[0] * shape[1]));
+    f16 += 2.0 * static_cast<double>(shape[0] * shape[1]);
+    for (const char* part : {".qweight", ".qzeros", ".scales", ".g_idx"}) theirs += f.find(layer + part)->nbytes;
+  }
+  EXPECT_GT(ours, 1.2 * theirs);
+  EXPECT_LT(ours, 1.4 * theirs);
+  EXPECT_LT(ours, 0.32 * f16);
+  RecordProperty("ratio", std::to_string(ours / theirs));
 }
 
 // Act-order layers (g_idx out of order) would mix groups in a block: they have no repacked type

@@ -29,6 +29,7 @@ TEST(QuantLabel, NamesMethodBitsAndGroup) {
   EXPECT_EQ(label_of_fixture("gptq_w4_g128_v1"), "GPTQ 4-bit g128");
   EXPECT_EQ(label_of_fixture("gptq_w8_g32_sym_v2"), "GPTQ 8-bit g32");  // from quantize_config.json
   EXPECT_EQ(label_of_fixture("gptq_w2_rowgroup_v1"), "GPTQ 2-bit per-channel");
+  EXPECT_EQ(label_of_fixture("gptq_w3_g32_v1"), "GPTQ 3-bit g32");
   EXPECT_EQ(label_of_fixture("gptq_w4_g64_act_order"), "GPTQ 4-bit g64 act-order");
   EXPECT_EQ(label_of_fixture("awq_w4_g64"), "AWQ 4-bit g64");
   EXPECT_EQ(label_of_fixture("ct_w4a16_g128_sym"), "compressed-tensors W4A16 g128");
@@ -54,8 +55,8 @@ TEST(QuantLabel, UnsupportedMethodsAreLabelledAsSuch) {
       quant_label_from_json(
           R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4","bnb_4bit_quant_storage":"bfloat16"}})"),
       "bitsandbytes nf4 (not supported)");
-  EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"gptq","bits":3}})"),
-            "GPTQ 3-bit (not supported)");
+  EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":"gptq","bits":5}})"),
+            "GPTQ 5-bit (not supported)");
   EXPECT_EQ(quant_label_from_json(R"({"quantization_config":{"quant_method":7}})"), "quantized (not supported)");
 }
 

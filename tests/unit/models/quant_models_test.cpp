@@ -82,7 +82,7 @@ TEST_P(QuantModels, TwoCpuRanksGiveTheOneRankLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantModels,
                          ::testing::Values("gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
-                                           "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
+                                           "gptq_w3_g32_v1", "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
                                            "ct_w8a16_channel_asym"));
 
 }  // namespace
