@@ -1,7 +1,8 @@
 // LoRA adapters in the model runner against the float64 torch reference of
 // tests/tools/gen_lora_fixtures.py (the base model with W + scale·B·A merged, PEFT's definitions):
 // each adapter alone (separate q/k/v/o and gate/up/down, all-linear with rsLoRA, a .bin adapter,
-// Phi-3's fused qkv_proj / gate_up_proj, Cohere's interleaved rotary rows) gives the reference
+// Phi-3's fused qkv_proj / gate_up_proj, Cohere's interleaved rotary rows, Qwen3 with q/k norms and
+// sliding layers, Gemma 2 with its soft-capping and sliding layers) gives the reference
 // logits and greedy tokens; one batch mixing three adapters and the base model gives each row its
 // own output; tensor parallelism 2 gives the same; an adapter that does not fit the model is
 // refused naming the module and the shapes; an emptied slot gives the base model again.
@@ -31,7 +32,9 @@ const std::vector<Case> kCases = {{"llama_gqa_tied", "qv_r4"},
                                   {"llama_gqa_tied", "all_r8_rslora"},
                                   {"llama_gqa_tied", "mlp_o_r2_bin"},
                                   {"phi3_fused_longrope", "fused_r4"},
-                                  {"cohere_parallel_block", "qk_r4"}};
+                                  {"cohere_parallel_block", "qk_r4"},
+                                  {"qwen3_qknorm_sliding", "all_r4"},
+                                  {"gemma2_softcap_sliding", "qkv_down_r8"}};
 
 ModelRunnerOptions lora_options(const std::string& base, int tp = 1) {
   ModelRunnerOptions o = fixture_options(kFixtures + base, "float32", 16, 16, tp);
