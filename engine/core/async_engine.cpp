@@ -87,7 +87,7 @@ void AsyncEngine::load_lora(const std::string& name, const std::string& path) {
   CYPRIS_CHECK(engine_->lora_enabled(), "LoRA adapters need --enable-lora (cannot load '{}')", name);
   LoraLoad c;
   c.name = name;
-  c.adapter = std::make_shared<const LoraAdapter>(load_lora_adapter(path, engine_->max_lora_rank()));
+  c.adapter = std::make_shared<const LoraAdapter>(engine_->read_lora(path));
   std::future<void> done = c.done.get_future();
   post(std::move(c));
   done.get();  // rethrows the engine's Error (name taken, shapes)

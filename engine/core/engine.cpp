@@ -15,6 +15,7 @@
 #include "engine/request/request.h"
 #include "engine/core/request_tracker.h"
 #include "engine/loader/model_config.h"
+#include "engine/loader/model_family.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/sampling/sampler.h"
@@ -158,7 +159,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
     scheduler_->set_admission_check([this](Request& r) { return place_lora(r); });
     for (const std::string& spec : cfg.server.lora_modules) {
       const auto [name, path] = parse_lora_module(spec);
-      add_lora(name, load_lora_adapter(path, cfg.lora.max_lora_rank));
+      add_lora(name, read_lora(path));
     }
     LOG_INFO("LoRA: {} adapter slots on the device, up to {} adapters in host memory, rank <= {}; {} loaded at start",
              cfg.lora.max_loras, max_cpu_loras, cfg.lora.max_lora_rank, cfg.server.lora_modules.size());
@@ -188,7 +189,7 @@ void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> str
     // Dropped from host memory (--max-cpu-loras): read again, and kept while the request needs it.
     std::shared_ptr<const LoraAdapter> copy;
     if (!e->adapter) {
-      copy = std::make_shared<const LoraAdapter>(load_lora_adapter(e->info.path, cfg_.lora.max_lora_rank));
+      copy = std::make_shared<const LoraAdapter>(read_lora(e->info.path));
       runner_->check_lora(*copy);
       LOG_INFO("LoRA adapter '{}' read again from {} (it had left host memory)", req.lora_name, e->info.path);
     }
@@ -201,6 +202,24 @@ void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> str
 std::vector<LoraInfo> Engine::loras() const { return lora_ ? lora_->list() : std::vector<LoraInfo>{}; }
 
 size_t Engine::lora_device_bytes() const { return runner_->lora_device_bytes(); }
+
+LoraAdapter Engine::read_lora(const std::string& path) const {
+  LoraAdapter a = load_lora_adapter(path, cfg_.lora.max_lora_rank);
+  if (a.gguf_arch.empty()) return a;
+  const ModelConfig& mc = runner_->config();
+  const ModelFamily* family = find_family(model_families(), mc.architectures);
+  const GgufArchitecture* arch = nullptr;
+  std::string archs;
+  for (const GgufArchitecture& g : family ? family->gguf : std::vector<GgufArchitecture>{}) {
+    archs += (archs.empty() ? "" : ", ") + std::string(g.gguf_arch);
+    if (g.gguf_arch == a.gguf_arch) arch = &g;
+  }
+  CYPRIS_CHECK(arch, "{}: a LoRA adapter for llama.cpp architecture '{}', but the model is {} (llama.cpp: {})", path,
+               a.gguf_arch, mc.architectures.empty() ? std::string("?") : mc.architectures.front(),
+               archs.empty() ? std::string("none") : archs);
+  if (arch->permuted_qk) undo_gguf_qk_permutation(a, mc.num_attention_heads, mc.num_key_value_heads);
+  return a;
+}
 
 void Engine::add_lora(const std::string& name, LoraAdapter&& adapter) {
   add_lora(name, std::make_shared<const LoraAdapter>(std::move(adapter)));

@@ -91,6 +91,10 @@ class Engine {
   bool lora_enabled() const { return lora_ != nullptr; }
   int64_t max_lora_rank() const { return cfg_.lora.max_lora_rank; }
   std::vector<LoraInfo> loras() const;
+  // Reads an adapter for this model (load_lora_adapter with --max-lora-rank): a GGUF adapter must be
+  // for the model's llama.cpp architecture, and its q/k rows are put back into the model's order.
+  // Reads only immutable state: safe from other threads.
+  LoraAdapter read_lora(const std::string& path) const;
   void add_lora(const std::string& name, LoraAdapter&& adapter);
   void add_lora(const std::string& name, std::shared_ptr<const LoraAdapter> adapter);
   bool remove_lora(const std::string& name);
