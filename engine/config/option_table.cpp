@@ -431,7 +431,8 @@ std::vector<OptionSpec> build_table() {
           "Enable loading LoRA adapter weights (PEFT folders: --lora-modules, /v1/lora/load); a request picks "
           "one by its model name."));
   add(Opt("max-loras", bind_field(FIELD(lora.max_loras)), "NUM",
-          "The maximum number of LoRAs loaded (and in a single batch) at once.")
+          "The maximum number of LoRAs on the device at once (adapter slots), so in a single batch; requests for "
+          "other loaded adapters wait until a slot no running request uses can take theirs.")
           .range(1, 256));
   add(Opt("max-lora-rank", bind_field(FIELD(lora.max_lora_rank)), "{8,16,32,64,128,256}",
           "The maximum LoRA rank. Defaults to 16.")
@@ -445,9 +446,10 @@ std::vector<OptionSpec> build_table() {
           .choices({"auto", "float16", "bfloat16", "float32"})
           .no_effect("adapters are kept in the activation dtype: float32 on the CPU, the model dtype on a GPU"));
   add(Opt("max-cpu-loras", bind_field(FIELD(lora.max_cpu_loras)), "NUM",
-          "Maximum number of LoRAs to store in CPU memory.")
-          .range(1, std::nullopt)
-          .no_effect("every loaded adapter keeps its slot on the device; --max-loras bounds how many are loaded"));
+          "Maximum number of LoRAs to store in CPU memory (least recently used dropped first, read again from "
+          "their path when a request names them; adapters of waiting or running requests are kept). Must be >= "
+          "--max-loras; defaults to --max-loras.")
+          .range(1, std::nullopt));
   add(Opt("fully-sharded-loras", bind_field(FIELD(lora.fully_sharded_loras)), "",
           "Use fully sharded LoRA layers with tensor parallelism.")
           .no_effect("with tensor parallelism A is always split for row-parallel and B for column-parallel layers; "

@@ -87,10 +87,10 @@ void AsyncEngine::load_lora(const std::string& name, const std::string& path) {
   CYPRIS_CHECK(engine_->lora_enabled(), "LoRA adapters need --enable-lora (cannot load '{}')", name);
   LoraLoad c;
   c.name = name;
-  c.adapter = std::make_shared<const LoraAdapter>(load_lora_adapter(path, engine_->max_lora_rank()));
+  c.adapter = std::make_shared<const LoraAdapter>(engine_->read_lora(path));
   std::future<void> done = c.done.get_future();
   post(std::move(c));
-  done.get();  // rethrows the engine's Error (name taken, no free slot, shapes)
+  done.get();  // rethrows the engine's Error (name taken, shapes)
 }
 
 bool AsyncEngine::unload_lora(const std::string& name) {
@@ -134,7 +134,7 @@ void AsyncEngine::loop() {
         // unload_lora returns (the desktop app's list, /v1/models after /v1/lora/load) sees the change.
         std::exception_ptr err;
         try {
-          engine_->add_lora(l->name, *l->adapter);
+          engine_->add_lora(l->name, l->adapter);
         } catch (...) {
           err = std::current_exception();
         }

@@ -16,6 +16,7 @@
 #include "engine/core/request_tracker.h"
 #include "engine/core/step_sampler.h"
 #include "engine/loader/model_config.h"
+#include "engine/loader/model_family.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/sampling/sampler.h"
@@ -155,13 +156,18 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   }
 
   if (cfg.lora.enable_lora) {
-    lora_ = std::make_unique<LoraTable>(static_cast<int>(cfg.lora.max_loras));
+    const int64_t max_cpu_loras = cfg.lora.max_cpu_loras.value_or(cfg.lora.max_loras);
+    CYPRIS_CHECK(max_cpu_loras >= cfg.lora.max_loras && max_cpu_loras <= INT32_MAX,
+                 "--max-cpu-loras {} must be at least --max-loras {}", max_cpu_loras, cfg.lora.max_loras);
+    lora_ = std::make_unique<LoraTable>(static_cast<int>(cfg.lora.max_loras), static_cast<int>(max_cpu_loras));
+    // A request is admitted once its adapter holds a device slot (put there now if one can be had).
+    scheduler_->set_admission_check([this](Request& r) { return place_lora(r); });
     for (const std::string& spec : cfg.server.lora_modules) {
       const auto [name, path] = parse_lora_module(spec);
-      add_lora(name, load_lora_adapter(path, cfg.lora.max_lora_rank));
+      add_lora(name, read_lora(path));
     }
-    LOG_INFO("LoRA: up to {} adapters of rank <= {}; {} loaded at start", cfg.lora.max_loras,
-             cfg.lora.max_lora_rank, cfg.server.lora_modules.size());
+    LOG_INFO("LoRA: {} adapter slots on the device, up to {} adapters in host memory, rank <= {}; {} loaded at start",
+             cfg.lora.max_loras, max_cpu_loras, cfg.lora.max_lora_rank, cfg.server.lora_modules.size());
   }
 
   const double max_concurrency = static_cast<double>(num_blocks) * ro.block_size / static_cast<double>(max_model_len);
@@ -184,42 +190,104 @@ void Engine::add_request(GenerateRequest req, std::shared_ptr<RequestStream> str
   if (!req.lora_name.empty()) {
     const LoraTable::Entry* e = lora_ ? lora_->find(req.lora_name) : nullptr;
     CYPRIS_CHECK(e, "the LoRA adapter '{}' is not loaded", req.lora_name);
-    req.lora_slot = e->slot;
     req.lora_id = e->info.id;
+    // Dropped from host memory (--max-cpu-loras): read again, and kept while the request needs it.
+    std::shared_ptr<const LoraAdapter> copy;
+    if (!e->adapter) {
+      copy = std::make_shared<const LoraAdapter>(read_lora(e->info.path));
+      runner_->check_lora(*copy);
+      LOG_INFO("LoRA adapter '{}' read again from {} (it had left host memory)", req.lora_name, e->info.path);
+    }
+    lora_->use_host_copy(req.lora_id, std::move(copy));
   }
   tracker_->add(std::move(req), std::move(stream));
+  if (lora_) lora_->trim_host([&](uint64_t id) { return tracker_->uses_lora(id); });
 }
 
 std::vector<LoraInfo> Engine::loras() const { return lora_ ? lora_->list() : std::vector<LoraInfo>{}; }
 
 size_t Engine::lora_device_bytes() const { return runner_->lora_device_bytes(); }
 
-void Engine::add_lora(const std::string& name, const LoraAdapter& adapter) {
+LoraAdapter Engine::read_lora(const std::string& path) const {
+  LoraAdapter a = load_lora_adapter(path, cfg_.lora.max_lora_rank);
+  if (a.gguf_arch.empty()) return a;
+  const ModelConfig& mc = runner_->config();
+  const ModelFamily* family = find_family(model_families(), mc.architectures);
+  const GgufArchitecture* arch = nullptr;
+  std::string archs;
+  for (const GgufArchitecture& g : family ? family->gguf : std::vector<GgufArchitecture>{}) {
+    archs += (archs.empty() ? "" : ", ") + std::string(g.gguf_arch);
+    if (g.gguf_arch == a.gguf_arch) arch = &g;
+  }
+  CYPRIS_CHECK(arch, "{}: a LoRA adapter for llama.cpp architecture '{}', but the model is {} (llama.cpp: {})", path,
+               a.gguf_arch, mc.architectures.empty() ? std::string("?") : mc.architectures.front(),
+               archs.empty() ? std::string("none") : archs);
+  if (arch->permuted_qk) undo_gguf_qk_permutation(a, mc.num_attention_heads, mc.num_key_value_heads);
+  return a;
+}
+
+void Engine::add_lora(const std::string& name, LoraAdapter&& adapter) {
+  add_lora(name, std::make_shared<const LoraAdapter>(std::move(adapter)));
+}
+
+void Engine::add_lora(const std::string& name, std::shared_ptr<const LoraAdapter> adapter) {
   CYPRIS_CHECK(lora_, "LoRA adapters need --enable-lora (cannot load '{}')", name);
   CYPRIS_CHECK(!name.empty() && name.size() <= 256, "a LoRA adapter's name must have 1 to 256 characters");
   for (const std::string& served : info_.served_names) {
     CYPRIS_CHECK(name != served, "the LoRA adapter name '{}' is the base model's name; choose another", name);
   }
   CYPRIS_CHECK(!lora_->find(name), "a LoRA adapter named '{}' is already loaded; unload it first", name);
-  runner_->check_lora(adapter);
-  const int slot = lora_->free_slot([&](int s) { return tracker_->uses_lora_slot(s); });
-  CYPRIS_CHECK(slot >= 0,
-               "all --max-loras {} adapter slots are in use (by loaded adapters, or by requests still running with "
-               "one just unloaded); unload one first",
-               lora_->max_loras());
-  runner_->load_lora(slot, adapter);
-  const LoraTable::Entry& e = lora_->add(name, adapter.path, adapter.rank, slot);
-  LOG_INFO("LoRA adapter '{}' loaded from {} (rank {}, scale {}, {} modules, {:.1f} MiB) into slot {}", name,
-           adapter.path, adapter.rank, adapter.scale, adapter.modules.size(),
-           static_cast<double>(adapter.nbytes()) / (1 << 20), e.slot);
+  runner_->check_lora(*adapter);
+  // The adapter's stacked weights are allocated now, so a later swap into a slot allocates nothing.
+  runner_->reserve_lora(*adapter);
+  const LoraAdapter& a = *adapter;
+  const uint64_t id = lora_->add(name, a.path, a.rank, adapter).info.id;
+  // An empty slot takes it at once; otherwise it is swapped in when a request needs it.
+  const int slot = lora_->empty_slot();
+  if (slot >= 0) {
+    runner_->load_lora(slot, a);
+    lora_->occupy(slot, id);
+  }
+  const std::vector<uint64_t> dropped = lora_->trim_host([&](uint64_t i) { return tracker_->uses_lora(i); });
+  LOG_INFO("LoRA adapter '{}' loaded from {} (rank {}, scale {}, {} modules, {:.1f} MiB){}", name, a.path, a.rank,
+           a.scale, a.modules.size(), static_cast<double>(a.nbytes()) / (1 << 20),
+           slot >= 0 ? fmt::format(" into slot {}", slot) : std::string(", in host memory until a request needs it"));
+  if (!dropped.empty()) LOG_INFO("LoRA: {} adapter(s) left host memory (--max-cpu-loras {})", dropped.size(), lora_->max_cpu_loras());
 }
 
 bool Engine::remove_lora(const std::string& name) {
-  if (!lora_) return false;
-  const std::optional<LoraTable::Entry> e = lora_->remove(name);
-  if (!e) return false;
-  // Requests running with it keep its weights until they finish: the slot is only reused after.
-  LOG_INFO("LoRA adapter '{}' unloaded (slot {})", name, e->slot);
+  if (!lora_ || !lora_->remove(name)) return false;
+  // Requests still using it keep its weights and slot until they finish.
+  lora_->collect([&](uint64_t id) { return tracker_->uses_lora(id); });
+  LOG_INFO("LoRA adapter '{}' unloaded", name);
+  return true;
+}
+
+bool Engine::place_lora(Request& r) {
+  const uint64_t id = tracker_->lora_id_of(r.request_id());
+  if (id == 0) {
+    r.set_lora_slot(-1);
+    return true;
+  }
+  // Slots of running requests are busy: their rows in this and later steps read them.
+  std::vector<bool> busy(static_cast<size_t>(lora_->max_loras()), false);
+  for (const auto& other : scheduler_->running()) {
+    if (other->lora_slot() >= 0) busy[static_cast<size_t>(other->lora_slot())] = true;
+  }
+  const std::optional<LoraTable::Placement> p = lora_->place(id, [&](int s) { return busy[static_cast<size_t>(s)]; });
+  if (!p) return false;  // every slot serves running requests: wait
+  if (p->load) {
+    const LoraTable::Entry* e = lora_->by_id(id);
+    // Requests that name an adapter pin its host copy (trim_host), so it is here.
+    CYPRIS_CHECK(e && e->adapter, "LoRA adapter id {}: no host copy to load into a slot", id);
+    runner_->load_lora(p->slot, *e->adapter);
+    lora_->occupy(p->slot, id);
+    ++lora_swaps_;
+    LOG_DEBUG("LoRA adapter '{}' swapped into slot {}", e->info.name, p->slot);
+  } else {
+    lora_->touch_slot(p->slot);
+  }
+  r.set_lora_slot(p->slot);
   return true;
 }
 
@@ -266,6 +334,12 @@ void Engine::step() {
   const std::vector<StepResult> results = tracker_->check_sampled(rows, samples);
   const std::vector<RequestUpdate> updates = scheduler_->update_from_output(so, results);
   tracker_->emit_outputs(rows, samples, updates);
+  if (lora_) {
+    // Unloaded adapters whose requests are done go; host copies requests held past the cap too.
+    const auto used = [&](uint64_t id) { return tracker_->uses_lora(id); };
+    if (lora_->has_unlisted()) lora_->collect(used);
+    if (lora_->num_host_copies() > lora_->max_cpu_loras()) lora_->trim_host(used);
+  }
   const auto t4 = Clock::now();
   ++profile_.steps;
   if (prompt_tokens_total_ == prompt_before) ++profile_.decode_steps;
@@ -312,6 +386,15 @@ void Engine::prepare(const SchedulerOutput& so) {
   runner_->swap_out(so.blocks_to_swap_out);
   runner_->swap_in(so.blocks_to_swap_in);
   runner_->copy_blocks(so.blocks_to_copy);
+  if (lora_) {
+    // Never a wrong adapter: each scheduled request's slot holds its adapter.
+    for (const auto& sr : so.scheduled) {
+      const uint64_t id = tracker_->lora_id_of(sr.request->request_id());
+      const int32_t slot = sr.request->lora_slot();
+      CYPRIS_CHECK(id == 0 ? slot < 0 : (slot >= 0 && lora_->slot_holder(slot) == id),
+                   "request {}: LoRA slot {} does not hold its adapter (id {})", sr.request->request_id(), slot, id);
+    }
+  }
   for (const auto& sr : so.scheduled) {  // prompt tokens computed this step (for throughput)
     const int32_t end = std::min(sr.num_computed_tokens + sr.num_scheduled_tokens, sr.request->num_prompt_tokens());
     prompt_tokens_total_ += std::max(0, end - sr.num_computed_tokens);

@@ -30,6 +30,7 @@ class LoraTable;
 class ModelRunner;
 struct LoraAdapter;
 class NgramProposer;
+class Request;
 class RequestTracker;
 class Scheduler;
 class Sampler;
@@ -85,15 +86,24 @@ class Engine {
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   int64_t num_kv_blocks() const;
   // LoRA adapters (--enable-lora; engine_client.h says what each does). add_lora takes an adapter the
-  // caller read (load_lora_adapter with max_lora_rank()), checks it against the model and writes it
-  // into a free slot; Error when LoRA is off, the name is the model's or taken, or no slot is free.
+  // caller read (load_lora_adapter with max_lora_rank()), checks it against the model, keeps it in
+  // host memory and writes it into an empty device slot if there is one (else a request naming it
+  // swaps it into the least recently used slot no running request uses, lora_table.h); Error when
+  // LoRA is off or the name is the model's or taken.
   bool lora_enabled() const { return lora_ != nullptr; }
   int64_t max_lora_rank() const { return cfg_.lora.max_lora_rank; }
   std::vector<LoraInfo> loras() const;
-  void add_lora(const std::string& name, const LoraAdapter& adapter);
+  // Reads an adapter for this model (load_lora_adapter with --max-lora-rank): a GGUF adapter must be
+  // for the model's llama.cpp architecture, and its q/k rows are put back into the model's order.
+  // Reads only immutable state: safe from other threads.
+  LoraAdapter read_lora(const std::string& path) const;
+  void add_lora(const std::string& name, LoraAdapter&& adapter);
+  void add_lora(const std::string& name, std::shared_ptr<const LoraAdapter> adapter);
   bool remove_lora(const std::string& name);
   // Device bytes of the loaded adapters' weights (rank 0).
   size_t lora_device_bytes() const;
+  // How many times an adapter was written into a device slot for a request (not at load).
+  int64_t lora_swaps() const { return lora_swaps_; }
 
   // Every named intermediate of each forward pass goes to hook (debug dumps).
   void set_debug_hook(std::function<void(const std::string&, const Tensor&)> hook);
@@ -106,6 +116,10 @@ class Engine {
   // Speculative decoding: drafts for the running requests about to decode (the scheduler trims
   // them to its budget and limits), none above --speculative-disable-by-batch-size.
   void propose_drafts();
+  // The scheduler's admission check with LoRA: the request's adapter into a device slot (kept,
+  // empty, or the least recently used one no running request uses) and its slot set; false when
+  // every slot is busy.
+  bool place_lora(Request& r);
 
   EngineConfig cfg_;
   ModelInfo info_;
@@ -119,6 +133,7 @@ class Engine {
   std::unique_ptr<DraftModelProposer> draft_;  // --speculative-model PATH (refers to the sampler)
   std::unique_ptr<LoraTable> lora_;            // null without --enable-lora
   std::optional<int64_t> spec_disable_by_batch_size_;
+  int64_t lora_swaps_ = 0;
 
   StepProfile profile_;
   bool profile_sync_ = false;  // CYPRIS_STEP_PROFILE_SYNC=1

@@ -79,10 +79,10 @@ class EngineClient {
   // nullptr with --skip-tokenizer-init.
   virtual const Tokenizer* tokenizer() const = 0;
 
-  // LoRA adapters (--enable-lora). load_lora reads the PEFT folder at path and makes it available
-  // under name; throws Error when LoRA is off, the name is taken, every --max-loras slot is held,
-  // or the adapter is malformed or does not fit the model (the message names the file, module and
-  // shapes). unload_lora returns false for an unknown name; requests already running with the
+  // LoRA adapters (--enable-lora). load_lora reads the PEFT folder or llama.cpp GGUF LoRA file at
+  // path and makes it available under name (any number; --max-loras of them hold device slots at a
+  // time, docs/lora.md); throws Error when LoRA is off, the name is taken, or the adapter is
+  // malformed or does not fit the model (the message names the file, module and shapes). unload_lora returns false for an unknown name; requests already running with the
   // adapter finish with it, new ones cannot name it.
   virtual bool lora_enabled() const { return false; }
   virtual std::vector<LoraInfo> loras() const { return {}; }

@@ -201,11 +201,16 @@ void RequestTracker::add(GenerateRequest req, std::shared_ptr<RequestStream> str
   groups_[g->req.request_id] = std::move(g);
 }
 
-bool RequestTracker::uses_lora_slot(int slot) const {
+bool RequestTracker::uses_lora(uint64_t lora_id) const {
   for (const auto& [id, g] : groups_) {
-    if (g->req.lora_slot == slot) return true;
+    if (g->req.lora_id == lora_id) return true;
   }
   return false;
+}
+
+uint64_t RequestTracker::lora_id_of(const std::string& request_id) const {
+  auto it = seqs_.find(request_id);
+  return it == seqs_.end() ? 0 : it->second->group->req.lora_id;
 }
 
 void set_lora(Request& r, const GenerateRequest& req) {

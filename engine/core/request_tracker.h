@@ -78,8 +78,10 @@ class RequestTracker {
   // Ends a request with finish_reason "abort"; unknown ids are ignored.
   void abort(const std::string& request_id);
   bool has_unfinished() const { return !groups_.empty(); }
-  // Whether an unfinished request runs with the LoRA adapter in this slot.
-  bool uses_lora_slot(int slot) const;
+  // Whether an unfinished request (waiting or running) names the LoRA adapter with this id.
+  bool uses_lora(uint64_t lora_id) const;
+  // The LoRA adapter id of a scheduler request (0: the base model, or an unknown id).
+  uint64_t lora_id_of(const std::string& request_id) const;
   // Output tokens produced so far (sampled, or ranked by the beam search).
   int64_t num_generated_tokens() const { return num_generated_tokens_; }
   // Speculative decoding: whether the request gets drafts this step (call once per step for a

@@ -104,11 +104,7 @@ size_t LoraAdapter::nbytes() const {
 LoraAdapter load_lora_adapter(const std::filesystem::path& dir, int64_t max_rank) {
   std::error_code ec;
   CYPRIS_CHECK(!dir.empty(), "a LoRA adapter path must not be empty");
-  if (is_gguf_path(dir)) {
-    CYPRIS_FAIL("{}: GGUF LoRA adapters (general.type = adapter) are not supported yet; give the PEFT folder "
-                "(adapter_config.json + adapter_model.safetensors)",
-                dir.string());
-  }
+  if (is_gguf_path(dir)) return load_gguf_lora_adapter(dir, max_rank);
   CYPRIS_CHECK(std::filesystem::is_directory(dir, ec),
                "{}: not a folder; a LoRA adapter is a PEFT folder with adapter_config.json and "
                "adapter_model.safetensors",

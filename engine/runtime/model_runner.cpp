@@ -569,6 +569,11 @@ void ModelRunner::load_lora(int slot, const LoraAdapter& adapter) {
   for_each_rank([&](Rank& r) { r.lora->load(slot, adapter); });
 }
 
+void ModelRunner::reserve_lora(const LoraAdapter& adapter) {
+  check_lora(adapter);
+  for_each_rank([&](Rank& r) { r.lora->reserve(adapter); });
+}
+
 void ModelRunner::clear_lora(int slot) {
   CYPRIS_CHECK(lora_enabled(), "LoRA adapters need --enable-lora");
   for_each_rank([&](Rank& r) { r.lora->clear(slot); });

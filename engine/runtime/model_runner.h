@@ -178,6 +178,8 @@ class ModelRunner {
   int max_loras() const { return max_loras_; }
   void check_lora(const LoraAdapter& adapter) const;
   void load_lora(int slot, const LoraAdapter& adapter);
+  // Allocates the device weights the adapter's modules need (LoraSites::reserve) on every rank.
+  void reserve_lora(const LoraAdapter& adapter);
   void clear_lora(int slot);
   // Device bytes the adapters' stacked weights take on rank 0.
   size_t lora_device_bytes() const;

@@ -298,6 +298,7 @@ SchedulerOutput Scheduler::schedule() {
     if (!chunked && num_new > budget) break;
     num_new = std::min(num_new, budget);
     if (!kv_.can_swap_in(*request, num_new)) break;
+    if (admission_check_ && !admission_check_(*request)) break;
     auto copies = kv_.swap_in(*request, num_new);
     auto allocation = kv_.allocate_slots(*request, num_new);
     if (!allocation) throw std::logic_error("Scheduler: allocation after swap-in failed");
@@ -314,18 +315,24 @@ SchedulerOutput Scheduler::schedule() {
   }
 
   // 3. Waiting requests (new, or preempted for recompute) in policy order; head-of-line blocking
-  // keeps the order fair.
+  // keeps the order fair. Only a request the admission check refuses (its LoRA adapter has no slot
+  // this step) is passed over: it keeps its place, and the requests after it may run.
   bool admitted_prompt = false;
-  while (may_admit && !preempted_now && swapped_.empty() && !waiting_.empty() && budget > 0 &&
+  size_t next_waiting = 0;
+  while (may_admit && !preempted_now && swapped_.empty() && next_waiting < waiting_.size() && budget > 0 &&
          active < config_.max_num_seqs) {
-    std::shared_ptr<Request> request = waiting_.front();
+    std::shared_ptr<Request> request = waiting_[next_waiting];
     ComputedBlocks hit = kv_.get_computed_blocks(*request);
     int32_t num_new = request->num_tokens() - hit.num_tokens;
     if (!chunked && num_new > budget) break;
     num_new = std::min(num_new, budget);
+    if (admission_check_ && !admission_check_(*request)) {
+      ++next_waiting;
+      continue;
+    }
     auto allocation = kv_.allocate_slots(*request, num_new, &hit);
     if (!allocation) break;
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next_waiting));
     request->set_num_computed_tokens(hit.num_tokens);
     request->set_num_cached_tokens(hit.num_tokens);
     request->set_status(RequestStatus::Running);

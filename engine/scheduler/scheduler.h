@@ -62,6 +62,13 @@ class Scheduler {
   // False if the request is unknown or not running.
   bool rewind_request(const std::string& request_id, int32_t num_tokens);
 
+  // Called just before a waiting or swapped request would be admitted; false leaves it where it is
+  // for this step and the next waiting request is considered (a swapped one blocks the swapped
+  // queue). The engine's LoRA slots use it: a request runs only once its adapter holds a device
+  // slot (the check may put it into one and set Request::lora_slot), so with more adapters than
+  // --max-loras requests for the others wait. Without a check every request may be admitted.
+  void set_admission_check(std::function<bool(Request&)> check) { admission_check_ = std::move(check); }
+
   SchedulerOutput schedule();
   // Advance every scheduled request by its scheduled tokens, append sampled tokens when its
   // last known token was computed, apply finish flags and length limits, free finished
@@ -102,6 +109,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   std::function<double()> clock_;
+  std::function<bool(Request&)> admission_check_;
   KvCacheManager kv_;
   std::unordered_map<std::string, std::shared_ptr<Request>> requests_;  // every unfinished request
   std::vector<std::shared_ptr<Request>> running_;

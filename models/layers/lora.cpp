@@ -162,6 +162,13 @@ void LoraSites::load(int slot, const LoraAdapter& adapter) {
   }
 }
 
+void LoraSites::reserve(const LoraAdapter& adapter) {
+  check(adapter);
+  for (Site& s : sites_) {
+    if (!s.a.view.data && adapter.modules.count(s.module)) allocate(s);
+  }
+}
+
 void LoraSites::clear(int slot) {
   CYPRIS_CHECK(slot >= 0 && slot < max_loras_, "LoRA slot {} is outside [0, {})", slot, max_loras_);
   for (Site& s : sites_) {

@@ -51,6 +51,9 @@ class LoraSites {
 
   // Throws Error naming the module and the shapes when the adapter does not fit this model.
   void check(const LoraAdapter& adapter) const;
+  // Allocates the stacked weights of every site the adapter targets (check() first), so that writing
+  // it into a slot later allocates nothing.
+  void reserve(const LoraAdapter& adapter);
   // Writes the adapter into slot [0, max_loras) (check() first); the slot's other sites are zeroed.
   void load(int slot, const LoraAdapter& adapter);
   // Removes whatever adapter the slot holds.

@@ -11,7 +11,7 @@ writes with safe_serialization=False), keys
 "base_model.model.<module>.lora_A.weight" [r, in] and "...lora_B.weight" [out, r]. Beside them
 expected.json: {"input_ids", "logits" [T][vocab], "greedy" (8 tokens after the first 12 ids)}.
 Unlike PEFT's initialisation (B = 0) both matrices are random, so every adapter changes the output.
-Run: /usr/bin/python3 tests/tools/gen_lora_fixtures.py  (needs python3-torch)
+Run: /usr/bin/python3 tests/tools/gen_lora_fixtures.py [BASE ...]  (needs python3-torch)
 """
 import json
 import math
@@ -108,6 +108,8 @@ BASES = {
     "llama_gqa_tied": lambda cfg, W, ids: lla.forward(cfg, W, ids),
     "phi3_fused_longrope": fam.phi3_forward,
     "cohere_parallel_block": fam.cohere_forward,
+    "qwen3_qknorm_sliding": fam.qwen3_forward,
+    "gemma2_softcap_sliding": fam.gemma_forward,
 }
 
 ADAPTERS = {
@@ -119,11 +121,17 @@ ADAPTERS = {
     ],
     "phi3_fused_longrope": [("fused_r4", ["qkv_proj", "gate_up_proj", "o_proj", "down_proj"], 4, 8, False, False)],
     "cohere_parallel_block": [("qk_r4", ["q_proj", "k_proj", "up_proj"], 4, 6, False, False)],
+    "qwen3_qknorm_sliding": [("all_r4", "all-linear", 4, 8, False, False)],
+    "gemma2_softcap_sliding": [("qkv_down_r8", ["q_proj", "k_proj", "v_proj", "down_proj"], 8, 8, False, False)],
 }
 
 
 def main():
+    # Bases named on the command line only (default all); each adapter's seed depends only on its names.
+    chosen = sys.argv[1:] or sorted(BASES)
     for base, fwd in sorted(BASES.items()):
+        if base not in chosen:
+            continue
         bdir = os.path.join(MODELS, base)
         with open(os.path.join(bdir, "config.json")) as f:
             cfg = json.load(f)
