@@ -436,7 +436,8 @@ INSTANTIATE_TEST_SUITE_P(Windows, Attention, ::testing::Values(0, 3, 100));
 // The model shapes the kernel meets: head dims 64-256 (and 40, not a multiple of 16: the scalar
 // path), query heads per KV head from 1 to 12 (blocks of 8, 4, 2 and 1 heads), contexts past 16 keys
 // with ragged tails, softcap, and 32-, 16- and 8-bit caches (fp8 with scales that are not powers of
-// two), each against fp64 attention over the values the cache holds.
+// two), each against fp64 attention over the values the cache holds — on every instruction-set path
+// this CPU has (AVX-512, AVX2, plain C++).
 struct AttentionShape {
   int head_dim, num_heads, num_kv_heads;
   float softcap;
@@ -455,51 +456,55 @@ TEST_P(AttentionShapes, MatchFp64ForEveryCacheType) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ThreadPool pool(2);
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::F8E4M3, DType::F8E5M2}) {
-    std::vector<float> kr = k, vr = v;  // the values the cache holds, as fp32
-    std::vector<uint16_t> k16(k.size()), v16(v.size());
-    std::vector<uint8_t> k8(k.size()), v8(v.size());
-    const bool fp8 = dt == DType::F8E4M3 || dt == DType::F8E5M2;
-    const float k_scale = 0.013f, v_scale = 0.7f;
-    if (fp8) {
-      std::vector<int64_t> slots(b.num_slots());
-      for (int64_t i = 0; i < b.num_slots(); ++i) slots[i] = i;
-      write_kv_cache_cpu(k.data(), kv_w, v.data(), kv_w, b.num_slots(), slots.data(), kv_w, k8.data(), v8.data(),
-                         b.num_slots(), dt, k_scale, v_scale);
-      for (size_t i = 0; i < k.size(); ++i) {
-        const auto decode = [dt](uint8_t c) { return dt == DType::F8E4M3 ? fp8_e4m3_to_f32(c) : fp8_e5m2_to_f32(c); };
-        kr[i] = decode(k8[i]) * k_scale;
-        vr[i] = decode(v8[i]) * v_scale;
+    for (CpuIsa isa : {CpuIsa::Avx512, CpuIsa::Avx2, CpuIsa::Scalar}) {
+      if (!cpu_has_isa(isa)) continue;
+      std::vector<float> kr = k, vr = v;  // the values the cache holds, as fp32
+      std::vector<uint16_t> k16(k.size()), v16(v.size());
+      std::vector<uint8_t> k8(k.size()), v8(v.size());
+      const bool fp8 = dt == DType::F8E4M3 || dt == DType::F8E5M2;
+      const float k_scale = 0.013f, v_scale = 0.7f;
+      if (fp8) {
+        std::vector<int64_t> slots(b.num_slots());
+        for (int64_t i = 0; i < b.num_slots(); ++i) slots[i] = i;
+        write_kv_cache_cpu(k.data(), kv_w, v.data(), kv_w, b.num_slots(), slots.data(), kv_w, k8.data(), v8.data(),
+                           b.num_slots(), dt, k_scale, v_scale, isa);
+        for (size_t i = 0; i < k.size(); ++i) {
+          const auto decode = [dt](uint8_t c) { return dt == DType::F8E4M3 ? fp8_e4m3_to_f32(c) : fp8_e5m2_to_f32(c); };
+          kr[i] = decode(k8[i]) * k_scale;
+          vr[i] = decode(v8[i]) * v_scale;
+        }
+      } else if (dt != DType::F32) {
+        for (size_t i = 0; i < k.size(); ++i) {
+          k16[i] = dt == DType::BF16 ? f32_to_bf16(k[i]) : f32_to_f16(k[i]);
+          v16[i] = dt == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+          kr[i] = dt == DType::BF16 ? bf16_to_f32(k16[i]) : f16_to_f32(k16[i]);
+          vr[i] = dt == DType::BF16 ? bf16_to_f32(v16[i]) : f16_to_f32(v16[i]);
+        }
       }
-    } else if (dt != DType::F32) {
-      for (size_t i = 0; i < k.size(); ++i) {
-        k16[i] = dt == DType::BF16 ? f32_to_bf16(k[i]) : f32_to_f16(k[i]);
-        v16[i] = dt == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
-        kr[i] = dt == DType::BF16 ? bf16_to_f32(k16[i]) : f16_to_f32(k16[i]);
-        vr[i] = dt == DType::BF16 ? bf16_to_f32(v16[i]) : f16_to_f32(v16[i]);
-      }
-    }
-    const std::vector<double> ref = naive_attention(b, q, kr, vr, scale, c.window, c.softcap);
-    std::vector<float> out(b.num_tokens * q_w, kPoison);
-    PagedAttentionParams p;
-    p.q = q.data();
-    p.ldq = q_w;
-    p.k_cache = dt == DType::F32 ? static_cast<const void*>(k.data())
-                : fp8              ? static_cast<const void*>(k8.data())
+      const std::vector<double> ref = naive_attention(b, q, kr, vr, scale, c.window, c.softcap);
+      std::vector<float> out(b.num_tokens * q_w, kPoison);
+      PagedAttentionParams p;
+      p.q = q.data();
+      p.ldq = q_w;
+      p.k_cache = dt == DType::F32 ? static_cast<const void*>(k.data())
+                  : fp8            ? static_cast<const void*>(k8.data())
                                    : static_cast<const void*>(k16.data());
-    p.v_cache = dt == DType::F32 ? static_cast<const void*>(v.data())
-                : fp8              ? static_cast<const void*>(v8.data())
+      p.v_cache = dt == DType::F32 ? static_cast<const void*>(v.data())
+                  : fp8            ? static_cast<const void*>(v8.data())
                                    : static_cast<const void*>(v16.data());
-    p.cache_dtype = dt;
-    p.k_scale = k_scale;  // ignored by 32- and 16-bit caches
-    p.v_scale = v_scale;
-    testing_support::set_paged_batch(p, b);
-    p.scale = scale;
-    p.sliding_window = c.window;
-    p.softcap = c.softcap;
-    p.out = out.data();
-    p.ldo = q_w;
-    paged_attention_cpu(p, &pool);
-    EXPECT_LT(norm_err(out.data(), ref), 2e-6) << dtype_name(dt);
+      p.cache_dtype = dt;
+      p.k_scale = k_scale;  // ignored by 32- and 16-bit caches
+      p.v_scale = v_scale;
+      testing_support::set_paged_batch(p, b);
+      p.scale = scale;
+      p.sliding_window = c.window;
+      p.softcap = c.softcap;
+      p.out = out.data();
+      p.ldo = q_w;
+      p.isa = isa;
+      paged_attention_cpu(p, &pool);
+      EXPECT_LT(norm_err(out.data(), ref), 2e-6) << dtype_name(dt) << " " << cpu_isa_name(isa);
+    }
   }
 }
 
@@ -601,7 +606,7 @@ TEST_P(HalfKvCache, WriteRoundsAndAttentionMatchesFp32OverRoundedKv) {
     const std::vector<float> k = randn(slots_n * kv_w, 31, 3.0f), v = randn(slots_n * kv_w, 32);
     std::vector<int64_t> slots(slots_n);
     for (int64_t i = 0; i < slots_n; ++i) slots[i] = (i * 7) % slots_n;  // a permutation (slots_n = 64)
-    slots[5] = -1;                                                      // padding: slot 35 keeps its fill
+    slots[5] = -1;                                                       // padding: slot 35 keeps its fill
     std::vector<uint16_t> kc(slots_n * kv_w, 0x7e00), vc(slots_n * kv_w, 0x7e00);
     write_kv_cache_cpu(k.data(), kv_w, v.data(), kv_w, slots_n, slots.data(), kv_w, kc.data(), vc.data(), slots_n, dt,
                        2.0f, 0.5f);
@@ -657,8 +662,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, HalfKvCache, ::testing::Values(DType::BF16, DT
                          });
 
 TEST(Argmax, FirstMaximumWinsAndNanIsSkipped) {
-  const float x[] = {1, 5, 5, 2,   // tie: index 1
-                     kPoison, 3, kPoison, 4,  // NaN skipped: index 3
+  const float x[] = {1,       5,       5,       2,         // tie: index 1
+                     kPoison, 3,       kPoison, 4,         // NaN skipped: index 3
                      kPoison, kPoison, kPoison, kPoison};  // all NaN: 0
   int32_t out[3] = {-1, -1, -1};
   argmax_rows_cpu(x, 3, 4, 4, out);
