@@ -27,6 +27,9 @@ struct SchedulerConfig {
   // --context-shift: a sequence that reaches max_model_len drops old tokens after a kept prefix and
   // goes on (Scheduler::shift_context) instead of finishing with "length".
   bool context_shift = false;
+  // With context_shift: keep the moved tokens' KV, their keys rotated by the runner
+  // (SchedulerOutput::kv_moves), instead of computing them again.
+  bool context_shift_rotate = false;
 
   // Throws cypris::Error naming the flag, the value and what is allowed.
   void validate() const;
