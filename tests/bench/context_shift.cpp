@@ -49,6 +49,7 @@ EngineConfig base(const std::string& model, int context, int threads, const std:
   cfg.cache.context_shift = true;
   cfg.cache.context_shift_mode = mode;
   cfg.cache.enable_prefix_caching = false;
+  cfg.cache.cpu_kvcache_space = 0.25;  // GiB: plenty for one request, frugal on a shared machine
   cfg.scheduler.enable_chunked_prefill = false;
   return cfg;
 }
