@@ -208,6 +208,14 @@ class Backend {
   virtual void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) = 0;
   // swap_blocks: from src to dst, where either may be host memory from empty_host (swap out/in).
   virtual void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) = 0;
+  // --context-shift by rotation: moves tokens between slots (block * block_size + offset) of one
+  // layer's caches [num_blocks, block_size, Hkv, D], src_dst holding (src, dst) slot pairs; every
+  // source is read before any destination is written. Each moved key's first rot_dim dims per head
+  // are rotated (Neox halves) by its row of cos_sin F32 [num_moves, rot_dim] (rot_dim/2 cosines,
+  // then rot_dim/2 sines; empty or rot_dim 0: moved unrotated); an fp8 cache is dequantized with
+  // kv_scales.k, rotated and quantized again. The reference is move_kv_slots_cpu (kernels/cpu/kv_shift.h).
+  virtual void move_kv_slots(Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& src_dst,
+                             const std::vector<float>& cos_sin, int rot_dim, const KvCacheScales& kv_scales) = 0;
 };
 
 }  // namespace cypris

@@ -63,6 +63,9 @@ struct QuantizationOptions {
 struct CacheOptions {
   int64_t block_size = 16;
   bool context_shift = false;
+  // How a shift treats the tokens after the kept prefix: "rotate" keeps their cached K/V, keys rotated
+  // to the new positions (families with a plain position rotation); "recompute" computes them again.
+  std::string context_shift_mode = "rotate";
   std::optional<int64_t> num_gpu_blocks_override;
   double swap_space = 4.0;  // GiB
   double gpu_memory_utilization = 0.9;

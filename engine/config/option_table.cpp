@@ -272,10 +272,18 @@ std::vector<OptionSpec> build_table() {
           .choices({"8", "16", "32"}));
   add(Opt("context-shift", bind_field(FIELD(cache.context_shift)), "",
           "Enable context shifting: a sequence that reaches the context length drops its oldest tokens after a kept "
-          "prefix (the prompt, up to a quarter of the context) and goes on generating until max_tokens, instead of "
-          "stopping with finish_reason length; prompt + max_tokens may then exceed --max-model-len. The kept "
-          "prefix's KV cache is reused, the shifted rest is computed again. Not with banned_strings or beam "
-          "search."));
+          "prefix (a chat's system prompt, else the prompt up to a quarter of the context) and goes on generating "
+          "until max_tokens, instead of stopping with finish_reason length; prompt + max_tokens may then exceed "
+          "--max-model-len. The kept prefix's KV cache is reused; the cached keys of the moved tokens are rotated "
+          "to their new positions (see --context-shift-mode). Not with banned_strings or beam search."));
+  add(Opt("context-shift-mode", bind_field(FIELD(cache.context_shift_mode)), "{rotate,recompute}",
+          "With --context-shift: rotate (default) keeps the cached K/V of the tokens that move and rotates their "
+          "keys to the new positions, as KoboldCpp and llama.cpp do (fast; the moved tokens keep what they saw "
+          "of the dropped ones, so the output is close to, not equal to, a fresh run on the shifted window); "
+          "recompute computes them again (a prefill of about three quarters of the window, the output of a "
+          "fresh run). Families whose rotary is not a plain position rotation (dynamic NTK, longrope, sliding "
+          "windows) always recompute.")
+          .choices({"rotate", "recompute"}));
   add(Opt("num-gpu-blocks-override", bind_field(FIELD(cache.num_gpu_blocks_override)), "NUM",
           "If specified, ignore the profiling result and use this number of GPU (or CPU-device) blocks.")
           .range(1, std::nullopt));

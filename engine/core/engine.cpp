@@ -99,6 +99,11 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   sc.enable_prefix_caching = cfg.cache.enable_prefix_caching;
   sc.context_shift = cfg.cache.context_shift;
   sc.num_lookahead_slots = spec ? spec->lookahead_slots : 0;
+  sc.context_shift_rotate =
+      cfg.cache.context_shift && cfg.cache.context_shift_mode == "rotate" && runner_->can_rotate_kv();
+  if (cfg.cache.context_shift && cfg.cache.context_shift_mode == "rotate" && !sc.context_shift_rotate)
+    LOG_INFO("--context-shift: this model's cached keys cannot be rotated (its rotary is not one position-only "
+             "rotation on every layer, or it runs across processes); shifted tokens are computed again");
   if (sc.preemption_mode == PreemptionMode::Swap) {
     sc.num_cpu_blocks = static_cast<int32_t>(cfg.cache.swap_space * kGiB / block_bytes);
     runner_->allocate_swap_space(sc.num_cpu_blocks);
@@ -382,6 +387,7 @@ void Engine::propose_drafts() {
 }
 
 void Engine::prepare(const SchedulerOutput& so) {
+  runner_->move_kv_slots(so.kv_moves);  // first: a shift's old blocks may be swapped or copied into next
   swap_outs_total_ += static_cast<int64_t>(so.swapped_out_ids.size());
   runner_->swap_out(so.blocks_to_swap_out);
   runner_->swap_in(so.blocks_to_swap_in);
@@ -429,6 +435,7 @@ EngineStats Engine::stats() const {
   s.num_preemptions_total = ss.num_preemptions;
   s.num_swap_outs_total = swap_outs_total_;
   s.num_context_shifts_total = ss.num_context_shifts;
+  s.context_shift_moved_tokens_total = ss.num_context_shift_moves;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = tracker_->num_generated_tokens();
   if (proposer_ || draft_) {

@@ -26,6 +26,7 @@ struct EngineStats {
   int64_t num_preemptions_total = 0;
   int64_t num_swap_outs_total = 0;  // preemptions by swap
   int64_t num_context_shifts_total = 0;  // --context-shift: windows shifted
+  int64_t context_shift_moved_tokens_total = 0;  // tokens whose KV a shift moved (by rotation) instead of recomputing
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   double prompt_tokens_per_s = 0.0;      // over the last interval

@@ -146,7 +146,7 @@ void KvCacheManager::cache_computed_blocks(Request& request) {
   auto it = tables_.find(request.request_id());
   if (it == tables_.end() || it->second.on_cpu) return;
   Table& table = it->second;
-  int32_t full = std::min(request.num_computed_tokens() / block_size_, int32_t(table.blocks.size()));
+  int32_t full = std::min({request.num_computed_tokens() / block_size_, int32_t(table.blocks.size()), table.cache_limit});
   if (full <= table.num_hashed) return;
   ensure_hashes(request, full);
   auto tokens = request.all_token_ids();
@@ -184,6 +184,12 @@ void KvCacheManager::truncate(Request& request, int32_t num_tokens_to_keep) {
   }
   table.num_hashed = std::min(table.num_hashed, int32_t(keep));
   if (request.block_hashes().size() > keep) request.block_hashes().resize(keep);
+}
+
+void KvCacheManager::stop_caching_from(Request& request, int32_t first_block) {
+  auto it = tables_.find(request.request_id());
+  if (it == tables_.end()) return;
+  it->second.cache_limit = std::min(it->second.cache_limit, std::max(first_block, 0));
 }
 
 void KvCacheManager::release_unused_blocks(Request& request) {

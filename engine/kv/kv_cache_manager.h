@@ -8,6 +8,7 @@
 // is a nullopt / false, never an exception.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -44,6 +45,17 @@ struct BlockCopy {
   int32_t src = 0;
   int32_t dst = 0;
   bool operator==(const BlockCopy&) const = default;
+};
+
+// --context-shift by rotation: one cached token moves from slot src to slot dst (slot = block *
+// block_size + offset) and from position old_pos to new_pos; the runner rotates its key by the
+// angle between the two positions.
+struct KvSlotMove {
+  int64_t src = 0;
+  int64_t dst = 0;
+  int32_t old_pos = 0;
+  int32_t new_pos = 0;
+  bool operator==(const KvSlotMove&) const = default;
 };
 
 struct SlotAllocation {
@@ -112,6 +124,12 @@ class KvCacheManager {
   // tokens are recomputed into fresh blocks). The request must hold GPU blocks.
   void truncate(Request& request, int32_t num_tokens_to_keep);
 
+  // --context-shift by rotation: the request's blocks from block index `first_block` on hold KV that a
+  // fresh prefill of their tokens would not give (keys rotated, values computed with the dropped
+  // tokens in view), so they are never offered to the prefix cache, as long as the request keeps its
+  // blocks (a recompute after preemption starts clean).
+  void stop_caching_from(Request& request, int32_t first_block);
+
   // Speculative decoding: after a step rolled num_computed_tokens back over rejected drafts, the
   // blocks past the one holding the last computed token go back to the pool (never a hashed
   // block: only blocks of computed tokens are hashed). The next step allocates again as needed.
@@ -143,6 +161,7 @@ class KvCacheManager {
   struct Table {
     std::vector<int32_t> blocks;
     int32_t num_hashed = 0;  // leading blocks already offered to the prefix cache
+    int32_t cache_limit = INT32_MAX;  // blocks from this index on are never offered (stop_caching_from)
     bool on_cpu = false;
   };
   // Make sure request.block_hashes() covers its first n full blocks.

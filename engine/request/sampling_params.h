@@ -191,6 +191,9 @@ struct SamplingParams {
   bool skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
   std::optional<int> truncate_prompt_tokens;
+  // --context-shift: leading prompt tokens every shift keeps (-1: the whole prompt); unset: the chat
+  // route's system prompt, else min(prompt, context / 4). llama.cpp's and KoboldCpp's n_keep.
+  std::optional<int> n_keep;
   // --- beam search ---
   bool use_beam_search = false;
   float length_penalty = 1.0f;

@@ -1,10 +1,14 @@
-// KV-cache block moves: swap to and from the host pool (--swap-space, preemption by swap) and
-// block copies (copy-on-write), on every tensor-parallel rank (each holds its heads). The backend
-// does the moving: memcpys on the CPU; on CUDA one kernel for all copies and async copies between
-// the device cache and a pinned host pool.
+// KV-cache block moves: swap to and from the host pool (--swap-space, preemption by swap), block
+// copies (copy-on-write) and the token moves of a context shift by rotation, on every
+// tensor-parallel rank (each holds its heads). The backend does the moving: memcpys on the CPU; on
+// CUDA one kernel for all copies and async copies between the device cache and a pinned host pool.
 #include "engine/common/error.h"
 #include "engine/runtime/model_runner.h"
 #include "engine/runtime/mpi_worker.h"
+#include "models/rope.h"
+
+#include <algorithm>
+#include <string_view>
 
 namespace cypris {
 
@@ -77,6 +81,69 @@ void ModelRunner::copy_blocks(std::span<const BlockCopy> pairs) {
       caches.push_back(layer.v.view);
     }
     r.backend->copy_blocks(caches, sd);
+  });
+}
+
+bool ModelRunner::can_rotate_kv() const {
+  // The moves are not among the step messages process 0 sends to other processes.
+  if (drives_processes_) return false;
+  const ModelConfig& cfg = config();
+  // Families whose every layer rotates q and k by the one table of build_rope_cos_sin (Gemma's local
+  // layers have their own base; Cohere 2's global layers none).
+  static constexpr std::string_view kFamilies[] = {"LlamaForCausalLM",    "MistralForCausalLM", "Qwen2ForCausalLM",
+                                                   "Qwen2MoeForCausalLM", "Qwen3ForCausalLM",   "Qwen3MoeForCausalLM",
+                                                   "MixtralForCausalLM",  "Phi3ForCausalLM",    "CohereForCausalLM"};
+  if (cfg.architectures.empty() ||
+      std::find(std::begin(kFamilies), std::end(kFamilies), cfg.architectures.front()) == std::end(kFamilies))
+    return false;
+  // dynamic NTK and longrope change a position's frequencies with the length; the others map positions
+  // to angles by fixed frequencies, so moving a key by d positions is one rotation.
+  const std::string& type = cfg.rope_scaling.type;
+  if (type != "default" && type != "linear" && type != "llama3" && type != "yarn") return false;
+  if (std::any_of(cfg.layer_sliding_window.begin(), cfg.layer_sliding_window.end(), [](int w) { return w > 0; }))
+    return false;
+  return cfg.rotary_dim() > 0 && cfg.rotary_dim() % 2 == 0;
+}
+
+void ModelRunner::move_kv_slots(std::span<const KvSlotMove> moves) {
+  if (moves.empty()) return;
+  CYPRIS_CHECK(can_rotate_kv(), "context shift by rotation is not possible for this model");
+  const ModelConfig& cfg = config();
+  const int rot = cfg.rotary_dim();
+  const int half = rot / 2;
+  const int64_t max_len = cfg.max_model_len;
+  if (rope_host_.empty()) rope_host_ = build_rope_cos_sin(cfg, max_len);
+  // The table's rows are cos and sin times yarn's attention factor; a rotation has none.
+  const double af = compute_rope_parameters(cfg).attention_factor;
+  const double af2 = af * af;
+  std::vector<int64_t> src_dst;
+  src_dst.reserve(moves.size() * 2);
+  std::vector<float> cos_sin(moves.size() * size_t(rot));
+  for (size_t m = 0; m < moves.size(); ++m) {
+    const KvSlotMove& mv = moves[m];
+    CYPRIS_CHECK(mv.old_pos >= 0 && mv.old_pos < max_len && mv.new_pos >= 0 && mv.new_pos < max_len,
+                 "KV slot move from position {} to {} is outside the context ({})", mv.old_pos, mv.new_pos, max_len);
+    src_dst.push_back(mv.src);
+    src_dst.push_back(mv.dst);
+    float* out = cos_sin.data() + m * size_t(rot);
+    const float* p = rope_host_.data() + size_t(mv.old_pos) * size_t(rot);
+    const float* q = rope_host_.data() + size_t(mv.new_pos) * size_t(rot);
+    for (int j = 0; j < half; ++j) {
+      if (mv.old_pos == mv.new_pos) {
+        out[j] = 1.0f;
+        out[half + j] = 0.0f;
+        continue;
+      }
+      // cos(a_q - a_p) and sin(a_q - a_p) from the table's own cos and sin of a_p and a_q, so the
+      // moved key ends at the angle a fresh rotation at new_pos uses.
+      const double cp = p[j], sp = p[half + j], cq = q[j], sq = q[half + j];
+      out[j] = static_cast<float>((cq * cp + sq * sp) / af2);
+      out[half + j] = static_cast<float>((sq * cp - cq * sp) / af2);
+    }
+  }
+  for_each_rank([&](Rank& r) {
+    for (auto& layer : r.kv_cache)
+      r.backend->move_kv_slots(layer.k.view, layer.v.view, src_dst, cos_sin, rot, layer.scales);
   });
 }
 

@@ -192,6 +192,12 @@ class ModelRunner {
   void swap_in(std::span<const BlockCopy> pairs);
   void copy_blocks(std::span<const BlockCopy> pairs);
   int64_t num_swap_blocks() const { return num_swap_blocks_; }
+  // --context-shift by rotation: whether the cached keys can be turned to new positions (every
+  // layer rotates by one position-only table: a family known to, rope scaling none, linear, llama3
+  // or yarn, no sliding window, one process), and the token moves of a step (each key rotated by
+  // the table's angle at new_pos minus that at old_pos, on every rank and layer).
+  bool can_rotate_kv() const;
+  void move_kv_slots(std::span<const KvSlotMove> moves);
 
  private:
   // One pipeline stage: its layers and device, the types of its activations and cache, the bytes
@@ -251,6 +257,7 @@ class ModelRunner {
   int tp_ = 1;
   int first_rank_ = 0;
   bool drives_processes_ = false;
+  std::vector<float> rope_host_;  // --context-shift by rotation: the rope table, built at the first shift
   std::vector<Rank> ranks_;
   std::unique_ptr<TpWorkers> workers_;  // null with one rank in this process (also under MPI)
   DType weight_dtype_ = DType::F32;

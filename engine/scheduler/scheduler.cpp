@@ -228,6 +228,8 @@ SchedulerOutput Scheduler::schedule() {
   out.block_size = config_.block_size;
   out.finished_ids = std::move(finished_since_last_);
   finished_since_last_.clear();
+  out.kv_moves = std::move(pending_moves_);
+  pending_moves_.clear();
   const bool may_admit = passed_delay(clock_());
   const bool chunked = config_.enable_chunked_prefill;
   int32_t budget = config_.max_num_batched_tokens;
@@ -404,7 +406,13 @@ std::vector<RequestUpdate> Scheduler::update_from_output(const SchedulerOutput& 
 }
 
 int32_t Scheduler::context_shift_keep(const Request& request) const {
-  return std::min(request.num_prompt_tokens(), config_.max_model_len / 4);
+  const int32_t prompt = request.num_prompt_tokens();
+  const auto& params = request.sampling_params();
+  if (params && params->n_keep) {
+    const int32_t want = *params->n_keep < 0 ? prompt : std::min(*params->n_keep, prompt);
+    return std::min(want, config_.max_model_len / 2);
+  }
+  return std::min(prompt, config_.max_model_len / 4);
 }
 
 void Scheduler::shift_context(Request& request) {
@@ -416,12 +424,44 @@ void Scheduler::shift_context(Request& request) {
   const int32_t keep = context_shift_keep(request);
   const int32_t drop = std::max<int32_t>(1, (request.num_tokens() - keep) / 2);
   const int32_t bs = config_.block_size;
-  const int32_t kept_kv = (std::min(keep, request.num_computed_tokens()) / bs) * bs;
+  const int32_t computed = request.num_computed_tokens();
+  const int32_t kept_kv = (std::min(keep, computed) / bs) * bs;
+  std::vector<int32_t> old_blocks;
+  const bool rotate = config_.context_shift_rotate && computed > keep + drop;
+  if (rotate) {
+    auto ids = kv_.block_ids(request.request_id());
+    old_blocks.assign(ids.begin(), ids.end());
+  }
   kv_.truncate(request, kept_kv);
   request.shift_context(keep, drop);
   request.set_num_computed_tokens(kept_kv);
   request.set_spec_token_ids({});
   ++num_context_shifts_;
+  if (rotate) rotate_shifted_kv(request, old_blocks, keep, drop, computed);
+}
+
+bool Scheduler::rotate_shifted_kv(Request& request, const std::vector<int32_t>& old_blocks, int32_t keep,
+                                  int32_t drop, int32_t computed) {
+  // The old blocks went back to the pool with the truncate, so the new ones may be some of them:
+  // the runner gathers every source before it writes (Backend::move_kv_slots), and runs the moves
+  // before anything else of the next step, so no other request writes into them first.
+  const int32_t bs = config_.block_size;
+  const int32_t kept_kv = request.num_computed_tokens();
+  const int32_t new_computed = computed - drop;
+  if (!kv_.can_allocate(request, new_computed - kept_kv)) return false;
+  auto alloc = kv_.allocate_slots(request, new_computed - kept_kv);
+  if (!alloc) return false;  // (kept_kv ends on a block boundary: no copy-on-write)
+  auto table = kv_.block_ids(request.request_id());
+  for (int32_t t = kept_kv; t < new_computed; ++t) {
+    const int32_t old = t < keep ? t : t + drop;
+    const int64_t src = int64_t(old_blocks[size_t(old / bs)]) * bs + old % bs;
+    const int64_t dst = int64_t(table[size_t(t / bs)]) * bs + t % bs;
+    pending_moves_.push_back({src, dst, old, t});
+  }
+  num_context_shift_moves_ += new_computed - kept_kv;
+  request.set_num_computed_tokens(new_computed);
+  kv_.stop_caching_from(request, kept_kv / bs);
+  return true;
 }
 
 SchedulerStats Scheduler::stats() const {
@@ -435,6 +475,7 @@ SchedulerStats Scheduler::stats() const {
   s.prefix_cache_hit_rate = s.prefix_cache.hit_rate();
   s.num_preemptions = num_preemptions_;
   s.num_context_shifts = num_context_shifts_;
+  s.num_context_shift_moves = num_context_shift_moves_;
   return s;
 }
 

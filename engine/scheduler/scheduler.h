@@ -82,8 +82,8 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return config_; }
   const KvCacheManager& kv_cache() const { return kv_; }
-  // --context-shift: how many leading tokens of a request a shift keeps: its prompt, up to a
-  // quarter of the context (the system prompt and the start of the conversation).
+  // --context-shift: how many leading tokens of a request a shift keeps: its n_keep (a chat's system
+  // prompt; -1: the prompt) up to half the context, else its prompt up to a quarter of the context.
   int32_t context_shift_keep(const Request& request) const;
   const std::vector<std::shared_ptr<Request>>& running() const { return running_; }
   const std::deque<std::shared_ptr<Request>>& waiting() const { return waiting_; }
@@ -99,9 +99,15 @@ class Scheduler {
                      const SlotAllocation& allocation, bool is_new, std::vector<int32_t> spec_token_ids = {});
   bool passed_delay(double now);
   // --context-shift: the request's window is full (num_tokens == max_model_len). Keeps its first
-  // context_shift_keep() tokens, drops half of the rest (the oldest), and sets it to recompute the
-  // window from the last block boundary inside the kept prefix (see docs/context_shift.md).
+  // context_shift_keep() tokens, drops half of the rest (the oldest). With context_shift_rotate the
+  // moved tokens keep their KV in fresh blocks (rotate_shifted_kv); otherwise, or when the blocks are
+  // not free, the window is recomputed from the last block boundary inside the kept prefix (see
+  // docs/context_shift.md).
   void shift_context(Request& request);
+  // The KV of window tokens [kept_kv, computed - drop) moves from old_blocks into newly allocated
+  // blocks (kv_moves for the next step); false (and nothing changed) when the blocks are not free.
+  bool rotate_shifted_kv(Request& request, const std::vector<int32_t>& old_blocks, int32_t keep, int32_t drop,
+                         int32_t computed);
   // Running requests with tokens left to compute. A running request whose tokens all have KV and
   // that got no new token (a beam-search beam waiting for its siblings' logits) is idle.
   int32_t num_active_running() const;
@@ -120,6 +126,8 @@ class Scheduler {
   uint64_t next_arrival_seq_ = 0;
   int64_t num_preemptions_ = 0;
   int64_t num_context_shifts_ = 0;
+  int64_t num_context_shift_moves_ = 0;
+  std::vector<KvSlotMove> pending_moves_;  // of shifts since the last schedule(), for its output
   // --scheduler-delay-factor state (vLLM v0 _passed_delay).
   double prev_time_ = 0.0;
   bool prev_prompt_ = false;

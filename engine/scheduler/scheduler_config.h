@@ -32,6 +32,9 @@ struct SchedulerConfig {
   // ones; a decode gets at most this many drafts). Reserved only when free without preempting
   // anyone; what the verification does not keep goes back after the step.
   int32_t num_lookahead_slots = 0;
+  // With context_shift: keep the moved tokens' KV, their keys rotated by the runner
+  // (SchedulerOutput::kv_moves), instead of computing them again.
+  bool context_shift_rotate = false;
 
   // Throws cypris::Error naming the flag, the value and what is allowed.
   void validate() const;

@@ -42,6 +42,9 @@ struct SchedulerOutput {
   std::vector<std::string> swapped_in_ids;   // back on the GPU (also in `scheduled`)
   std::vector<std::string> finished_ids;     // finished or aborted since the previous step
 
+  // Token moves of context shifts by rotation (since the previous step), performed first, before
+  // the block copies: a shift's old blocks are free again and may be swapped or copied into.
+  std::vector<KvSlotMove> kv_moves;
   // Block copies the runner performs before the forward pass, in this order:
   std::vector<BlockCopy> blocks_to_swap_out;  // 1. GPU -> CPU
   std::vector<BlockCopy> blocks_to_swap_in;   // 2. CPU -> GPU
@@ -84,6 +87,7 @@ struct SchedulerStats {
   double prefix_cache_hit_rate = 0.0;
   int64_t num_preemptions = 0;  // total so far
   int64_t num_context_shifts = 0;  // --context-shift: windows shifted so far
+  int64_t num_context_shift_moves = 0;  // tokens whose KV a shift moved by rotation so far
 };
 
 }  // namespace cypris

@@ -139,8 +139,21 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   PreparedPrompt prompt;
   prompt.text = prompt_text;
   prompt.ids = encode_text(tok, prompt_text, add_special);
-  if (params.truncate_prompt_tokens && prompt.ids.size() > size_t(*params.truncate_prompt_tokens)) {
-    prompt.ids.erase(prompt.ids.begin(), prompt.ids.end() - *params.truncate_prompt_tokens);
+  const bool truncated = params.truncate_prompt_tokens && prompt.ids.size() > size_t(*params.truncate_prompt_tokens);
+  if (truncated) prompt.ids.erase(prompt.ids.begin(), prompt.ids.end() - *params.truncate_prompt_tokens);
+  // --context-shift keeps the system prompt at every shift, unless the request names its own n_keep.
+  if (engine->model_info().context_shift && !params.n_keep && !truncated) {
+    const nlohmann::ordered_json ob = nlohmann::ordered_json::parse(req.body, nullptr, false);
+    if (ob.is_object() && ob.contains("messages")) {
+      ChatPromptInputs in;
+      in.template_override = get_string(body, "chat_template", "");
+      in.server_template = ctx.cfg().server.chat_template.value_or("");
+      if (auto it = ob.find("tools"); it != ob.end() && it->is_array()) in.tools = *it;
+      if (auto it = ob.find("documents"); it != ob.end() && it->is_array()) in.documents = *it;
+      if (auto it = ob.find("chat_template_kwargs"); it != ob.end() && it->is_object()) in.template_kwargs = *it;
+      params.n_keep = system_prompt_tokens(ob["messages"], tok, in, prompt.ids,
+                                           [&](const std::string& text) { return encode_text(tok, text, add_special); });
+    }
   }
   const int64_t max_len = engine->model_info().max_model_len;
   if (!params.max_tokens && max_len > 0) {

@@ -133,6 +133,30 @@ std::string render_chat_prompt(const ordered_json& messages, const Tokenizer* to
   }
 }
 
+std::optional<int> system_prompt_tokens(const ordered_json& messages, const Tokenizer* tok, const ChatPromptInputs& in,
+                                        const std::vector<int32_t>& prompt_ids,
+                                        const std::function<std::vector<int32_t>(const std::string&)>& encode) {
+  if (!messages.is_array()) return std::nullopt;
+  ordered_json system = ordered_json::array();
+  for (const auto& m : messages) {
+    if (!m.is_object() || !m.contains("role") || m["role"] != "system") break;
+    system.push_back(m);
+  }
+  if (system.empty()) return std::nullopt;
+  ChatPromptInputs alone = in;
+  alone.add_generation_prompt = false;
+  std::vector<int32_t> ids;
+  try {
+    ids = encode(render_chat_prompt(system, tok, alone));
+  } catch (const std::exception&) {
+    return std::nullopt;  // e.g. a template that insists on a user message
+  }
+  size_t n = 0;
+  while (n < ids.size() && n < prompt_ids.size() && ids[n] == prompt_ids[n]) ++n;
+  if (n == 0) return std::nullopt;
+  return static_cast<int>(n);
+}
+
 void warn_about_broken_chat_templates(const Tokenizer* tok, const std::string& server_template) {
   std::vector<NamedChatTemplate> all;
   if (tok) all = tok->chat_templates();

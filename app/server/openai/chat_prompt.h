@@ -4,7 +4,11 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/tokenizer/tokenizer.h"
 
@@ -26,6 +30,15 @@ struct ChatPromptInputs {
 // text that was rendered (the tool-call format is read from it).
 std::string render_chat_prompt(const nlohmann::ordered_json& messages, const Tokenizer* tok, const ChatPromptInputs& in,
                                std::string* used_source = nullptr);
+
+// --context-shift: how many leading tokens of `prompt_ids` (the tokens of the whole rendered chat)
+// are the system prompt: the leading "system" messages rendered alone, without a generation prompt,
+// encoded by `encode`, and matched token by token against prompt_ids (a template that closes the
+// system part differently when nothing follows loses only the tokens that differ). nullopt when the
+// chat does not start with a system message or the template refuses to render it alone.
+std::optional<int> system_prompt_tokens(const nlohmann::ordered_json& messages, const Tokenizer* tok,
+                                        const ChatPromptInputs& in, const std::vector<int32_t>& prompt_ids,
+                                        const std::function<std::vector<int32_t>(const std::string&)>& encode);
 
 // Parses the model's chat templates and --chat-template once, logging a warning for each that
 // cannot be parsed (chat requests would answer 500): called when a model is loaded.

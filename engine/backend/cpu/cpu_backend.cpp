@@ -6,6 +6,7 @@
 #include "engine/backend/backend_checks.h"
 #include "engine/backend/cpu/host_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/kv_shift.h"
 #include "kernels/cpu/dummy_fill.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/lora.h"
@@ -247,6 +248,21 @@ void CpuBackend::swap_blocks(const Tensor& src, Tensor& dst, const std::vector<i
     std::memcpy(static_cast<char*>(dst.data) + src_dst[i + 1] * bytes,
                 static_cast<const char*>(src.data) + src_dst[i] * bytes, bytes);
   }
+}
+
+void CpuBackend::move_kv_slots(Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& src_dst,
+                               const std::vector<float>& cos_sin, int rot_dim, const KvCacheScales& kv_scales) {
+  CYPRIS_CHECK(k_cache.ndim() == 4 && k_cache.shape == v_cache.shape && k_cache.dtype == v_cache.dtype,
+               "cpu backend: move_kv_slots needs K and V caches of one shape [blocks, block_size, heads, head_dim]");
+  CYPRIS_CHECK(src_dst.size() % 2 == 0, "cpu backend: move_kv_slots needs (src, dst) slot pairs");
+  const int64_t num_moves = static_cast<int64_t>(src_dst.size() / 2);
+  if (cos_sin.empty()) rot_dim = 0;
+  CYPRIS_CHECK(rot_dim == 0 || static_cast<int64_t>(cos_sin.size()) == num_moves * rot_dim,
+               "cpu backend: move_kv_slots has {} cos/sin values for {} moves of rot_dim {}", cos_sin.size(), num_moves,
+               rot_dim);
+  move_kv_slots_cpu(k_cache.data, v_cache.data, k_cache.shape[0] * k_cache.shape[1], k_cache.dtype,
+                    static_cast<int>(k_cache.shape[2]), static_cast<int>(k_cache.shape[3]), rot_dim, src_dst.data(),
+                    num_moves, rot_dim == 0 ? nullptr : cos_sin.data(), kv_scales.k);
 }
 
 }  // namespace cypris

@@ -58,6 +58,8 @@ class CpuBackend : public Backend {
   void sample_rows(const Tensor& logits, const SamplingBatch& batch, const SamplingResults& out) override;
   void copy_blocks(const std::vector<Tensor>& caches, const std::vector<int64_t>& src_dst) override;
   void swap_blocks(const Tensor& src, Tensor& dst, const std::vector<int64_t>& src_dst) override;
+  void move_kv_slots(Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& src_dst,
+                     const std::vector<float>& cos_sin, int rot_dim, const KvCacheScales& kv_scales) override;
 
  private:
   std::unique_ptr<ThreadPool> pool_;

@@ -15,6 +15,7 @@
 #include "engine/backend/cuda/pinned_staging.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/cache_ops.h"
+#include "kernels/cuda/kv_shift.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dummy_fill.h"
 #include "kernels/cuda/embedding.h"
@@ -634,6 +635,35 @@ void CudaBackend::swap_blocks(const Tensor& src, Tensor& dst, const std::vector<
                                static_cast<const char*>(src.data) + src_dst[i] * bytes, bytes, cudaMemcpyDefault,
                                impl_->stream));
   }
+}
+
+void CudaBackend::move_kv_slots(Tensor& k_cache, Tensor& v_cache, const std::vector<int64_t>& src_dst,
+                                const std::vector<float>& cos_sin, int rot_dim, const KvCacheScales& kv_scales) {
+  require_device(k_cache, "move_kv_slots k_cache");
+  require_device(v_cache, "move_kv_slots v_cache");
+  CYPRIS_CHECK(k_cache.ndim() == 4 && k_cache.shape == v_cache.shape && k_cache.dtype == v_cache.dtype,
+               "cuda backend: move_kv_slots needs K and V caches of one shape [blocks, block_size, heads, head_dim]");
+  CYPRIS_CHECK(src_dst.size() % 2 == 0, "cuda backend: move_kv_slots needs (src, dst) slot pairs");
+  const int64_t num_moves = static_cast<int64_t>(src_dst.size() / 2);
+  if (num_moves == 0) return;
+  if (cos_sin.empty()) rot_dim = 0;
+  CYPRIS_CHECK(rot_dim == 0 || static_cast<int64_t>(cos_sin.size()) == num_moves * rot_dim,
+               "cuda backend: move_kv_slots has {} cos/sin values for {} moves of rot_dim {}", cos_sin.size(),
+               num_moves, rot_dim);
+  const int64_t num_slots = k_cache.shape[0] * k_cache.shape[1];
+  for (int64_t s : src_dst)
+    CYPRIS_CHECK(s >= 0 && s < num_slots, "cuda backend: move_kv_slots slot {} is outside the cache ({} slots)", s,
+                 num_slots);
+  const int64_t width = k_cache.shape[2] * k_cache.shape[3];
+  DeviceTensor pairs = upload(src_dst.data(), DType::I64, {num_moves, 2});
+  DeviceTensor angles;
+  if (rot_dim > 0) angles = upload(cos_sin.data(), DType::F32, {num_moves, rot_dim});
+  DeviceTensor keys = empty(DType::F32, {num_moves, width});
+  DeviceTensor values = empty(k_cache.dtype, {num_moves, width});
+  move_kv_slots_cuda(k_cache.data, v_cache.data, k_cache.dtype, static_cast<int>(k_cache.shape[2]),
+                     static_cast<int>(k_cache.shape[3]), rot_dim, pairs.view.as<int64_t>(), num_moves,
+                     rot_dim > 0 ? angles.view.as<float>() : nullptr, kv_scales.k, keys.view.as<float>(),
+                     values.view.data, impl_->stream);
 }
 
 }  // namespace cypris

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "engine/common/error.h"
+#include "engine/request/sampling_params.h"
 #include "tests/unit/scheduler/sim.h"
 
 namespace cypris {
@@ -521,6 +522,65 @@ TEST(Scheduler, ContextShiftKeepsThePrefixAndRecomputesTheShiftedWindow) {
   EXPECT_EQ(r->num_shifted_tokens(), 24 * sim.sched.stats().num_context_shifts);
   EXPECT_GE(sim.sched.stats().num_context_shifts, 3);
   EXPECT_EQ(r->num_tokens() + r->num_shifted_tokens(), 120);
+}
+
+// --context-shift by rotation: the moved tokens keep their KV. The fake runner checks that each
+// move reads the token at its old position and that every step reads each request's window back at
+// the right positions; after a shift only the new token is computed, not the window again.
+TEST(Scheduler, ContextShiftByRotationMovesTheKeptKvToTheShiftedPositions) {
+  struct Mode {
+    const char* name;
+    bool prefix_caching, chunked;
+    int32_t gpu_blocks;
+    int32_t n_keep;  // -2: unset
+  };
+  for (const Mode& m : {Mode{"plain", false, false, 64, -2}, Mode{"prefix caching + chunked", true, true, 64, -2},
+                        Mode{"n_keep 5 (not on a block boundary)", true, false, 64, 5},
+                        Mode{"n_keep -1 (the prompt)", false, false, 64, -1},
+                        Mode{"few free blocks", false, false, 17, -2}}) {
+    SCOPED_TRACE(m.name);
+    SchedulerConfig c = base_config();  // 64-token context, blocks of 8
+    c.context_shift = true;
+    c.context_shift_rotate = true;
+    c.enable_prefix_caching = m.prefix_caching;
+    c.enable_chunked_prefill = m.chunked;
+    c.num_gpu_blocks = m.gpu_blocks;
+    if (m.chunked) c.max_num_batched_tokens = 16;
+    Sim sim(c);
+    auto params = std::make_shared<SamplingParams>();
+    if (m.n_keep != -2) params->n_keep = m.n_keep;
+    std::vector<std::shared_ptr<Request>> rs;
+    for (int i = 0; i < 2; ++i) {
+      auto r = std::make_shared<Request>("r" + std::to_string(i), seq(100 * (i + 1), 20 + i), 100, params);
+      sim.sched.add_request(r);
+      sim.all[r->request_id()] = r;
+      rs.push_back(r);
+    }
+    const int32_t keep = m.n_keep == -2 ? 16 : m.n_keep == -1 ? 20 : m.n_keep;
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& r : rs) prompts.emplace_back(r->all_token_ids().begin(), r->all_token_ids().end());
+    int64_t computed_after_prompts = 0;
+    for (int steps = 0; sim.sched.has_unfinished_requests() && steps < 1000; ++steps) {
+      const SchedulerOutput out = sim.step();
+      if (steps > 8) computed_after_prompts += out.total_num_scheduled_tokens;
+      for (size_t i = 0; i < rs.size(); ++i) {
+        const auto t = rs[i]->all_token_ids();
+        const int32_t k = std::min<int32_t>(keep, int32_t(prompts[i].size()));
+        ASSERT_TRUE(std::equal(prompts[i].begin(), prompts[i].begin() + k, t.begin())) << "the kept prefix changed";
+      }
+    }
+    for (const auto& r : rs) {
+      EXPECT_EQ(r->status(), RequestStatus::FinishedLength);
+      EXPECT_EQ(r->num_output_tokens(), 100);
+      EXPECT_EQ(r->num_tokens() + r->num_shifted_tokens(), r->num_prompt_tokens() + 100);
+    }
+    EXPECT_GE(sim.sched.stats().num_context_shifts, 4);
+    EXPECT_GT(sim.runner.num_moves(), 0);
+    if (m.gpu_blocks == 64) {
+      // Every shift kept its moved tokens' KV: after the prompts, one token per request per step.
+      EXPECT_LE(computed_after_prompts, 2 * 100);
+    }
+  }
 }
 
 }  // namespace

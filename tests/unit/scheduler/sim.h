@@ -1,7 +1,8 @@
 // Test harness for scheduler simulations: a fake model runner that performs the step's block
 // copies on a fake KV store (one cell per slot holding (token, position)), checks that every
 // scheduled request reads back exactly its own tokens from its block table, writes the step's
-// tokens through the slot mapping, and samples a deterministic token per request.
+// tokens through the slot mapping, and samples a deterministic token per request. A context shift's
+// token moves (kv_moves) relabel a cell with its new position.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -50,6 +51,16 @@ class FakeRunner {
   // Executes the step: copies, context check, writes, sampling. `stop` lists ids whose sampled
   // token counts as EOS this step.
   std::vector<StepResult> execute(const SchedulerOutput& out, const std::set<std::string>& stop = {}) {
+    // Context shifts by rotation first: each source must hold the token at old_pos; it arrives at
+    // dst as the same token at new_pos (every source read before any write, as the backends do).
+    std::vector<int64_t> moved;
+    for (const auto& m : out.kv_moves) {
+      const int64_t cell = gpu_[size_t(m.src)];
+      EXPECT_EQ(uint32_t(cell), uint32_t(m.old_pos)) << "a KV move reads slot " << m.src << " at the wrong position";
+      moved.push_back((cell & ~int64_t(0xffffffff)) | uint32_t(m.new_pos));
+    }
+    for (size_t i = 0; i < moved.size(); ++i) gpu_[size_t(out.kv_moves[i].dst)] = moved[i];
+    num_moves_ += int64_t(moved.size());
     copy_blocks(out.blocks_to_swap_out, gpu_, cpu_);
     copy_blocks(out.blocks_to_swap_in, cpu_, gpu_);
     copy_blocks(out.blocks_to_copy, gpu_, gpu_);
@@ -90,6 +101,7 @@ class FakeRunner {
     }
     return results;
   }
+  int64_t num_moves() const { return num_moves_; }  // KV slot moves performed so far
 
  private:
   static constexpr int64_t kEmpty = -1;
@@ -100,6 +112,7 @@ class FakeRunner {
         to[size_t(c.dst) * size_t(bs_) + size_t(o)] = from[size_t(c.src) * size_t(bs_) + size_t(o)];
   }
   int32_t bs_;
+  int64_t num_moves_ = 0;
   std::vector<int64_t> gpu_;
   std::vector<int64_t> cpu_;
 };
