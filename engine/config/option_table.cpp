@@ -112,7 +112,7 @@ std::vector<OptionSpec> build_table() {
           .no_effect("Cypris runs no remote model code; architectures are implemented natively"));
   add(Opt("download-dir", bind_field(FIELD(model.download_dir)), "DIRECTORY",
           "The directory to download the model to. Defaults to the Hugging Face cache."));
-  add(Opt("load-format", bind_field(FIELD(model.load_format)), "{auto,pt,safetensors,npcache,dummy,gguf}",
+  add(Opt("load-format", bind_field(FIELD(model.load_format)), "{auto,pt,safetensors,npcache,dummy,gguf,bitsandbytes}",
           "The format of the model weights. Defaults to auto: safetensors when the model has them, else PyTorch "
           "pytorch_model*.bin files (a .gguf --model is read as GGUF). \"pt\" reads PyTorch's zip+pickle files "
           "with a reader that accepts only tensor storages and refuses anything that would run code. \"dummy\" "
@@ -229,7 +229,7 @@ std::vector<OptionSpec> build_table() {
           .choices(kv_cache_dtype_names()));
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
           "The method used to quantize the weights. Inferred from the model when possible (the checkpoint's "
-          "quantization_config); when given it must agree with the checkpoint. Cypris supports gptq (2/4/8 bits; "
+          "quantization_config); when given it must agree with the checkpoint. Cypris supports gptq (2/3/4/8 bits; "
           "gptq_marlin loads the same checkpoints), awq (4-bit GEMM), compressed-tensors (pack-quantized W4A16/W8A16, "
           "int-quantized W8A8, float-quantized FP8), fp8 (FP8 checkpoints; on a 16-bit checkpoint: quantized at load "
           "to FP8 with one scale per output channel), exl2 (exllamav2's mixed 2-8 bit checkpoints, dequantized at "
