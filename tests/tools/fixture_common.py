@@ -25,6 +25,17 @@ def write_safetensors_entries(path, entries):
     return off
 
 
+def add_llama_shape_args(ap):
+    """--hidden/--ffn/--layers/--heads/--kv-heads/--vocab of the benchmark checkpoints, by default the
+    ~110M Llama of the CPU benchmarks (docs/perf/)."""
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--ffn", type=int, default=2048)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--kv-heads", type=int, default=12)
+    ap.add_argument("--vocab", type=int, default=32000)
+
+
 def bench_llama_config(a, quantization_config):
     """config.json of the Llama-shaped benchmark checkpoints (make_bench_*.py: fp16 embeddings and
     norms, an untied lm_head), from their --hidden/--ffn/--layers/--heads/--kv-heads/--vocab."""

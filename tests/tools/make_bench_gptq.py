@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fixture_common import bench_llama_config, write_safetensors_entries  # noqa: E402
+from fixture_common import add_llama_shape_args, bench_llama_config, write_safetensors_entries  # noqa: E402
 
 
 def main():
@@ -26,12 +26,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--bits", type=int, default=4, choices=[2, 4, 8])
     ap.add_argument("--group", type=int, default=128)
-    ap.add_argument("--hidden", type=int, default=768)
-    ap.add_argument("--ffn", type=int, default=2048)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--kv-heads", type=int, default=12)
-    ap.add_argument("--vocab", type=int, default=32000)
+    add_llama_shape_args(ap)
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     H, I, V, D = a.hidden, a.ffn, a.vocab, a.hidden // a.heads
