@@ -10,6 +10,7 @@
 #include "engine/common/error.h"
 #include "engine/common/json_depth.h"
 #include "engine/common/log.h"
+#include "engine/loader/dequant_rows.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weight_names.h"
 #include "kernels/common/bnb_blocks.h"
@@ -101,16 +102,9 @@ class BnbWeightSource : public WeightSource {
     }
     CYPRIS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
                  "{}: bitsandbytes layer '{}' cannot be read as {}", dir_.string(), name, dtype_name(dtype));
-    shared_thread_pool().parallel_for(
-        rows,
-        [&](int64_t r0, int64_t r1) {
-          std::vector<float> row(static_cast<size_t>(cols));
-          for (int64_t r = r0; r < r1; ++r) {
-            for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = l.value((n0 + r) * l.in + k0 + c);
-            convert_from_f32(row.data(), dtype, out + static_cast<size_t>(r) * row_bytes, cols);
-          }
-        },
-        16);
+    write_dequantized_rows(dtype, dst, rows, cols, [&](int64_t r, float* row) {
+      for (int64_t c = 0; c < cols; ++c) row[c] = l.value((n0 + r) * l.in + k0 + c);
+    });
   }
 
  private:
@@ -163,23 +157,15 @@ class BnbWeightSource : public WeightSource {
     const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
     const int64_t n0 = shard.dim == 0 ? shard.rank * local[0] : 0, k0 = shard.dim == 1 ? shard.rank * local[1] : 0;
     const int64_t rows = local[0], cols = local[1];
-    const size_t row_bytes = dtype_nbytes(dtype, cols);
     constexpr float kInv127 = static_cast<float>(7.874015718698502e-3);  // bitsandbytes' 1 / 127
     const auto* q = reinterpret_cast<const int8_t*>(w.data);
-    shared_thread_pool().parallel_for(
-        rows,
-        [&](int64_t r0, int64_t r1) {
-          std::vector<float> row(static_cast<size_t>(cols));
-          for (int64_t r = r0; r < r1; ++r) {
-            const float sr = s[static_cast<size_t>(n0 + r)];
-            for (int64_t c = 0; c < cols; ++c) {
-              const volatile float prod = static_cast<float>(q[(n0 + r) * in + k0 + c]) * sr;
-              row[static_cast<size_t>(c)] = prod * kInv127;
-            }
-            convert_from_f32(row.data(), dtype, static_cast<char*>(dst) + static_cast<size_t>(r) * row_bytes, cols);
-          }
-        },
-        16);
+    write_dequantized_rows(dtype, dst, rows, cols, [&](int64_t r, float* row) {
+      const float sr = s[static_cast<size_t>(n0 + r)];
+      for (int64_t c = 0; c < cols; ++c) {
+        const volatile float prod = static_cast<float>(q[(n0 + r) * in + k0 + c]) * sr;
+        row[c] = prod * kInv127;
+      }
+    });
   }
 
   std::string quant_type(const std::string& name) const {

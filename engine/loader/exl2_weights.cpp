@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "engine/loader/dequant_rows.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weight_names.h"
 #include "kernels/cpu/gemm.h"
@@ -54,17 +55,8 @@ class Exl2WeightSource : public WeightSource {
     if (shard.dim == 0) n0 = shard.rank * local[0];
     if (shard.dim == 1) k0 = shard.rank * local[1];
     const int64_t n1 = n0 + local[0], k1 = k0 + local[1];
-    const int64_t row_bytes = static_cast<int64_t>(dtype_nbytes(dtype, local[1]));
-    shared_thread_pool().parallel_for(
-        n1 - n0,
-        [&](int64_t r0, int64_t r1) {
-          std::vector<float> row(static_cast<size_t>(k1 - k0));
-          for (int64_t r = r0; r < r1; ++r) {
-            quant::exl2_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row.data());
-            convert_from_f32(row.data(), dtype, static_cast<char*>(dst) + r * row_bytes, k1 - k0);
-          }
-        },
-        16);
+    write_dequantized_rows(dtype, dst, n1 - n0, k1 - k0,
+                           [&](int64_t r, float* row) { quant::exl2_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row); });
   }
 
  private:

@@ -9,6 +9,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/loader/dequant_rows.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weight_names.h"
 #include "kernels/common/fp8.h"
@@ -101,17 +102,10 @@ class Fp8WeightSource : public WeightSource {
     }
     CYPRIS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
                  "{}: FP8 layer '{}' cannot be read as {}", dir_.string(), name, dtype_name(dtype));
-    shared_thread_pool().parallel_for(
-        rows,
-        [&](int64_t r0, int64_t r1) {
-          std::vector<float> row(static_cast<size_t>(cols));
-          for (int64_t r = r0; r < r1; ++r) {
-            check_row(name, l, n0 + r, k0, cols);
-            for (int64_t c = 0; c < cols; ++c) row[c] = l.value(n0 + r, k0 + c);
-            convert_from_f32(row.data(), dtype, out + r * row_bytes, cols);
-          }
-        },
-        16);
+    write_dequantized_rows(dtype, dst, rows, cols, [&](int64_t r, float* row) {
+      check_row(name, l, n0 + r, k0, cols);
+      for (int64_t c = 0; c < cols; ++c) row[c] = l.value(n0 + r, k0 + c);
+    });
   }
 
  private:

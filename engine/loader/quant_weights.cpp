@@ -10,6 +10,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/loader/dequant_rows.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weight_names.h"
 #include "kernels/cpu/gemm.h"
@@ -72,16 +73,8 @@ class QuantizedWeightSource : public WeightSource {
     }
     CYPRIS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
                  "{}: quantized layer '{}' cannot be read as {}", dir_.string(), name, dtype_name(dtype));
-    shared_thread_pool().parallel_for(
-        n1 - n0,
-        [&](int64_t r0, int64_t r1) {
-          std::vector<float> row(static_cast<size_t>(k1 - k0));
-          for (int64_t r = r0; r < r1; ++r) {
-            quant::wq_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row.data());
-            convert_from_f32(row.data(), dtype, static_cast<char*>(dst) + r * row_bytes, k1 - k0);
-          }
-        },
-        16);
+    write_dequantized_rows(dtype, dst, n1 - n0, k1 - k0,
+                           [&](int64_t r, float* row) { quant::wq_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row); });
   }
 
  private:

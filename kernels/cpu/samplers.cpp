@@ -425,6 +425,26 @@ void apply_tfs(RowLogits& row, float tfs) {
   l.resize(std::max<size_t>(1, cut));
 }
 
+namespace {
+
+// sum of p log p over the live tokens (minus their entropy), log p = v - m - log_z.
+double negative_entropy(const RowLogits& row, float m, double log_z) {
+  double neg_ent = 0.0;
+  row.for_each_live([&](int32_t, float v) {
+    const double lp = static_cast<double>(v) - m - log_z;
+    neg_ent += std::exp(lp) * lp;
+  });
+  return neg_ent;
+}
+
+// Masks every live token but the most likely one whose probability exp(v - m) / z is under eps.
+void mask_below_probability(RowLogits& row, float m, double z, double eps) {
+  const int32_t top = row.argmax();
+  row.mask_if([&](int32_t id, float v) { return id != top && std::exp(static_cast<double>(v) - m) / z < eps; });
+}
+
+}  // namespace
+
 void apply_eta_cutoff(RowLogits& row, float eta_cutoff) {
   if (eta_cutoff <= 0.0f) return;
   float m;
@@ -432,15 +452,10 @@ void apply_eta_cutoff(RowLogits& row, float eta_cutoff) {
   row.stats(m, z);
   if (z == 0.0) return;
   const double log_z = std::log(z);
-  double neg_ent = 0.0;
-  row.for_each_live([&](int32_t, float v) {
-    const double lp = static_cast<double>(v) - m - log_z;
-    neg_ent += std::exp(lp) * lp;
-  });
+  const double neg_ent = negative_entropy(row, m, log_z);
   const double eta = eta_cutoff * 1e-4;
   const double eps = std::min(eta, std::sqrt(eta) * std::exp(neg_ent));
-  const int32_t top = row.argmax();
-  row.mask_if([&](int32_t id, float v) { return id != top && std::exp(static_cast<double>(v) - m) / z < eps; });
+  mask_below_probability(row, m, z, eps);
 }
 
 void apply_epsilon_cutoff(RowLogits& row, float epsilon_cutoff) {
@@ -450,8 +465,7 @@ void apply_epsilon_cutoff(RowLogits& row, float epsilon_cutoff) {
   row.stats(m, z);
   if (z == 0.0) return;
   const double eps = epsilon_cutoff * 1e-4;
-  const int32_t top = row.argmax();
-  row.mask_if([&](int32_t id, float v) { return id != top && std::exp(static_cast<double>(v) - m) / z < eps; });
+  mask_below_probability(row, m, z, eps);
 }
 
 // Locally typical sampling: order tokens by |entropy - surprise| and keep the smallest such prefix
@@ -464,11 +478,7 @@ void apply_typical(RowLogits& row, float typical_p) {
   row.stats(m, z);
   if (z == 0.0) return;
   const double log_z = std::log(z);
-  double neg_ent = 0.0;
-  row.for_each_live([&](int32_t, float v) {
-    const double lp = static_cast<double>(v) - m - log_z;
-    neg_ent += std::exp(lp) * lp;
-  });
+  const double neg_ent = negative_entropy(row, m, log_z);
   std::vector<std::pair<double, int32_t>> dev;
   row.for_each_live([&](int32_t id, float v) {
     const double lp = static_cast<double>(v) - m - log_z;

@@ -59,6 +59,14 @@ inline std::string fnv1a64(const std::vector<float>& v) {
   return fnv1a64(v.data(), v.size());
 }
 
+// The FNV-1a 64 of layer.weight read as fp32 [out, in] (shape): what the generators record per layer
+// in expected.json's dequant_fnv1a64.
+inline std::string dequantized_fnv1a64(const WeightSource& w, const std::string& layer,
+                                       const std::vector<int64_t>& shape) {
+  const HostTensor t = w.load(layer + ".weight", shape, DType::F32);
+  return fnv1a64(t.buffer.as<float>(), static_cast<size_t>(t.view().numel()));
+}
+
 // [out, in] of a linear layer of the fixtures' Llama: hidden 128, 2 KV heads of 32, MLP of width mlp.
 inline std::vector<int64_t> fixture_layer_shape(const std::string& layer, int64_t mlp) {
   if (layer.find("k_proj") != std::string::npos || layer.find("v_proj") != std::string::npos) return {64, 128};

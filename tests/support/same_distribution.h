@@ -7,7 +7,9 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace cypris::test {
 
@@ -36,6 +38,28 @@ inline void expect_same_distribution(const std::map<int32_t, std::pair<int, int>
   const double k = cells - 1;
   const double limit = k * std::pow(1.0 - 2.0 / (9.0 * k) + 3.09 * std::sqrt(2.0 / (9.0 * k)), 3.0);
   EXPECT_LT(chi, limit) << cells << " cells";
+}
+
+// got and want: the tokens each request (by id) generated with a draft and without, exactly length
+// of them. At each output position in positions, the tokens over all requests have the same
+// distribution (expect_same_distribution with min_cells).
+inline void expect_same_distribution_at(const std::map<std::string, std::vector<int32_t>>& got,
+                                        const std::map<std::string, std::vector<int32_t>>& want,
+                                        const std::vector<size_t>& positions, size_t length, int min_cells) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [id, tokens] : got) {
+    ASSERT_EQ(tokens.size(), length) << id;
+    ASSERT_EQ(want.at(id).size(), length) << id;
+  }
+  for (size_t pos : positions) {
+    SCOPED_TRACE("output position " + std::to_string(pos));
+    std::map<int32_t, std::pair<int, int>> counts;  // token -> (with the draft, without)
+    for (const auto& [id, tokens] : got) {
+      counts[tokens[pos]].first++;
+      counts[want.at(id)[pos]].second++;
+    }
+    expect_same_distribution(counts, min_cells);
+  }
 }
 
 }  // namespace cypris::test

@@ -11,10 +11,12 @@ transformers does. Run: /usr/bin/python3 tests/tools/gen_llama_fixtures.py  (nee
 import json
 import math
 import os
-import struct
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_common import write_safetensors_entries  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "models")
 
@@ -238,22 +240,13 @@ def make_weights(cfg, gen):
 
 def write_safetensors(path, tensors, dtype):
     """8-byte little-endian header length, JSON header, raw little-endian data."""
-    names = sorted(tensors)
-    header, blobs, off = {}, [], 0
     tag = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}[dtype]
-    for n in names:
+    entries = {}
+    for n in tensors:
         t = tensors[n].to(dtype).contiguous()
         raw = t.view(torch.int16).numpy().tobytes() if dtype != torch.float32 else t.numpy().tobytes()
-        header[n] = {"dtype": tag, "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+        entries[n] = (tag, list(t.shape), raw)
+    write_safetensors_entries(path, entries)
 
 
 BASE = {

@@ -36,10 +36,12 @@ Run: /usr/bin/python3 tests/tools/gen_quant_fixtures.py [NAME ...]  (needs pytho
 """
 import json
 import os
-import struct
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_common import write_safetensors_entries  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "quant")
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
@@ -211,8 +213,8 @@ class F8:
 
 def write_safetensors(path, tensors):
     tags = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.int32): "I32",
-            np.dtype(np.int64): "I64", np.dtype(np.uint8): "U8"}
-    header, blobs, off = {}, [], 0
+            np.dtype(np.int64): "I64", np.dtype(np.uint8): "U8", np.dtype(np.int16): "I16"}
+    entries = {}
     for n in sorted(tensors):
         if isinstance(tensors[n], BF16):
             raw, tag, shape = tensors[n].bits.astype("<u2").tobytes(), "BF16", list(tensors[n].shape)
@@ -223,16 +225,8 @@ def write_safetensors(path, tensors):
         else:
             t = np.ascontiguousarray(tensors[n])
             raw, tag, shape = t.astype(t.dtype.newbyteorder("<")).tobytes(), tags[t.dtype], list(t.shape)
-        header[n] = {"dtype": tag, "shape": shape, "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+        entries[n] = (tag, shape, raw)
+    write_safetensors_entries(path, entries)
 
 
 # ---------------------------------------------------------------- FP8 e4m3

@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_family_fixtures as fam  # noqa: E402
 import gen_quant_fixtures as gq  # noqa: E402
+from fixture_common import make_with_some_seed  # noqa: E402
 
 # 32-value blocks need rows of whole blocks: hidden 64 (4 heads of 16), expert width 64.
 WIDE = {"hidden_size": 64, "intermediate_size": 64, "torch_dtype": "float16"}
@@ -137,11 +138,7 @@ def main():
     for name, spec in FIXTURES.items():
         if only and name not in only:
             continue
-        for attempt in range(200):
-            if make_seed(name, spec, sum(map(ord, name)) + 1000 * attempt):
-                break
-        else:
-            raise SystemExit(f"{name}: no seed without near ties")
+        make_with_some_seed(name, lambda seed: make_seed(name, spec, seed), 200, "no seed without near ties")
 
 
 if __name__ == "__main__":

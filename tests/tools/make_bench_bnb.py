@@ -21,6 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gen_bnb_fixtures as gb  # noqa: E402
 import gen_quant_fixtures as gq  # noqa: E402
+from fixture_common import add_llama_shape_args, bench_llama_config  # noqa: E402
 
 
 def main():
@@ -28,12 +29,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--quant-type", default="nf4", choices=["nf4", "fp4"])
     ap.add_argument("--double-quant", action="store_true")
-    ap.add_argument("--hidden", type=int, default=768)
-    ap.add_argument("--ffn", type=int, default=2048)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--kv-heads", type=int, default=12)
-    ap.add_argument("--vocab", type=int, default=32000)
+    add_llama_shape_args(ap)
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     H, I, V, D = a.hidden, a.ffn, a.vocab, a.hidden // a.heads
@@ -71,15 +67,9 @@ def main():
         linear(p + "mlp.down_proj", H, I)
     os.makedirs(a.out, exist_ok=True)
     gq.write_safetensors(os.path.join(a.out, "model.safetensors"), T)
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H, "intermediate_size": I,
-           "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
-           "vocab_size": V, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-           "hidden_act": "silu", "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2,
-           "tie_word_embeddings": False,
-           "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
-                                   "bnb_4bit_quant_type": a.quant_type,
-                                   "bnb_4bit_use_double_quant": a.double_quant,
-                                   "bnb_4bit_compute_dtype": "float16", "bnb_4bit_quant_storage": "uint8"}}
+    cfg = bench_llama_config(a, {"quant_method": "bitsandbytes", "load_in_4bit": True, "load_in_8bit": False,
+                                 "bnb_4bit_quant_type": a.quant_type, "bnb_4bit_use_double_quant": a.double_quant,
+                                 "bnb_4bit_compute_dtype": "float16", "bnb_4bit_quant_storage": "uint8"})
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
 

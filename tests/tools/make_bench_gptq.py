@@ -13,9 +13,12 @@ Run: /usr/bin/python3 tests/tools/make_bench_gptq.py /tmp/gptq110m  (needs pytho
 import argparse
 import json
 import os
-import struct
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fixture_common import add_llama_shape_args, bench_llama_config, write_safetensors_entries  # noqa: E402
 
 
 def main():
@@ -23,12 +26,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--bits", type=int, default=4, choices=[2, 4, 8])
     ap.add_argument("--group", type=int, default=128)
-    ap.add_argument("--hidden", type=int, default=768)
-    ap.add_argument("--ffn", type=int, default=2048)
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--kv-heads", type=int, default=12)
-    ap.add_argument("--vocab", type=int, default=32000)
+    add_llama_shape_args(ap)
     a = ap.parse_args()
     rng = np.random.default_rng(0)
     H, I, V, D = a.hidden, a.ffn, a.vocab, a.hidden // a.heads
@@ -63,25 +61,9 @@ def main():
         linear(p + "mlp.up_proj", I, H)
         linear(p + "mlp.down_proj", H, I)
     os.makedirs(a.out, exist_ok=True)
-    header, off = {}, 0
-    for n in sorted(tensors):
-        tag, shape, raw = tensors[n]
-        header[n] = {"dtype": tag, "shape": shape, "data_offsets": [off, off + len(raw)]}
-        off += len(raw)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(os.path.join(a.out, "model.safetensors"), "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for n in sorted(tensors):
-            f.write(tensors[n][2])
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H, "intermediate_size": I,
-           "num_hidden_layers": a.layers, "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
-           "vocab_size": V, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-           "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "float16", "bos_token_id": 1,
-           "eos_token_id": 2,
-           "quantization_config": {"quant_method": "gptq", "bits": a.bits, "group_size": a.group, "desc_act": False,
-                                   "sym": True, "checkpoint_format": "gptq"}}
+    off = write_safetensors_entries(os.path.join(a.out, "model.safetensors"), tensors)
+    cfg = bench_llama_config(a, {"quant_method": "gptq", "bits": a.bits, "group_size": a.group, "desc_act": False,
+                                   "sym": True, "checkpoint_format": "gptq"})
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     print(a.out, off // (1 << 20), "MiB")

@@ -99,23 +99,7 @@ CYPRIS_AVX2 void dot_avx2(const void* w_row, const float* const* x, int nrows, i
 }
 #endif
 
-// Rows of fp32 activations in the shape tile_dot_rows walks.
-struct FloatActs {
-  const float* x;
-  int64_t k;
-  int64_t ldx;
-  const float* row(int64_t i) const { return x + i * ldx; }
-};
-
 constexpr int64_t kMTile = 32;
-
-void run(ThreadPool* pool, int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
-  if (pool) {
-    pool->parallel_for(n, fn, min_chunk);
-  } else {
-    fn(0, n);
-  }
-}
 
 void check_k(int64_t k) {
   CYPRIS_CHECK(k % kF8Block == 0, "fp8 linear: row length {} is not a multiple of the F8G128 block (128 values)", k);
@@ -149,7 +133,7 @@ void f8_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const void* 
   const quant::F8DotFn dot = quant::f8_dot_fn(isa);
   const auto* wb = static_cast<const uint8_t*>(w);
   const size_t row_bytes = dtype_nbytes(DType::F8G128, k);
-  quant::run(pool, n, 8, [&](int64_t j0, int64_t j1) {
+  quant::run_on(pool, n, 8, [&](int64_t j0, int64_t j1) {
     quant::tile_dot_rows<quant::kMTile, quant::kMaxDotRows>(acts, dot, 0, m, wb, row_bytes, j0, j1, bias, y, ldy);
   });
 }

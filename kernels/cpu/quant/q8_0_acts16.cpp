@@ -224,14 +224,6 @@ struct Acts16 {
   quant::ActRow16 row(int64_t i) const { return {qs->data() + i * k, ds->data() + i * quant::acts16_groups(k)}; }
 };
 
-void run(ThreadPool* pool, int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
-  if (pool) {
-    pool->parallel_for(n, fn, min_chunk);
-  } else {
-    fn(0, n);
-  }
-}
-
 Acts16 quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, ThreadPool* pool, quant::Isa isa) {
   const quant::Quantize16Fn quantize = quant::quantize_acts16_fn(isa);
   thread_local std::vector<int16_t> qs;
@@ -240,7 +232,7 @@ Acts16 quantize_rows(const float* x, int64_t m, int64_t k, int64_t ldx, ThreadPo
   ds.resize(static_cast<size_t>(m * quant::acts16_groups(k)));
   int16_t* q = qs.data();
   float* d = ds.data();
-  run(pool, m, 4, [&](int64_t i0, int64_t i1) {
+  quant::run_on(pool, m, 4, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       quantize(x + i * ldx, k, q + i * k, d + i * quant::acts16_groups(k));
   });
@@ -272,7 +264,7 @@ void q8_0_gemm_acts16(const float* x, int64_t m, int64_t k, int64_t ldx, const v
   if (use_tiled(m, isa)) {  // prefill: the pool splits panels of weight rows
     const std::vector<quant::ActRow16> rows = row_handles(acts, m);
     const int64_t panels = (n + quant::kQ8TilePanel - 1) / quant::kQ8TilePanel;
-    run(pool, panels, 1, [&](int64_t p0, int64_t p1) {
+    quant::run_on(pool, panels, 1, [&](int64_t p0, int64_t p1) {
       quant::q8_0_tiled_gemm(rows.data(), m, k, w, p0 * quant::kQ8TilePanel, std::min(n, p1 * quant::kQ8TilePanel),
                              bias, y, ldy, isa);
     });
@@ -280,7 +272,7 @@ void q8_0_gemm_acts16(const float* x, int64_t m, int64_t k, int64_t ldx, const v
   }
   const quant::Dot16Fn dot = quant::dot_q8_0_acts16_fn(isa);
   const auto* wb = static_cast<const uint8_t*>(w);
-  run(pool, n, 8, [&](int64_t j0, int64_t j1) { dot_rows(acts, dot, 0, m, wb, j0, j1, bias, y, ldy); });
+  quant::run_on(pool, n, 8, [&](int64_t j0, int64_t j1) { dot_rows(acts, dot, 0, m, wb, j0, j1, bias, y, ldy); });
 }
 
 void q8_0_gemm_acts16_grouped(const float* x, int64_t m, int64_t k, int64_t ldx, const GemmGroup* groups,

@@ -34,21 +34,13 @@ void check_weight(DType w_dtype, int64_t k) {
                dtype_name(w_dtype), be);
 }
 
-void run(ThreadPool* pool, int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
-  if (pool) {
-    pool->parallel_for(n, fn, min_chunk);
-  } else {
-    fn(0, n);
-  }
-}
-
 void dequant_gemm(const float* x, int64_t m, int64_t k, int64_t ldx, const void* w, DType w_dtype, int64_t n,
                   const float* bias, float* y, int64_t ldy, ThreadPool* pool) {
   // Tiles of 64 rows become fp32 and go through the fp32 GEMM one pool task each; the fp32 GEMM
   // itself runs without the pool here (nested parallel_for would run serially anyway).
   constexpr int64_t kRows = 64;
   const size_t row_bytes = dtype_nbytes(w_dtype, k);
-  run(pool, (n + kRows - 1) / kRows, 1, [&](int64_t t0, int64_t t1) {
+  quant::run_on(pool, (n + kRows - 1) / kRows, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> tile(static_cast<size_t>(kRows * k));
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t n0 = t * kRows, nb = std::min(kRows, n - n0);
@@ -86,7 +78,7 @@ QuantizedActs quantize_acts(const float* x, int64_t m, int64_t k, int64_t ldx, D
   int8_t* qs_p = qs.data();
   float* ds_p = ds.data();
   int16_t* bs_p = bsums.data();
-  run(pool, m, 4, [&](int64_t i0, int64_t i1) {
+  quant::run_on(pool, m, 4, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       quantize(x + i * ldx, k, block, qs_p + i * k, ds_p + i * (k / block), bs_p + i * (k / 16));
     }
@@ -143,7 +135,7 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
   if (use_tiled(w_dtype, m, isa)) {  // the pool splits panels of weight rows
     const std::vector<quant::ActRow> rows = row_handles(acts, m);
     const int64_t panels = (n + quant::kQ4TilePanel - 1) / quant::kQ4TilePanel;
-    run(pool, panels, 1, [&](int64_t p0, int64_t p1) {
+    quant::run_on(pool, panels, 1, [&](int64_t p0, int64_t p1) {
       quant::q4_0_tiled_gemm(rows.data(), m, k, w, p0 * quant::kQ4TilePanel, std::min(n, p1 * quant::kQ4TilePanel),
                              bias, y, ldy, isa);
     });
@@ -151,7 +143,8 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
   }
   const quant::DotFn dot = quant::dot_fn(w_dtype, isa);
   const auto* wb = static_cast<const uint8_t*>(w);
-  run(pool, n, 8, [&](int64_t j0, int64_t j1) { dot_rows(acts, dot, 0, m, wb, w_dtype, j0, j1, bias, y, ldy); });
+  quant::run_on(pool, n, 8,
+                [&](int64_t j0, int64_t j1) { dot_rows(acts, dot, 0, m, wb, w_dtype, j0, j1, bias, y, ldy); });
 }
 
 void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGroup* groups, int64_t num_groups,
@@ -200,7 +193,7 @@ void quant_embedding(const int32_t* ids, int64_t num_tokens, const void* table, 
                      ThreadPool* pool) {
   check_weight(dtype, hidden);
   const size_t row_bytes = dtype_nbytes(dtype, hidden);
-  run(pool, num_tokens, 4, [&](int64_t t0, int64_t t1) {
+  quant::run_on(pool, num_tokens, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       quant::dequantize_row(dtype, static_cast<const uint8_t*>(table) + static_cast<int64_t>(ids[t]) * row_bytes,
                             out + t * hidden, hidden);

@@ -4,13 +4,35 @@
 // The tile's row handles are set up before the weight loop: a decode-sized dot is a few hundred
 // cycles, so nothing per weight row may cost more than a few (two integer divisions per row were
 // ~10% of Q4_K_M decode).
+// Also the fp32 activation rows and the pool dispatch those GEMMs share.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+
+#include "kernels/cpu/thread_pool.h"
 
 namespace cypris::quant {
+
+// Rows of fp32 activations in the shape tile_dot_rows walks.
+struct FloatActs {
+  const float* x;
+  int64_t k;
+  int64_t ldx;
+  const float* row(int64_t i) const { return x + i * ldx; }
+};
+
+// fn(0, n) on the calling thread without a pool, else split over the pool in chunks of min_chunk or
+// more.
+inline void run_on(ThreadPool* pool, int64_t n, int64_t min_chunk, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool) {
+    pool->parallel_for(n, fn, min_chunk);
+  } else {
+    fn(0, n);
+  }
+}
 
 // Acts: .k and .row(i) (a row handle); Dot: dot(weight_row, handles, nr, k, out) for nr <= kDotRows.
 template <int64_t kMTile, int kDotRows, typename Acts, typename Dot>

@@ -80,6 +80,16 @@ EngineConfig shift_config(EngineConfig cfg, int max_len, const std::string& mode
   return cfg;
 }
 
+// cfg with prefix caching and chunked prefill: a budget of `budget` tokens a step over at most `seqs`
+// sequences.
+EngineConfig with_prefix_caching_and_chunks(EngineConfig cfg, int budget, int seqs) {
+  cfg.cache.enable_prefix_caching = true;
+  cfg.scheduler.enable_chunked_prefill = true;
+  cfg.scheduler.max_num_batched_tokens = budget;
+  cfg.scheduler.max_num_seqs = seqs;
+  return cfg;
+}
+
 EngineConfig fixture_config(const std::string& dir) {
   EngineConfig cfg = stories_config();
   cfg.model.model = dir;
@@ -132,12 +142,7 @@ TEST(ContextShift, Stories260kContinuesLikeAFreshRunOnTheShiftedWindow) {
   for (int mode = 0; mode < 3; ++mode) {
     SCOPED_TRACE("mode " + std::to_string(mode));
     EngineConfig c = cfg;
-    if (mode == 2) {
-      c.cache.enable_prefix_caching = true;
-      c.scheduler.enable_chunked_prefill = true;
-      c.scheduler.max_num_batched_tokens = 32;
-      c.scheduler.max_num_seqs = 16;
-    }
+    if (mode == 2) c = with_prefix_caching_and_chunks(c, 32, 16);
     Engine engine(c);
     Outputs got;
     if (mode == 0) {
@@ -269,12 +274,7 @@ TEST(ContextShift, RotationOnOneLayerModelsEqualsAFreshRunOnTheShiftedWindow) {
     for (int mode = 0; mode < 3; ++mode) {
       SCOPED_TRACE(mode == 0 ? "alone" : mode == 1 ? "batched" : "prefix caching + chunked prefill");
       EngineConfig c = shift_config(cfg, kLen, "rotate");
-      if (mode == 2) {
-        c.cache.enable_prefix_caching = true;
-        c.scheduler.enable_chunked_prefill = true;
-        c.scheduler.max_num_batched_tokens = 8;
-        c.scheduler.max_num_seqs = 8;
-      }
+      if (mode == 2) c = with_prefix_caching_and_chunks(c, 8, 8);
       Engine engine(c);
       Outputs got;
       if (mode == 0) {
@@ -360,12 +360,7 @@ TEST(ContextShift, RotationOnStories260kIsTheSameAloneBatchedAndChunked) {
   }
   for (int mode = 1; mode < 3; ++mode) {
     EngineConfig c = cfg;
-    if (mode == 2) {
-      c.cache.enable_prefix_caching = true;
-      c.scheduler.enable_chunked_prefill = true;
-      c.scheduler.max_num_batched_tokens = 32;
-      c.scheduler.max_num_seqs = 16;
-    }
+    if (mode == 2) c = with_prefix_caching_and_chunks(c, 32, 16);
     Engine engine(c);
     const Outputs got = run_requests(engine, reqs);
     for (const auto& r : reqs) EXPECT_EQ(got.at(r.request_id), alone.at(r.request_id)) << "mode " << mode;

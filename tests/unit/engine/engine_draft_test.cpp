@@ -15,6 +15,7 @@
 #include "engine/core/engine.h"
 #include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
+#include "tests/support/full_runs.h"
 #include "tests/support/same_distribution.h"
 
 namespace cypris {
@@ -62,14 +63,6 @@ SpecTotals totals(const Engine& e) {
           s.spec_max_emitted_tokens_total - s.spec_draft_tokens_total};
 }
 
-GenerateRequest request(const std::string& id, const std::vector<int32_t>& prompt, const SamplingParams& p) {
-  GenerateRequest r;
-  r.request_id = id;
-  r.prompt_token_ids = prompt;
-  r.params = std::make_shared<SamplingParams>(p);
-  return r;
-}
-
 // Fixture prompts (vocabulary 64) for greedy comparisons.
 std::vector<GenerateRequest> fixture_requests(int max_len = 64) {
   const std::vector<std::vector<int32_t>> prompts = {{1, 5, 6, 7, 8, 5, 6, 7, 8, 5, 6},
@@ -83,7 +76,7 @@ std::vector<GenerateRequest> fixture_requests(int max_len = 64) {
     p.temperature = 0.0f;
     p.max_tokens = max_len - static_cast<int>(prompts[i].size());
     p.ignore_eos = true;
-    reqs.push_back(request("f" + std::to_string(i), prompts[i], p));
+    reqs.push_back(make_request("f" + std::to_string(i), prompts[i], p));
   }
   return reqs;
 }
@@ -186,7 +179,7 @@ TEST(DraftSampled, VerifiedTokensKeepTheTargetDistributionOverSeeds) {
     p.seed = seed;
     p.max_tokens = 4;  // the decode after the prompt drafts positions 1 and 2
     p.ignore_eos = true;
-    reqs.push_back(request("s" + std::to_string(seed), prompt, p));
+    reqs.push_back(make_request("s" + std::to_string(seed), prompt, p));
   }
   EngineConfig cfg = stories_config();
   cfg.scheduler.max_num_seqs = 256;
@@ -198,46 +191,7 @@ TEST(DraftSampled, VerifiedTokensKeepTheTargetDistributionOverSeeds) {
   EXPECT_GT(t.drafted, 1500);
   EXPECT_GT(t.accepted, 0);
   EXPECT_LT(t.acceptance(), 0.5) << "the draft agrees too well to test the residual";
-  for (size_t pos : {1u, 2u}) {
-    SCOPED_TRACE("output position " + std::to_string(pos));
-    std::map<int32_t, std::pair<int, int>> counts;
-    for (const auto& r : reqs) {
-      ASSERT_EQ(got.at(r.request_id).size(), 4u);
-      counts[got.at(r.request_id)[pos]].first++;
-      counts[want.at(r.request_id)[pos]].second++;
-    }
-    test::expect_same_distribution(counts, 4);
-  }
-}
-
-// Every output's tokens and logprobs, and the prompt logprobs, of the given requests.
-struct Full {
-  std::vector<int32_t> tokens;
-  std::vector<PositionLogprobs> logprobs;
-  std::vector<PositionLogprobs> prompt_logprobs;
-};
-std::map<std::string, Full> run_full(Engine& engine, const std::vector<GenerateRequest>& reqs) {
-  std::map<std::string, std::shared_ptr<RequestStream>> streams;
-  for (const auto& r : reqs) {
-    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
-    engine.add_request(r, streams[r.request_id]);
-  }
-  std::map<std::string, Full> out;
-  for (int step = 0; engine.has_unfinished_requests() && step < 100000; ++step) {
-    engine.step();
-    for (auto& [id, st] : streams) {
-      while (auto o = st->next(std::chrono::milliseconds(0))) {
-        EXPECT_FALSE(o->error.has_value()) << *o->error;
-        Full& f = out[id];
-        f.prompt_logprobs.insert(f.prompt_logprobs.end(), o->prompt_logprobs.begin(), o->prompt_logprobs.end());
-        for (const auto& d : o->outputs) {
-          f.tokens.insert(f.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-          f.logprobs.insert(f.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-        }
-      }
-    }
-  }
-  return out;
+  test::expect_same_distribution_at(got, want, {1, 2}, 4, 4);
 }
 
 TEST(DraftSampled, LogprobsAreTheTargetsForTheEmittedTokens) {
@@ -253,14 +207,14 @@ TEST(DraftSampled, LogprobsAreTheTargetsForTheEmittedTokens) {
     p.max_tokens = 10;
     p.ignore_eos = true;
     p.logprobs = 2;
-    reqs.push_back(request("l" + std::to_string(seed), prompt, p));
+    reqs.push_back(make_request("l" + std::to_string(seed), prompt, p));
   }
   Engine spec(with_draft(stories_config(), gguf("tiny-random-Q8_0.gguf"), 3));
   const auto got = run_full(spec, reqs);
   EXPECT_GT(totals(spec).verifications, 16);
   std::vector<GenerateRequest> replays;
   for (const auto& r : reqs) {
-    const Full& f = got.at(r.request_id);
+    const FullResult& f = got.at(r.request_id);
     ASSERT_EQ(f.tokens.size(), 10u);
     ASSERT_EQ(f.logprobs.size(), 10u);
     std::vector<int32_t> text = prompt;
@@ -269,13 +223,13 @@ TEST(DraftSampled, LogprobsAreTheTargetsForTheEmittedTokens) {
     p.temperature = 0.0f;
     p.max_tokens = 1;
     p.prompt_logprobs = 2;
-    replays.push_back(request(r.request_id, text, p));
+    replays.push_back(make_request(r.request_id, text, p));
   }
   Engine plain(stories_config());
   const auto want = run_full(plain, replays);
   for (const auto& r : reqs) {
-    const Full& g = got.at(r.request_id);
-    const Full& w = want.at(r.request_id);
+    const FullResult& g = got.at(r.request_id);
+    const FullResult& w = want.at(r.request_id);
     ASSERT_EQ(w.prompt_logprobs.size(), prompt.size() - 1 + 10);
     for (size_t i = 0; i < 10; ++i) {
       const PositionLogprobs& a = g.logprobs[i];
@@ -318,7 +272,7 @@ TEST(DraftSampled, TypicalAcceptanceKeepsMoreLookupDraftsThanRejectionSampling) 
   g.max_tokens = 60;
   g.ignore_eos = true;
   std::vector<int32_t> prompt = {1};
-  const auto story = run_requests(greedy, {request("story", prompt, g)}).at("story");
+  const auto story = run_requests(greedy, {make_request("story", prompt, g)}).at("story");
   prompt.insert(prompt.end(), story.begin(), story.end());
   std::vector<GenerateRequest> reqs;
   for (int seed = 0; seed < 40; ++seed) {
@@ -327,7 +281,7 @@ TEST(DraftSampled, TypicalAcceptanceKeepsMoreLookupDraftsThanRejectionSampling) 
     p.seed = seed;
     p.max_tokens = 24;
     p.ignore_eos = true;
-    reqs.push_back(request("t" + std::to_string(seed), prompt, p));
+    reqs.push_back(make_request("t" + std::to_string(seed), prompt, p));
   }
   EngineConfig cfg = stories_config();
   cfg.spec.speculative_model = "[ngram]";

@@ -62,9 +62,10 @@ std::vector<int32_t> reference_greedy(const std::string& lora) {
   return reference_fixture::load_expected_from(kLora + lora).greedy;
 }
 
-TEST(EngineLora, AdaptersAndTheBaseInOneBatchEachGetTheirReferenceTokens) {
-  Engine engine(lora_config());
-  ASSERT_EQ(engine.loras().size(), 3u);
+// Two requests for each adapter and two for the base model (ids: adapter or "base", then 0 or 1), in
+// one batch: each adapter's get its reference tokens, the base's the same tokens as each other and
+// not an adapter's (the base model repeats token 49 here, like qv_r4). The outputs by id.
+Outputs run_adapters_and_base(Engine& engine) {
   std::vector<GenerateRequest> reqs;
   for (int copy = 0; copy < 2; ++copy) {
     for (const auto& a : kAdapters) reqs.push_back(greedy_request(a + std::to_string(copy), a));
@@ -75,8 +76,14 @@ TEST(EngineLora, AdaptersAndTheBaseInOneBatchEachGetTheirReferenceTokens) {
     for (const auto& a : kAdapters) EXPECT_EQ(got.at(a + std::to_string(copy)), reference_greedy(a)) << a;
   }
   EXPECT_EQ(got.at("base0"), got.at("base1"));
-  // The base rows are not an adapter's (the base model repeats token 49 here, like qv_r4).
   EXPECT_NE(got.at("base0"), reference_greedy(kAdapters[1]));
+  return got;
+}
+
+TEST(EngineLora, AdaptersAndTheBaseInOneBatchEachGetTheirReferenceTokens) {
+  Engine engine(lora_config());
+  ASSERT_EQ(engine.loras().size(), 3u);
+  const Outputs got = run_adapters_and_base(engine);
   EXPECT_NE(got.at("base0"), reference_greedy(kAdapters[2]));
 }
 
@@ -126,17 +133,7 @@ TEST(EngineLora, MoreAdaptersThanSlotsAreSwappedInAndEachRequestGetsItsReference
     SCOPED_TRACE(::testing::Message() << "--max-loras " << slots << " --max-cpu-loras " << host);
     Engine engine(lora_config(slots, host));
     ASSERT_EQ(engine.loras().size(), 3u);
-    std::vector<GenerateRequest> reqs;
-    for (int copy = 0; copy < 2; ++copy) {
-      for (const auto& a : kAdapters) reqs.push_back(greedy_request(a + std::to_string(copy), a));
-      reqs.push_back(greedy_request("base" + std::to_string(copy), ""));
-    }
-    const Outputs got = run_requests(engine, reqs);
-    for (int copy = 0; copy < 2; ++copy) {
-      for (const auto& a : kAdapters) EXPECT_EQ(got.at(a + std::to_string(copy)), reference_greedy(a)) << a;
-    }
-    EXPECT_EQ(got.at("base0"), got.at("base1"));
-    EXPECT_NE(got.at("base0"), reference_greedy(kAdapters[1]));
+    run_adapters_and_base(engine);
     // Three adapters through fewer slots: at least 3 - slots were written in for requests.
     EXPECT_GE(engine.lora_swaps(), 3 - slots);
   }

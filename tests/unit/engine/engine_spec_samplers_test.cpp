@@ -20,6 +20,7 @@
 #include "engine/request/sampling_params.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/support/engine_jobs.h"
+#include "tests/support/full_runs.h"
 #include "tests/support/same_distribution.h"
 
 namespace cypris {
@@ -35,58 +36,11 @@ EngineConfig ngram_config(int k = 4, int max_n = 2) {
   return cfg;
 }
 
-void expect_speculated(const Engine& engine) {
-  const EngineStats s = engine.stats();
-  EXPECT_TRUE(s.spec_decode);
-  EXPECT_GT(s.spec_draft_tokens_total, 0) << "no drafts: the comparison tested nothing";
-  EXPECT_GT(s.spec_accepted_tokens_total, 0) << "no accepted drafts: the comparison tested nothing";
-  EXPECT_LT(s.spec_accepted_tokens_total, s.spec_draft_tokens_total) << "no rejections: the rollback went untested";
-}
-
-struct Result {
-  std::vector<int32_t> tokens;
-  std::string text;
-  std::string finish_reason;
-};
-
-std::map<std::string, Result> run_full(Engine& engine, const std::vector<GenerateRequest>& reqs) {
-  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+void expect_equal_results(const std::vector<GenerateRequest>& reqs, const std::map<std::string, FullResult>& want,
+                          const std::map<std::string, FullResult>& got) {
   for (const auto& r : reqs) {
-    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
-    engine.add_request(r, streams[r.request_id]);
-  }
-  std::map<std::string, Result> out;
-  for (int step = 0; engine.has_unfinished_requests() && step < 100000; ++step) {
-    engine.step();
-    for (auto& [id, st] : streams) {
-      while (auto o = st->next(std::chrono::milliseconds(0))) {
-        EXPECT_FALSE(o->error.has_value()) << id << ": " << *o->error;
-        for (const auto& d : o->outputs) {
-          Result& r = out[id];
-          r.tokens.insert(r.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-          r.text += d.text;
-          if (d.finish_reason) r.finish_reason = *d.finish_reason;
-        }
-      }
-    }
-  }
-  EXPECT_FALSE(engine.has_unfinished_requests());
-  return out;
-}
-
-GenerateRequest request(const std::string& id, const std::vector<int32_t>& prompt, const SamplingParams& p) {
-  GenerateRequest r;
-  r.request_id = id;
-  r.prompt_token_ids = prompt;
-  r.params = std::make_shared<SamplingParams>(p);
-  return r;
-}
-
-void expect_equal_results(const std::vector<GenerateRequest>& reqs, const std::map<std::string, Result>& want,
-                          const std::map<std::string, Result>& got) {
-  for (const auto& r : reqs) {
-    const Result& w = want.at(r.request_id);
-    const Result& g = got.at(r.request_id);
+    const FullResult& w = want.at(r.request_id);
+    const FullResult& g = got.at(r.request_id);
     EXPECT_EQ(g.tokens, w.tokens) << r.request_id;
     EXPECT_EQ(g.text, w.text) << r.request_id;
     EXPECT_EQ(g.finish_reason, w.finish_reason) << r.request_id;
@@ -101,7 +55,7 @@ std::string greedy_story_text(int tokens) {
   g.temperature = 0.0f;
   g.max_tokens = tokens;
   g.ignore_eos = true;
-  return run_full(engine, {request("story", {1}, g)}).at("story").text;
+  return run_full(engine, {make_request("story", {1}, g)}).at("story").text;
 }
 
 std::vector<int32_t> encode_prompt(const std::string& text) {
@@ -123,7 +77,7 @@ std::vector<GenerateRequest> guided_requests(const SamplingParams& base) {
     p.guided.kind = kind;
     p.guided.text = text;
     p.guided.choices = std::move(choices);
-    reqs.push_back(request(id, encode_prompt(prompt), p));
+    reqs.push_back(make_request(id, encode_prompt(prompt), p));
   };
   const std::string schema = R"({"type":"object","properties":{"story":{"type":"string"}},"required":["story"]})";
   add("json", nlohmann::json{{"story", story}}.dump() + "\n", GuidedKind::JsonSchema, schema);
@@ -201,7 +155,7 @@ TEST(SpecGuided, DraftModelKeepsTheMaskedDistributionOverSeeds) {
     p.ignore_eos = true;
     p.guided.kind = GuidedKind::Regex;
     p.guided.text = "( [a-z]+)+";
-    reqs.push_back(request("s" + std::to_string(seed), prompt, p));
+    reqs.push_back(make_request("s" + std::to_string(seed), prompt, p));
   }
   EngineConfig cfg = stories_config();
   cfg.scheduler.max_num_seqs = 256;
@@ -212,16 +166,7 @@ TEST(SpecGuided, DraftModelKeepsTheMaskedDistributionOverSeeds) {
   Engine spec(cfg);
   const auto got = run_full(spec, reqs);
   expect_speculated(spec);
-  for (size_t pos : {1u, 2u}) {
-    SCOPED_TRACE("output position " + std::to_string(pos));
-    std::map<int32_t, std::pair<int, int>> counts;
-    for (const auto& r : reqs) {
-      ASSERT_EQ(got.at(r.request_id).tokens.size(), 4u) << got.at(r.request_id).text;
-      counts[got.at(r.request_id).tokens[pos]].first++;
-      counts[want.at(r.request_id).tokens[pos]].second++;
-    }
-    test::expect_same_distribution(counts, 4);
-  }
+  test::expect_same_distribution_at(tokens_of(got), tokens_of(want), {1, 2}, 4, 4);
 }
 
 // Greedy jobs whose outputs are long enough for stories260k to repeat itself (and lookup to match).
@@ -263,7 +208,7 @@ std::vector<GenerateRequest> banned_requests(const SamplingParams& base) {
   g.temperature = 0.0f;
   g.max_tokens = 100;
   g.ignore_eos = true;
-  const std::vector<int32_t> story = run_full(greedy, {request("story", {1}, g)}).at("story").tokens;
+  const std::vector<int32_t> story = run_full(greedy, {make_request("story", {1}, g)}).at("story").tokens;
   std::vector<GenerateRequest> plain;
   for (int cut : {3, 6, 10, 15, 20, 25, 30, 40}) {
     std::vector<int32_t> prompt = {1};
@@ -272,7 +217,7 @@ std::vector<GenerateRequest> banned_requests(const SamplingParams& base) {
     SamplingParams p = base;
     p.max_tokens = 80;
     p.ignore_eos = true;
-    plain.push_back(request("retell" + std::to_string(cut), prompt, p));
+    plain.push_back(make_request("retell" + std::to_string(cut), prompt, p));
   }
   Engine engine(ngram_config(6, 2));
   const auto deltas = run_deltas(engine, plain);
@@ -299,7 +244,7 @@ std::vector<GenerateRequest> banned_requests(const SamplingParams& base) {
     if (phrases.empty()) continue;
     SamplingParams p = *r.params;
     p.banned_strings = phrases;
-    reqs.push_back(request(r.request_id + "-banned", r.prompt_token_ids, p));
+    reqs.push_back(make_request(r.request_id + "-banned", r.prompt_token_ids, p));
   }
   EXPECT_GE(reqs.size(), 4u) << "too few verified runs of 4 tokens to ban inside";
   return reqs;
@@ -353,7 +298,7 @@ TEST(SpecMirostat, SeededOutputsEqualWithoutSpeculation) {
       p.seed = 300 + static_cast<int>(i) * 7 + v;
       p.max_tokens = 64;
       p.ignore_eos = true;
-      reqs.push_back(request(jobs[i].id + "-m" + std::to_string(v), jobs[i].prompt, p));
+      reqs.push_back(make_request(jobs[i].id + "-m" + std::to_string(v), jobs[i].prompt, p));
     }
   }
   Engine plain(stories_config());
@@ -377,7 +322,7 @@ TEST(SpecMirostat, GuidedAndBannedTogetherEqualWithoutSpeculation) {
   for (size_t i = 0; i < 3; ++i) {
     SamplingParams q = *reqs[i].params;
     q.banned_strings = {" the", "ing"};
-    reqs.push_back(request(reqs[i].request_id + "-banned", reqs[i].prompt_token_ids, q));
+    reqs.push_back(make_request(reqs[i].request_id + "-banned", reqs[i].prompt_token_ids, q));
   }
   Engine plain(stories_config());
   const auto want = run_full(plain, reqs);
@@ -402,7 +347,7 @@ TEST(SpecMirostat, DraftModelKeepsTheTargetDistributionOverSeeds) {
     p.seed = seed;
     p.max_tokens = 4;
     p.ignore_eos = true;
-    reqs.push_back(request("s" + std::to_string(seed), prompt, p));
+    reqs.push_back(make_request("s" + std::to_string(seed), prompt, p));
   }
   EngineConfig cfg = stories_config();
   cfg.scheduler.max_num_seqs = 256;
@@ -413,16 +358,7 @@ TEST(SpecMirostat, DraftModelKeepsTheTargetDistributionOverSeeds) {
   Engine spec(cfg);
   const auto got = run_full(spec, reqs);
   expect_speculated(spec);
-  for (size_t pos : {1u, 2u, 3u}) {
-    SCOPED_TRACE("output position " + std::to_string(pos));
-    std::map<int32_t, std::pair<int, int>> counts;
-    for (const auto& r : reqs) {
-      ASSERT_EQ(got.at(r.request_id).tokens.size(), 4u);
-      counts[got.at(r.request_id).tokens[pos]].first++;
-      counts[want.at(r.request_id).tokens[pos]].second++;
-    }
-    test::expect_same_distribution(counts, 4);
-  }
+  test::expect_same_distribution_at(tokens_of(got), tokens_of(want), {1, 2, 3}, 4, 4);
 }
 
 }  // namespace

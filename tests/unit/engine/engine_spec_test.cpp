@@ -15,6 +15,7 @@
 #include "engine/core/engine.h"
 #include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
+#include "tests/support/full_runs.h"
 #include "tests/support/same_distribution.h"
 
 namespace cypris {
@@ -33,14 +34,6 @@ EngineConfig spec_config(int k = 4, int max_n = 3) {
 
 // Greedy jobs whose outputs are long enough for stories260k to repeat itself.
 std::vector<Job> long_jobs(int count, uint32_t seed) { return make_long_jobs(count, seed, 200, 40, 60); }
-
-void expect_speculated(const Engine& engine) {
-  const EngineStats s = engine.stats();
-  EXPECT_TRUE(s.spec_decode);
-  EXPECT_GT(s.spec_draft_tokens_total, 0) << "no drafts: the comparison tested nothing";
-  EXPECT_GT(s.spec_accepted_tokens_total, 0) << "no accepted drafts: the comparison tested nothing";
-  EXPECT_LT(s.spec_accepted_tokens_total, s.spec_draft_tokens_total) << "no rejections: the rollback went untested";
-}
 
 class SpecGreedy : public ::testing::Test {
  protected:
@@ -146,50 +139,6 @@ TEST(SpecFixtures, GreedyOutputsEqualWithoutSpeculation) {
   }
 }
 
-// A full request's result: tokens, text, finish and logprobs.
-struct Result {
-  std::vector<int32_t> tokens;
-  std::string text;
-  std::string finish_reason;
-  std::string stop_reason;
-  std::vector<PositionLogprobs> logprobs;
-};
-
-std::map<std::string, Result> run_full(Engine& engine, const std::vector<GenerateRequest>& reqs) {
-  std::map<std::string, std::shared_ptr<RequestStream>> streams;
-  for (const auto& r : reqs) {
-    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
-    engine.add_request(r, streams[r.request_id]);
-  }
-  std::map<std::string, Result> out;
-  for (int step = 0; engine.has_unfinished_requests() && step < 100000; ++step) {
-    engine.step();
-    for (auto& [id, st] : streams) {
-      while (auto o = st->next(std::chrono::milliseconds(0))) {
-        EXPECT_FALSE(o->error.has_value()) << *o->error;
-        for (const auto& d : o->outputs) {
-          Result& r = out[id];
-          r.tokens.insert(r.tokens.end(), d.token_ids.begin(), d.token_ids.end());
-          r.text += d.text;
-          r.logprobs.insert(r.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-          if (d.finish_reason) r.finish_reason = *d.finish_reason;
-          if (d.stop_reason) r.stop_reason = *d.stop_reason;
-        }
-      }
-    }
-  }
-  EXPECT_FALSE(engine.has_unfinished_requests());
-  return out;
-}
-
-GenerateRequest request(const std::string& id, const std::vector<int32_t>& prompt, const SamplingParams& p) {
-  GenerateRequest r;
-  r.request_id = id;
-  r.prompt_token_ids = prompt;
-  r.params = std::make_shared<SamplingParams>(p);
-  return r;
-}
-
 TEST(SpecSampled, SeededOutputsEqualWithoutSpeculation) {
   // Temperature 1 with the truncation samplers and penalties that see the history: the token at
   // each verified position is the one the request's stream draws there without speculation.
@@ -213,7 +162,7 @@ TEST(SpecSampled, SeededOutputsEqualWithoutSpeculation) {
         p.frequency_penalty = 0.3f;
         p.presence_penalty = 0.2f;
       }
-      reqs.push_back(request(jobs[i].id + "-v" + std::to_string(v), jobs[i].prompt, p));
+      reqs.push_back(make_request(jobs[i].id + "-v" + std::to_string(v), jobs[i].prompt, p));
     }
   }
   Engine plain(stories_config());
@@ -234,7 +183,7 @@ TEST(SpecSampled, FirstTokensKeepTheTargetDistributionOverSeeds) {
   g.max_tokens = 60;
   g.ignore_eos = true;
   std::vector<int32_t> prompt = {1};
-  const auto story = run_requests(greedy, {request("story", prompt, g)}).at("story");
+  const auto story = run_requests(greedy, {make_request("story", prompt, g)}).at("story");
   prompt.insert(prompt.end(), story.begin(), story.end());
   std::vector<GenerateRequest> reqs;
   for (int seed = 0; seed < 240; ++seed) {
@@ -243,7 +192,7 @@ TEST(SpecSampled, FirstTokensKeepTheTargetDistributionOverSeeds) {
     p.seed = seed;
     p.max_tokens = 3;  // room for a draft after the first token
     p.ignore_eos = true;
-    reqs.push_back(request("s" + std::to_string(seed), prompt, p));
+    reqs.push_back(make_request("s" + std::to_string(seed), prompt, p));
   }
   EngineConfig cfg = spec_config(2, 3);
   Engine spec(cfg);
@@ -251,13 +200,8 @@ TEST(SpecSampled, FirstTokensKeepTheTargetDistributionOverSeeds) {
   Engine plain(stories_config());
   const auto want = run_full(plain, reqs);
   expect_speculated(spec);
-  std::map<int32_t, std::pair<int, int>> counts;  // token at output position 1 (verified) -> (spec, plain)
-  for (const auto& r : reqs) {
-    ASSERT_EQ(got.at(r.request_id).tokens.size(), 3u);
-    counts[got.at(r.request_id).tokens[1]].first++;
-    counts[want.at(r.request_id).tokens[1]].second++;
-  }
-  test::expect_same_distribution(counts, 3);
+  // The token at output position 1 (verified).
+  test::expect_same_distribution_at(tokens_of(got), tokens_of(want), {1}, 3, 3);
 }
 
 TEST(SpecInteractions, StopStringsStopIdsAndMaxTokensCutWhereTheyCutWithout) {
@@ -269,13 +213,13 @@ TEST(SpecInteractions, StopStringsStopIdsAndMaxTokensCutWhereTheyCutWithout) {
     p.temperature = 0.0f;
     p.max_tokens = 80;
     p.ignore_eos = true;
-    base.push_back(request(j.id, j.prompt, p));
+    base.push_back(make_request(j.id, j.prompt, p));
   }
   Engine plain0(stories_config());
   const auto full = run_full(plain0, base);
   std::vector<GenerateRequest> reqs;
   for (const Job& j : jobs) {
-    const Result& f = full.at(j.id);
+    const FullResult& f = full.at(j.id);
     ASSERT_GE(f.text.size(), 60u);
     for (size_t at : {20u, 35u, 50u}) {
       SamplingParams p;
@@ -283,15 +227,15 @@ TEST(SpecInteractions, StopStringsStopIdsAndMaxTokensCutWhereTheyCutWithout) {
       p.max_tokens = 80;
       p.ignore_eos = true;
       p.stop = {f.text.substr(at, 4)};
-      reqs.push_back(request(j.id + "-str" + std::to_string(at), j.prompt, p));
+      reqs.push_back(make_request(j.id + "-str" + std::to_string(at), j.prompt, p));
       SamplingParams q = p;
       q.stop.clear();
       q.stop_token_ids = {f.tokens[at / 4 + 5]};
-      reqs.push_back(request(j.id + "-id" + std::to_string(at), j.prompt, q));
+      reqs.push_back(make_request(j.id + "-id" + std::to_string(at), j.prompt, q));
       SamplingParams m = p;
       m.stop.clear();
       m.max_tokens = static_cast<int>(at / 3 + 2);
-      reqs.push_back(request(j.id + "-max" + std::to_string(at), j.prompt, m));
+      reqs.push_back(make_request(j.id + "-max" + std::to_string(at), j.prompt, m));
     }
   }
   Engine plain(stories_config());
@@ -299,8 +243,8 @@ TEST(SpecInteractions, StopStringsStopIdsAndMaxTokensCutWhereTheyCutWithout) {
   Engine spec(spec_config(6, 2));
   const auto got = run_full(spec, reqs);
   for (const auto& r : reqs) {
-    const Result& w = want.at(r.request_id);
-    const Result& g = got.at(r.request_id);
+    const FullResult& w = want.at(r.request_id);
+    const FullResult& g = got.at(r.request_id);
     EXPECT_EQ(g.tokens, w.tokens) << r.request_id;
     EXPECT_EQ(g.text, w.text) << r.request_id;
     EXPECT_EQ(g.finish_reason, w.finish_reason) << r.request_id;
@@ -318,15 +262,15 @@ TEST(SpecInteractions, LogprobsAreTheTargets) {
     p.max_tokens = 60;
     p.ignore_eos = true;
     p.logprobs = 3;
-    reqs.push_back(request(j.id, j.prompt, p));
+    reqs.push_back(make_request(j.id, j.prompt, p));
   }
   Engine plain(stories_config());
   const auto want = run_full(plain, reqs);
   Engine spec(spec_config());
   const auto got = run_full(spec, reqs);
   for (const auto& r : reqs) {
-    const Result& w = want.at(r.request_id);
-    const Result& g = got.at(r.request_id);
+    const FullResult& w = want.at(r.request_id);
+    const FullResult& g = got.at(r.request_id);
     ASSERT_EQ(g.tokens, w.tokens);
     ASSERT_EQ(g.logprobs.size(), w.logprobs.size());
     for (size_t i = 0; i < w.logprobs.size(); ++i) {
@@ -347,7 +291,7 @@ TEST(SpecConfig, BeamSearchIsRefusedByName) {
   p.temperature = 0.0f;
   p.max_tokens = 4;
   try {
-    engine.add_request(request("beam", {1, 300, 301}, p), std::make_shared<RequestStream>("beam"));
+    engine.add_request(make_request("beam", {1, 300, 301}, p), std::make_shared<RequestStream>("beam"));
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), AllOf(HasSubstr("use_beam_search"), HasSubstr("speculative")));

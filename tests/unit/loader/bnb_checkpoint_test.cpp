@@ -62,8 +62,7 @@ TEST_P(BnbCheckpoint, LayersDequantizeToTheReferenceBitForBit) {
   const auto want = quant_expected(kQuant + GetParam())["dequant_fnv1a64"];
   ASSERT_EQ(want.size(), 7u);
   for (const auto& [layer, hash] : want.items()) {
-    const HostTensor t = w->load(layer + ".weight", layer_shape(layer), DType::F32);
-    EXPECT_EQ(fnv1a64(t.buffer.as<float>(), static_cast<size_t>(t.view().numel())), hash.get<std::string>()) << layer;
+    EXPECT_EQ(test::dequantized_fnv1a64(*w, layer, layer_shape(layer)), hash.get<std::string>()) << layer;
   }
 }
 
@@ -137,8 +136,7 @@ TEST(BnbInt8Checkpoint, LayersDequantizeToTheReferenceBitForBit) {
   ASSERT_EQ(want.size(), 7u);
   for (const auto& [layer, hash] : want.items()) {
     EXPECT_FALSE(w->native_dtype(layer + ".weight").has_value()) << layer;
-    const HostTensor t = w->load(layer + ".weight", layer_shape(layer), DType::F32);
-    EXPECT_EQ(fnv1a64(t.buffer.as<float>(), static_cast<size_t>(t.view().numel())), hash.get<std::string>()) << layer;
+    EXPECT_EQ(test::dequantized_fnv1a64(*w, layer, layer_shape(layer)), hash.get<std::string>()) << layer;
   }
   test::expect_slices_of_whole(*w, "model.layers.0.mlp.down_proj.weight", {128, 256}, DType::F32);
 }

@@ -12,10 +12,8 @@
 // offset 129%; both also fail the loader's bit-for-bit tests and the greedy tokens).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "engine/runtime/model_runner.h"
-#include "tests/support/reference_fixture.h"
+#include "tests/support/quant_model_checks.h"
 
 namespace cypris {
 namespace {
@@ -23,45 +21,34 @@ namespace {
 using namespace reference_fixture;
 
 constexpr double kTolerance = 1e-4;
-const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
 
-// Blocks of 4 tokens, so the decode crosses block boundaries.
-ModelRunnerOptions options(const std::string& name, int tp = 1) {
-  return fixture_options(kQuant + name, "float32", 4, 16, tp);
+ModelRunnerOptions options(const std::string& name) {
+  return quant_model_options(kQuantModels + name);
+}
+Expected load(const std::string& name) {
+  return load_expected_from(kQuantModels + name);
 }
 
 class BnbModels : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BnbModels, FullPrefillMatchesTheFloat64Reference) {
-  const Expected e = load_expected_from(kQuant + GetParam());
+  const Expected e = load(GetParam());
   ModelRunner runner(options(GetParam()));
-  const Logits l = full_prefill(runner, e.ids);
-  ASSERT_EQ(l.rows, static_cast<int64_t>(e.ids.size()));
-  double worst = 0;
-  for (int64_t r = 0; r < l.rows; ++r) worst = std::max(worst, rel_err(l.row(r), e.logits[r].data(), l.vocab));
-  EXPECT_LT(worst, kTolerance) << GetParam();
-  RecordProperty("max_rel_err", std::to_string(worst));
+  expect_prefill_within(runner, e, kTolerance, GetParam());
 }
 
 TEST_P(BnbModels, GreedyDecodeMatchesTheReference) {
-  const Expected e = load_expected_from(kQuant + GetParam());
+  const Expected e = load(GetParam());
   ModelRunner runner(options(GetParam()));
-  ASSERT_FALSE(e.greedy.empty());
-  const std::vector<int32_t> got =
-      greedy_decode(runner, std::vector<int32_t>(e.ids.begin(), e.ids.begin() + 12), e.greedy.size());
-  EXPECT_EQ(got, e.greedy) << GetParam();
+  expect_reference_greedy(runner, e, GetParam());
 }
 
 // Two ranks: every 4-bit layer splits on whole 64-value blocks (rows, or 64/128 columns per rank), so
 // the ranks keep 4-bit blocks (int8 layers: the dequantized values); with fp32 activations the logits
 // agree with one rank to float summation order.
 TEST_P(BnbModels, TwoCpuRanksGiveTheOneRankLogits) {
-  const Expected e = load_expected_from(kQuant + GetParam());
-  ModelRunner one(options(GetParam()));
-  ModelRunner two(options(GetParam(), 2));
-  ASSERT_EQ(two.tensor_parallel_size(), 2);
-  const Logits a = full_prefill(one, e.ids);
-  const Logits b = full_prefill(two, e.ids);
+  const Expected e = load(GetParam());
+  const auto [a, b] = one_and_two_rank_prefills(kQuantModels + GetParam(), e);
   ASSERT_EQ(a.rows, b.rows);
   for (int64_t r = 0; r < a.rows; ++r) EXPECT_LT(rel_err(b.row(r), a.row(r), a.vocab), 1e-5) << "row " << r;
 }

@@ -11,10 +11,8 @@
 // by one code, is off by 30% or more (checked by hand, docs/quantization.md "EXL2").
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "engine/runtime/model_runner.h"
-#include "tests/support/reference_fixture.h"
+#include "tests/support/quant_model_checks.h"
 
 namespace cypris {
 namespace {
@@ -22,27 +20,18 @@ namespace {
 using namespace reference_fixture;
 
 constexpr double kTolerance = 1e-4;
-const std::string kExl2 = std::string(CYPRIS_FIXTURES_DIR) + "/quant/exl2_mixed";
-
-ModelRunnerOptions options(int tp = 1) { return fixture_options(kExl2, "float32", 4, 16, tp); }
+const std::string kExl2 = kQuantModels + "exl2_mixed";
 
 TEST(Exl2Model, FullPrefillMatchesTheFloat64Reference) {
   const Expected e = load_expected_from(kExl2);
-  ModelRunner runner(options());
-  const Logits l = full_prefill(runner, e.ids);
-  ASSERT_EQ(l.rows, static_cast<int64_t>(e.ids.size()));
-  double worst = 0;
-  for (int64_t r = 0; r < l.rows; ++r) worst = std::max(worst, rel_err(l.row(r), e.logits[r].data(), l.vocab));
-  EXPECT_LT(worst, kTolerance);
-  RecordProperty("max_rel_err", std::to_string(worst));
+  ModelRunner runner(quant_model_options(kExl2));
+  expect_prefill_within(runner, e, kTolerance, "exl2_mixed");
 }
 
 TEST(Exl2Model, GreedyDecodeMatchesTheReference) {
   const Expected e = load_expected_from(kExl2);
-  ModelRunner runner(options());
-  ASSERT_FALSE(e.greedy.empty());
-  EXPECT_EQ(greedy_decode(runner, std::vector<int32_t>(e.ids.begin(), e.ids.begin() + 12), e.greedy.size()),
-            e.greedy);
+  ModelRunner runner(quant_model_options(kExl2));
+  expect_reference_greedy(runner, e, "exl2_mixed");
 }
 
 // --dtype float16 (what auto picks for this float16 checkpoint): each dequantized weight is rounded
@@ -53,24 +42,15 @@ TEST(Exl2Model, GreedyDecodeMatchesTheReference) {
 TEST(Exl2Model, Float16WeightsStayCloseToTheReference) {
   const Expected e = load_expected_from(kExl2);
   ModelRunner runner(fixture_options(kExl2, "float16", 4, 16));
-  const Logits l = full_prefill(runner, e.ids);
-  double worst = 0;
-  for (int64_t r = 0; r < l.rows; ++r) worst = std::max(worst, rel_err(l.row(r), e.logits[r].data(), l.vocab));
-  EXPECT_LT(worst, 1e-2);
-  RecordProperty("max_rel_err", std::to_string(worst));
-  EXPECT_EQ(greedy_decode(runner, std::vector<int32_t>(e.ids.begin(), e.ids.begin() + 12), e.greedy.size()),
-            e.greedy);
+  expect_prefill_within(runner, e, 1e-2, "exl2_mixed at float16");
+  EXPECT_EQ(greedy_after_prompt(runner, e), e.greedy);
 }
 
 // Column-parallel layers take their output rows, row-parallel ones their input columns in the
 // model's order (the permutation is undone while loading, so any split of the inputs works).
 TEST(Exl2Model, TwoCpuRanksGiveTheOneRankLogits) {
   const Expected e = load_expected_from(kExl2);
-  ModelRunner one(options());
-  ModelRunner two(options(2));
-  ASSERT_EQ(two.tensor_parallel_size(), 2);
-  const Logits a = full_prefill(one, e.ids);
-  const Logits b = full_prefill(two, e.ids);
+  const auto [a, b] = one_and_two_rank_prefills(kExl2, e);
   ASSERT_EQ(a.rows, b.rows);
   for (int64_t r = 0; r < a.rows; ++r) EXPECT_LT(rel_err(b.row(r), a.row(r), a.vocab), 1e-5) << "row " << r;
 }

@@ -12,10 +12,8 @@
 // 119% of the largest logit off).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "engine/runtime/model_runner.h"
-#include "tests/support/reference_fixture.h"
+#include "tests/support/quant_model_checks.h"
 
 namespace cypris {
 namespace {
@@ -23,48 +21,37 @@ namespace {
 using namespace reference_fixture;
 
 constexpr double kTolerance = 1e-4;
-const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
 
-// Blocks of 4 tokens, so the decode crosses block boundaries.
-ModelRunnerOptions options(const std::string& name, int tp = 1) {
-  return fixture_options(kQuant + name, "float32", 4, 16, tp);
+ModelRunnerOptions options(const std::string& name) {
+  return quant_model_options(kQuantModels + name);
+}
+Expected load(const std::string& name) {
+  return load_expected_from(kQuantModels + name);
 }
 
 class Fp8Models : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Fp8Models, FullPrefillMatchesTheFloat64Reference) {
-  const Expected e = load_expected_from(kQuant + GetParam());
+  const Expected e = load(GetParam());
   ModelRunner runner(options(GetParam()));
-  const Logits l = full_prefill(runner, e.ids);
-  ASSERT_EQ(l.rows, static_cast<int64_t>(e.ids.size()));
-  double worst = 0;
-  for (int64_t r = 0; r < l.rows; ++r) worst = std::max(worst, rel_err(l.row(r), e.logits[r].data(), l.vocab));
   // int8 (W8A8) layers: 8-bit activations per 128 values, as the online int8 layers (see
   // online_quant_models_test.cpp for the tolerance); FP8: fp32 activations.
   const double tol = GetParam().find("w8a8") != std::string::npos ? 8e-2 : kTolerance;
-  EXPECT_LT(worst, tol) << GetParam();
-  RecordProperty("max_rel_err", std::to_string(worst));
+  expect_prefill_within(runner, e, tol, GetParam());
 }
 
 TEST_P(Fp8Models, GreedyDecodeMatchesTheReference) {
-  const Expected e = load_expected_from(kQuant + GetParam());
+  const Expected e = load(GetParam());
   ModelRunner runner(options(GetParam()));
-  ASSERT_FALSE(e.greedy.empty());
-  const std::vector<int32_t> got =
-      greedy_decode(runner, std::vector<int32_t>(e.ids.begin(), e.ids.begin() + 12), e.greedy.size());
-  EXPECT_EQ(got, e.greedy) << GetParam();
+  expect_reference_greedy(runner, e, GetParam());
 }
 
 // Two ranks: FP8 layers split on whole 128-value blocks stay FP8, the others (o_proj's 64 columns
 // per rank) are read dequantized, which with fp32 activations gives the same products: the logits
 // agree with one rank to float summation order.
 TEST_P(Fp8Models, TwoCpuRanksGiveTheOneRankLogits) {
-  const Expected e = load_expected_from(kQuant + GetParam());
-  ModelRunner one(options(GetParam()));
-  ModelRunner two(options(GetParam(), 2));
-  ASSERT_EQ(two.tensor_parallel_size(), 2);
-  const Logits a = full_prefill(one, e.ids);
-  const Logits b = full_prefill(two, e.ids);
+  const Expected e = load(GetParam());
+  const auto [a, b] = one_and_two_rank_prefills(kQuantModels + GetParam(), e);
   ASSERT_EQ(a.rows, b.rows);
   // int8 layers whose 128-column blocks do not split (o_proj over two ranks) are read dequantized on
   // the ranks: held to the reference's tolerance instead, as the 128-block GPTQ fixtures.

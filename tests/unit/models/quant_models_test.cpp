@@ -14,10 +14,8 @@
 // generator checks), more than two logits can move against each other here.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "engine/runtime/model_runner.h"
-#include "tests/support/reference_fixture.h"
+#include "tests/support/quant_model_checks.h"
 
 namespace cypris {
 namespace {
@@ -25,35 +23,26 @@ namespace {
 using namespace reference_fixture;
 
 constexpr double kTolerance = 5e-2;
-const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
 
-// Blocks of 4 tokens, so the decode crosses block boundaries.
-ModelRunnerOptions options(const std::string& name, int tp = 1) {
-  return fixture_options(kQuant + name, "float32", 4, 16, tp);
+ModelRunnerOptions options(const std::string& name) {
+  return quant_model_options(kQuantModels + name);
 }
-
-Expected load(const std::string& name) { return load_expected_from(kQuant + name); }
+Expected load(const std::string& name) {
+  return load_expected_from(kQuantModels + name);
+}
 
 class QuantModels : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(QuantModels, FullPrefillMatchesTheFloat64Reference) {
   const Expected e = load(GetParam());
   ModelRunner runner(options(GetParam()));
-  const Logits l = full_prefill(runner, e.ids);
-  ASSERT_EQ(l.rows, static_cast<int64_t>(e.ids.size()));
-  double worst = 0;
-  for (int64_t r = 0; r < l.rows; ++r) worst = std::max(worst, rel_err(l.row(r), e.logits[r].data(), l.vocab));
-  EXPECT_LT(worst, kTolerance) << GetParam();
-  RecordProperty("max_rel_err", std::to_string(worst));
+  expect_prefill_within(runner, e, kTolerance, GetParam());
 }
 
 TEST_P(QuantModels, GreedyDecodeMatchesTheReference) {
   const Expected e = load(GetParam());
   ModelRunner runner(options(GetParam()));
-  ASSERT_FALSE(e.greedy.empty()) << "the fixture has no greedy continuation";
-  const std::vector<int32_t> got =
-      greedy_decode(runner, std::vector<int32_t>(e.ids.begin(), e.ids.begin() + 12), e.greedy.size());
-  EXPECT_EQ(got, e.greedy) << GetParam();
+  expect_reference_greedy(runner, e, GetParam());
 }
 
 // Two ranks: column-parallel layers split their rows, row-parallel ones their groups with the
@@ -64,11 +53,7 @@ TEST_P(QuantModels, GreedyDecodeMatchesTheReference) {
 TEST_P(QuantModels, TwoCpuRanksGiveTheOneRankLogits) {
   const std::string name = GetParam();
   const Expected e = load(name);
-  ModelRunner one(options(name));
-  ModelRunner two(options(name, 2));
-  ASSERT_EQ(two.tensor_parallel_size(), 2);
-  const Logits a = full_prefill(one, e.ids);
-  const Logits b = full_prefill(two, e.ids);
+  const auto [a, b] = one_and_two_rank_prefills(kQuantModels + name, e);
   ASSERT_EQ(a.rows, b.rows);
   const bool splits = name.find("g32") != std::string::npos || name.find("g64") != std::string::npos;
   for (int64_t r = 0; r < a.rows; ++r) {

@@ -13,10 +13,8 @@
 // max_rel_err property. A wrong expert (a shifted expert index) is off by the whole expert's output.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-
 #include "engine/runtime/model_runner.h"
-#include "tests/support/reference_fixture.h"
+#include "tests/support/quant_model_checks.h"
 
 namespace cypris {
 namespace {
@@ -24,44 +22,34 @@ namespace {
 using namespace reference_fixture;
 
 constexpr double kTolerance = 5e-2;
-const std::string kQuant = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
 
-ModelRunnerOptions options(const std::string& name, int tp = 1) {
-  return fixture_options(kQuant + name, "float32", 4, 16, tp);
+ModelRunnerOptions options(const std::string& name) {
+  return quant_model_options(kQuantModels + name);
+}
+Expected load(const std::string& name) {
+  return load_expected_from(kQuantModels + name);
 }
 
 class QuantMoeModels : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(QuantMoeModels, FullPrefillMatchesTheFloat64Reference) {
-  const Expected e = load_expected_from(kQuant + GetParam());
+  const Expected e = load(GetParam());
   ModelRunner runner(options(GetParam()));
-  const Logits l = full_prefill(runner, e.ids);
-  ASSERT_EQ(l.rows, static_cast<int64_t>(e.ids.size()));
-  double worst = 0;
-  for (int64_t r = 0; r < l.rows; ++r) worst = std::max(worst, rel_err(l.row(r), e.logits[r].data(), l.vocab));
-  EXPECT_LT(worst, kTolerance) << GetParam();
-  RecordProperty("max_rel_err", std::to_string(worst));
+  expect_prefill_within(runner, e, kTolerance, GetParam());
 }
 
 TEST_P(QuantMoeModels, GreedyDecodeMatchesTheReference) {
-  const Expected e = load_expected_from(kQuant + GetParam());
+  const Expected e = load(GetParam());
   ModelRunner runner(options(GetParam()));
-  ASSERT_FALSE(e.greedy.empty()) << "the fixture has no greedy continuation";
-  const std::vector<int32_t> got =
-      greedy_decode(runner, std::vector<int32_t>(e.ids.begin(), e.ids.begin() + 12), e.greedy.size());
-  EXPECT_EQ(got, e.greedy) << GetParam();
+  expect_reference_greedy(runner, e, GetParam());
 }
 
 // Two ranks: each expert's w1/w3 split their rows, w2 its columns with their groups (32-value
 // blocks: every rank keeps its blocks quantized and quantizes its activations in the same blocks),
 // so the logits agree to float summation order.
 TEST_P(QuantMoeModels, TwoCpuRanksGiveTheOneRankLogits) {
-  const Expected e = load_expected_from(kQuant + GetParam());
-  ModelRunner one(options(GetParam()));
-  ModelRunner two(options(GetParam(), 2));
-  ASSERT_EQ(two.tensor_parallel_size(), 2);
-  const Logits a = full_prefill(one, e.ids);
-  const Logits b = full_prefill(two, e.ids);
+  const Expected e = load(GetParam());
+  const auto [a, b] = one_and_two_rank_prefills(kQuantModels + GetParam(), e);
   ASSERT_EQ(a.rows, b.rows);
   for (int64_t r = 0; r < a.rows; ++r) EXPECT_LT(rel_err(b.row(r), a.row(r), a.vocab), 1e-5) << " row " << r;
 }

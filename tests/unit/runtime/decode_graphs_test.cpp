@@ -121,31 +121,42 @@ TEST(PadDecodeBatch, PaddingRowsWriteNoKvAndKeepTheBatchsRowsFirst) {
   EXPECT_THROW(pad_decode_batch(b, 4, 1, 16), Error);  // a 20-token context needs 2 table entries
 }
 
-// What a replayed graph computes, on the CPU: the padded batch gives the batch's logits, and its
-// padding rows leave the cache alone (block 0 belongs to sequence 0 here, so a stray write would
-// change the next step).
-TEST(PadDecodeBatch, PaddedBatchGivesTheSameLogitsOnTheCpu) {
+// stories260k on the CPU: fp32, one thread, 12 KV blocks.
+ModelRunnerOptions stories_options() {
   ModelRunnerOptions o;
   o.model_dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
   o.load.dtype = "float32";
   o.threads = 1;
   o.num_blocks = 12;
-  ModelRunner plain(o), padded(o);
-  constexpr int kSeqs = 3, kBlocks = 4, kBs = 16;
-  std::vector<int32_t> lens(kSeqs);
-  for (ModelRunner* r : {&plain, &padded}) {
-    for (int s = 0; s < kSeqs; ++s) {
-      std::vector<int32_t> prompt;
-      for (int i = 0; i < 5 + 7 * s; ++i) prompt.push_back(1 + (s * 31 + i * 7) % 500);
-      BatchContext b = make_single_sequence_batch(prompt, 0, kBs);
-      b.max_blocks_per_seq = kBlocks;
-      b.block_tables.clear();
-      for (int k = 0; k < kBlocks; ++k) b.block_tables.push_back(s * kBlocks + k);
-      for (auto& slot : b.slot_mapping) slot += s * kBlocks * kBs;
-      r->execute(b);
-      lens[s] = static_cast<int32_t>(prompt.size());
-    }
+  return o;
+}
+
+// Prefills seqs prompts (5, 12, 19, ... tokens), sequence s in blocks s * blocks ... s * blocks +
+// blocks - 1 of block_size tokens; their lengths.
+std::vector<int32_t> prefill_sequences(ModelRunner& r, int seqs, int blocks, int block_size) {
+  std::vector<int32_t> lens(seqs);
+  for (int s = 0; s < seqs; ++s) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 5 + 7 * s; ++i) prompt.push_back(1 + (s * 31 + i * 7) % 500);
+    BatchContext b = make_single_sequence_batch(prompt, 0, block_size);
+    b.max_blocks_per_seq = blocks;
+    b.block_tables.clear();
+    for (int k = 0; k < blocks; ++k) b.block_tables.push_back(s * blocks + k);
+    for (auto& slot : b.slot_mapping) slot += s * blocks * block_size;
+    r.execute(b);
+    lens[s] = static_cast<int32_t>(prompt.size());
   }
+  return lens;
+}
+
+// What a replayed graph computes, on the CPU: the padded batch gives the batch's logits, and its
+// padding rows leave the cache alone (block 0 belongs to sequence 0 here, so a stray write would
+// change the next step).
+TEST(PadDecodeBatch, PaddedBatchGivesTheSameLogitsOnTheCpu) {
+  ModelRunner plain(stories_options()), padded(stories_options());
+  constexpr int kSeqs = 3, kBlocks = 4, kBs = 16;
+  std::vector<int32_t> lens;
+  for (ModelRunner* r : {&plain, &padded}) lens = prefill_sequences(*r, kSeqs, kBlocks, kBs);
   for (int step = 0; step < 3; ++step) {
     for (auto& l : lens) ++l;
     BatchContext b = decode_batch(lens, kBs);
@@ -239,27 +250,10 @@ TEST(PadDecodeBatch, VerifyStepsPadWithWholeSequencesOfQTokens) {
 // What a replayed verify graph computes, on the CPU: the padded batch of q tokens per sequence
 // gives every verified position's logits, and its padding writes no KV.
 TEST(PadDecodeBatch, PaddedVerifyBatchGivesTheSameLogitsOnTheCpu) {
-  ModelRunnerOptions o;
-  o.model_dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
-  o.load.dtype = "float32";
-  o.threads = 1;
-  o.num_blocks = 12;
-  ModelRunner plain(o), padded(o);
+  ModelRunner plain(stories_options()), padded(stories_options());
   constexpr int kSeqs = 3, kBlocks = 4, kBs = 16, kQ = 3;
-  std::vector<int32_t> lens(kSeqs);
-  for (ModelRunner* r : {&plain, &padded}) {
-    for (int s = 0; s < kSeqs; ++s) {
-      std::vector<int32_t> prompt;
-      for (int i = 0; i < 5 + 7 * s; ++i) prompt.push_back(1 + (s * 31 + i * 7) % 500);
-      BatchContext b = make_single_sequence_batch(prompt, 0, kBs);
-      b.max_blocks_per_seq = kBlocks;
-      b.block_tables.clear();
-      for (int k = 0; k < kBlocks; ++k) b.block_tables.push_back(s * kBlocks + k);
-      for (auto& slot : b.slot_mapping) slot += s * kBlocks * kBs;
-      r->execute(b);
-      lens[s] = static_cast<int32_t>(prompt.size());
-    }
-  }
+  std::vector<int32_t> lens;
+  for (ModelRunner* r : {&plain, &padded}) lens = prefill_sequences(*r, kSeqs, kBlocks, kBs);
   for (int step = 0; step < 3; ++step) {
     for (auto& l : lens) l += kQ;
     BatchContext b = verify_batch(lens, kQ, kBs);
