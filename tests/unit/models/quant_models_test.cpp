@@ -12,6 +12,12 @@
 // dequantization is off by far more (a wrong AWQ column order or GPTQ zero offset: checked by hand,
 // see docs/quantization.md). The greedy fixtures keep a top-1 lead of 5% of the largest logit (the
 // generator checks), more than two logits can move against each other here.
+//
+// The MoE fixtures (*_mixtral, *_qwen2_moe: the Mixtral and Qwen2-MoE family fixtures with every
+// expert packed the same way, written by tests/tools/gen_quant_moe_fixtures.py) keep their experts in
+// W4 blocks through the grouped expert products (Backend::grouped_linear); their errors add up over
+// three layers. The routing cannot move: the generator keeps every token's k-th router logit at least
+// 0.1 above the next (expected.json min_router_gap). A shifted expert index is off by a whole expert.
 #include <gtest/gtest.h>
 
 #include "engine/runtime/model_runner.h"
@@ -68,7 +74,7 @@ TEST_P(QuantModels, TwoCpuRanksGiveTheOneRankLogits) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantModels,
                          ::testing::Values("gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
                                            "gptq_w3_g32_v1", "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
-                                           "ct_w8a16_channel_asym"));
+                                           "ct_w8a16_channel_asym", "gptq_w4_g32_mixtral", "awq_w4_g64_qwen2_moe"));
 
 }  // namespace
 }  // namespace cypris
