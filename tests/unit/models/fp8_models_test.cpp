@@ -10,6 +10,13 @@
 // margin and is far below what a wrong scale does (checked by hand: reading each layer's first
 // scale instead of its block's or row's puts the 128x128-block fixture 12% and the per-channel one
 // 119% of the largest logit off).
+//
+// The bitsandbytes fixtures (tests/fixtures/quant/bnb_*: tiny Llamas saved as transformers saves
+// bitsandbytes' Params4bit, from tests/tools/gen_bnb_fixtures.py) run here too: their 4-bit codes
+// decode exactly (table value * absmax in fp32) and multiply fp32 activations, so the same bound
+// holds; every 4-bit layer splits on whole 64-value blocks, so two ranks agree to summation order.
+// A wrong layout is far off (the two codes of a byte read in the other order: 164-194% of the
+// largest logit; the nested absmax offset dropped: 129%).
 #include <gtest/gtest.h>
 
 #include "engine/runtime/model_runner.h"
@@ -68,7 +75,8 @@ TEST_P(Fp8Models, TwoCpuRanksGiveTheOneRankLogits) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, Fp8Models,
                          ::testing::Values("fp8_tensor_static", "fp8_block128_dynamic", "ct_fp8_channel_dynamic",
                                            "ct_fp8_tensor_static", "ct_w8a8_channel_dynamic",
-                                           "ct_w8a8_tensor_static_asym"));
+                                           "ct_w8a8_tensor_static_asym", "bnb_nf4", "bnb_nf4_double_quant",
+                                           "bnb_fp4_block128", "bnb_int8"));
 
 }  // namespace
 }  // namespace cypris
