@@ -19,6 +19,7 @@
 #include "engine/loader/weights.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "tests/support/error_of.h"
+#include "tests/support/malformed_checkpoint.h"
 #include "tests/support/quant_checkpoints.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
@@ -145,19 +146,14 @@ TEST(BnbInt8Checkpoint, LayersDequantizeToTheReferenceBitForBit) {
 
 using testing_support::RawTensor;
 
-class MalformedBnb : public ::testing::Test {
+class MalformedBnb : public testing_support::MalformedCheckpoint {
  protected:
-  void copy(const std::string& fixture) { tensors_ = testing_support::copy_checkpoint(kQuant + fixture, dir_.path()); }
-  void save() { testing_support::write_tensors(dir_.path() / "model.safetensors", tensors_); }
-  std::string load_error(DType dtype = DType::NF4G64) {
-    return error_of([&] { open_checkpoint(dir_.path())->load(q_ + ".weight", {128, 128}, dtype); });
-  }
+  MalformedBnb() : MalformedCheckpoint("malformed_bnb") {}
+  void copy(const std::string& fixture) { MalformedCheckpoint::copy(kQuant + fixture); }
+  std::string load_error(DType dtype = DType::NF4G64) { return load_layer_error(dtype); }
   void set_state(const std::string& text, const std::string& type = "nf4") {
     tensors_[q_ + ".weight.quant_state.bitsandbytes__" + type] = {"U8", {static_cast<int64_t>(text.size())}, text};
   }
-  test::TempDir dir_{"malformed_bnb"};
-  std::map<std::string, RawTensor> tensors_;
-  const std::string q_ = "model.layers.0.self_attn.q_proj";
 };
 
 TEST_F(MalformedBnb, TruncatedWeightNamesTheTensorAndTheShapeNeeded) {

@@ -18,6 +18,7 @@
 #include "engine/common/error.h"
 #include "engine/loader/weights.h"
 #include "tests/support/error_of.h"
+#include "tests/support/malformed_checkpoint.h"
 #include "tests/support/quant_checkpoints.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
@@ -81,22 +82,17 @@ TEST(Exl2Checkpoint, QuantizationFlagMustAgree) {
               AllOf(HasSubstr("--quantization exl2"), HasSubstr("quantized with gptq")));
 }
 
-class MalformedExl2 : public ::testing::Test {
+class MalformedExl2 : public testing_support::MalformedCheckpoint {
  protected:
-  void SetUp() override { tensors_ = testing_support::copy_checkpoint(kExl2, dir_.path()); }
-  void save() { testing_support::write_tensors(dir_.path() / "model.safetensors", tensors_); }
+  MalformedExl2() : MalformedCheckpoint("malformed_exl2") {}
+  void SetUp() override { copy(kExl2); }
   // The error of reading layer 0's q_proj ([128, 128]; groups 8-bit x 32, 6-bit x 32, 4-bit x 64 in
   // q_weight rows 0..7, 8..13, 14..21).
-  std::string load_error() {
-    return error_of([&] { open_checkpoint(dir_.path())->load(q_ + ".weight", {128, 128}, DType::F32); });
-  }
+  std::string load_error() { return load_layer_error(DType::F32); }
   void set_group(int index, int16_t value) {
     std::memcpy(tensors_[q_ + ".q_groups"].bytes.data() + 2 * index, &value, 2);
     save();
   }
-  test::TempDir dir_{"malformed_exl2"};
-  std::map<std::string, RawTensor> tensors_;
-  const std::string q_ = "model.layers.0.self_attn.q_proj";
 };
 
 // Older checkpoints have no quantization_config: the q_invperm tensors say it is EXL2.

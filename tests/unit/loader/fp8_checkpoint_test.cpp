@@ -22,6 +22,7 @@
 #include "kernels/cpu/quant/quant_ref.h"
 #include "models/registry/registry.h"
 #include "tests/support/error_of.h"
+#include "tests/support/malformed_checkpoint.h"
 #include "tests/support/quant_checkpoints.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
@@ -133,18 +134,11 @@ TEST(Fp8Config, UnsupportedVariantsAreRefusedByName) {
 
 using testing_support::RawTensor;
 
-class MalformedFp8 : public ::testing::Test {
+class MalformedFp8 : public testing_support::MalformedCheckpoint {
  protected:
-  void copy(const std::string& fixture) {
-    tensors_ = testing_support::copy_checkpoint(kQuant + fixture, dir_.path());
-  }
-  void save() { testing_support::write_tensors(dir_.path() / "model.safetensors", tensors_); }
-  std::string load_error(DType dtype = DType::F8G128) {
-    return error_of([&] { open_checkpoint(dir_.path())->load(q_ + ".weight", {128, 128}, dtype); });
-  }
-  test::TempDir dir_{"malformed_fp8"};
-  std::map<std::string, RawTensor> tensors_;
-  const std::string q_ = "model.layers.0.self_attn.q_proj";
+  MalformedFp8() : MalformedCheckpoint("malformed_fp8") {}
+  void copy(const std::string& fixture) { MalformedCheckpoint::copy(kQuant + fixture); }
+  std::string load_error(DType dtype = DType::F8G128) { return load_layer_error(dtype); }
 };
 
 TEST_F(MalformedFp8, MisShapedScalesNameTheTensorAndTheShapesAllowed) {

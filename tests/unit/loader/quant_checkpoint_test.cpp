@@ -19,6 +19,7 @@
 #include "kernels/cpu/quant/quant_ref.h"
 #include "models/registry/registry.h"
 #include "tests/support/error_of.h"
+#include "tests/support/malformed_checkpoint.h"
 #include "tests/support/quant_checkpoints.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
@@ -178,30 +179,12 @@ TEST(QuantCheckpointTypes, MethodMismatchNamesBoth) {
 
 using testing_support::RawTensor;
 
-class MalformedQuant : public ::testing::Test {
+class MalformedQuant : public testing_support::MalformedCheckpoint {
  protected:
-  // A copy of `fixture` in a temp folder, its tensors in tensors_.
-  void copy(const std::string& fixture) {
-    tensors_ = testing_support::copy_checkpoint(kQuant + fixture, dir_.path());
-  }
-  void save() { testing_support::write_tensors(dir_.path() / "model.safetensors", tensors_); }
-  void set_config(const std::string& key, const nlohmann::json& value) {
-    std::ifstream in(dir_.path() / "config.json");
-    nlohmann::json c = nlohmann::json::parse(in);
-    c["quantization_config"][key] = value;
-    std::ofstream(dir_.path() / "config.json") << c.dump();
-  }
+  MalformedQuant() : MalformedCheckpoint("malformed_quant") {}
+  void copy(const std::string& fixture) { MalformedCheckpoint::copy(kQuant + fixture); }
   // The error of loading q_proj in its native type.
-  std::string load_error() {
-    return error_of([&] {
-      const auto w = open_checkpoint(dir_.path());
-      const std::string layer = "model.layers.0.self_attn.q_proj.weight";
-      w->load(layer, {128, 128}, *w->native_dtype(layer));
-    });
-  }
-  test::TempDir dir_{"malformed_quant"};
-  std::map<std::string, RawTensor> tensors_;
-  const std::string q_ = "model.layers.0.self_attn.q_proj";
+  std::string load_error() { return load_layer_error(std::nullopt); }
 };
 
 TEST_F(MalformedQuant, MisShapedQweightNamesFileTensorAndExpectedShape) {
