@@ -245,9 +245,9 @@ const std::vector<SamplingParamInfo>& table() {
        "Leave special tokens out of the output text.", CYPRIS_BOOL(skip_special_tokens)},
       {"spaces_between_special_tokens", K::Bool, "Detokenization", 1, 0, 1, false, false, false, 1, "",
        "Put spaces between special tokens in the output text.", CYPRIS_BOOL(spaces_between_special_tokens)},
-      {"truncate_prompt_tokens", K::Int, "Detokenization", kUnset, 1, kInf, false, false, true, 32768, "",
+      {"truncate_prompt_tokens", K::Int, "Prompt and context", kUnset, 1, kInf, false, false, true, 32768, "",
        "Keep only the last this many prompt tokens.", CYPRIS_OPT_INT(truncate_prompt_tokens)},
-      {"n_keep", K::Int, "Detokenization", kUnset, -1, kInf, false, false, true, 4096, "keep_tokens",
+      {"n_keep", K::Int, "Prompt and context", kUnset, -1, kInf, false, false, true, 4096, "keep_tokens",
        "--context-shift: prompt tokens every shift keeps at the start of the window (-1: the whole prompt; at "
        "most half the context). Default: a chat's system prompt, else the prompt up to a quarter of the context.",
        CYPRIS_OPT_INT(n_keep)},
