@@ -51,6 +51,7 @@ std::optional<GgmlType> ggml_type_of(DType t) {
 std::optional<DTypeBlock> wq_block(DType t) {
   switch (t) {
     case DType::W4G32: return DTypeBlock{32, 4 + 16};
+    case DType::W4G64: return DTypeBlock{64, 4 + 32};
     case DType::W4G128: return DTypeBlock{128, 4 + 64};
     case DType::W8G32: return DTypeBlock{32, 4 + 32};
     case DType::W8G128: return DTypeBlock{128, 4 + 128};
@@ -90,6 +91,7 @@ std::string_view dtype_name(DType t) {
     case DType::F8E4M3: return "fp8_e4m3";
     case DType::F8E5M2: return "fp8_e5m2";
     case DType::W4G32: return "W4G32";
+    case DType::W4G64: return "W4G64";
     case DType::W4G128: return "W4G128";
     case DType::W8G32: return "W8G32";
     case DType::W8G128: return "W8G128";

@@ -25,6 +25,9 @@ enum class DType : uint8_t {
   // bitsandbytes 4-bit weights: 64 codes of the NF4 or FP4 16-value table (two per byte) and one
   // fp32 absmax per block (nested absmax dequantized at load): kernels/common/bnb_blocks.h.
   NF4G64, FP4G64,
+  // 4-bit integer weights with a zero point and one fp16 scale per block of 64 values (GPTQ, AWQ and
+  // compressed-tensors groups of 64: kernels/common/wq_blocks.h). Last so the other values keep theirs.
+  W4G64,
 };
 
 // Bytes of one element of a plain type; 0 for a block-quantized type (use dtype_nbytes).
