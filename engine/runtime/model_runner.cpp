@@ -394,7 +394,9 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   build.comm = workers_ && tp_ > 1 ? &workers_->comm(rank) : process_comm_.get();
   // GPU communicators enqueue on the rank's compute stream, after the kernels that feed them.
   if (build.comm) build.comm->set_stream(r.backend->stream());
-  if (Communicator* pipe = workers_ ? workers_->pipe_comm(rank) : pipe_comm_.get()) pipe->set_stream(r.backend->stream());
+  if (Communicator* pipe = workers_ ? workers_->pipe_comm(rank) : pipe_comm_.get()) {
+    pipe->set_stream(r.backend->stream());
+  }
   build.first_layer = st.first_layer;
   build.last_layer = st.end_layer;
   if (max_loras_ > 0) {

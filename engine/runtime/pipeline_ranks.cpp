@@ -5,18 +5,23 @@
 namespace cypris {
 
 PipelineRank pipeline_rank_of(int process, int tp, int pp) {
-  CYPRIS_CHECK(tp >= 1 && pp >= 1, "pipeline layout: --tensor-parallel-size {} and --pipeline-parallel-size {} must "
-               "be at least 1", tp, pp);
+  CYPRIS_CHECK(tp >= 1 && pp >= 1,
+               "pipeline layout: --tensor-parallel-size {} and --pipeline-parallel-size {} must "
+               "be at least 1",
+               tp, pp);
   CYPRIS_CHECK(process >= 0 && process < tp * pp,
                "process {} is outside the world of --tensor-parallel-size {} x --pipeline-parallel-size {} = {} "
-               "processes", process, tp, pp, tp * pp);
+               "processes",
+               process, tp, pp, tp * pp);
   return {process / tp, process % tp};
 }
 
-int pipeline_process(int stage, int tp_rank, int tp) { return stage * tp + tp_rank; }
+int pipeline_process(int stage, int tp_rank, int tp) {
+  return stage * tp + tp_rank;
+}
 
-StageTransfers plan_stage_transfers(std::span<const MicroBatchShape> parts, int process, int tp, int pp,
-                                    int64_t hidden, int64_t vocab) {
+StageTransfers plan_stage_transfers(std::span<const MicroBatchShape> parts, int process, int tp, int pp, int64_t hidden,
+                                    int64_t vocab) {
   const PipelineRank me = pipeline_rank_of(process, tp, pp);
   CYPRIS_CHECK(hidden > 0 && vocab > 0, "pipeline transfers: hidden size {} and vocabulary {}", hidden, vocab);
   StageTransfers out;
@@ -25,8 +30,8 @@ StageTransfers plan_stage_transfers(std::span<const MicroBatchShape> parts, int 
   const int logits_source = pipeline_process(pp - 1, 0, tp);
   for (int k = 0; k < static_cast<int>(parts.size()); ++k) {
     const MicroBatchShape& p = parts[static_cast<size_t>(k)];
-    CYPRIS_CHECK(p.tokens > 0 && p.rows >= 0,
-                 "pipeline transfers: micro-batch {} has {} tokens and {} logits rows", k, p.tokens, p.rows);
+    CYPRIS_CHECK(p.tokens > 0 && p.rows >= 0, "pipeline transfers: micro-batch {} has {} tokens and {} logits rows", k,
+                 p.tokens, p.rows);
     const int64_t stream = p.tokens * hidden;
     const int64_t logits = p.rows * vocab + 1;
     if (me.stage > 0) {

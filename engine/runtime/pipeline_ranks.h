@@ -51,7 +51,7 @@ struct StageTransfers {
   std::vector<StageTransfer> recvs;
   std::vector<StageTransfer> sends;
 };
-StageTransfers plan_stage_transfers(std::span<const MicroBatchShape> parts, int process, int tp, int pp,
-                                    int64_t hidden, int64_t vocab);
+StageTransfers plan_stage_transfers(std::span<const MicroBatchShape> parts, int process, int tp, int pp, int64_t hidden,
+                                    int64_t vocab);
 
 }  // namespace cypris

@@ -21,8 +21,8 @@ CASE:
                       alone = one process
   pp_worker_killed    a server under mpirun -np 2 -pp 2; the stage-1 process is killed mid-request: the request ends
                       with an error and the whole job exits within bounded time
-  gpu_greedy          (label gpu; needs 2 GPUs) mpirun -np 2 --device cuda: NCCL across processes, its unique id
-                      sent over MPI, gives one GPU process's greedy tokens
+  gpu_greedy          (label gpu; needs 2 GPUs) mpirun -np 2 --device cuda, -tp 2 and -pp 2: NCCL across processes,
+                      its unique id sent over MPI, gives one GPU process's greedy tokens
 
 Exit 77 (ctest: skipped) when this build has no MPI or mpirun is not installed. mpirun runs with
 --oversubscribe (CI has 2 cores) and, as root, with --allow-run-as-root.
@@ -402,7 +402,11 @@ def case_gpu_greedy():
     two = generate_ids(model, 2, extra, 48)
     if one != two:
         fail("mpirun -np 2 on GPUs gives {} instead of one GPU's {}".format(two, one))
-    print("ok: mpirun -np 2 on two GPUs (NCCL) gives one GPU's {} greedy tokens".format(len(one)))
+    # Two pipeline stages, one GPU each: the hand-off GPU to GPU by NCCL send/recv, the logits over MPI.
+    staged = generate_ids(model, 2, extra, 48, pp=2)
+    if one != staged:
+        fail("mpirun -np 2 -pp 2 on GPUs gives {} instead of one GPU's {}".format(staged, one))
+    print("ok: mpirun -np 2 (-tp 2 and -pp 2) on two GPUs (NCCL) gives one GPU's {} greedy tokens".format(len(one)))
 
 
 def case_root_killed():
