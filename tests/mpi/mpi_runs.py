@@ -7,7 +7,8 @@ CASE:
   greedy_stories260k  mpirun -np 2 and -np 4 (-tp 2 / 4) give llama2.c's published greedy story, as one process does
   greedy_gguf         mpirun -np 2 on stories260k-Q8_0.gguf gives llama.cpp's greedy tokens, as one process does
   batched_solo        a server under mpirun -np 2: three prompts in one request = each alone = one process
-  bench               cypris bench throughput and latency run under mpirun -np 2
+  bench               cypris bench throughput and latency run under mpirun -np 2; with -pp 2 the throughput table
+                      shows both stages busy
   worker_killed       a server under mpirun -np 2; the worker process is killed mid-request: the request ends
                       with an error and the whole job exits within bounded time
   worker_timeout      the same with mpirun told not to end the job (Open MPI 4's orte_enable_recovery): the
@@ -250,7 +251,18 @@ def case_bench():
                                   "--threads", "1", "-tp", "2"])
     if "latency" not in out.lower():
         fail("bench latency printed no latency:\n" + out)
-    print("ok: bench throughput and latency under mpirun -np 2")
+    # With two stages as two processes: both stages' utilisation reaches process 0's table (stage 1's
+    # busy time travels with its logits).
+    # (A model big enough that each stage's busy time shows in the table's two decimals.)
+    folder = os.path.join(WORK, "slow-model")
+    write_slow_model(folder)
+    out = run(mpirun_prefix(2) + [CYPRIS, "bench", "throughput", "--model", folder, "--load-format", "dummy",
+                                  "--num-prompts", "4", "--input-len", "64", "--output-len", "4", "--threads", "1",
+                                  "-pp", "2"])
+    busy = [float(m) for m in re.findall(r"^\| [01]: layers \[[0-9]+, [0-9]+\) on cpu \| ([0-9.]+) \|", out, re.M)]
+    if len(busy) != 2 or min(busy) <= 0:
+        fail("bench throughput under mpirun -np 2 -pp 2 does not show both stages busy:\n" + out)
+    print("ok: bench throughput and latency under mpirun -np 2; -pp 2 stage busy seconds {}".format(busy))
 
 
 def write_slow_model(folder):
