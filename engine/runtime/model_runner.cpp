@@ -376,7 +376,8 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   BackendOptions bo;
   bo.device = st.device == Device::Cuda ? "cuda" : "cpu";
   bo.threads = threads;
-  bo.cuda_device = process_comm_ ? MpiWorld::instance().local_rank() : std::max(0, gpu);
+  // Under MPI a process uses the GPU its local rank names (a stage of one rank has no process_comm_).
+  bo.cuda_device = process_comm_ || pipe_comm_ ? MpiWorld::instance().local_rank() : std::max(0, gpu);
   bo.cuda_fp32_gemm = options.cuda_fp32_gemm;
   bo.cuda_activation_dtype = st.activation_dtype;
   r.backend = make_backend(bo);
