@@ -30,14 +30,26 @@ class Communicator {
   // recv = [rank 0's send | rank 1's send | ...], world_size * count elements, on every rank.
   virtual void all_gather(const float* send, float* recv, int64_t count) = 0;
   virtual void barrier() = 0;
-  // Point to point: count floats to / from rank `peer`, in order per pair. Only communicators that
-  // span pipeline stages implement them.
-  virtual void send(const float* data, int64_t count, int peer) {
-    CYPRIS_FAIL("this communicator has no point-to-point send ({} floats to rank {})", count, peer);
+  // Point to point between pipeline stages: count elements of `dtype` to / from rank `peer`, in
+  // order per pair. start_send / start_recv begin the transfer and return a ticket; finish(ticket)
+  // waits until the send's buffer may be reused or the received data may be read (polled with the
+  // communicator's deadline). On GPUs (NCCL) both are enqueued on the rank's stream, ordered with its
+  // kernels, and finish returns at once. Only communicators that span pipeline stages implement them.
+  virtual int64_t start_send(const void* /*data*/, DType dtype, int64_t count, int peer) {
+    CYPRIS_FAIL("this communicator has no point-to-point send ({} {} elements to rank {})", count, dtype_name(dtype),
+                peer);
   }
-  virtual void recv(float* data, int64_t count, int peer) {
-    CYPRIS_FAIL("this communicator has no point-to-point recv ({} floats from rank {})", count, peer);
+  virtual int64_t start_recv(void* /*data*/, DType dtype, int64_t count, int peer) {
+    CYPRIS_FAIL("this communicator has no point-to-point recv ({} {} elements from rank {})", count,
+                dtype_name(dtype), peer);
   }
+  virtual void finish(int64_t /*ticket*/) {}
+  // Blocking forms of the two.
+  void send(const float* data, int64_t count, int peer) { finish(start_send(data, DType::F32, count, peer)); }
+  void recv(float* data, int64_t count, int peer) { finish(start_recv(data, DType::F32, count, peer)); }
+  // GPU communicators enqueue their work on this stream (cudaStream_t: the rank's compute stream, so
+  // a collective runs after the kernels that produced its input); others ignore it.
+  virtual void set_stream(void* /*stream*/) {}
 };
 
 }  // namespace cypris

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "engine/common/error.h"
@@ -136,22 +137,48 @@ class MpiCommunicator final : public Communicator {
     world_.wait(&req, "barrier");
   }
 
-  void send(const float* data, int64_t count, int peer) override {
-    const int n = checked_count(count, "send");
-    CYPRIS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "send to rank {} of {} from rank {}", peer, size_, rank_);
-    MPI_Request req;
-    world_.check_usable();
-    MPI_Isend(data, n, MPI_FLOAT, peer, 0, comm_, &req);
-    world_.wait(&req, "send to the next stage");
+  // The hand-offs between pipeline stages: bytes, so any activation type travels as it is.
+  int64_t start_send(const void* data, DType dtype, int64_t count, int peer) override {
+    return start(const_cast<void*>(data), dtype, count, peer, /*send=*/true);
+  }
+  int64_t start_recv(void* data, DType dtype, int64_t count, int peer) override {
+    return start(data, dtype, count, peer, /*send=*/false);
+  }
+  void finish(int64_t ticket) override {
+    auto it = pending_.find(ticket);
+    if (it == pending_.end()) return;  // nothing to wait for (an empty transfer)
+    MPI_Request req = it->second.request;
+    const bool send = it->second.send;
+    const int peer = it->second.peer;
+    pending_.erase(it);
+    const std::string what = send ? fmt::format("sending a pipeline stage's output to process {}", peer)
+                                  : fmt::format("receiving a pipeline stage's input from process {}", peer);
+    world_.wait(&req, what.c_str());
   }
 
-  void recv(float* data, int64_t count, int peer) override {
-    const int n = checked_count(count, "recv");
-    CYPRIS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "recv from rank {} of {} on rank {}", peer, size_, rank_);
-    MPI_Request req;
+ private:
+  struct Pending {
+    MPI_Request request;
+    bool send;
+    int peer;
+  };
+  int64_t start(void* data, DType dtype, int64_t count, int peer, bool send) {
+    CYPRIS_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{} rank {} of {} on rank {}",
+                 send ? "send to" : "recv from", peer, size_, rank_);
+    CYPRIS_CHECK(count >= 0, "MPI {} of {} elements", send ? "send" : "recv", count);
+    const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+    if (bytes == 0) return -1;
+    const int n = checked_count(bytes, send ? "send (bytes)" : "recv (bytes)");
     world_.check_usable();
-    MPI_Irecv(data, n, MPI_FLOAT, peer, 0, comm_, &req);
-    world_.wait(&req, "receive from the previous stage");
+    MPI_Request req;
+    const int rc = send ? MPI_Isend(data, n, MPI_BYTE, peer, 0, comm_, &req)
+                        : MPI_Irecv(data, n, MPI_BYTE, peer, 0, comm_, &req);
+    if (rc != MPI_SUCCESS) {
+      world_.fail(fmt::format("MPI {} rank {}: {}", send ? "send to" : "recv from", peer, mpi_error_text(rc)));
+    }
+    const int64_t ticket = next_ticket_++;
+    pending_.emplace(ticket, Pending{req, send, peer});
+    return ticket;
   }
 
  private:
@@ -165,6 +192,8 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::vector<float> gathered_;
+  std::map<int64_t, Pending> pending_;  // started point-to-point transfers by ticket
+  int64_t next_ticket_ = 0;
 };
 
 }  // namespace
@@ -355,25 +384,32 @@ void MpiWorld::send_stop() {
   stopping_ = false;
 }
 
-std::unique_ptr<Communicator> MpiWorld::make_communicator(Device device, int cuda_device) {
+std::unique_ptr<Communicator> MpiWorld::make_communicator(Device device, int cuda_device, int group) {
   check_usable();
-  if (device == Device::Cpu) {
-    MPI_Comm comm = MPI_COMM_NULL;
-    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
-    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-    return std::make_unique<MpiCommunicator>(*this, comm);
-  }
+  CYPRIS_CHECK(group >= 0, "MPI communicator group {} must be >= 0", group);
+  // The processes that pass the same group, ranked as in the world (MPI_Comm_split; every process
+  // calls this at once).
+  MPI_Comm comm = MPI_COMM_NULL;
+  const int rc = MPI_Comm_split(MPI_COMM_WORLD, group, rank_, &comm);
+  if (rc != MPI_SUCCESS) fail(fmt::format("MPI_Comm_split: {}", mpi_error_text(rc)));
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  if (device == Device::Cpu) return std::make_unique<MpiCommunicator>(*this, comm);
 #if CYPRIS_HAVE_CUDA
-  // NCCL spans the processes (and machines): rank 0 makes the unique id, MPI carries it to the others,
-  // every process joins with its rank on its own GPU.
+  // NCCL spans the group's processes (and machines): its rank 0 makes the unique id, MPI carries it
+  // to the others, every process joins with its rank in the group on its own GPU.
+  int sub_rank = 0, sub_size = 1;
+  MPI_Comm_rank(comm, &sub_rank);
+  MPI_Comm_size(comm, &sub_size);
   NcclUniqueIdBytes id{};
-  if (rank_ == 0) id = make_nccl_unique_id();
+  if (sub_rank == 0) id = make_nccl_unique_id();
   MPI_Request req;
-  MPI_Ibcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, comms_->boot, &req);
+  MPI_Ibcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, comm, &req);
   wait(&req, "sending NCCL's unique id");
-  return make_nccl_communicator_rank(id, rank_, size_, cuda_device);
+  MPI_Comm_free(&comm);
+  return make_nccl_communicator_rank(id, sub_rank, sub_size, cuda_device);
 #else
   (void)cuda_device;
+  MPI_Comm_free(&comm);
   CYPRIS_FAIL("--distributed-executor-backend mpi on GPUs needs the CUDA build");
 #endif
 }
@@ -438,7 +474,7 @@ std::vector<std::string> MpiWorld::host_names() { return {host_}; }
 void MpiWorld::send_control(int64_t, const std::vector<char>&) { CYPRIS_FAIL("no MPI in this build"); }
 ControlMessage MpiWorld::receive_control() { CYPRIS_FAIL("no MPI in this build"); }
 void MpiWorld::send_stop() {}
-std::unique_ptr<Communicator> MpiWorld::make_communicator(Device, int) { CYPRIS_FAIL("no MPI in this build"); }
+std::unique_ptr<Communicator> MpiWorld::make_communicator(Device, int, int) { CYPRIS_FAIL("no MPI in this build"); }
 void MpiWorld::exit_process(int code) {
   std::fflush(nullptr);
   _exit(code);

@@ -77,10 +77,12 @@ class MpiWorld {
   // process that exits ends the whole job instead).
   void mark_serving() { serving_ = true; }
 
-  // The tensor-parallel communicator over all processes, this process being rank rank(): MPI
-  // collectives on host memory for CPU ranks; on GPUs, NCCL (ncclCommInitRank with the unique id
-  // rank 0 makes, broadcast over MPI) on this process's device `cuda_device`.
-  std::unique_ptr<Communicator> make_communicator(Device device, int cuda_device);
+  // A communicator over the processes that pass the same `group` (every process calls this at once;
+  // ranked in world order): a pipeline stage's tensor-parallel ranks, or group 0 from every process
+  // for the whole world (the stages' hand-offs, by world rank). MPI collectives and point-to-point
+  // transfers on host memory for CPU ranks; on GPUs, NCCL (ncclCommInitRank with the unique id the
+  // group's first process makes, broadcast over MPI) on this process's device `cuda_device`.
+  std::unique_ptr<Communicator> make_communicator(Device device, int cuda_device, int group = 0);
 
   // A worker's end: MPI_Finalize (skipped after a failure), flush, _exit(code).
   [[noreturn]] void exit_process(int code);

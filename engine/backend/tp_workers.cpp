@@ -221,7 +221,17 @@ std::unique_ptr<TpWorkers> make_pipeline_workers(const std::vector<Device>& stag
     CYPRIS_FAIL("pipeline stages on GPUs need the CUDA build");
 #endif
   }
-  return std::make_unique<TpWorkers>(std::move(comms), std::move(abort), std::move(reset), std::move(init));
+  auto workers = std::make_unique<TpWorkers>(std::move(comms), std::move(abort), std::move(reset), std::move(init));
+  bool all_gpu = stage_devices.size() > 1;
+  for (Device d : stage_devices) all_gpu = all_gpu && d == Device::Cuda;
+  if (all_gpu) {
+#ifdef CYPRIS_HAVE_CUDA
+    std::vector<std::unique_ptr<Communicator>> pipe;
+    for (auto& c : make_nccl_communicators(gpu_of_rank)) pipe.push_back(std::move(c));
+    workers->set_pipe_comms(std::move(pipe));
+#endif
+  }
+  return workers;
 }
 
 }  // namespace cypris

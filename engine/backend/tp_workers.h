@@ -47,6 +47,13 @@ class TpWorkers {
 
   int world_size() const { return static_cast<int>(comms_.size()); }
   Communicator& comm(int rank) { return *comms_.at(static_cast<size_t>(rank)); }
+  // The communicator over all ranks (every stage) that carries the hand-offs between pipeline
+  // stages device to device (NCCL send / recv when every stage is a GPU stage); null when the
+  // hand-offs go through host memory.
+  Communicator* pipe_comm(int rank) {
+    return pipe_comms_.empty() ? nullptr : pipe_comms_.at(static_cast<size_t>(rank)).get();
+  }
+  void set_pipe_comms(std::vector<std::unique_ptr<Communicator>> comms) { pipe_comms_ = std::move(comms); }
 
   // Runs fn(rank) on every rank's thread at once and waits for all of them. When a rank throws,
   // the others are woken from their collectives and the first error is rethrown here; the group
@@ -62,6 +69,7 @@ class TpWorkers {
   void abort_barrier();
 
   std::vector<std::unique_ptr<Communicator>> comms_;
+  std::vector<std::unique_ptr<Communicator>> pipe_comms_;  // empty unless every stage is on a GPU
   std::function<void()> on_abort_, on_reset_;
   std::function<void(int)> thread_init_;
   std::vector<std::exception_ptr> init_errors_;  // per rank, from thread_init
@@ -87,7 +95,9 @@ std::unique_ptr<TpWorkers> make_tp_workers(Device device, int world_size);
 
 // The workers of pipeline stages: stage_devices.size() stages of tp ranks each, rank s * tp + t on
 // stage_devices[s]. CPU stages join their ranks by in-process communicators; GPU stages by NCCL
-// over the GPUs gpu_of_rank[r] (one per rank of the stage, the thread bound to it).
+// over the GPUs gpu_of_rank[r] (one per rank of the stage, the thread bound to it). When every stage
+// is a GPU stage, one more NCCL communicator over all the ranks' GPUs carries the hand-offs
+// (pipe_comm: rank s * tp + t sends to s * tp + t + tp, GPU to GPU).
 std::unique_ptr<TpWorkers> make_pipeline_workers(const std::vector<Device>& stage_devices, int tp,
                                                  const std::vector<int>& gpu_of_rank);
 

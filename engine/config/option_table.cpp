@@ -194,8 +194,9 @@ std::vector<OptionSpec> build_table() {
           "Use Ray to start the engine in a separate process.")
           .no_effect(kRay));
   add(Opt("distributed-executor-backend", bind_field(FIELD(parallel.distributed_executor_backend)), "{mp,mpi}",
-          "How the tensor-parallel ranks run: mp = threads of this process; mpi = one process per rank, started "
-          "by mpirun (several machines too; docs/distributed.md). Unset: mpi when started by mpirun, else mp.")
+          "How the tensor-parallel ranks and pipeline stages run: mp = threads of this process; mpi = one process "
+          "per rank (tensor-parallel x pipeline-parallel size of them), started by mpirun (several machines too; "
+          "docs/distributed.md). Unset: mpi when started by mpirun, else mp.")
           .choices({"mp", "mpi"})
           .refuse({"ray"}, "not supported in Cypris, which has no Ray; use mp (threads in one process) or mpi (one "
                            "process per rank, started by mpirun)"));
@@ -206,7 +207,8 @@ std::vector<OptionSpec> build_table() {
   add(Opt("pipeline-parallel-size", bind_field(FIELD(parallel.pipeline_parallel_size)), "SIZE",
           "The number of pipeline stages to use for loading the model: stage s holds layers [s L/P, (s+1) L/P) "
           "and their KV cache, on its own --tensor-parallel-size ranks (in this process: CPU ranks, or one GPU "
-          "per rank); a step's sequences go through the stages in micro-batches, so the stages work at once.")
+          "per rank; under mpirun: one process per rank); a step's sequences go through the stages in "
+          "micro-batches, so the stages work at once.")
           .alias("-pp")
           .range(1, 1024));
   add(Opt("ray-workers-use-nsight", bind_field(FIELD(parallel.ray_workers_use_nsight)), "",

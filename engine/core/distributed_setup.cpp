@@ -24,10 +24,6 @@ bool use_mpi_processes(const EngineConfig& cfg) {
                  launcher.size);
     return false;
   }
-  CYPRIS_CHECK(pp == 1,
-               "--distributed-executor-backend mpi with --pipeline-parallel-size {}: pipeline stages across "
-               "processes are not supported yet (only tensor parallelism spans processes)",
-               pp);
   MpiWorld& world = MpiWorld::instance();
   if (world.size() != tp * pp) {
     world.fail(fmt::format(

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string_view>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "engine/loader/gguf.h"
 #include "engine/runtime/memory_profile.h"
 #include "engine/runtime/micro_batches.h"
+#include "engine/runtime/pipeline_ranks.h"
 #include "engine/runtime/kv_cache_scales.h"
 #include "engine/backend/tp_workers.h"
 #include "kernels/cpu/attention.h"  // is_kv_cache_dtype
@@ -47,7 +49,7 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   if (world) {
     first_rank_ = world->rank();
     drives_processes_ = world->rank() == 0;
-    check_mpi_layout(*world, tp, cfg, options);
+    check_mpi_layout(*world, tp, options.pipeline_stages, cfg, options);
   }
   if (options.load.load_format != "dummy" && is_gguf_path(options.model_dir)) {
     // Which llama.cpp types the file holds ("Q4_K: 193 tensors, Q6_K: 33, F32: 65").
@@ -66,11 +68,10 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   // written yet.
   CYPRIS_CHECK(!(max_loras_ > 0 && (options.pipeline_stages > 1 || !options.stage_layers.empty() || options.gpu_layers)),
                "--enable-lora with pipeline stages (--pipeline-parallel-size / --gpu-layers) is not supported yet");
-  // Pipeline stages run inside one process; an MPI process holds one tensor-parallel rank.
-  CYPRIS_CHECK(!world || (options.pipeline_stages == 1 && options.stage_layers.empty() && !options.gpu_layers),
-               "--pipeline-parallel-size {} / --gpu-layers with --distributed-executor-backend mpi: pipeline stages "
-               "run in one process and are not supported across MPI processes yet",
-               options.pipeline_stages);
+  // Under MPI every process runs one rank of one stage, all on the same kind of device.
+  CYPRIS_CHECK(!world || (options.stage_devices.empty() && !options.gpu_layers),
+               "--gpu-layers with --distributed-executor-backend mpi: the GPU + CPU split runs in one process; "
+               "across MPI processes every stage runs on --device");
   plan_stages(options, cfg);
   startup.mark("config");
   const int pp = pipeline_parallel_size();
@@ -98,12 +99,14 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   activation_dtype_ = stages_.front().activation_dtype;
   kv_cache_dtype_ = stages_.front().kv_dtype;
   const Device device = stages_.front().device;
-  // The ranks this process holds: rank s * tp + t of every stage, or its one MPI rank.
+  // The ranks this process holds: rank s * tp + t of every stage, or its one MPI rank (process r is
+  // rank (r / tp, r % tp), pipeline_ranks.h).
   const int local = world ? 1 : pp * tp;
   ranks_.resize(static_cast<size_t>(local));
   for (int r = 0; r < local; ++r) {
-    ranks_[static_cast<size_t>(r)].stage = r / tp;
-    ranks_[static_cast<size_t>(r)].tp_rank = world ? first_rank_ : r % tp;
+    const PipelineRank at = pipeline_rank_of(world ? first_rank_ : r, tp, pp);
+    ranks_[static_cast<size_t>(r)].stage = at.stage;
+    ranks_[static_cast<size_t>(r)].tp_rank = at.tp_rank;
   }
   // GPU ranks take GPUs 0, 1, ... in rank order; CPU ranks share the cores (each gets its part of
   // --threads).
@@ -118,8 +121,14 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   }
   const int total = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
   const int per_rank = std::max(1, total / std::max(1, cpu_ranks));
-  if (world && tp > 1) {
-    process_comm_ = world->make_communicator(device, world->local_rank());
+  if (world && (tp > 1 || pp > 1)) {
+    // Every process makes the same communicators in the same order: its stage's tensor-parallel
+    // group, then the world for the hand-offs (and, on GPUs, an MPI one for the logits).
+    if (tp > 1) process_comm_ = world->make_communicator(device, world->local_rank(), ranks_.front().stage);
+    if (pp > 1) {
+      pipe_comm_ = world->make_communicator(device, world->local_rank(), 0);
+      if (device != Device::Cpu) logits_comm_ = world->make_communicator(Device::Cpu, world->local_rank(), 0);
+    }
     build_rank(options, cfg, 0, options.threads, 0);
   } else if (local == 1) {
     build_rank(options, cfg, 0, options.threads, 0);
@@ -297,15 +306,22 @@ int ModelRunner::auto_gpu_layers(const ModelRunnerOptions& options, const ModelC
 void ModelRunner::size_kv_cache(const ModelRunnerOptions& options, const ModelConfig& cfg) {
   // One pool of block ids for every stage: each stage's cache has num_blocks_ blocks of its own
   // layers, so the tightest stage decides.
+  // Under MPI each process holds (and sizes from its own memory) its stage's cache only.
   int64_t cpu_bytes = 0;
-  for (const Stage& st : stages_) cpu_bytes += st.device == Device::Cpu ? st.kv_block_bytes : 0;
+  for (int s = 0; s < pipeline_parallel_size(); ++s) {
+    const Stage& st = stages_[static_cast<size_t>(s)];
+    if (holds_stage(s) && st.device == Device::Cpu) cpu_bytes += st.kv_block_bytes;
+  }
   if (options.num_blocks > 0) {
     num_blocks_ = options.num_blocks;
   } else {
     num_blocks_ = 0;
     bool sized = false;
     for (int s = 0; s < pipeline_parallel_size(); ++s) {
-      if (stages_[static_cast<size_t>(s)].device != Device::Cuda || options.gpu_memory_utilization <= 0) continue;
+      if (!holds_stage(s) || stages_[static_cast<size_t>(s)].device != Device::Cuda ||
+          options.gpu_memory_utilization <= 0) {
+        continue;
+      }
       const int64_t b = blocks_from_device_memory(cfg, options, s);
       num_blocks_ = sized ? std::min(num_blocks_, b) : b;
       sized = true;
@@ -360,7 +376,8 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   BackendOptions bo;
   bo.device = st.device == Device::Cuda ? "cuda" : "cpu";
   bo.threads = threads;
-  bo.cuda_device = process_comm_ ? MpiWorld::instance().local_rank() : std::max(0, gpu);
+  // Under MPI a process uses the GPU its local rank names (a stage of one rank has no process_comm_).
+  bo.cuda_device = process_comm_ || pipe_comm_ ? MpiWorld::instance().local_rank() : std::max(0, gpu);
   bo.cuda_fp32_gemm = options.cuda_fp32_gemm;
   bo.cuda_activation_dtype = st.activation_dtype;
   r.backend = make_backend(bo);
@@ -376,6 +393,11 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   build.weight_dtype = weight_dtype_;
   build.parallel = {r.tp_rank, tp_};  // under MPI, this process's rank
   build.comm = workers_ && tp_ > 1 ? &workers_->comm(rank) : process_comm_.get();
+  // GPU communicators enqueue on the rank's compute stream, after the kernels that feed them.
+  if (build.comm) build.comm->set_stream(r.backend->stream());
+  if (Communicator* pipe = workers_ ? workers_->pipe_comm(rank) : pipe_comm_.get()) {
+    pipe->set_stream(r.backend->stream());
+  }
   build.first_layer = st.first_layer;
   build.last_layer = st.end_layer;
   if (max_loras_ > 0) {
@@ -441,7 +463,7 @@ int64_t ModelRunner::blocks_from_device_memory(const ModelConfig& cfg, const Mod
   // vLLM's profile run: what the weights left in use, then the peak of the largest step the
   // scheduler can build and, with graphs, of the largest graph's decode batch. The stage's rank 0
   // device stands for the stage's (its ranks hold equal shards).
-  Backend& be = *ranks_[static_cast<size_t>(stage) * tp_].backend;
+  Backend& be = *(pipe_comm_ ? ranks_.front() : ranks_[static_cast<size_t>(stage) * tp_]).backend;
   be.synchronize();
   const DeviceMemoryInfo mem = be.memory_info();
   GpuMemoryBudget m;
@@ -503,8 +525,7 @@ size_t ModelRunner::profile_peak(const ModelConfig& /*cfg*/, const BatchContext&
     // Only the profiled stage runs, on a zero hand-off: the peak does not depend on the values, and
     // a CPU stage beside a GPU one (--gpu-layers) would spend long on a step of this size.
     const int pp = pipeline_parallel_size();
-    workers_->run([&](int rank) {
-      Rank& r = ranks_[static_cast<size_t>(rank)];
+    for_each_rank([&](Rank& r) {
       if (r.stage != stage) return;
       StageHandoff in, sink;
       if (stage > 0) {
@@ -615,7 +636,7 @@ StepLogits ModelRunner::execute_step(const BatchContext& b) {
   }
   if (drives_processes_) {
     try {
-      run_batch(b, &out, 1);
+      run_batch(b, &out, micro_batches_);  // the others cut the batch the same way
     } catch (const Error& e) {
       // The other processes ran (or wait in) this step's collectives: they cannot be brought back in
       // step with this one, so the job ends (in-flight requests get this error).
@@ -631,6 +652,7 @@ StepLogits ModelRunner::execute_step(const BatchContext& b) {
 }
 
 void ModelRunner::run_batch(const BatchContext& b, StepLogits* out, int micro_batches) {
+  if (pipeline_parallel_size() > 1 && pipe_comm_) return run_pipeline_processes(b, out, micro_batches);
   if (pipeline_parallel_size() > 1) return run_pipeline(b, out, micro_batches);
   if (!workers_) return forward_rank(ranks_.front(), b, nullptr, nullptr, out);
   workers_->run([&](int rank) {
@@ -698,13 +720,31 @@ void ModelRunner::run_pipeline(const BatchContext& b, StepLogits* out, int micro
     const int s = r.stage, t = r.tp_rank;
     Backend& be = *r.backend;
     const bool last = s + 1 == pp;
+    // Every stage on a GPU: the hand-off goes GPU to GPU by NCCL send / recv on the ranks' streams
+    // (no host copy). Stage s receives micro-batch k + 1 in the tick stage s - 1 computes and sends it,
+    // after its own forward and send of k: within a tick every send meets its receive, so the stream
+    // waits below never wait on the next tick.
+    Communicator* pipe = workers_->pipe_comm(rank);
+    const DType act = stages_[static_cast<size_t>(s)].activation_dtype;
+    const int64_t hidden = config().hidden_size;
+    std::vector<StageHandoff> received(pipe && s > 0 ? static_cast<size_t>(m) : 0);
+    auto receive = [&](int j) {
+      const int64_t n = parts[static_cast<size_t>(j)].batch.num_tokens();
+      StageHandoff& h = received[static_cast<size_t>(j)];
+      h.residual = be.empty(act, {n, hidden});  // [T, hidden]
+      h.hidden = be.empty(act, {n, hidden});
+      pipe->start_recv(h.residual.view.data, act, n * hidden, rank - tp_);
+      pipe->start_recv(h.hidden.view.data, act, n * hidden, rank - tp_);
+    };
     // Tick i: stage s runs micro-batch i - s, so stage s + 1 works on k while stage s runs k + 1.
     for (int tick = 0; tick < m + pp - 1; ++tick) {
       const int k = tick - s;
+      const Clock::time_point t0 = Clock::now();
       if (k >= 0 && k < m) {
-        const Clock::time_point t0 = Clock::now();
         StageHandoff in;
-        if (s > 0) {
+        if (s > 0 && pipe) {
+          in = std::move(received[static_cast<size_t>(k)]);
+        } else if (s > 0) {
           const StageHandoff& prev = handoff[static_cast<size_t>(((s - 1) * m + k) * tp_ + t)];
           in.hidden = to_stage(be, prev.hidden);
           in.residual = to_stage(be, prev.residual);
@@ -712,13 +752,18 @@ void ModelRunner::run_pipeline(const BatchContext& b, StepLogits* out, int micro
         StageHandoff* next = last ? nullptr : &handoff[static_cast<size_t>((s * m + k) * tp_ + t)];
         forward_rank(r, parts[static_cast<size_t>(k)].batch, s > 0 ? &in : nullptr, next,
                      last && t == 0 ? &logits[static_cast<size_t>(k)] : nullptr);
-        if (next && be.device() != Device::Cpu) {
+        if (next && pipe) {
+          const int64_t n = next->residual.view.numel();
+          pipe->start_send(next->residual.view.data, act, n, rank + tp_);
+          pipe->start_send(next->hidden.view.data, act, n, rank + tp_);
+        } else if (next && be.device() != Device::Cpu) {
           next->hidden = host_f32(be, next->hidden);
           next->residual = host_f32(be, next->residual);
         }
-        if (be.device() != Device::Cpu) be.synchronize();  // its work is done when the busy time ends
-        if (t == 0) busy[static_cast<size_t>(s)] += seconds_since(t0);
       }
+      if (pipe && s > 0 && k + 1 >= 0 && k + 1 < m) receive(k + 1);
+      if (be.device() != Device::Cpu) be.synchronize();  // its work is done when the busy time ends
+      if (t == 0 && k >= 0 && k < m) busy[static_cast<size_t>(s)] += seconds_since(t0);
       workers_->barrier_all();
     }
     if (!last || t != 0 || !out) return;
@@ -764,6 +809,125 @@ void ModelRunner::run_pipeline(const BatchContext& b, StepLogits* out, int micro
   for (int s = 0; s < pp; ++s) stages_[static_cast<size_t>(s)].busy_seconds += busy[static_cast<size_t>(s)];
 }
 
+bool ModelRunner::holds_stage(int s) const {
+  for (const Rank& r : ranks_) {
+    if (r.stage == s) return true;
+  }
+  return false;
+}
+
+void ModelRunner::run_pipeline_processes(const BatchContext& b, StepLogits* out, int micro_batches) {
+  const int pp = pipeline_parallel_size();
+  Rank& r = ranks_.front();
+  Backend& be = *r.backend;
+  const int s = r.stage;
+  const bool last = s + 1 == pp;
+  const bool logits_sender = last && r.tp_rank == 0;
+  const int64_t hidden = config().hidden_size;
+  const int64_t vocab = config().vocab_size;
+  const DType act = stages_[static_cast<size_t>(s)].activation_dtype;
+  // Every process cuts the batch the same way (the same batch, the same count).
+  const std::vector<MicroBatch> parts = split_micro_batches(b, micro_batches);
+  const int m = static_cast<int>(parts.size());
+  std::vector<MicroBatchShape> shapes;
+  for (const MicroBatch& p : parts) shapes.push_back({p.batch.num_tokens(), static_cast<int64_t>(p.rows.size())});
+  const StageTransfers plan = plan_stage_transfers(shapes, first_rank_, tp_, pp, hidden, vocab);
+  Communicator& pipe = *pipe_comm_;                                // hand-offs (NCCL on GPUs)
+  Communicator& host = logits_comm_ ? *logits_comm_ : *pipe_comm_;  // logits, host memory (MPI)
+  const Clock::time_point start = Clock::now();
+
+  // Receives. On the host every one is posted up front, so MPI moves a hand-off in while this process
+  // still computes; on a GPU a hand-off's receive is enqueued just before its micro-batch (the stream
+  // would otherwise hold the first forward until every receive arrived). Logits always come to the
+  // host, posted up front.
+  std::vector<StageHandoff> inbox(static_cast<size_t>(m));
+  std::vector<std::vector<float>> logits_in(static_cast<size_t>(m));
+  std::vector<int64_t> recv_ticket(plan.recvs.size(), -1);
+  const bool post_early = be.device() == Device::Cpu;
+  auto post = [&](size_t i) {
+    const StageTransfer& x = plan.recvs[i];
+    const size_t k = static_cast<size_t>(x.micro_batch);
+    if (x.kind == StageTransferKind::Logits) {
+      logits_in[k].resize(static_cast<size_t>(x.count));
+      recv_ticket[i] = host.start_recv(logits_in[k].data(), DType::F32, x.count, x.peer);
+      return;
+    }
+    DeviceTensor& t = x.kind == StageTransferKind::Residual ? inbox[k].residual : inbox[k].hidden;
+    t = be.empty(act, {shapes[k].tokens, hidden});  // [T, hidden]
+    recv_ticket[i] = pipe.start_recv(t.view.data, act, x.count, x.peer);
+  };
+  for (size_t i = 0; i < plan.recvs.size(); ++i) {
+    if (post_early || plan.recvs[i].kind == StageTransferKind::Logits) post(i);
+  }
+
+  std::vector<StageHandoff> outbox(static_cast<size_t>(m));        // kept until their sends finish
+  std::vector<std::vector<float>> logits_out(static_cast<size_t>(m));
+  std::vector<int64_t> pipe_sends, host_sends;  // tickets
+  double busy = 0;
+  size_t next_send = 0;
+  for (int k = 0; k < m; ++k) {
+    const size_t ku = static_cast<size_t>(k);
+    for (size_t i = 0; i < plan.recvs.size(); ++i) {
+      const StageTransfer& x = plan.recvs[i];
+      if (x.micro_batch != k || x.kind == StageTransferKind::Logits) continue;
+      if (!post_early) post(i);
+      pipe.finish(recv_ticket[i]);
+    }
+    const Clock::time_point t0 = Clock::now();
+    StepLogits part_logits;
+    forward_rank(r, parts[ku].batch, s > 0 ? &inbox[ku] : nullptr, last ? nullptr : &outbox[ku],
+                 logits_sender ? &part_logits : nullptr);
+    inbox[ku] = StageHandoff{};
+    if (logits_sender) {
+      const int64_t rows = shapes[ku].rows;
+      std::vector<float>& msg = logits_out[ku];
+      msg.assign(static_cast<size_t>(rows * vocab + 1), 0.0f);
+      if (rows > 0) be.download(part_logits.view, msg.data());
+    }
+    if (be.device() != Device::Cpu) be.synchronize();  // its work is done when the busy time ends
+    const double step_busy = seconds_since(t0);
+    busy += step_busy;
+    for (; next_send < plan.sends.size() && plan.sends[next_send].micro_batch == k; ++next_send) {
+      const StageTransfer& x = plan.sends[next_send];
+      if (x.kind == StageTransferKind::Logits) {
+        logits_out[ku].back() = static_cast<float>(step_busy);
+        host_sends.push_back(host.start_send(logits_out[ku].data(), DType::F32, x.count, x.peer));
+      } else {
+        const DeviceTensor& t = x.kind == StageTransferKind::Residual ? outbox[ku].residual : outbox[ku].hidden;
+        CYPRIS_CHECK(t.view.numel() == x.count && t.view.dtype == act,
+                     "pipeline stage {}: a hand-off of {} {} elements where {} {} were planned", s, t.view.numel(),
+                     dtype_name(t.view.dtype), x.count, dtype_name(act));
+        pipe_sends.push_back(pipe.start_send(t.view.data, act, x.count, x.peer));
+      }
+    }
+  }
+  for (int64_t ticket : pipe_sends) pipe.finish(ticket);
+  for (int64_t ticket : host_sends) host.finish(ticket);
+  stages_[static_cast<size_t>(s)].busy_seconds += busy;
+  if (first_rank_ != 0) return;
+
+  // Process 0: the logits rows back in the step's order, in host memory; the last float of each
+  // message is the last stage's busy time for that micro-batch.
+  for (size_t i = 0; i < plan.recvs.size(); ++i) host.finish(recv_ticket[i]);
+  const int64_t rows = static_cast<int64_t>(b.logits_indices.size());
+  auto storage = std::shared_ptr<float[]>(new float[static_cast<size_t>(std::max<int64_t>(rows * vocab, 1))]);
+  double last_busy = 0;
+  for (int k = 0; k < m; ++k) {
+    const MicroBatch& part = parts[static_cast<size_t>(k)];
+    const std::vector<float>& msg = logits_in[static_cast<size_t>(k)];
+    for (size_t j = 0; j < part.rows.size(); ++j) {
+      std::memcpy(storage.get() + static_cast<int64_t>(part.rows[j]) * vocab,
+                  msg.data() + static_cast<int64_t>(j) * vocab, static_cast<size_t>(vocab) * sizeof(float));
+    }
+    last_busy += msg.back();
+  }
+  stages_[static_cast<size_t>(pp - 1)].busy_seconds += last_busy;
+  pipeline_seconds_ += seconds_since(start);
+  if (!out) return;
+  out->view = Tensor(storage.get(), DType::F32, {rows, vocab}, Device::Cpu);
+  out->storage = std::shared_ptr<void>(storage, storage.get());
+}
+
 Logits ModelRunner::download(const StepLogits& logits, int64_t first_row, int64_t num_rows) {
   CYPRIS_CHECK(first_row >= 0 && num_rows >= 0 && first_row + num_rows <= logits.rows(),
                "logits rows [{}, {}) are outside the step's {} rows", first_row, first_row + num_rows, logits.rows());
@@ -777,6 +941,14 @@ Logits ModelRunner::download(const StepLogits& logits, int64_t first_row, int64_
   Tensor rows(static_cast<float*>(t.data) + first_row * ld, DType::F32, {num_rows, out.vocab}, t.device);
   rows.device_index = t.device_index;
   if (ld != out.vocab) rows.strides = {ld, 1};
+  if (t.device == Device::Cpu) {
+    // Host memory (a CPU stage's, or the logits another process sent): plain copies.
+    for (int64_t i = 0; i < num_rows; ++i) {
+      std::memcpy(out.data.data() + i * out.vocab, static_cast<const float*>(t.data) + (first_row + i) * ld,
+                  static_cast<size_t>(out.vocab) * sizeof(float));
+    }
+    return out;
+  }
   on_logits_rank([&] { logits_rank().backend->download(rows, out.data.data()); });
   return out;
 }
@@ -830,6 +1002,7 @@ void ModelRunner::forward_rank(Rank& r, const BatchContext& b, const StageHandof
 
 bool ModelRunner::can_sample_on_device() const {
 #if CYPRIS_HAVE_CUDA
+  if (pipe_comm_) return false;  // MPI stages: the logits reach process 0 in host memory
   const char* env = std::getenv("CYPRIS_GPU_SAMPLING");  // read each step: tests switch it
   return !(env && std::string_view(env) == "0") &&
          ranks_[static_cast<size_t>(pipeline_parallel_size() - 1) * tp_].backend->device() == Device::Cuda;

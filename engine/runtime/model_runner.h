@@ -63,7 +63,8 @@ struct ModelRunnerOptions {
   // The tensor-parallel ranks are the processes of the MPI world (--distributed-executor-backend mpi,
   // one rank per process; mpi_worker.h): process 0 returns from the constructor and drives the
   // others, which never return from it (they serve steps until process 0 stops them, then exit).
-  // --threads is then per process. Pipeline stages run in one process only (not with mpi).
+  // --threads is then per process. With pipeline_stages P, process r holds rank (r / tp, r % tp) of
+  // stage r / tp (pipeline_ranks.h); stage_devices and gpu_layers are refused with mpi.
   bool mpi = false;
   std::string device = "cpu";   // auto | cuda | cpu (backend_factory.h)
   bool cuda_fp32_gemm = false;  // CUDA: fp32 GEMMs for 16-bit weights (CPU numerics; for tests)
@@ -239,10 +240,20 @@ class ModelRunner {
   void run_batch(const BatchContext& batch, StepLogits* out, int micro_batches);
   // The stages' ticks: stage s runs micro-batch k at tick s + k.
   void run_pipeline(const BatchContext& batch, StepLogits* out, int micro_batches);
+  // The same across MPI processes (this process holds one stage's rank): each micro-batch's hand-off
+  // goes to the next stage's process as it is ready (pipeline_ranks.h), without a barrier between
+  // ticks; process 0 receives the logits rows.
+  void run_pipeline_processes(const BatchContext& batch, StepLogits* out, int micro_batches);
+  // Whether this process holds ranks of stage s (every stage in one process; one under MPI).
+  bool holds_stage(int s) const;
   // Runs the batch on one rank; fills *out with the logits when out is not null (the logits rank).
   void forward_rank(Rank& r, const BatchContext& batch, const StageHandoff* in, StageHandoff* handoff,
                     StepLogits* out);
-  Rank& logits_rank() { return ranks_[static_cast<size_t>(pipeline_parallel_size() - 1) * tp_]; }
+  // The rank whose backend holds the step's logits: the last stage's rank 0, or under MPI with
+  // stages this process's rank (process 0 receives the logits in host memory).
+  Rank& logits_rank() {
+    return pipe_comm_ ? ranks_.front() : ranks_[static_cast<size_t>(pipeline_parallel_size() - 1) * tp_];
+  }
   // Runs fn(rank) on every rank: on the worker threads at tp > 1, else right here.
   void for_each_rank(const std::function<void(Rank&)>& fn);
   // Runs fn on the logits rank's thread (its device is current there).
@@ -253,7 +264,11 @@ class ModelRunner {
   double pipeline_seconds_ = 0;
   // MPI: this process's tensor-parallel rank (first_rank_) and its communicator to the other
   // processes; drives_processes_ on process 0, which sends every step and block move to the others.
-  std::unique_ptr<Communicator> process_comm_;  // outlives the ranks' models
+  std::unique_ptr<Communicator> process_comm_;  // outlives the ranks' models (the stage's tp group)
+  // MPI with pipeline stages: the world, for the hand-offs (NCCL on GPUs) and the logits (MPI, host
+  // memory; logits_comm_ is null when pipe_comm_ is an MPI communicator already).
+  std::unique_ptr<Communicator> pipe_comm_;
+  std::unique_ptr<Communicator> logits_comm_;
   int tp_ = 1;
   int first_rank_ = 0;
   bool drives_processes_ = false;

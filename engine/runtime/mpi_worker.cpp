@@ -1,6 +1,7 @@
 #include "engine/runtime/mpi_worker.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
@@ -26,22 +27,24 @@ std::string mpi_config_fingerprint(const ModelConfig& cfg, const ModelRunnerOpti
   for (const auto& a : cfg.architectures) arch += a + ",";
   return fmt::format(
       "cypris {} | {} {} hidden {} ffn {} layers {} heads {}/{} head_dim {} vocab {} ctx {} rope {} eps {} tied {} "
-      "dtype {} | weights {} format {} quant {} tp {} block {} blocks {} device {} kv {} fp32gemm {} | max tokens {} "
-      "seqs {}",
+      "dtype {} | weights {} format {} quant {} tp {} pp {} stage layers {} micro-batches {} block {} blocks {} "
+      "device {} kv {} fp32gemm {} | max tokens {} seqs {}",
       CYPRIS_VERSION, arch, cfg.model_type, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers,
       cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size, cfg.max_model_len,
       cfg.rope_theta, cfg.rms_norm_eps, cfg.tie_word_embeddings, cfg.torch_dtype, o.load.dtype, o.load.load_format,
-      o.load.quantization.value_or("none"), o.parallel.world_size, o.block_size, o.num_blocks, o.device,
+      o.load.quantization.value_or("none"), o.parallel.world_size, o.pipeline_stages,
+      fmt::join(o.stage_layers, ","), o.micro_batches, o.block_size, o.num_blocks, o.device,
       o.kv_cache_dtype ? dtype_name(*o.kv_cache_dtype) : "auto", o.cuda_fp32_gemm, o.max_num_batched_tokens,
       o.max_num_seqs);
 }
 
-void check_mpi_layout(MpiWorld& world, int tp, const ModelConfig& cfg, const ModelRunnerOptions& options) {
-  if (world.size() != tp) {
+void check_mpi_layout(MpiWorld& world, int tp, int pp, const ModelConfig& cfg, const ModelRunnerOptions& options) {
+  if (world.size() != tp * pp) {
     world.fail(fmt::format(
-        "--distributed-executor-backend mpi: mpirun started {} processes but --tensor-parallel-size is {}: start "
-        "one process per rank (mpirun -np {}); several ranks per process are not supported",
-        world.size(), tp, tp));
+        "--distributed-executor-backend mpi: mpirun started {} processes but --tensor-parallel-size {} x "
+        "--pipeline-parallel-size {} needs {}: start one process per rank (mpirun -np {}); several ranks per "
+        "process are not supported",
+        world.size(), tp, pp, tp * pp, tp * pp));
   }
   const std::string text = mpi_config_fingerprint(cfg, options);
   const std::vector<uint64_t> all = world.all_gather(fnv1a(text));
@@ -66,8 +69,9 @@ void send_to_mpi_workers(StepMessage kind, const std::vector<char>& payload) {
 
 void serve_mpi_worker(ModelRunner& runner) {
   MpiWorld& world = MpiWorld::instance();
-  LOG_INFO("MPI process {} of {}: rank {} of the model loaded; serving steps from process 0", world.rank(),
-           world.size(), world.rank());
+  const int tp = runner.tensor_parallel_size();
+  LOG_INFO("MPI process {} of {}: stage {} of {}, tensor-parallel rank {} of {} loaded; serving steps from process 0",
+           world.rank(), world.size(), world.rank() / tp, runner.pipeline_parallel_size(), world.rank() % tp, tp);
   int64_t steps = 0;
   for (;;) {
     int64_t kind = -1;

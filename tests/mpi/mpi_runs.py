@@ -7,7 +7,8 @@ CASE:
   greedy_stories260k  mpirun -np 2 and -np 4 (-tp 2 / 4) give llama2.c's published greedy story, as one process does
   greedy_gguf         mpirun -np 2 on stories260k-Q8_0.gguf gives llama.cpp's greedy tokens, as one process does
   batched_solo        a server under mpirun -np 2: three prompts in one request = each alone = one process
-  bench               cypris bench throughput and latency run under mpirun -np 2
+  bench               cypris bench throughput and latency run under mpirun -np 2; with -pp 2 the throughput table
+                      shows both stages busy
   worker_killed       a server under mpirun -np 2; the worker process is killed mid-request: the request ends
                       with an error and the whole job exits within bounded time
   worker_timeout      the same with mpirun told not to end the job (Open MPI 4's orte_enable_recovery): the
@@ -15,8 +16,14 @@ CASE:
   root_killed         process 0 is killed: the workers do not outlive it (the job ends within bounded time)
   worker_start_fails  a worker that fails while loading (after MPI started) ends the job with its error, quickly
   mismatch            processes started with different settings refuse to start, naming the process
-  gpu_greedy          (label gpu; needs 2 GPUs) mpirun -np 2 --device cuda: NCCL across processes, its unique id
-                      sent over MPI, gives one GPU process's greedy tokens
+  pp_greedy           pipeline stages across processes: mpirun -np 2 -pp 2 and -np 4 -tp 2 -pp 2 give the published
+                      greedy story as one process does, and -np 2 -pp 2 llama.cpp's greedy tokens on the GGUF file
+  pp_batched_solo     a server under mpirun -np 2 -pp 2: three prompts in one request (two micro-batches) = each
+                      alone = one process
+  pp_worker_killed    a server under mpirun -np 2 -pp 2; the stage-1 process is killed mid-request: the request ends
+                      with an error and the whole job exits within bounded time
+  gpu_greedy          (label gpu; needs 2 GPUs) mpirun -np 2 --device cuda, -tp 2 and -pp 2: NCCL across processes,
+                      its unique id sent over MPI, gives one GPU process's greedy tokens
 
 Exit 77 (ctest: skipped) when this build has no MPI or mpirun is not installed. mpirun runs with
 --oversubscribe (CI has 2 cores) and, as root, with --allow-run-as-root.
@@ -55,11 +62,19 @@ def run(cmd, timeout=240):
     return p.stdout
 
 
-def generate_ids(model, np, extra, max_tokens):
+def parallel_args(np, pp):
+    # np processes as pp stages of np / pp tensor-parallel ranks.
+    args = ["--tensor-parallel-size", str(np // pp)]
+    if pp > 1:
+        args += ["--pipeline-parallel-size", str(pp)]
+    return args
+
+
+def generate_ids(model, np, extra, max_tokens, pp=1):
     args = [CYPRIS, "generate", "--model", model, "--prompt-ids", "1", "--skip-tokenizer-init", "--temperature", "0",
             "--max-tokens", str(max_tokens), "--ignore-eos", "--threads", "1"] + extra
     if np > 1:
-        args = mpirun_prefix(np) + args + ["--tensor-parallel-size", str(np), "--distributed-executor-backend", "mpi"]
+        args = mpirun_prefix(np) + args + parallel_args(np, pp) + ["--distributed-executor-backend", "mpi"]
     out = run(args).strip().splitlines()
     ids = [line for line in out if re.fullmatch(r"[0-9]+(,[0-9]+)*", line.strip())]
     if len(ids) != 1:
@@ -67,11 +82,11 @@ def generate_ids(model, np, extra, max_tokens):
     return [int(x) for x in ids[0].split(",")]
 
 
-def generate_text(model, np, max_tokens):
+def generate_text(model, np, max_tokens, pp=1):
     args = [CYPRIS, "generate", "--model", model, "--prompt-ids", "1", "--temperature", "0", "--max-tokens",
             str(max_tokens), "--threads", "1"]
     if np > 1:
-        args = mpirun_prefix(np) + args + ["--tensor-parallel-size", str(np)]  # backend: mpi, from mpirun
+        args = mpirun_prefix(np) + args + parallel_args(np, pp)  # backend: mpi, from mpirun
     return run(args).strip()
 
 
@@ -111,12 +126,12 @@ def free_port():
 
 
 class Server:
-    def __init__(self, np, model, extra=(), log_name="server", mpirun_extra=(), env=None):
+    def __init__(self, np, model, extra=(), log_name="server", mpirun_extra=(), env=None, pp=1):
         self.port = free_port()
         args = [CYPRIS, "--no-ui", "--model", model, "--host", "127.0.0.1", "--port", str(self.port),
                 "--threads", "1"] + list(extra)
         if np > 1:
-            args = mpirun_prefix(np) + list(mpirun_extra) + args + ["--tensor-parallel-size", str(np)]
+            args = mpirun_prefix(np) + list(mpirun_extra) + args + parallel_args(np, pp)
         self.log_path = os.path.join(WORK, log_name + ".log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -174,7 +189,7 @@ def server_model_name(server):
         return json.loads(r.read())["data"][0]["id"]
 
 
-def case_batched_solo():
+def case_batched_solo(pp=1):
     model = os.path.join(TESTDATA, "models", "stories260k")
     prompts = ["Once upon a time", "The little dog", "Lily and Ben went to the"]
     one = Server(1, model, log_name="one")
@@ -182,19 +197,47 @@ def case_batched_solo():
         reference = [completions(one, [p])[0] for p in prompts]
     finally:
         one.stop()
-    s = Server(2, model, log_name="mpi2")
+    s = Server(2, model, log_name="mpi2", pp=pp)
     try:
         batched = completions(s, prompts)
         solo = [completions(s, [p])[0] for p in prompts]
     finally:
         s.stop()
+    what = "mpirun -np 2" + (" -pp {}".format(pp) if pp > 1 else "")
     if batched != solo:
-        fail("under mpirun -np 2, batched {} != solo {}".format(batched, solo))
+        fail("under {}, batched {} != solo {}".format(what, batched, solo))
     if solo != reference:
-        fail("under mpirun -np 2, {} != one process's {}".format(solo, reference))
+        fail("under {}, {} != one process's {}".format(what, solo, reference))
     if s.proc.returncode != 0:
         fail("the mpirun job ended with {} after process 0 got SIGTERM:\n{}".format(s.proc.returncode, s.text()))
-    print("ok: batched = solo = one process under mpirun -np 2: {}".format(solo))
+    if pp > 1 and "2 pipeline stages" not in s.text():
+        fail("process 0 did not log its pipeline stages:\n" + s.text())
+    print("ok: batched = solo = one process under {}: {}".format(what, solo))
+
+
+def case_pp_batched_solo():
+    case_batched_solo(pp=2)
+
+
+def case_pp_greedy():
+    model = os.path.join(TESTDATA, "models", "stories260k")
+    with open(os.path.join(model, "expected_greedy_200_from_bos.txt")) as f:
+        expected = f.read().strip()
+    one = generate_text(model, 1, 120)
+    if not one or not expected.startswith(one.lstrip()):
+        fail("one process does not give the published story:\n{}".format(one))
+    for np in (2, 4):
+        got = generate_text(model, np, 120, pp=2)
+        if got != one:
+            fail("mpirun -np {} -pp 2 gives\n{}\ninstead of one process's\n{}".format(np, got, one))
+    path = os.path.join(TESTDATA, "gguf", "stories260k-Q8_0.gguf")
+    with open(os.path.join(TESTDATA, "gguf", "refs", "stories260k-Q8_0.json")) as f:
+        ref = json.load(f)["greedy"]
+    two = generate_ids(path, 2, [], len(ref), pp=2)
+    if two != ref:
+        fail("mpirun -np 2 -pp 2 departs from llama.cpp's greedy tokens: {} vs {}".format(two, ref))
+    print("ok: mpirun -np 2 -pp 2 and -np 4 -tp 2 -pp 2 give the published greedy story, -np 2 -pp 2 llama.cpp's "
+          "{} greedy tokens on stories260k-Q8_0.gguf".format(len(ref)))
 
 
 def case_bench():
@@ -208,7 +251,18 @@ def case_bench():
                                   "--threads", "1", "-tp", "2"])
     if "latency" not in out.lower():
         fail("bench latency printed no latency:\n" + out)
-    print("ok: bench throughput and latency under mpirun -np 2")
+    # With two stages as two processes: both stages' utilisation reaches process 0's table (stage 1's
+    # busy time travels with its logits).
+    # (A model big enough that each stage's busy time shows in the table's two decimals.)
+    folder = os.path.join(WORK, "slow-model")
+    write_slow_model(folder)
+    out = run(mpirun_prefix(2) + [CYPRIS, "bench", "throughput", "--model", folder, "--load-format", "dummy",
+                                  "--num-prompts", "4", "--input-len", "64", "--output-len", "4", "--threads", "1",
+                                  "-pp", "2"])
+    busy = [float(m) for m in re.findall(r"^\| [01]: layers \[[0-9]+, [0-9]+\) on cpu \| ([0-9.]+) \|", out, re.M)]
+    if len(busy) != 2 or min(busy) <= 0:
+        fail("bench throughput under mpirun -np 2 -pp 2 does not show both stages busy:\n" + out)
+    print("ok: bench throughput and latency under mpirun -np 2; -pp 2 stage busy seconds {}".format(busy))
 
 
 def write_slow_model(folder):
@@ -247,10 +301,10 @@ def ranks_of(mpirun_pid):
     return ranks
 
 
-def case_worker_killed():
+def case_worker_killed(pp=1):
     folder = os.path.join(WORK, "slow-model")
     write_slow_model(folder)
-    s = Server(2, folder, ["--load-format", "dummy", "--max-model-len", "4096"], log_name="killed")
+    s = Server(2, folder, ["--load-format", "dummy", "--max-model-len", "4096"], log_name="killed", pp=pp)
     try:
         ranks = ranks_of(s.proc.pid)
         if 1 not in ranks:
@@ -293,11 +347,15 @@ def case_worker_killed():
         if s.proc.returncode == 0:
             fail("the job exited 0 after losing a process:\n" + log)
         errors = [e for e in events if "error" in e]
-        print("ok: worker killed; the job ended {:.1f} s later (exit {}); stream errors: {}".format(
-            elapsed, s.proc.returncode, errors[:1]))
+        print("ok: {} killed; the job ended {:.1f} s later (exit {}); stream errors: {}".format(
+            "the stage-1 process" if pp > 1 else "worker", elapsed, s.proc.returncode, errors[:1]))
     finally:
         if s.proc.poll() is None:
             os.killpg(s.proc.pid, signal.SIGKILL)
+
+
+def case_pp_worker_killed():
+    case_worker_killed(pp=2)
 
 
 def case_worker_timeout():
@@ -356,7 +414,11 @@ def case_gpu_greedy():
     two = generate_ids(model, 2, extra, 48)
     if one != two:
         fail("mpirun -np 2 on GPUs gives {} instead of one GPU's {}".format(two, one))
-    print("ok: mpirun -np 2 on two GPUs (NCCL) gives one GPU's {} greedy tokens".format(len(one)))
+    # Two pipeline stages, one GPU each: the hand-off GPU to GPU by NCCL send/recv, the logits over MPI.
+    staged = generate_ids(model, 2, extra, 48, pp=2)
+    if one != staged:
+        fail("mpirun -np 2 -pp 2 on GPUs gives {} instead of one GPU's {}".format(staged, one))
+    print("ok: mpirun -np 2 (-tp 2 and -pp 2) on two GPUs (NCCL) gives one GPU's {} greedy tokens".format(len(one)))
 
 
 def case_root_killed():
@@ -417,6 +479,13 @@ def case_mismatch():
         fail("processes with different settings ran:\n" + p.stdout)
     if "process 1 (on" not in p.stdout or "different Cypris version, model config or engine settings" not in p.stdout:
         fail("no clear error naming process 1:\n" + p.stdout[-4000:])
+    # Process 1 splits the model into pipeline stages where process 0 splits every layer (both worlds
+    # have tp x pp = 2 processes): the start-up hash includes pp.
+    tp_base = base[:-2]
+    cmd = mpirun_prefix(1) + tp_base + ["-tp", "2"] + [":", "-np", "1"] + tp_base + ["-pp", "2"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    if p.returncode == 0 or "process 1 (on" not in p.stdout:
+        fail("-tp 2 beside -pp 2 was not refused naming process 1:\n" + p.stdout[-4000:])
     # Too few processes for -tp.
     p = subprocess.run(mpirun_prefix(2) + base[:-1] + ["4"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=120)
@@ -442,7 +511,8 @@ def main():
     cases = {"greedy_stories260k": case_greedy_stories260k, "greedy_gguf": case_greedy_gguf,
              "batched_solo": case_batched_solo, "bench": case_bench, "worker_killed": case_worker_killed,
              "worker_timeout": case_worker_timeout, "gpu_greedy": case_gpu_greedy, "root_killed": case_root_killed,
-             "worker_start_fails": case_worker_start_fails,
+             "worker_start_fails": case_worker_start_fails, "pp_greedy": case_pp_greedy,
+             "pp_batched_solo": case_pp_batched_solo, "pp_worker_killed": case_pp_worker_killed,
              "mismatch": case_mismatch}
     if case not in cases:
         print("unknown case {} (allowed: {})".format(case, ", ".join(cases)), file=sys.stderr)

@@ -60,22 +60,26 @@ void NcclCommunicator::all_reduce_sum(float* data, int64_t count) {
       "all-reduce");
 }
 
-void NcclCommunicator::all_reduce(void* data, DType dtype, int64_t count) {
-  if (world_size_ == 1 || count <= 0) return;
-  ncclDataType_t t = ncclFloat32;
+namespace {
+
+ncclDataType_t nccl_type(DType dtype, const char* what) {
   switch (dtype) {
     case DType::F32:
-      t = ncclFloat32;
-      break;
+      return ncclFloat32;
     case DType::F16:
-      t = ncclFloat16;
-      break;
+      return ncclFloat16;
     case DType::BF16:
-      t = ncclBfloat16;
-      break;
+      return ncclBfloat16;
     default:
-      CYPRIS_FAIL("NCCL all-reduce: {} is not an activation type (float32, float16, bfloat16)", dtype_name(dtype));
+      CYPRIS_FAIL("NCCL {}: {} is not an activation type (float32, float16, bfloat16)", what, dtype_name(dtype));
   }
+}
+
+}  // namespace
+
+void NcclCommunicator::all_reduce(void* data, DType dtype, int64_t count) {
+  if (world_size_ == 1 || count <= 0) return;
+  const ncclDataType_t t = nccl_type(dtype, "all-reduce");
   DeviceGuard guard(device_);
   check_nccl(ncclAllReduce(data, data, static_cast<size_t>(count), t, ncclSum, as_comm(comm_), as_stream(stream_)),
              "all-reduce");
@@ -94,6 +98,26 @@ void NcclCommunicator::barrier() {
   DeviceGuard guard(device_);
   check_nccl(ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, as_comm(comm_), as_stream(stream_)), "barrier");
   check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
+}
+
+int64_t NcclCommunicator::start_send(const void* data, DType dtype, int64_t count, int peer) {
+  CYPRIS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "NCCL send to rank {} of {} from rank {}", peer,
+               world_size_, rank_);
+  if (count <= 0) return 0;
+  const ncclDataType_t t = nccl_type(dtype, "send");
+  DeviceGuard guard(device_);
+  check_nccl(ncclSend(data, static_cast<size_t>(count), t, peer, as_comm(comm_), as_stream(stream_)), "send");
+  return 0;
+}
+
+int64_t NcclCommunicator::start_recv(void* data, DType dtype, int64_t count, int peer) {
+  CYPRIS_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "NCCL recv from rank {} of {} on rank {}", peer,
+               world_size_, rank_);
+  if (count <= 0) return 0;
+  const ncclDataType_t t = nccl_type(dtype, "recv");
+  DeviceGuard guard(device_);
+  check_nccl(ncclRecv(data, static_cast<size_t>(count), t, peer, as_comm(comm_), as_stream(stream_)), "recv");
+  return 0;
 }
 
 int visible_cuda_devices() {

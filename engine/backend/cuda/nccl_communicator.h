@@ -19,12 +19,16 @@ class NcclCommunicator : public Communicator {
   // The CUDA stream (cudaStream_t) the collectives are enqueued on; the backend's compute stream
   // of this rank, so a collective runs after the kernels that produced its input. Null: the
   // legacy default stream.
-  void set_stream(void* stream) { stream_ = stream; }
+  void set_stream(void* stream) override { stream_ = stream; }
   // The collectives are asynchronous on the stream, like the backend's kernels.
   void all_reduce_sum(float* data, int64_t count) override;
   void all_reduce(void* data, DType dtype, int64_t count) override;
   void all_gather(const float* send, float* recv, int64_t count) override;
   void barrier() override;
+  // ncclSend / ncclRecv on the stream (GPU memory to GPU memory, no host copy); finish does nothing:
+  // the stream orders them with the kernels before and after.
+  int64_t start_send(const void* data, DType dtype, int64_t count, int peer) override;
+  int64_t start_recv(void* data, DType dtype, int64_t count, int peer) override;
 
  private:
   friend std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_communicators(int world_size);
