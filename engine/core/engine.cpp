@@ -150,7 +150,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   step_sampler_ = std::make_unique<StepSampler>(*runner_, *sampler_, *tracker_, tc.max_log_probs);
 
   if (spec && spec->draft_model_proposer()) {
-    draft_ = load_draft_model(cfg, *spec, *runner_, tokenizer_.get(), *sampler_, max_num_batched_tokens);
+    draft_ = load_draft_model(cfg, *spec, *runner_, ro.mpi, tokenizer_.get(), *sampler_, max_num_batched_tokens);
     spec_disable_by_batch_size_ = spec->disable_by_batch_size;
     startup.mark("draft model");
   } else if (spec) {
