@@ -185,6 +185,10 @@ Engine::~Engine() = default;
 
 int64_t Engine::num_kv_blocks() const { return runner_->num_blocks(); }
 
+const SamplingState* Engine::sampling_state(const std::string& request_id) const {
+  return tracker_->sampling_state(request_id);
+}
+
 void Engine::set_debug_hook(std::function<void(const std::string&, const Tensor&)> hook) {
   runner_->set_debug_hook(std::move(hook));
 }
