@@ -15,6 +15,8 @@ CASE:
   root_killed         process 0 is killed: the workers do not outlive it (the job ends within bounded time)
   worker_start_fails  a worker that fails while loading (after MPI started) ends the job with its error, quickly
   mismatch            processes started with different settings refuse to start, naming the process
+  spec_draft          mpirun -np 2 with a draft model (speculative decoding; it runs in process 0) gives one
+                      process's greedy tokens; a draft tensor-parallel size of 2 is refused by name
   gpu_greedy          (label gpu; needs 2 GPUs) mpirun -np 2 --device cuda: NCCL across processes, its unique id
                       sent over MPI, gives one GPU process's greedy tokens
 
@@ -100,6 +102,27 @@ def case_greedy_gguf():
     if two != ref:
         fail("mpirun -np 2 departs from llama.cpp's greedy tokens: {} vs {}".format(two, ref))
     print("ok: mpirun -np 2 gives llama.cpp's {} greedy tokens on stories260k-Q8_0.gguf".format(len(ref)))
+
+
+def case_spec_draft():
+    # A draft model under mpirun -np 2 runs unsharded in process 0 (the other process holds only the
+    # target's shard): greedy tokens are one process's without speculation; a draft tensor-parallel
+    # size of 2 is refused by name.
+    model = os.path.join(TESTDATA, "models", "stories260k")
+    spec = ["--speculative-model", model, "--num-speculative-tokens", "3"]
+    one = generate_ids(model, 1, [], 60)
+    two = generate_ids(model, 2, spec, 60)
+    if two != one:
+        fail("mpirun -np 2 with a draft model gives {} instead of one process's {}".format(two, one))
+    args = mpirun_prefix(2) + [CYPRIS, "generate", "--model", model, "--prompt-ids", "1", "--skip-tokenizer-init",
+                               "--temperature", "0", "--max-tokens", "8", "--threads", "1", "--tensor-parallel-size",
+                               "2", "--distributed-executor-backend", "mpi", "-spec-draft-tp", "2"] + spec
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    if p.returncode == 0 or "--speculative-draft-tensor-parallel-size 2" not in p.stdout + p.stderr:
+        fail("a draft tensor-parallel size of 2 under mpirun was not refused by name (exit {}):\n{}".format(
+            p.returncode, (p.stdout + p.stderr)[-3000:]))
+    print("ok: a draft model under mpirun -np 2 keeps one process's {} greedy tokens; -spec-draft-tp 2 is refused"
+          .format(len(one)))
 
 
 def free_port():
@@ -444,6 +467,7 @@ def main():
              "worker_timeout": case_worker_timeout, "gpu_greedy": case_gpu_greedy, "root_killed": case_root_killed,
              "worker_start_fails": case_worker_start_fails,
              "mismatch": case_mismatch}
+    cases["spec_draft"] = case_spec_draft
     if case not in cases:
         print("unknown case {} (allowed: {})".format(case, ", ".join(cases)), file=sys.stderr)
         return 2
