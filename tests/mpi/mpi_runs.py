@@ -15,13 +15,15 @@ CASE:
   root_killed         process 0 is killed: the workers do not outlive it (the job ends within bounded time)
   worker_start_fails  a worker that fails while loading (after MPI started) ends the job with its error, quickly
   mismatch            processes started with different settings refuse to start, naming the process
-  spec_draft          mpirun -np 2 with a draft model (speculative decoding; it runs in process 0) gives one
-                      process's greedy tokens; a draft tensor-parallel size of 2 is refused by name
   gpu_greedy          (label gpu; needs 2 GPUs) mpirun -np 2 --device cuda: NCCL across processes, its unique id
                       sent over MPI, gives one GPU process's greedy tokens
 
 Exit 77 (ctest: skipped) when this build has no MPI or mpirun is not installed. mpirun runs with
 --oversubscribe (CI has 2 cores) and, as root, with --allow-run-as-root.
+
+Speculative decoding:
+  spec_draft          mpirun -np 2 with a draft model (it runs in process 0) gives one process's greedy tokens;
+                      a draft tensor-parallel size of 2 is refused by name
 """
 import json
 import os
