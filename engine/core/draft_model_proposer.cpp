@@ -242,8 +242,8 @@ std::unique_ptr<DraftModelProposer> load_draft_model(const EngineConfig& cfg, co
   const int64_t per_seq = (spec.ngram.num_tokens + ro.block_size - 1) / ro.block_size + 1;
   ro.num_blocks = target.num_blocks() + std::min<int64_t>(cfg.scheduler.max_num_seqs, target.num_blocks()) * per_seq;
   auto runner = std::make_unique<ModelRunner>(ro);
-  LOG_INFO("speculative decoding: draft model {} ({} layers{}), up to {} tokens a step, {} KV blocks",
-           spec.draft_model, runner->config().num_hidden_layers,
+  LOG_INFO("speculative decoding: draft model {} ({} layers{}), up to {} tokens a step, {} KV blocks", spec.draft_model,
+           runner->config().num_hidden_layers,
            draft_tp > 1 ? fmt::format(", tensor-parallel over {} ranks", draft_tp) : std::string(), dc.num_tokens,
            runner->num_blocks());
   return std::make_unique<DraftModelProposer>(std::move(runner), sampler, dc);

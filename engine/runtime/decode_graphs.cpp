@@ -91,10 +91,10 @@ BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, in
   const size_t r = b.logits_indices.size();
   const size_t tokens = static_cast<size_t>(size) * static_cast<size_t>(std::max(q, 0));
   const int longest = n == 0 ? 0 : graph_query_len(b);
-  CYPRIS_CHECK(q >= 1 && (n == 0 || (longest >= 1 && longest <= q)) && size >= n && r <= tokens && width >= 1 &&
-                   block_size >= 1,
-               "CUDA graphs: cannot pad a batch of {} sequences and {} tokens to {} sequences of {} tokens", n,
-               b.num_tokens(), size, q);
+  CYPRIS_CHECK(
+      q >= 1 && (n == 0 || (longest >= 1 && longest <= q)) && size >= n && r <= tokens && width >= 1 && block_size >= 1,
+      "CUDA graphs: cannot pad a batch of {} sequences and {} tokens to {} sequences of {} tokens", n, b.num_tokens(),
+      size, q);
   BatchContext p;
   p.max_blocks_per_seq = static_cast<int32_t>(width);
   p.max_query_len = q;
