@@ -170,8 +170,21 @@ std::vector<DraftProposal> DraftModelProposer::propose(std::span<const DraftInpu
 }
 
 std::unique_ptr<DraftModelProposer> load_draft_model(const EngineConfig& cfg, const SpecDecodeConfig& spec,
-                                                     const ModelRunner& target, const Tokenizer* target_tokenizer,
-                                                     Sampler& sampler, int64_t max_num_batched_tokens) {
+                                                     const ModelRunner& target, bool target_in_processes,
+                                                     const Tokenizer* target_tokenizer, Sampler& sampler,
+                                                     int64_t max_num_batched_tokens) {
+  // The draft's ranks are threads of this process; under MPI that is process 0, which cannot
+  // reach the other processes' memory, so there the draft runs unsharded.
+  int32_t draft_tp = spec.draft_tp;
+  if (target_in_processes && draft_tp > 1) {
+    CYPRIS_CHECK(!spec.draft_tp_given,
+                 "--speculative-draft-tensor-parallel-size {} with --distributed-executor-backend mpi: the draft "
+                 "model runs in process 0 only (the other processes hold the target's shards); use "
+                 "--speculative-draft-tensor-parallel-size 1",
+                 draft_tp);
+    LOG_INFO("speculative decoding: the draft model runs unsharded in process 0 (MPI processes hold the target)");
+    draft_tp = 1;
+  }
   ModelOptions mo = cfg.model;
   mo.model = spec.draft_model;
   mo.gguf_file.reset();
@@ -188,8 +201,9 @@ std::unique_ptr<DraftModelProposer> load_draft_model(const EngineConfig& cfg, co
   EngineConfig dcfg = cfg;
   dcfg.model = mo;
   dcfg.quant.quantization = spec.draft_quantization;
-  dcfg.parallel.tensor_parallel_size = 1;
-  ModelRunnerOptions ro = runner_options(dcfg, dir);
+  dcfg.parallel.tensor_parallel_size = draft_tp;
+  dcfg.parallel.pipeline_parallel_size = 1;  // the draft is small: its layers stay together
+  ModelRunnerOptions ro = runner_options(dcfg, dir, /*ranks_in_this_process=*/true);
   ro.config = load_model_config(model_families(), dir, ro.load.overrides);
   const std::string& target_name = cfg.model.model;
   CYPRIS_CHECK(ro.config->vocab_size == target.config().vocab_size,
@@ -228,8 +242,10 @@ std::unique_ptr<DraftModelProposer> load_draft_model(const EngineConfig& cfg, co
   const int64_t per_seq = (spec.ngram.num_tokens + ro.block_size - 1) / ro.block_size + 1;
   ro.num_blocks = target.num_blocks() + std::min<int64_t>(cfg.scheduler.max_num_seqs, target.num_blocks()) * per_seq;
   auto runner = std::make_unique<ModelRunner>(ro);
-  LOG_INFO("speculative decoding: draft model {} ({} layers), up to {} tokens a step, {} KV blocks", spec.draft_model,
-           runner->config().num_hidden_layers, dc.num_tokens, runner->num_blocks());
+  LOG_INFO("speculative decoding: draft model {} ({} layers{}), up to {} tokens a step, {} KV blocks", spec.draft_model,
+           runner->config().num_hidden_layers,
+           draft_tp > 1 ? fmt::format(", tensor-parallel over {} ranks", draft_tp) : std::string(), dc.num_tokens,
+           runner->num_blocks());
   return std::make_unique<DraftModelProposer>(std::move(runner), sampler, dc);
 }
 

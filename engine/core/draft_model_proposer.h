@@ -1,5 +1,6 @@
 // DraftModelProposer: speculative decoding's draft-model proposer (--speculative-model PATH). A small
-// model with the target's vocabulary runs in its own ModelRunner with its own paged KV cache; each
+// model with the target's vocabulary runs in its own ModelRunner (unsharded, or tensor-parallel over
+// as many thread ranks as the target) with its own paged KV cache; each
 // engine step it drafts up to k tokens for every speculating sequence, batched over them: one
 // forward over the tokens its cache lacks (the whole prompt the first time, afterwards the tokens
 // the last verification accepted), then k - 1 one-token decode forwards. Each drafted token is drawn
@@ -94,13 +95,16 @@ class DraftModelProposer {
 };
 
 // Loads the draft model of spec.draft_model (a folder, a .gguf file or a Hub id, with cfg's
-// --load-format, --dtype and device; --speculative-model-quantization; unsharded, eager on CUDA)
-// with a KV cache of target_num_blocks blocks plus room for k more tokens per sequence (the target's
-// token capacity). Refuses a draft whose vocabulary differs from the target's (size, or a token of
-// its tokenizer when both have one), naming both models. target_tokenizer may be null
-// (--skip-tokenizer-init).
+// --load-format, --dtype and device; --speculative-model-quantization; spec.draft_tp ranks as threads
+// of this process, one pipeline stage) with a KV cache of target_num_blocks blocks plus room for k
+// more tokens per sequence (the target's token capacity). target_in_processes: the target's ranks are
+// MPI processes (--distributed-executor-backend mpi); the draft then runs unsharded in this process
+// (an explicit draft tensor-parallel size above 1 is refused by name). Refuses a draft whose
+// vocabulary differs from the target's (size, or a token of its tokenizer when both have one),
+// naming both models. target_tokenizer may be null (--skip-tokenizer-init).
 std::unique_ptr<DraftModelProposer> load_draft_model(const EngineConfig& cfg, const SpecDecodeConfig& spec,
-                                                     const ModelRunner& target, const Tokenizer* target_tokenizer,
-                                                     Sampler& sampler, int64_t max_num_batched_tokens);
+                                                     const ModelRunner& target, bool target_in_processes,
+                                                     const Tokenizer* target_tokenizer, Sampler& sampler,
+                                                     int64_t max_num_batched_tokens);
 
 }  // namespace cypris

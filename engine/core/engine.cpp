@@ -150,7 +150,7 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
   step_sampler_ = std::make_unique<StepSampler>(*runner_, *sampler_, *tracker_, tc.max_log_probs);
 
   if (spec && spec->draft_model_proposer()) {
-    draft_ = load_draft_model(cfg, *spec, *runner_, tokenizer_.get(), *sampler_, max_num_batched_tokens);
+    draft_ = load_draft_model(cfg, *spec, *runner_, ro.mpi, tokenizer_.get(), *sampler_, max_num_batched_tokens);
     spec_disable_by_batch_size_ = spec->disable_by_batch_size;
     startup.mark("draft model");
   } else if (spec) {
@@ -184,6 +184,10 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
 Engine::~Engine() = default;
 
 int64_t Engine::num_kv_blocks() const { return runner_->num_blocks(); }
+
+const SamplingState* Engine::sampling_state(const std::string& request_id) const {
+  return tracker_->sampling_state(request_id);
+}
 
 void Engine::set_debug_hook(std::function<void(const std::string&, const Tensor&)> hook) {
   runner_->set_debug_hook(std::move(hook));

@@ -34,6 +34,7 @@ class Request;
 class RequestTracker;
 class Scheduler;
 class Sampler;
+class SamplingState;
 class StepSampler;
 class Tokenizer;
 struct BatchContext;
@@ -104,6 +105,10 @@ class Engine {
   size_t lora_device_bytes() const;
   // How many times an adapter was written into a device slot for a request (not at load).
   int64_t lora_swaps() const { return lora_swaps_; }
+
+  // A running request's sampler state (history, Philox key, Mirostat's mu), as the last step left
+  // it; null once it finished or for an unknown id. For tests and debugging.
+  const SamplingState* sampling_state(const std::string& request_id) const;
 
   // Every named intermediate of each forward pass goes to hook (debug dumps).
   void set_debug_hook(std::function<void(const std::string&, const Tensor&)> hook);

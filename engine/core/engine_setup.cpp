@@ -68,7 +68,8 @@ std::filesystem::path resolve_model_path(const ModelOptions& mo) {
   }
 }
 
-ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir) {
+ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir,
+                                  bool ranks_in_this_process) {
   const auto& mo = cfg.model;
   ModelRunnerOptions ro;
   ro.model_dir = model_dir;
@@ -94,7 +95,8 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
                "--pipeline-parallel-size {} must be in [1, 1024]", cfg.parallel.pipeline_parallel_size);
   ro.pipeline_stages = static_cast<int>(cfg.parallel.pipeline_parallel_size);
   ro.parallel.world_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
-  ro.mpi = use_mpi_processes(cfg);  // starts MPI and checks the world under --distributed-executor-backend mpi
+  // Starts MPI and checks the world under --distributed-executor-backend mpi.
+  ro.mpi = !ranks_in_this_process && use_mpi_processes(cfg);
   if (cfg.device.gpu_layers) {
     CYPRIS_CHECK(*cfg.device.gpu_layers >= -1 && *cfg.device.gpu_layers <= 100000,
                  "--gpu-layers {} must be -1 (auto) or a number of layers", *cfg.device.gpu_layers);

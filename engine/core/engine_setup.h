@@ -24,7 +24,10 @@ std::filesystem::path resolve_local_model_dir(const std::string& model, const st
 std::filesystem::path resolve_model_path(const ModelOptions& mo);
 
 // Runner options for cfg's model, the KV cache budget included (the runner sizes the cache for every
-// device); max_num_batched_tokens is the caller's (it needs the model's max_model_len).
-ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir);
+// device); max_num_batched_tokens is the caller's (it needs the model's max_model_len). Under
+// --distributed-executor-backend mpi the ranks are the MPI processes, unless ranks_in_this_process
+// (a speculative draft model, which runs in process 0 only): then they are threads of this process.
+ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem::path& model_dir,
+                                  bool ranks_in_this_process = false);
 
 }  // namespace cypris

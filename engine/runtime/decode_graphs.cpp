@@ -54,13 +54,32 @@ int uniform_query_len(const BatchContext& b) {
   return q >= 1 && b.num_tokens() == n * q ? q : 0;
 }
 
+int graph_query_len(const BatchContext& b) {
+  const int n = b.num_seqs();
+  if (n < 1 || b.query_start_loc.size() != static_cast<size_t>(n) + 1 || b.query_start_loc[0] != 0 ||
+      b.query_start_loc[static_cast<size_t>(n)] != b.num_tokens()) {
+    return 0;
+  }
+  int most = 0;
+  for (int s = 0; s < n; ++s) {
+    const int len = b.query_start_loc[s + 1] - b.query_start_loc[s];
+    if (len < 1) return 0;
+    most = std::max(most, len);
+  }
+  return most;
+}
+
 bool is_graph_eligible(const BatchContext& b, const DecodeGraphPolicy& policy) {
   const int n = b.num_seqs();
   if (policy.enforce_eager || n < 1) return false;
-  const int q = uniform_query_len(b);
+  const int q = graph_query_len(b);
   if (q < 1 || q > policy.max_query_len) return false;
   if (padded_graph_batch_size(graph_sizes_for(policy, q), n) == 0) return false;
-  if (b.logits_indices.size() > static_cast<size_t>(n) * static_cast<size_t>(q)) return false;
+  if (b.logits_indices.size() > static_cast<size_t>(b.num_tokens())) return false;
+  for (int32_t i : b.logits_indices) {
+    if (i < 0 || i >= b.num_tokens()) return false;
+  }
+  if (b.seq_lens.size() != static_cast<size_t>(n)) return false;
   for (int s = 0; s < n; ++s) {
     if (b.seq_lens[s] < q || b.seq_lens[s] > policy.max_seq_len_to_capture) return false;
   }
@@ -71,22 +90,44 @@ BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, in
   const int n = b.num_seqs();
   const size_t r = b.logits_indices.size();
   const size_t tokens = static_cast<size_t>(size) * static_cast<size_t>(std::max(q, 0));
-  CYPRIS_CHECK(q >= 1 && b.num_tokens() == n * q && size >= n && r <= tokens && width >= 1 && block_size >= 1,
-               "CUDA graphs: cannot pad a batch of {} sequences and {} tokens to {} sequences of {} tokens", n,
-               b.num_tokens(), size, q);
+  const int longest = n == 0 ? 0 : graph_query_len(b);
+  CYPRIS_CHECK(
+      q >= 1 && (n == 0 || (longest >= 1 && longest <= q)) && size >= n && r <= tokens && width >= 1 && block_size >= 1,
+      "CUDA graphs: cannot pad a batch of {} sequences and {} tokens to {} sequences of {} tokens", n, b.num_tokens(),
+      size, q);
   BatchContext p;
   p.max_blocks_per_seq = static_cast<int32_t>(width);
   p.max_query_len = q;
   p.max_seq_len = std::max(q, b.max_seq_len);
   p.block_tables.assign(static_cast<size_t>(size) * static_cast<size_t>(width), 0);
   p.query_start_loc.push_back(0);
+  // pad[i]: the padding tokens in front of sequence i's new tokens.
+  std::vector<int> pad(static_cast<size_t>(n));
   for (int i = 0; i < size; ++i) {
     const bool real = i < n;
-    for (int t = 0; t < q; ++t) {
-      const size_t at = static_cast<size_t>(i) * static_cast<size_t>(q) + static_cast<size_t>(t);
-      p.token_ids.push_back(real ? b.token_ids[at] : 0);
-      p.positions.push_back(real ? b.positions[at] : t);
-      p.slot_mapping.push_back(real ? b.slot_mapping[at] : -1);
+    if (real) {
+      const int first = b.query_start_loc[i];
+      const int len = b.query_start_loc[i + 1] - first;
+      pad[static_cast<size_t>(i)] = q - len;
+      CYPRIS_CHECK(len == q || b.seq_lens[i] >= q,
+                   "CUDA graphs: a context of {} tokens cannot take {} padding tokens before its {} new ones",
+                   b.seq_lens[i], q - len, len);
+      for (int t = 0; t < q - len; ++t) {
+        p.token_ids.push_back(0);
+        p.positions.push_back(b.seq_lens[i] - q + t);
+        p.slot_mapping.push_back(-1);
+      }
+      for (int t = 0; t < len; ++t) {
+        p.token_ids.push_back(b.token_ids[static_cast<size_t>(first + t)]);
+        p.positions.push_back(b.positions[static_cast<size_t>(first + t)]);
+        p.slot_mapping.push_back(b.slot_mapping[static_cast<size_t>(first + t)]);
+      }
+    } else {
+      for (int t = 0; t < q; ++t) {
+        p.token_ids.push_back(0);
+        p.positions.push_back(t);
+        p.slot_mapping.push_back(-1);
+      }
     }
     p.query_start_loc.push_back((i + 1) * q);
     p.seq_lens.push_back(real ? b.seq_lens[i] : q);
@@ -99,7 +140,19 @@ BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, in
     std::copy_n(b.block_tables.begin() + static_cast<int64_t>(i) * b.max_blocks_per_seq, used,
                 p.block_tables.begin() + static_cast<int64_t>(i) * width);
   }
-  for (size_t j = 0; j < tokens; ++j) p.logits_indices.push_back(j < r ? b.logits_indices[j] : static_cast<int32_t>(j));
+  for (size_t j = 0; j < tokens; ++j) {
+    if (j >= r) {
+      p.logits_indices.push_back(static_cast<int32_t>(j));
+      continue;
+    }
+    // b's token index -> its sequence -> where that token sits in the padded batch.
+    const int32_t idx = b.logits_indices[j];
+    CYPRIS_CHECK(idx >= 0 && idx < b.num_tokens(), "CUDA graphs: logits row {} names token {} of {}", j, idx,
+                 b.num_tokens());
+    const auto it = std::upper_bound(b.query_start_loc.begin(), b.query_start_loc.end(), idx);
+    const size_t seq = static_cast<size_t>(it - b.query_start_loc.begin()) - 1;
+    p.logits_indices.push_back(static_cast<int32_t>(seq) * q + pad[seq] + (idx - b.query_start_loc[seq]));
+  }
   return p;
 }
 

@@ -2,8 +2,10 @@
 // replay a captured graph and at which padded size (pure logic, unit-tested on the CPU), and the
 // DecodeGraphRunner interface the CUDA implementation (engine/runtime/cuda/cuda_graphs.cpp)
 // provides. A graph is captured per (batch size, query tokens per sequence): 1 for plain decodes,
-// and with speculative decoding 2 .. k + 1 for decodes that verify their drafts (every sequence of
-// the batch with the same number of drafts, e.g. one user at a time).
+// and with speculative decoding 2 .. k + 1 for decodes that verify their drafts. A batch whose
+// sequences verify different numbers of drafts (the adaptive draft length, a sequence without
+// drafts) replays the graph of its longest: shorter sequences get padding query tokens in front of
+// theirs, which write no KV and whose outputs are dropped.
 #pragma once
 
 #include <cstddef>
@@ -44,17 +46,24 @@ std::vector<int> graph_sizes_for(const DecodeGraphPolicy& policy, int q);
 int max_graph_tokens(const DecodeGraphPolicy& policy);
 // The number of new tokens of every sequence of b when they all have the same, else 0.
 int uniform_query_len(const BatchContext& b);
+// The most new tokens any sequence of b has (the query length of the graph it would replay); 0 for
+// an empty batch or one whose query_start_loc does not describe its tokens.
+int graph_query_len(const BatchContext& b);
 
-// A batch replays a graph when graphs are on, every sequence has the same number q of new tokens
-// with 1 <= q <= max_query_len, the padded size exists for q, no context is longer than
+// A batch replays a graph when graphs are on, its longest sequence has q new tokens with
+// 1 <= q <= max_query_len, the padded size exists for q, every context holds at least q tokens (the
+// front padding of a shorter sequence sits on its cached positions) and none is longer than
 // max_seq_len_to_capture, and it asks for at most one logits row per new token.
 bool is_graph_eligible(const BatchContext& b, const DecodeGraphPolicy& policy);
 
-// The batch a graph of `size` sequences of q tokens runs for the eligible batch b: b's rows, then
-// padding sequences (q tokens 0 at positions 0..q-1, slot -1 so no KV is written, a context of q
-// tokens in block 0 - any valid block, their outputs are dropped), block tables `width` entries
-// wide (b's used entries, zeros after), and size * q logits indices, b's first then the padding
-// tokens'. The first b.logits_indices.size() logits rows are b's.
+// The batch a graph of `size` sequences of q tokens runs for the eligible batch b: b's sequences,
+// each with q - (its new tokens) padding tokens in front (token 0 at the cached positions just
+// before its new tokens, slot -1 so no KV is written: its new tokens keep their positions and see
+// the same keys, the padding's outputs are dropped), then padding sequences (q tokens 0 at
+// positions 0..q-1, slot -1, a context of q tokens in block 0 - any valid block), block tables
+// `width` entries wide (b's used entries, zeros after), and size * q logits indices: b's rows
+// first (moved to where their tokens now are), then the padding tokens'. The first
+// b.logits_indices.size() logits rows are b's.
 BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, int block_size, int q = 1);
 
 // Captures one graph per capture size over persistent input buffers and replays them. Lives on

@@ -1,6 +1,8 @@
 // spec_decode_config: the --speculative-* options checked and gathered.
 #include "engine/spec/spec_config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -44,10 +46,19 @@ std::optional<SpecDecodeConfig> spec_decode_config(const EngineConfig& cfg) {
                "--speculative-model {} needs --num-speculative-tokens (how many tokens to propose, e.g. 5)", model);
   CYPRIS_CHECK(*o.num_speculative_tokens >= 1 && *o.num_speculative_tokens <= 64,
                "--num-speculative-tokens must be in [1, 64], got {}", *o.num_speculative_tokens);
-  CYPRIS_CHECK(!o.speculative_draft_tensor_parallel_size || *o.speculative_draft_tensor_parallel_size == 1,
-               "--speculative-draft-tensor-parallel-size {}: Cypris runs the draft model unsharded; only 1 is "
-               "supported",
-               o.speculative_draft_tensor_parallel_size.value_or(1));
+  const int64_t target_tp = cfg.parallel.tensor_parallel_size;
+  if (o.speculative_draft_tensor_parallel_size && m != "[ngram]") {
+    const int64_t dtp = *o.speculative_draft_tensor_parallel_size;
+    CYPRIS_CHECK(dtp == 1 || dtp == target_tp,
+                 "--speculative-draft-tensor-parallel-size {}: the draft model runs unsharded (1) or over as many "
+                 "ranks as the target (--tensor-parallel-size {}); allowed: 1{}",
+                 dtp, target_tp, target_tp == 1 ? "" : fmt::format(" or {}", target_tp));
+    CYPRIS_CHECK(dtp == 1 || cfg.parallel.distributed_executor_backend.value_or("") != "mpi",
+                 "--speculative-draft-tensor-parallel-size {} with --distributed-executor-backend mpi: the draft "
+                 "model runs in process 0 only (the other processes hold the target's shards); use "
+                 "--speculative-draft-tensor-parallel-size 1",
+                 dtp);
+  }
   CYPRIS_CHECK(!o.speculative_max_model_len || *o.speculative_max_model_len >= 1,
                "--speculative-max-model-len must be at least 1, got {}", o.speculative_max_model_len.value_or(0));
   CYPRIS_CHECK(lookahead == 0 || lookahead >= *o.num_speculative_tokens,
@@ -83,10 +94,16 @@ std::optional<SpecDecodeConfig> spec_decode_config(const EngineConfig& cfg) {
     sc.draft_model = model;
     sc.draft_max_model_len = o.speculative_max_model_len;
     sc.draft_quantization = o.speculative_model_quantization;
+    sc.draft_tp_given = o.speculative_draft_tensor_parallel_size.has_value();
+    sc.draft_tp = static_cast<int32_t>(o.speculative_draft_tensor_parallel_size.value_or(target_tp));
     return sc;
   }
   CYPRIS_CHECK(!o.speculative_model_quantization,
                "--speculative-model-quantization applies to a draft model, not to \"[ngram]\"");
+  CYPRIS_CHECK(o.speculative_draft_tensor_parallel_size.value_or(1) == 1,
+               "--speculative-draft-tensor-parallel-size {} applies to a draft model; \"[ngram]\" (prompt lookup) "
+               "runs no model",
+               o.speculative_draft_tensor_parallel_size.value_or(1));
   CYPRIS_CHECK(
       o.ngram_prompt_lookup_max.has_value(),
       "--speculative-model \"[ngram]\" needs --ngram-prompt-lookup-max (the longest n-gram looked up, e.g. 4)");

@@ -24,6 +24,11 @@ struct SpecDecodeConfig {
   // The draft's context limit (--speculative-max-model-len): a sequence longer than this gets no drafts.
   std::optional<int64_t> draft_max_model_len;
   std::optional<std::string> draft_quantization;  // --speculative-model-quantization
+  // The draft's tensor-parallel size (--speculative-draft-tensor-parallel-size): 1 (unsharded) or the
+  // target's --tensor-parallel-size; unset: the target's (vLLM's default). draft_tp_given says the
+  // flag was there (under MPI processes an unset size falls back to 1, a given one > 1 is refused).
+  int32_t draft_tp = 1;
+  bool draft_tp_given = false;
   SpecAcceptance acceptance = SpecAcceptance::Rejection;
   // Typical acceptance (vLLM's defaults): keep a draft token x when p(x) > min(threshold, alpha * exp(-H(p))).
   double typical_threshold = 0.09;
@@ -39,8 +44,10 @@ struct SpecDecodeConfig {
 // nullopt without --speculative-model. "[ngram]" needs --num-speculative-tokens and
 // --ngram-prompt-lookup-max (--ngram-prompt-lookup-min defaults to 1), like Aphrodite; a draft model
 // needs --num-speculative-tokens and refuses the n-gram flags. Medusa, EAGLE and MLP speculators are
-// refused by name, and so is a draft tensor-parallel size other than 1. --num-lookahead-slots needs
-// --speculative-model and, given, at least --num-speculative-tokens.
+// refused by name, and so is a draft tensor-parallel size other than 1 and the target's (or other
+// than 1 with --distributed-executor-backend mpi, whose processes hold only the target's shards, or
+// with "[ngram]"). --num-lookahead-slots needs --speculative-model and, given, at least
+// --num-speculative-tokens.
 std::optional<SpecDecodeConfig> spec_decode_config(const EngineConfig& cfg);
 
 }  // namespace cypris

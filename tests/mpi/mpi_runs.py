@@ -27,6 +27,10 @@ CASE:
 
 Exit 77 (ctest: skipped) when this build has no MPI or mpirun is not installed. mpirun runs with
 --oversubscribe (CI has 2 cores) and, as root, with --allow-run-as-root.
+
+Speculative decoding:
+  spec_draft          mpirun -np 2 with a draft model (it runs in process 0) gives one process's greedy tokens;
+                      a draft tensor-parallel size of 2 is refused by name
 """
 import json
 import os
@@ -115,6 +119,27 @@ def case_greedy_gguf():
     if two != ref:
         fail("mpirun -np 2 departs from llama.cpp's greedy tokens: {} vs {}".format(two, ref))
     print("ok: mpirun -np 2 gives llama.cpp's {} greedy tokens on stories260k-Q8_0.gguf".format(len(ref)))
+
+
+def case_spec_draft():
+    # A draft model under mpirun -np 2 runs unsharded in process 0 (the other process holds only the
+    # target's shard): greedy tokens are one process's without speculation; a draft tensor-parallel
+    # size of 2 is refused by name.
+    model = os.path.join(TESTDATA, "models", "stories260k")
+    spec = ["--speculative-model", model, "--num-speculative-tokens", "3"]
+    one = generate_ids(model, 1, [], 60)
+    two = generate_ids(model, 2, spec, 60)
+    if two != one:
+        fail("mpirun -np 2 with a draft model gives {} instead of one process's {}".format(two, one))
+    args = mpirun_prefix(2) + [CYPRIS, "generate", "--model", model, "--prompt-ids", "1", "--skip-tokenizer-init",
+                               "--temperature", "0", "--max-tokens", "8", "--threads", "1", "--tensor-parallel-size",
+                               "2", "--distributed-executor-backend", "mpi", "-spec-draft-tp", "2"] + spec
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    if p.returncode == 0 or "--speculative-draft-tensor-parallel-size 2" not in p.stdout + p.stderr:
+        fail("a draft tensor-parallel size of 2 under mpirun was not refused by name (exit {}):\n{}".format(
+            p.returncode, (p.stdout + p.stderr)[-3000:]))
+    print("ok: a draft model under mpirun -np 2 keeps one process's {} greedy tokens; -spec-draft-tp 2 is refused"
+          .format(len(one)))
 
 
 def free_port():
@@ -514,6 +539,7 @@ def main():
              "worker_start_fails": case_worker_start_fails, "pp_greedy": case_pp_greedy,
              "pp_batched_solo": case_pp_batched_solo, "pp_worker_killed": case_pp_worker_killed,
              "mismatch": case_mismatch}
+    cases["spec_draft"] = case_spec_draft
     if case not in cases:
         print("unknown case {} (allowed: {})".format(case, ", ".join(cases)), file=sys.stderr)
         return 2

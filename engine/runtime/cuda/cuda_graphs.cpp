@@ -1,6 +1,7 @@
 // CUDA graphs for decode batches on a CUDA backend (vLLM's CUDAGraphRunner): one graph per capture
 // size and query length (1, or 2 .. k + 1 for decodes verifying drafts) over persistent input
-// buffers, replayed for batches whose sequences all have that many new tokens, padded to the size. The
+// buffers, replayed for batches whose longest sequence has that many new tokens, padded to the size
+// (shorter sequences with masked tokens in front, pad_decode_batch). The
 // ModelRunner reaches it through DecodeGraphRunner (engine/runtime/decode_graphs.h); the backend is
 // used through the Backend interface only (stream, exact allocations, the graphs' pool).
 #include "engine/runtime/decode_graphs.h"
@@ -117,7 +118,7 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
   Tensor replay(const BatchContext& b) override {
     CYPRIS_CHECK(is_graph_eligible(b, policy_), "CUDA graphs: the batch of {} sequences and {} tokens cannot replay",
                  b.num_seqs(), b.num_tokens());
-    const int q = uniform_query_len(b);
+    const int q = graph_query_len(b);  // sequences with fewer new tokens are padded to q
     const int size = padded_graph_batch_size(graph_sizes_for(policy_, q), b.num_seqs());
     const auto it =
         std::find_if(graphs_.begin(), graphs_.end(), [&](const Graph& g) { return g.size == size && g.q == q; });

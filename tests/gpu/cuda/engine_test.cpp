@@ -46,9 +46,9 @@ TEST_F(CudaEquivalence, SoloOnGpuEqualsSoloOnCpu) {
 }
 
 TEST_F(CudaEquivalence, SpeculativeDecodingKeepsOutputs) {
-  // Prompt lookup on the GPU: steps whose sequences all verify the same number of drafts (up to 8
-  // sequences) replay the graphs of k + 1 query tokens, the others run eagerly; the verified rows
-  // are sampled on the CPU.
+  // Prompt lookup on the GPU: verify steps of up to 8 sequences replay the graph of their longest
+  // sequence's query tokens (shorter ones padded in front, whatever each one's draft length), the
+  // others run eagerly; the verified rows are sampled on the CPU.
   CYPRIS_REQUIRE_GPU();
   EngineConfig cfg = config("cuda");
   cfg.spec.speculative_model = "[ngram]";

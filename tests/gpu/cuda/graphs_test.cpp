@@ -1,7 +1,8 @@
 // CUDA graphs for decode: the logits of decode batches replayed through graphs (padded to the
 // next capture size) must equal the eager logits, step after step, on stories260k and every tiny
-// fixture; and the profiled KV sizing must leave room or say which flag to change. Skips itself
-// without a GPU.
+// fixture, also for speculative decoding's verify steps (one draft length, or mixed lengths padded
+// to the longest); and the profiled KV sizing must leave room or say which flag to change. Skips
+// itself without a GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -181,6 +182,87 @@ TEST(CudaGraphs, SpeculativeVerifyStepsOfKPlusOneTokensEqualEager) {
   const auto want = run(eager, 3, 3);
   const auto got = run(graphs, 3, 3);
   for (size_t step = 0; step < want.size(); ++step) EXPECT_LT(norm_err(got[step], want[step]), 1e-5);
+}
+
+// Verify steps whose sequences have different numbers of new tokens (the adaptive draft length, a
+// sequence without drafts): step i gives sequence s qs[i][s] tokens. Returns each step's logits and
+// checks that the batch is one a graph replays (the runner would otherwise run it eagerly).
+std::vector<std::vector<float> > run_mixed_verify(ModelRunner& runner, const std::vector<std::vector<int> >& qs,
+                                                  int max_query_len) {
+  const int64_t vocab = runner.config().vocab_size;
+  const int n = static_cast<int>(qs.front().size());
+  std::vector<int32_t> lens(n);
+  for (int s = 0; s < n; ++s) {
+    const int32_t len = 4 + (s * 5) % 17;  // at least max_query_len: room for the front padding
+    std::vector<int32_t> prompt;
+    for (int32_t i = 0; i < len; ++i) prompt.push_back(static_cast<int32_t>(1 + (s * 31 + i * 7) % (vocab - 1)));
+    BatchContext b = make_single_sequence_batch(prompt, 0, kBlockSize);
+    b.max_blocks_per_seq = kBlocksPerSeq;
+    b.block_tables.clear();
+    for (int k = 0; k < kBlocksPerSeq; ++k) b.block_tables.push_back(s * kBlocksPerSeq + k);
+    for (auto& slot : b.slot_mapping) slot += static_cast<int64_t>(s) * kBlocksPerSeq * kBlockSize;
+    runner.execute(b);
+    lens[s] = len;
+  }
+  DecodeGraphPolicy policy;
+  policy.enforce_eager = false;
+  policy.sizes = graph_capture_sizes(17);
+  policy.max_seq_len_to_capture = 96;
+  policy.max_query_len = max_query_len;
+  std::vector<std::vector<float> > out;
+  for (size_t step = 0; step < qs.size(); ++step) {
+    BatchContext b;
+    b.max_blocks_per_seq = kBlocksPerSeq;
+    b.query_start_loc.push_back(0);
+    for (int s = 0; s < n; ++s) {
+      const int q = qs[step][static_cast<size_t>(s)];
+      for (int t = 0; t < q; ++t) {
+        const int32_t pos = lens[s] + t;
+        b.logits_indices.push_back(static_cast<int32_t>(b.token_ids.size()));
+        b.token_ids.push_back(static_cast<int32_t>(1 + (s * 13 + static_cast<int>(step) * 7 + t * 3) % (vocab - 1)));
+        b.positions.push_back(pos);
+        b.slot_mapping.push_back(static_cast<int64_t>(s) * kBlocksPerSeq * kBlockSize + pos);
+      }
+      lens[s] += q;
+      b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
+      b.seq_lens.push_back(lens[s]);
+      b.max_query_len = std::max(b.max_query_len, q);
+      for (int k = 0; k < kBlocksPerSeq; ++k) b.block_tables.push_back(s * kBlocksPerSeq + k);
+    }
+    b.max_seq_len = *std::max_element(lens.begin(), lens.end());
+    EXPECT_TRUE(is_graph_eligible(b, policy)) << "step " << step;
+    const Logits l = runner.execute(b);
+    EXPECT_EQ(l.rows, b.num_tokens());
+    out.push_back(l.data);
+  }
+  return out;
+}
+
+TEST(CudaGraphs, VerifyStepsWithMixedDraftLengthsEqualEager) {
+  // k = 3: sequences of one step verify 0..3 drafts; the batch replays the graph of its longest
+  // sequence, the shorter ones padded with masked tokens in front. Every verified position's
+  // logits equal eager ones, and the padding writes no KV (later steps read the cache).
+  CYPRIS_REQUIRE_GPU();
+  const std::string dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
+  ModelRunnerOptions eo = options(dir, true), go = options(dir, false);
+  eo.graph_max_query_len = go.graph_max_query_len = 4;
+  ModelRunner eager(eo);
+  ModelRunner graphs(go);
+  ASSERT_EQ(graphs.num_cuda_graphs(), 6 + 3 * 4);
+  for (int n : {2, 3, 8}) {
+    std::vector<std::vector<int> > qs;
+    for (int step = 0; step < 4; ++step) {
+      std::vector<int> row;
+      for (int s = 0; s < n; ++s) row.push_back(1 + (s * 3 + step) % 4);
+      qs.push_back(row);
+    }
+    const auto want = run_mixed_verify(eager, qs, 4);
+    const auto got = run_mixed_verify(graphs, qs, 4);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t step = 0; step < want.size(); ++step) {
+      EXPECT_LT(norm_err(got[step], want[step]), 1e-5) << "batch " << n << " step " << step;
+    }
+  }
 }
 
 TEST(CudaGraphs, Stories260kDecodeLogitsEqualEager) {

@@ -3,8 +3,9 @@
 // after preemption; a model drafting for itself has its drafts accepted, its quantized GGUF partly,
 // a random model with the same vocabulary hardly (and its draft length shrinks); sampled outputs keep
 // the target's distribution (a chi-square between runs with and without the draft over many seeds);
-// typical acceptance keeps greedy outputs and accepts more; drafts with another vocabulary and
-// unsupported draft settings are refused by name.
+// typical acceptance keeps greedy outputs and accepts more; a target at -tp 2 with an unsharded or a
+// tensor-parallel draft keeps greedy outputs; drafts with another vocabulary and unsupported draft
+// settings are refused by name.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -129,6 +130,22 @@ TEST_F(DraftGreedy, ChunkedPrefillPrefixCachingAndPreemptionKeepOutputs) {
   EXPECT_GT(totals(engine).accepted, 0);
 }
 
+TEST_F(DraftGreedy, DraftsBesideATensorParallelTargetKeepOutputs) {
+  // The target at -tp 2 (two thread ranks) drafted by itself unsharded and tensor-parallel over two
+  // ranks of its own (--speculative-draft-tensor-parallel-size 2, also what leaving the flag out
+  // gives): greedy outputs are those without speculation, and the tp-2 draft's tokens are the
+  // target's as the unsharded draft's are.
+  for (int draft_tp : {1, 2}) {
+    EngineConfig cfg = with_draft(stories_config(2), stories_dir(), 4);
+    cfg.spec.speculative_draft_tensor_parallel_size = draft_tp;
+    Engine engine(cfg);
+    expect_same_outputs(*jobs_, *want_, run_batched(engine, *jobs_));
+    const SpecTotals t = totals(engine);
+    EXPECT_GT(t.drafted, 100) << "draft tp " << draft_tp;
+    EXPECT_GT(t.acceptance(), 0.97) << "draft tp " << draft_tp << ": " << t.accepted << " of " << t.drafted;
+  }
+}
+
 TEST_F(DraftGreedy, AQuantizedGgufDraftIsPartlyAcceptedAndChangesNoToken) {
   // stories260k's Q4_0 GGUF (llama.cpp's quantizer) drafting for the fp32 model: it departs from the
   // target's greedy text now and then, so verification both keeps and rejects drafts.
@@ -162,6 +179,27 @@ TEST(DraftFixtures, AFixtureDraftingForItselfKeepsEveryGreedyToken) {
   const Outputs same = run_requests(self, reqs);
   for (const auto& r : reqs) EXPECT_EQ(same.at(r.request_id), want.at(r.request_id)) << r.request_id;
   EXPECT_GT(totals(self).acceptance(), 0.95);
+}
+
+TEST(DraftFixtures, TensorParallelDraftsKeepEveryGreedyToken) {
+  // The Llama fixture at -tp 2 drafted by itself (tp 2), by its bfloat16 copy (tp 2 and unsharded)
+  // and by another fixture with its vocabulary whose drafts are rejected (tp 2): the greedy tokens
+  // of the fixture alone.
+  const auto reqs = fixture_requests();
+  Engine plain(fixture_config("llama_gqa_tied"));
+  const Outputs want = run_requests(plain, reqs);
+  for (const auto& [draft, draft_tp] : std::vector<std::pair<std::string, int>>{
+           {"llama_gqa_tied", 2}, {"llama_gqa_tied_bf16", 2}, {"llama_gqa_tied_bf16", 1}, {"llama_linear", 2}}) {
+    EngineConfig cfg = with_draft(fixture_config("llama_gqa_tied"), fixture(draft), 3);
+    cfg.parallel.tensor_parallel_size = 2;
+    cfg.spec.speculative_draft_tensor_parallel_size = draft_tp;
+    Engine spec(cfg);
+    const Outputs got = run_requests(spec, reqs);
+    for (const auto& r : reqs) EXPECT_EQ(got.at(r.request_id), want.at(r.request_id)) << draft << " tp " << draft_tp;
+    const SpecTotals t = totals(spec);
+    EXPECT_GT(t.drafted, 0) << draft << " tp " << draft_tp;
+    if (draft != "llama_linear") EXPECT_GT(t.acceptance(), 0.8) << draft << " tp " << draft_tp;
+  }
 }
 
 TEST(DraftSampled, VerifiedTokensKeepTheTargetDistributionOverSeeds) {
@@ -310,9 +348,25 @@ TEST(DraftConfig, RefusedSettingsNameTheFlagAndBothModels) {
   EngineConfig cfg = with_draft(stories_config(), fixture("llama_linear"), 3);
   EXPECT_THAT(error_of(cfg), AllOf(HasSubstr("--speculative-model"), HasSubstr("llama_linear"),
                                    HasSubstr("stories260k"), HasSubstr("vocabulary")));
+  // The draft's tensor-parallel size: 1 or the target's (vLLM's rule), 1 under MPI processes.
   cfg = with_draft(stories_config(), stories_dir(), 3);
   cfg.spec.speculative_draft_tensor_parallel_size = 2;
-  EXPECT_THAT(error_of(cfg), HasSubstr("--speculative-draft-tensor-parallel-size"));
+  EXPECT_THAT(error_of(cfg), AllOf(HasSubstr("--speculative-draft-tensor-parallel-size 2"), HasSubstr("allowed: 1"),
+                                   HasSubstr("--tensor-parallel-size 1")));
+  cfg = with_draft(stories_config(2), stories_dir(), 3);
+  cfg.spec.speculative_draft_tensor_parallel_size = 4;
+  EXPECT_THAT(error_of(cfg), AllOf(HasSubstr("--speculative-draft-tensor-parallel-size 4"), HasSubstr("1 or 2")));
+  cfg = with_draft(stories_config(2), stories_dir(), 3);
+  cfg.spec.speculative_draft_tensor_parallel_size = 2;
+  cfg.parallel.distributed_executor_backend = "mpi";
+  EXPECT_THAT(error_of(cfg), AllOf(HasSubstr("--speculative-draft-tensor-parallel-size 2"),
+                                   HasSubstr("--distributed-executor-backend mpi"), HasSubstr("process 0")));
+  cfg = stories_config();
+  cfg.spec.speculative_model = "[ngram]";
+  cfg.spec.num_speculative_tokens = 3;
+  cfg.spec.ngram_prompt_lookup_max = 3;
+  cfg.spec.speculative_draft_tensor_parallel_size = 2;
+  EXPECT_THAT(error_of(cfg), AllOf(HasSubstr("--speculative-draft-tensor-parallel-size 2"), HasSubstr("[ngram]")));
   cfg = with_draft(stories_config(), stories_dir(), 3);
   cfg.spec.ngram_prompt_lookup_max = 3;
   EXPECT_THAT(error_of(cfg), HasSubstr("--ngram-prompt-lookup-max"));

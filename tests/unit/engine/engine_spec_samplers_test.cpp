@@ -8,16 +8,21 @@
 //    where it began, as without drafts (greedy and seeded outputs equal, phrases from inside the
 //    unbanned text);
 //  - Mirostat 2: each verified position is drawn with the mu it would have had after the drafts
-//    before it (seeded outputs equal, alone and with the other samplers that see the history);
+//    before it (seeded outputs equal, alone and with the other samplers that see the history), and
+//    after a draft model's residual draw mu is the emitted token's update (against a reference over
+//    the target's logprobs);
 // Every test also checks that drafts were proposed, accepted and rejected, or it would compare nothing.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/core/engine.h"
 #include "engine/request/sampling_params.h"
+#include "engine/sampling/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/support/engine_jobs.h"
 #include "tests/support/full_runs.h"
@@ -359,6 +364,98 @@ TEST(SpecMirostat, DraftModelKeepsTheTargetDistributionOverSeeds) {
   const auto got = run_full(spec, reqs);
   expect_speculated(spec);
   test::expect_same_distribution_at(tokens_of(got), tokens_of(want), {1, 2, 3}, 4, 4);
+}
+
+TEST(SpecMirostat, MuAfterAResidualDrawIsTheEmittedTokensUpdate) {
+  // A random draft under Mirostat 2 at temperature 1: nearly every verification rejects a draft
+  // and emits a draw from the residual max(0, p - q), a token that is never the rejected draft and
+  // often not the row's own draw. Whatever was emitted, each request's mu after a step must be the
+  // one Mirostat reaches without speculation over the same tokens: mu_0 = 2 tau, and for each
+  // emitted token t, mu <- mu - eta (-log2 p(t) - tau), p the target's distribution at t's position
+  // (temperature 1, nothing else: the softmax of its logits). The reference reads p(t) as the
+  // target's prompt logprobs of the emitted text, from the target alone. Updating mu with the
+  // draft's token, or with the row's own draw, after a residual draw fails here, while the
+  // tokens alone (DraftModelKeepsTheTargetDistributionOverSeeds) are too coarse to show it.
+  const std::vector<int32_t> prompt = {1, 403, 261, 340, 385, 261, 442, 270, 300};
+  constexpr float kTau = 3.0f, kEta = 0.5f;
+  std::vector<GenerateRequest> reqs;
+  for (int seed = 0; seed < 48; ++seed) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.mirostat_mode = 2;
+    p.mirostat_tau = kTau;
+    p.mirostat_eta = kEta;
+    p.seed = 900 + seed;
+    p.max_tokens = 14;
+    p.ignore_eos = true;
+    reqs.push_back(make_request("m" + std::to_string(seed), prompt, p));
+  }
+  EngineConfig cfg = stories_config();
+  cfg.scheduler.max_num_seqs = 64;
+  cfg.spec.speculative_model = std::string(CYPRIS_TESTDATA_DIR) + "/gguf/tiny-random-Q8_0.gguf";
+  cfg.spec.num_speculative_tokens = 3;
+  Engine spec(cfg);
+  // Each running request's (tokens emitted so far, mu) after every step.
+  std::map<std::string, std::vector<std::pair<size_t, float>>> seen;
+  std::map<std::string, std::shared_ptr<RequestStream>> streams;
+  for (const auto& r : reqs) {
+    streams[r.request_id] = std::make_shared<RequestStream>(r.request_id);
+    spec.add_request(r, streams[r.request_id]);
+  }
+  std::map<std::string, std::vector<int32_t>> tokens;
+  for (int step = 0; spec.has_unfinished_requests() && step < 1000; ++step) {
+    spec.step();
+    for (const auto& r : reqs) {
+      if (const SamplingState* st = spec.sampling_state(r.request_id); st && !st->output_ids().empty()) {
+        seen[r.request_id].emplace_back(st->output_ids().size(), st->mirostat_mu());
+      }
+      while (auto o = streams[r.request_id]->next(std::chrono::milliseconds(0))) {
+        ASSERT_FALSE(o->error.has_value()) << *o->error;
+        for (const auto& d : o->outputs) {
+          tokens[r.request_id].insert(tokens[r.request_id].end(), d.token_ids.begin(), d.token_ids.end());
+        }
+      }
+    }
+  }
+  ASSERT_FALSE(spec.has_unfinished_requests());
+  expect_speculated(spec);
+  const EngineStats st = spec.stats();
+  EXPECT_LT(double(st.spec_accepted_tokens_total), 0.5 * double(st.spec_draft_tokens_total))
+      << "the draft agrees too well: few residual draws";
+
+  // The reference: p(t) of every emitted token from the target alone.
+  std::vector<GenerateRequest> replays;
+  for (const auto& r : reqs) {
+    std::vector<int32_t> text = prompt;
+    const auto& t = tokens.at(r.request_id);
+    ASSERT_EQ(t.size(), 14u) << r.request_id;
+    text.insert(text.end(), t.begin(), t.end());
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = 1;
+    p.prompt_logprobs = 1;
+    replays.push_back(make_request(r.request_id, text, p));
+  }
+  Engine plain(stories_config());
+  const auto ref = run_full(plain, replays);
+  int checked = 0;
+  for (const auto& r : reqs) {
+    const FullResult& f = ref.at(r.request_id);
+    ASSERT_EQ(f.prompt_logprobs.size(), prompt.size() - 1 + 14);
+    std::vector<double> mu_after = {2.0 * kTau};  // mu_after[m]: after m emitted tokens
+    for (size_t i = 0; i < 14; ++i) {
+      const PositionLogprobs& lp = f.prompt_logprobs[prompt.size() - 1 + i];
+      ASSERT_EQ(lp.token_id, tokens.at(r.request_id)[i]);
+      const double surprise = -double(lp.logprob) / std::log(2.0);
+      mu_after.push_back(mu_after.back() - kEta * (surprise - kTau));
+    }
+    for (const auto& [m, mu] : seen[r.request_id]) {
+      ASSERT_LE(m, 14u);
+      EXPECT_NEAR(mu, mu_after[m], 1e-3) << r.request_id << " after " << m << " tokens";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 150);
 }
 
 }  // namespace
