@@ -94,13 +94,19 @@ def generate_text(model, np, max_tokens, pp=1):
     return run(args).strip()
 
 
-def case_greedy_stories260k():
+def stories260k_one_process():
+    """stories260k's folder and one process's 120 greedy tokens from BOS, checked against the published story."""
     model = os.path.join(TESTDATA, "models", "stories260k")
     with open(os.path.join(model, "expected_greedy_200_from_bos.txt")) as f:
         expected = f.read().strip()
     one = generate_text(model, 1, 120)
     if not one or not expected.startswith(one.lstrip()):
         fail("one process does not give the published story:\n{}".format(one))
+    return model, one
+
+
+def case_greedy_stories260k():
+    model, one = stories260k_one_process()
     for np in (2, 4):
         got = generate_text(model, np, 120)
         if got != one:
@@ -245,12 +251,7 @@ def case_pp_batched_solo():
 
 
 def case_pp_greedy():
-    model = os.path.join(TESTDATA, "models", "stories260k")
-    with open(os.path.join(model, "expected_greedy_200_from_bos.txt")) as f:
-        expected = f.read().strip()
-    one = generate_text(model, 1, 120)
-    if not one or not expected.startswith(one.lstrip()):
-        fail("one process does not give the published story:\n{}".format(one))
+    model, one = stories260k_one_process()
     for np in (2, 4):
         got = generate_text(model, np, 120, pp=2)
         if got != one:

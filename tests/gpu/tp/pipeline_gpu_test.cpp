@@ -10,6 +10,7 @@
 #include "engine/core/engine.h"
 #include "engine/runtime/model_runner.h"
 #include "tests/support/engine_jobs.h"
+#include "tests/support/reference_fixture.h"
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/backend/cuda/nccl_communicator.h"
 #endif
@@ -21,18 +22,7 @@ namespace {
 const std::string kStories = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";
 
 std::vector<int32_t> greedy(ModelRunner& runner, int steps) {
-  std::vector<int32_t> ids = {1};  // BOS
-  Logits l = runner.execute(make_single_sequence_batch(ids, 0, runner.block_size()));
-  std::vector<int32_t> out;
-  for (int i = 0; i < steps; ++i) {
-    int32_t next = 0;
-    for (int64_t v = 1; v < l.vocab; ++v) next = l.row(0)[v] > l.row(0)[next] ? static_cast<int32_t>(v) : next;
-    out.push_back(next);
-    ids.push_back(next);
-    const int32_t tok[] = {next};
-    l = runner.execute(make_single_sequence_batch(tok, static_cast<int32_t>(ids.size()) - 1, runner.block_size()));
-  }
-  return out;
+  return reference_fixture::greedy_decode(runner, {1}, static_cast<size_t>(steps));  // from BOS
 }
 
 ModelRunnerOptions options(const std::string& dtype, int pp) {
