@@ -179,27 +179,33 @@ TEST(PadDecodeBatch, PaddedBatchGivesTheSameLogitsOnTheCpu) {
   }
 }
 
-// n sequences each verifying q - 1 drafts: q new tokens each, a logits row per token.
-BatchContext verify_batch(const std::vector<int32_t>& lens, int q, int block_size = 16) {
+// n sequences verifying different numbers of drafts: qs[s] new tokens for sequence s (its last
+// token and qs[s] - 1 drafts), a logits row per token.
+BatchContext mixed_verify_batch(const std::vector<int32_t>& lens, const std::vector<int>& qs, int block_size = 16) {
   BatchContext b;
   int32_t max_blocks = 0;
   for (int32_t l : lens) max_blocks = std::max(max_blocks, (l + block_size - 1) / block_size);
   b.max_blocks_per_seq = max_blocks;
-  b.max_query_len = q;
   b.query_start_loc.push_back(0);
   for (size_t s = 0; s < lens.size(); ++s) {
-    for (int t = 0; t < q; ++t) {
+    for (int t = 0; t < qs[s]; ++t) {
+      b.logits_indices.push_back(static_cast<int32_t>(b.token_ids.size()));
       b.token_ids.push_back(1 + t);
-      b.positions.push_back(lens[s] - q + t);
+      b.positions.push_back(lens[s] - qs[s] + t);
       b.slot_mapping.push_back(0);
-      b.logits_indices.push_back(static_cast<int32_t>(s) * q + t);
     }
-    b.query_start_loc.push_back(static_cast<int32_t>(s + 1) * q);
+    b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.seq_lens.push_back(lens[s]);
+    b.max_query_len = std::max(b.max_query_len, qs[s]);
     b.max_seq_len = std::max(b.max_seq_len, lens[s]);
     for (int32_t k = 0; k < max_blocks; ++k) b.block_tables.push_back(0);
   }
   return b;
+}
+
+// n sequences each verifying q - 1 drafts: q new tokens each, a logits row per token.
+BatchContext verify_batch(const std::vector<int32_t>& lens, int q, int block_size = 16) {
+  return mixed_verify_batch(lens, std::vector<int>(lens.size(), q), block_size);
 }
 
 TEST(GraphEligibility, VerifyStepsWithOneDraftLengthReplayUpToEightSequences) {
@@ -248,29 +254,6 @@ TEST(PadDecodeBatch, VerifyStepsPadWithWholeSequencesOfQTokens) {
   EXPECT_THROW(pad_decode_batch(b, 4, 2, 16, 2), Error);  // 6 tokens are not 2 sequences of 2
 }
 
-// n sequences verifying different numbers of drafts: qs[s] new tokens for sequence s (its last
-// token and qs[s] - 1 drafts), a logits row per token.
-BatchContext mixed_verify_batch(const std::vector<int32_t>& lens, const std::vector<int>& qs, int block_size = 16) {
-  BatchContext b;
-  int32_t max_blocks = 0;
-  for (int32_t l : lens) max_blocks = std::max(max_blocks, (l + block_size - 1) / block_size);
-  b.max_blocks_per_seq = max_blocks;
-  b.query_start_loc.push_back(0);
-  for (size_t s = 0; s < lens.size(); ++s) {
-    for (int t = 0; t < qs[s]; ++t) {
-      b.logits_indices.push_back(static_cast<int32_t>(b.token_ids.size()));
-      b.token_ids.push_back(1 + t);
-      b.positions.push_back(lens[s] - qs[s] + t);
-      b.slot_mapping.push_back(0);
-    }
-    b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
-    b.seq_lens.push_back(lens[s]);
-    b.max_query_len = std::max(b.max_query_len, qs[s]);
-    b.max_seq_len = std::max(b.max_seq_len, lens[s]);
-    for (int32_t k = 0; k < max_blocks; ++k) b.block_tables.push_back(0);
-  }
-  return b;
-}
 
 TEST(GraphEligibility, VerifyStepsWithMixedDraftLengthsReplayTheLongestsGraph) {
   // The adaptive draft length gives sequences of one step different numbers of drafts (and a
