@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/tile_dot_rows.h"
 
 #if defined(__x86_64__)
 #pragma GCC diagnostic push
@@ -67,6 +68,10 @@ CYPRIS_GEMV_AVX512 void gemv_rows(const ActRow& a, int64_t nb, const uint8_t* w0
   __m512i idx[NW];
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   for (int c = 0; c < NW; ++c) idx[c] = _mm512_add_epi32(pick, _mm512_set1_epi32(2 * c));
+  // The same bytes of the rows of a later group of four, at least kWeightPrefetchBytes ahead (the
+  // four rows of a group are read side by side, so ahead within a row would be rows already read).
+  const size_t group_bytes = 4 * row_bytes;
+  const size_t ahead = (kWeightPrefetchBytes + group_bytes - 1) / group_bytes * group_bytes;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     const __m512i x = _mm512_loadu_si512(a.qs + b * kQK);
@@ -86,6 +91,7 @@ CYPRIS_GEMV_AVX512 void gemv_rows(const ActRow& a, int64_t nb, const uint8_t* w0
     const __m512 scales = _mm512_zextps256_ps512(_mm256_mul_ps(wd, _mm256_castpd_ps(_mm256_set1_pd(d2))));
     for (int c = 0; c < NW; ++c) {
       const uint8_t* p = w0 + c * row_bytes + b * kBlockBytes;
+      prefetch_lines(p, ahead, 2 * kBlockBytes);
       const __m256i v = _mm256_inserti128_si256(
           _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2))),
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBlockBytes + 2)), 1);
