@@ -77,7 +77,8 @@ CYPRIS_GEMV_AVX512 void gemv_rows(const ActRow& a, int64_t nb, const uint8_t* w0
     const __m512i x = _mm512_loadu_si512(a.qs + b * kQK);
     const __m512i xp = _mm512_shuffle_i64x2(x, x, _MM_SHUFFLE(3, 1, 2, 0));
     // -8 x the activation's 4-byte sums: the start of every row's integer sum.
-    const __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xp));
+    const __m512i base =
+        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), eight, xp));
     // The rows' scales [c0 b0, c0 b1, c1 b0, ...] times the activation scales [b0, b1, b0, b1, ...].
     uint32_t sh[4] = {0, 0, 0, 0};
     for (int c = 0; c < NW; ++c) {

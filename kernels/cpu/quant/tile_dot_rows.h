@@ -43,7 +43,8 @@ constexpr size_t kWeightPrefetchBytes = 4096;
 // of the weights is harmless to prefetch; the sum is formed as an integer).
 inline void prefetch_lines(const void* base, size_t offset, size_t len) {
   const uintptr_t p = reinterpret_cast<uintptr_t>(base) + offset;
-  for (uintptr_t a = p & ~uintptr_t{63}; a < p + len; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
+  for (uintptr_t a = p & ~uintptr_t{63}; a < p + len; a += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
 }
 
 // Acts: .k and .row(i) (a row handle); Dot: dot(weight_row, handles, nr, k, out) for nr <= kDotRows.
