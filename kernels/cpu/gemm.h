@@ -1,8 +1,8 @@
 // CPU GEMM for linear layers: y = x · Wᵀ (+ bias) with fp32 activations and weights stored as
 // F32, F16 or BF16. 16-bit weights stay 16-bit in memory. Decode-sized products (m <= 8 with
-// AVX-512, m <= 4 with AVX2) convert each weight row in registers and stream the weights once;
-// larger 16-bit products on AVX-512 run 6 x 4 register tiles that widen the weights in registers
-// (no conversion pass, no packing). F32 weights, and 16-bit ones without AVX-512, go to OpenBLAS
+// AVX-512, m <= 4 with AVX2) convert each weight row in registers and stream the weights once
+// (prefetched ahead on AVX-512); larger 16-bit products on AVX-512 run 6 x 4 register tiles over
+// weights widened to fp32 one 4-row k block at a time (in L1, no packing). F32 weights, and 16-bit ones without AVX-512, go to OpenBLAS
 // cblas_sgemm (16-bit tiles converted to fp32 first), one tile per pool task. Block-quantized
 // weights go through kernels/cpu/quant/quant_gemm.h.
 #pragma once

@@ -15,6 +15,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant/bnb_gemm.h"
 #include "kernels/cpu/quant/fp8_gemm.h"
+#include "kernels/cpu/quant/q4_0_gemv.h"
 #include "kernels/cpu/quant/q4_0_tiled.h"
 #include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/quant_ref.h"
@@ -98,6 +99,11 @@ bool use_tiled(DType w_dtype, int64_t rows, quant::Isa isa) {
          quant::q4_0_tiled_available(isa);
 }
 
+// Decode with Q4_0 weights on AVX-512 VNNI: four weight rows per pass (q4_0_gemv.h).
+bool use_gemv(DType w_dtype, int64_t rows, quant::Isa isa) {
+  return w_dtype == DType::Q4_0 && rows <= quant::kQ4GemvMaxRows && quant::q4_0_gemv_available(isa);
+}
+
 std::vector<quant::ActRow> row_handles(const QuantizedActs& acts, int64_t m) {
   std::vector<quant::ActRow> rows(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) rows[static_cast<size_t>(i)] = acts.row(i);
@@ -141,6 +147,13 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
     });
     return;
   }
+  if (use_gemv(w_dtype, m, isa)) {  // the pool splits weight rows, in fours
+    const std::vector<quant::ActRow> rows = row_handles(acts, m);
+    quant::run_on(pool, n, 16, [&](int64_t j0, int64_t j1) {
+      quant::q4_0_gemv(rows.data(), m, k, w, j0, j1, bias, y, ldy, isa);
+    });
+    return;
+  }
   const quant::DotFn dot = quant::dot_fn(w_dtype, isa);
   const auto* wb = static_cast<const uint8_t*>(w);
   quant::run_on(pool, n, 8,
@@ -181,6 +194,10 @@ void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGr
         if (use_tiled(w_dtype, gr.rows, isa)) {
           quant::q4_0_tiled_gemm(rows.data() + gr.first, gr.rows, k, gr.w, j0, j1, nullptr, y + gr.first * ldy, ldy,
                                  isa);
+          return;
+        }
+        if (use_gemv(w_dtype, gr.rows, isa)) {
+          quant::q4_0_gemv(rows.data() + gr.first, gr.rows, k, gr.w, j0, j1, nullptr, y + gr.first * ldy, ldy, isa);
           return;
         }
         dot_rows(acts, dot, gr.first, gr.first + gr.rows, static_cast<const uint8_t*>(gr.w), w_dtype, j0, j1, nullptr,

@@ -34,6 +34,19 @@ inline void run_on(ThreadPool* pool, int64_t n, int64_t min_chunk, const std::fu
   }
 }
 
+// Bytes of weights read ahead of the row being dotted: software prefetch streamed large weight
+// matrices ~1.5x faster per CPU second than the hardware prefetcher alone on the 2-vCPU Sapphire
+// Rapids machine of docs/perf (decode reads every weight once, so it is the memory stream).
+constexpr size_t kWeightPrefetchBytes = 4096;
+
+// Prefetches the cache lines of bytes [offset, offset + len) after base (an address past the end
+// of the weights is harmless to prefetch; the sum is formed as an integer).
+inline void prefetch_lines(const void* base, size_t offset, size_t len) {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(base) + offset;
+  for (uintptr_t a = p & ~uintptr_t{63}; a < p + len; a += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(a), 0, 3);
+}
+
 // Acts: .k and .row(i) (a row handle); Dot: dot(weight_row, handles, nr, k, out) for nr <= kDotRows.
 template <int64_t kMTile, int kDotRows, typename Acts, typename Dot>
 void tile_dot_rows(const Acts& acts, Dot dot, int64_t i_begin, int64_t i_end, const uint8_t* w, size_t row_bytes,
@@ -46,6 +59,8 @@ void tile_dot_rows(const Acts& acts, Dot dot, int64_t i_begin, int64_t i_end, co
     for (int64_t r = 0; r < rows; ++r) tile[r] = acts.row(i0 + r);
     for (int64_t j = j0; j < j1; ++j) {
       const void* wrow = w + j * row_bytes;
+      // The row kWeightPrefetchBytes ahead, one row's worth of lines per row dotted.
+      prefetch_lines(wrow, kWeightPrefetchBytes, row_bytes);
       const float b = bias ? bias[j] : 0.0f;
       float* yj = y + i0 * ldy + j;
       for (int64_t r = 0; r < rows; r += kDotRows) {

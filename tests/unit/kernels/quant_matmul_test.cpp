@@ -1,7 +1,8 @@
 // Quantized dot products and linear layers (kernels/cpu/quant/):
 //  - the AVX2 and AVX-512 activation quantizers give the scalar reference's bytes exactly;
 //  - every SIMD dot kernel equals the scalar reference up to float summation order, and so does the
-//    tiled Q8_0 and Q4_0 prefill GEMMs (scalar and AVX-512 VNNI) at every tile edge;
+//    tiled Q8_0 and Q4_0 prefill GEMMs (scalar and AVX-512 VNNI) at every tile edge, and the Q4_0
+//    decode GEMV (four weight rows per pass) at every row edge;
 //  - the quantized linear equals an fp64 product of the dequantized weights with the exact
 //    activations, within the error bound the 8-bit activations allow (derived below);
 //  - the dequantize-then-fp32-GEMM path is exact to fp32 rounding; embedding rows are the
@@ -20,6 +21,7 @@
 
 #include "engine/common/error.h"
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/quant/q4_0_gemv.h"
 #include "kernels/cpu/quant/q4_0_tiled.h"
 #include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/q8_0_tiled.h"
@@ -444,6 +446,54 @@ TEST(QuantQ4Tiled, EqualsTheReferenceDotAtEveryTileEdge) {
           ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-6)
               << quant::isa_name(isa) << " m=" << s.m << " k=" << s.k << " row " << i << " col " << j;
         }
+      }
+    }
+  }
+}
+
+// The Q4_0 decode GEMV (q4_0_gemv.h) against the scalar reference dot: 1..3 activation rows, weight
+// ranges that start and end off a group of four, odd block counts (the single last block), real rows.
+TEST(QuantQ4Gemv, EqualsTheReferenceDotAtEveryRowEdge) {
+  if (!quant::q4_0_gemv_available(Isa::Avx512)) GTEST_SKIP() << "no AVX-512 VNNI";
+  EXPECT_FALSE(quant::q4_0_gemv_available(Isa::Avx2));
+  const test::MiniGguf file(std::string(CYPRIS_TESTDATA_DIR) + "/gguf/tiny-random-Q4_0.gguf");
+  const test::GgufTensor& real = file.tensor("blk.0.ffn_down.weight");  // [256 rows, 512]
+  struct Shape {
+    int64_t m, k, n, j0, j1;
+    bool real_rows;
+  };
+  const Shape shapes[] = {{1, 32, 5, 0, 5, false},    {1, 96, 9, 1, 8, false},    {2, 544, 13, 2, 13, false},
+                          {3, 64, 7, 0, 7, false},    {1, 768, 40, 3, 38, false}, {3, 800, 6, 0, 6, false},
+                          {1, 512, 64, 0, 64, true},  {2, 512, 31, 5, 30, true}};
+  for (const Shape& s : shapes) {
+    const size_t row_bytes = dtype_nbytes(DType::Q4_0, s.k);
+    std::vector<uint8_t> w = s.real_rows ? std::vector<uint8_t>(file.data(real), file.data(real) + s.n * row_bytes)
+                                         : random_weights(DType::Q4_0, s.n, s.k, 900 + static_cast<uint32_t>(s.k));
+    const auto x = randn(s.m * s.k, 61 + static_cast<uint32_t>(s.m));
+    std::vector<QuantizedActs> acts;
+    std::vector<quant::ActRow> rows;
+    for (int64_t r = 0; r < s.m; ++r) acts.push_back(quantize(quant::quantize_acts_ref, x.data() + r * s.k, s.k, 32));
+    for (const auto& a : acts) rows.push_back(a.row());
+    const auto bias = randn(s.n, 8);
+    const bool with_bias = s.n % 2 == 1;
+    std::vector<float> wd(s.k);
+    const int64_t ldy = s.n + 2;
+    std::vector<float> y(s.m * ldy, kNaN());
+    quant::q4_0_gemv(rows.data(), s.m, s.k, w.data(), s.j0, s.j1, with_bias ? bias.data() : nullptr, y.data(), ldy,
+                     Isa::Avx512);
+    for (int64_t j = 0; j < s.n; ++j) {
+      quant::dequantize_row(DType::Q4_0, w.data() + j * row_bytes, wd.data(), s.k);
+      for (int64_t i = 0; i < s.m; ++i) {
+        const float got = y[i * ldy + j];
+        if (j < s.j0 || j >= s.j1) {
+          ASSERT_TRUE(std::isnan(got)) << "written outside the range: row " << i << " col " << j;
+          continue;
+        }
+        double mag = 0;
+        for (int64_t c = 0; c < s.k; ++c) mag += std::abs(double(wd[c]) * acts[i].d[c / 32] * acts[i].qs[c]);
+        const float ref =
+            quant::dot_ref(DType::Q4_0, w.data() + j * row_bytes, rows[i], s.k) + (with_bias ? bias[j] : 0.0f);
+        ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-6) << "m=" << s.m << " k=" << s.k << " row " << i << " col " << j;
       }
     }
   }
