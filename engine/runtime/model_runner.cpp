@@ -75,6 +75,11 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
                "run in one process and are not supported across MPI processes yet",
                options.pipeline_stages);
   plan_stages(options, cfg);
+  if (options.cpu_offload_gb != 0 &&
+      std::none_of(stages_.begin(), stages_.end(), [](const Stage& st) { return st.device == Device::Cuda; })) {
+    LOG_INFO("--cpu-offload-gb {} has no effect: no layer runs on a GPU (it offloads a GPU's weights)",
+             options.cpu_offload_gb);
+  }
   startup.mark("config");
   const int pp = pipeline_parallel_size();
   bool any_cuda = false;
