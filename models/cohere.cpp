@@ -49,6 +49,7 @@ class CohereModel : public DecoderModel {
     load_embedding(w, "model.embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
     for (int i = first_layer(); i < end_layer(); ++i) {
+      weights_of_layer(i);
       const std::string p = "model.layers." + std::to_string(i) + ".";
       CohereLayer& L = layers_[i];
       L.input_norm = BiaslessLayerNorm(w, p + "input_layernorm.weight", h, eps);
@@ -72,6 +73,7 @@ class CohereModel : public DecoderModel {
       m.intermediate_size = cfg.intermediate_size;
       L.mlp = GatedMlp(w, layout_, m);
     }
+    weights_of_layer(-1);
     if (last_stage()) final_norm_ = BiaslessLayerNorm(w, "model.norm.weight", h, eps);
     load_lm_head(w, cfg.tie_word_embeddings);
     rope_ = RotaryCache(backend, cfg);

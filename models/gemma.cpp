@@ -50,6 +50,7 @@ class GemmaModel : public DecoderModel {
     load_embedding(w, p0 + "embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
     for (int i = first_layer(); i < end_layer(); ++i) {
+      weights_of_layer(i);
       const std::string p = p0 + "layers." + std::to_string(i) + ".";
       GemmaLayer& L = layers_[i];
       // Gemma's RMSNorm multiplies by (1 + w): the 1 is added once here.
@@ -77,6 +78,7 @@ class GemmaModel : public DecoderModel {
       m.act = Activation::GeluTanh;
       L.mlp = GatedMlp(w, layout_, m);
     }
+    weights_of_layer(-1);
     if (last_stage()) final_norm_ = RmsNorm(w, p0 + "norm.weight", h, eps, 1.0f);
     load_lm_head(w, /*tied=*/true);
     rope_global_ = RotaryCache(backend, cfg);

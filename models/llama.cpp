@@ -36,6 +36,7 @@ class LlamaModel : public DecoderModel {
     load_embedding(w, "model.embed_tokens.weight");
     layers_.resize(cfg.num_hidden_layers);
     for (int i = first_layer(); i < end_layer(); ++i) {
+      weights_of_layer(i);
       const std::string p = "model.layers." + std::to_string(i) + ".";
       LlamaLayer& L = layers_[i];
       L.input_norm = RmsNorm(w, p + "input_layernorm.weight", h, eps);
@@ -74,6 +75,7 @@ class LlamaModel : public DecoderModel {
         L.mlp = GatedMlp(w, layout_, m);
       }
     }
+    weights_of_layer(-1);
     if (last_stage()) final_norm_ = RmsNorm(w, "model.norm.weight", h, eps);
     load_lm_head(w, cfg.tie_word_embeddings);
     rope_ = RotaryCache(backend, cfg);

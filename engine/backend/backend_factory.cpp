@@ -43,6 +43,7 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
     co.device = options.cuda_device;
     co.fp32_gemm = options.cuda_fp32_gemm;
     co.activation_dtype = options.cuda_activation_dtype;
+    co.weight_offload = options.weight_offload;
     return std::make_unique<CudaBackend>(co);
   }
 #endif

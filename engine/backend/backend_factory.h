@@ -7,6 +7,7 @@
 #include <string>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/weight_offload_plan.h"
 
 namespace cypris {
 
@@ -17,6 +18,8 @@ struct BackendOptions {
   bool cuda_fp32_gemm = false;  // see CudaBackendOptions::fp32_gemm
   // GPU activations: F32, F16 or BF16 (CudaBackendOptions::activation_dtype); the CPU is always F32.
   DType cuda_activation_dtype = DType::F32;
+  // --cpu-offload-gb on a CUDA device (CudaBackendOptions::weight_offload); the CPU ignores it.
+  WeightOffloadPlan weight_offload;
 };
 
 // True when this binary was built with the CUDA backend.

@@ -301,10 +301,11 @@ std::vector<OptionSpec> build_table() {
           "re-sends the conversation computes only the new tokens. On by default (vLLM V1; Aphrodite: off); the "
           "outputs are the same either way."));
   add(Opt("cpu-offload-gb", bind_field(FIELD(cache.cpu_offload_gb)), "GIB",
-          "Space in GiB per GPU to offload weights to the CPU.")
-          .range(0, std::nullopt)
-          .not_yet("streaming offloaded weights to the GPU (--gpu-layers N runs the layers past N on the CPU "
-                   "instead)"));
+          "Space in GiB per GPU to offload weights to the CPU: whole decoder layers, from the GPU's last layer "
+          "backwards until GIB are covered, keep their weights in pinned host memory and are copied to the GPU each "
+          "time they run (a virtual way to give the card GIB more memory, paid in PCIe traffic every step). With "
+          "--gpu-layers it applies to the GPU's layers; no effect with --device cpu.")
+          .range(0, std::nullopt));
   add(Opt("cpu-kvcache-space", bind_field(FIELD(cache.cpu_kvcache_space)), "GIB",
           "KV cache size in GiB when the engine runs on the CPU device.")
           .range(0, std::nullopt, true));

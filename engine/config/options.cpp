@@ -504,6 +504,15 @@ std::vector<std::string> validate_options(const EngineConfig& cfg, const std::se
   if (d == "neuron" || d == "tpu") {
     warnings.push_back(fmt::format("--device {} has no effect in Cypris: it runs on cuda or cpu; using auto", d));
   }
+  if (cfg.cache.cpu_offload_gb > 0 && d == "cpu") {
+    warnings.push_back(fmt::format("--cpu-offload-gb {} has no effect with --device cpu: the weights are already in "
+                                   "host memory (it offloads a GPU's weights)",
+                                   cfg.cache.cpu_offload_gb));
+  }
+  if (cfg.cache.cpu_offload_gb > 0 && cfg.device.gpu_layers && *cfg.device.gpu_layers == 0) {
+    warnings.push_back(fmt::format("--cpu-offload-gb {} has no effect with --gpu-layers 0: no layer is on the GPU",
+                                   cfg.cache.cpu_offload_gb));
+  }
   CYPRIS_CHECK(!cfg.server.ssl_keyfile.has_value() == !cfg.server.ssl_certfile.has_value(),
                "--ssl-keyfile and --ssl-certfile must be given together");
   CYPRIS_CHECK(cfg.server.lora_modules.empty() || cfg.lora.enable_lora,

@@ -111,6 +111,7 @@ ModelRunnerOptions runner_options(const EngineConfig& cfg, const std::filesystem
   // The KV cache: the runner sizes it for every device (model_runner.h, num_blocks).
   ro.num_blocks = cfg.cache.num_gpu_blocks_override.value_or(0);
   ro.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
+  ro.cpu_offload_gb = cfg.cache.cpu_offload_gb;
   if (ro.device == "cpu" || ro.gpu_layers) {
     ro.cpu_kv_cache_bytes = cfg.cache.cpu_kvcache_space * 1024.0 * 1024.0 * 1024.0;
   }

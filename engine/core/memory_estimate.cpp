@@ -280,6 +280,8 @@ MachineMemory read_machine_memory(bool query_gpu) {
 
 MemoryEstimate estimate_memory(const ModelFootprint& fp, const MemoryChoice& c, const MachineMemory& machine) {
   MemoryEstimate e;
+  // Checked first: a bad value is an error whether or not a GPU holds layers.
+  plan_weight_offload(c.cpu_offload_gb, {});
   const DType wdtype = resolve_dtype(c.dtype, fp.torch_dtype);
   const int64_t fsize = static_cast<int64_t>(dtype_size(wdtype));
   e.weight_float_size = fsize;
@@ -323,6 +325,15 @@ MemoryEstimate estimate_memory(const ModelFootprint& fp, const MemoryChoice& c, 
     e.kv_bytes_per_token = int64_t{g} * kv_gpu * tp + int64_t{L - g} * kv_cpu;
     e.ram_kv_bytes = g < L ? static_cast<int64_t>(c.cpu_kvcache_space_gib * (1 << 30)) : 0;
     e.ram_overhead_bytes = kRamOverheadBytes;
+    // --cpu-offload-gb: each GPU's offloaded layers move to pinned RAM, their staging slots stay.
+    e.offload = {};
+    if (g > 0 && c.cpu_offload_gb != 0) {
+      std::vector<int64_t> per_gpu;
+      for (int i = 0; i < g; ++i) per_gpu.push_back((fp.layers[static_cast<size_t>(i)].bytes(fsize) + tp - 1) / tp);
+      e.offload = plan_weight_offload(c.cpu_offload_gb, per_gpu);
+      e.gpu_weight_bytes += e.offload.staging_bytes() - e.offload.offloaded_bytes;
+      e.ram_weight_bytes += e.offload.offloaded_bytes * tp;
+    }
   };
 
   int g = 0;

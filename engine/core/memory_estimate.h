@@ -17,6 +17,9 @@
 //    activations) + the GPU sampler's [max-num-seqs, vocab] buffers; the engine then fills
 //    --gpu-memory-utilization of the card with KV blocks (sequences_gpu says how many full-length
 //    sequences that holds);
+//  - --cpu-offload-gb: on each GPU, its last layers up to the GiB asked (weight_offload_plan.h) count
+//    in RAM (pinned, once per GPU) instead of on the GPU, which keeps two staging slots of its largest
+//    offloaded layer;
 //  - RAM: weights + --cpu-kvcache-space (the CPU backend's cache, when the CPU holds layers; its
 //    pages are taken as they are used, so this is the most it takes) + kRamOverheadBytes (the
 //    process with its CUDA libraries, tokenizer, activations: docs/perf/memory-estimate-2026-11-27.md).
@@ -28,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/weight_offload_plan.h"
 #include "engine/config/engine_config.h"
 
 namespace cypris {
@@ -113,6 +117,7 @@ struct MemoryChoice {
   // --tensor-parallel-size: on GPUs each holds 1/tp of the weights and of the KV heads (the first
   // device's memory stands for all of them); CPU ranks share the one RAM.
   int tensor_parallel_size = 1;
+  double cpu_offload_gb = 0;  // --cpu-offload-gb: GiB of each GPU's layers kept in RAM
 };
 
 struct MemoryEstimate {
@@ -125,6 +130,9 @@ struct MemoryEstimate {
   int64_t ram_weight_bytes = 0, ram_kv_bytes = 0, ram_overhead_bytes = 0;
   int64_t gpu_total() const { return gpu_weight_bytes + gpu_kv_bytes + gpu_overhead_bytes; }
   int64_t ram_total() const { return ram_weight_bytes + ram_kv_bytes + ram_overhead_bytes; }
+  // --cpu-offload-gb on each GPU: its offloaded layers (numbered from its first) and their bytes, which
+  // count in ram_weight_bytes (times gpus); the staging slots count in gpu_weight_bytes.
+  WeightOffloadPlan offload;
   int64_t gpu_budget_bytes = 0;  // what the engine may use on the card: min(utilization x total, free)
   bool fits_gpu = true;
   bool fits_ram = true;

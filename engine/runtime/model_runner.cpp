@@ -18,6 +18,9 @@
 #include "engine/config/kv_cache_dtype.h"
 #include "engine/backend/backend_factory.h"
 #include "engine/loader/gguf.h"
+#include "engine/backend/layer_weight_hooks.h"
+#include "engine/backend/weight_offload_plan.h"
+#include "engine/runtime/layer_weight_bytes.h"
 #include "engine/runtime/memory_profile.h"
 #include "engine/runtime/micro_batches.h"
 #include "engine/runtime/pipeline_ranks.h"
@@ -73,6 +76,11 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
                "--gpu-layers with --distributed-executor-backend mpi: the GPU + CPU split runs in one process; "
                "across MPI processes every stage runs on --device");
   plan_stages(options, cfg);
+  if (options.cpu_offload_gb != 0 &&
+      std::none_of(stages_.begin(), stages_.end(), [](const Stage& st) { return st.device == Device::Cuda; })) {
+    LOG_INFO("--cpu-offload-gb {} has no effect: no layer runs on a GPU (it offloads a GPU's weights)",
+             options.cpu_offload_gb);
+  }
   startup.mark("config");
   const int pp = pipeline_parallel_size();
   bool any_cuda = false;
@@ -380,9 +388,14 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
   bo.cuda_device = process_comm_ || pipe_comm_ ? MpiWorld::instance().local_rank() : std::max(0, gpu);
   bo.cuda_fp32_gemm = options.cuda_fp32_gemm;
   bo.cuda_activation_dtype = st.activation_dtype;
-  r.backend = make_backend(bo);
   // Each rank opens the checkpoint itself and reads only its slices.
   auto weights = open_weight_source(model_families(), options.model_dir, cfg, options.load);
+  if (st.device == Device::Cuda && options.cpu_offload_gb != 0) {
+    bo.weight_offload = plan_weight_offload(
+        options.cpu_offload_gb,
+        estimate_layer_weight_bytes(cfg, *weights, weight_dtype_, tp_, st.first_layer, st.end_layer), st.first_layer);
+  }
+  r.backend = make_backend(bo);
   // fp8 cache scales first: a bad --quantization-param-path fails before the weights are read.
   ResolvedKvScales scales =
       resolve_kv_cache_scales(st.kv_dtype, options.load.load_format == "dummy" ? nullptr : weights.get(),
@@ -405,6 +418,21 @@ void ModelRunner::build_rank(const ModelRunnerOptions& options, const ModelConfi
     build.lora = r.lora.get();
   }
   r.model = build_model(cfg, *weights, *r.backend, build);
+  if (!bo.weight_offload.empty() && r.tp_rank == 0) log_weight_offload(options.cpu_offload_gb, bo.weight_offload, r);
+}
+
+void ModelRunner::log_weight_offload(double gib, const WeightOffloadPlan& plan, Rank& r) {
+  const Stage& st = stages_[static_cast<size_t>(r.stage)];
+  LOG_INFO("{}", describe_weight_offload(gib, plan, st.end_layer - st.first_layer));
+  const LayerWeightHooks* hooks = layer_weight_hooks(*r.backend);
+  if (!hooks) return;
+  const WeightOffloadStats s = hooks->weight_offload_stats();
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  LOG_INFO("--cpu-offload-gb: loaded {:.2f} GiB of layers {}..{} into pinned host memory{}", s.host_bytes / kGiB,
+           plan.first_layer, plan.end_layer - 1,
+           s.resident_bytes > 0 ? fmt::format("; {:.1f} MiB of them did not fit the staging estimate and stay on the GPU",
+                                              static_cast<double>(s.resident_bytes) / (1024.0 * 1024.0))
+                                : "");
 }
 
 void ModelRunner::allocate_kv_cache(Rank& r, const ModelConfig& /*cfg*/) {

@@ -29,6 +29,7 @@
 namespace cypris {
 
 class TpWorkers;
+struct WeightOffloadPlan;
 class Communicator;
 struct SampleOutput;
 struct SamplerRow;
@@ -57,6 +58,10 @@ struct ModelRunnerOptions {
   // head on the CPU, as two stages; -1: as many as fit in --gpu-memory-utilization after a KV cache
   // of max_model_len tokens (0 without a GPU). nullopt: no split.
   std::optional<int> gpu_layers;
+  // --cpu-offload-gb: on each GPU, this many GiB of its decoder layers' weights (the last layers it
+  // holds) stay in pinned host memory and are streamed to it before each use
+  // (engine/backend/weight_offload_plan.h); the CPU's stages ignore it. 0: none.
+  double cpu_offload_gb = 0;
   // Micro-batches a step is cut into when there are several stages (at most one per sequence):
   // 0 = one per stage; 1 = none (the stages take turns).
   int micro_batches = 0;
@@ -231,6 +236,8 @@ class ModelRunner {
   void size_kv_cache(const ModelRunnerOptions& options, const ModelConfig& cfg);
   void build_rank(const ModelRunnerOptions& options, const ModelConfig& cfg, int rank, int threads, int gpu);
   void allocate_kv_cache(Rank& r, const ModelConfig& cfg);
+  // The load log's --cpu-offload-gb lines for a GPU rank (the plan, and what the backend placed).
+  void log_weight_offload(double gib, const WeightOffloadPlan& plan, Rank& r);
   int64_t blocks_from_device_memory(const ModelConfig& cfg, const ModelRunnerOptions& options, int stage);
   // Peak activation bytes (tp rank 0 of `stage`) of one eager forward of b over a one-block cache
   // per layer.

@@ -5,7 +5,7 @@
 namespace cypris {
 
 DecoderModel::DecoderModel(const ModelConfig& cfg, Backend& backend, const ModelBuildOptions& opt)
-    : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)) {
+    : cfg_(cfg), backend_(backend), opt_(opt), layout_(make_tp_layout(cfg, opt)), hooks_(layer_weight_hooks(backend)) {
   const int n = cfg.num_hidden_layers;
   first_layer_ = opt.first_layer;
   end_layer_ = opt.last_layer < 0 ? n : opt.last_layer;
@@ -40,7 +40,9 @@ DeviceTensor DecoderModel::forward(const ForwardInputs& in, std::vector<KvCacheL
     s.residual = in.stage_in->residual;
     s.hidden = in.stage_in->hidden;
   }
+  if (hooks_) hooks_->begin_layers();
   for (int i = first_layer_; i < end_layer_; ++i) {
+    if (hooks_) hooks_->before_layer(i);
     layer_forward(i, s, in, kv[static_cast<size_t>(i - first_layer_)], scratch,
                   dumper("layers." + std::to_string(i) + "."));
   }

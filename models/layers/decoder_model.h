@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/layer_weight_hooks.h"
 #include "engine/common/error.h"
 #include "models/layers/common.h"
 #include "models/layers/vocab_parallel.h"
@@ -55,6 +56,12 @@ class DecoderModel : public Model {
   void load_lm_head(const WeightLoader& w, bool tied) {
     if (last_stage()) lm_head_ = LmHead(w, tied ? &embed_ : nullptr);
   }
+  // A family's constructor calls this before loading decoder layer i's weights and with -1 after
+  // the last layer, so a backend that streams offloaded layers (--cpu-offload-gb,
+  // layer_weight_hooks.h) knows whose weights it is given.
+  void weights_of_layer(int i) {
+    if (hooks_) hooks_->weights_of_layer(i);
+  }
 
   // The family's pieces of forward().
   // After the embedding lookup into s.residual (Gemma scales it by sqrt(hidden)).
@@ -83,6 +90,7 @@ class DecoderModel : public Model {
 
   int first_layer_ = 0;
   int end_layer_ = 0;
+  LayerWeightHooks* hooks_ = nullptr;  // the backend's, when it has them
 };
 
 }  // namespace cypris

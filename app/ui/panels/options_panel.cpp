@@ -100,7 +100,7 @@ void OptionsPanel::draw_quick() {
       if (const OptionSpec* s = find_option(name)) draw_option(*s);
     }
     draw_gpu_layers(fp);
-    for (const char* name : {"dtype", "quantization", "kv-cache-dtype", "device"}) {
+    for (const char* name : {"dtype", "quantization", "kv-cache-dtype", "device", "cpu-offload-gb"}) {
       if (const OptionSpec* s = find_option(name)) draw_option(*s);
     }
     ImGui::EndTable();
@@ -201,6 +201,13 @@ void OptionsPanel::draw_memory() {
                                "overhead {}",
                                e->gpu_layers, format_bytes(e->gpu_weight_bytes), format_bytes(e->gpu_kv_bytes),
                                ctx_tokens, format_bytes(e->gpu_overhead_bytes)));
+    if (!e->offload.empty()) {
+      ui::text_colored_wrapped(
+          ui::kGrey, fmt::format("--cpu-offload-gb: layers {}..{} ({}) kept in RAM and copied to the GPU every "
+                                 "step; their staging on the GPU {} (in the weights above)",
+                                 e->offload.first_layer, e->offload.end_layer - 1,
+                                 format_bytes(e->offload.offloaded_bytes), format_bytes(e->offload.staging_bytes())));
+    }
     if (e->sequences_gpu >= 0) {
       ui::text_colored_wrapped(
           ui::kGrey, fmt::format("the cache then fills {:.0f}% of the card: room for {} "

@@ -97,6 +97,7 @@ MemoryChoice QuickOptions::choice() const {
   c.cpu_kvcache_space_gib = cfg.cache.cpu_kvcache_space;
   c.max_num_seqs = cfg.scheduler.max_num_seqs;
   c.tensor_parallel_size = static_cast<int>(cfg.parallel.tensor_parallel_size);
+  c.cpu_offload_gb = cfg.cache.cpu_offload_gb;
   return c;
 }
 

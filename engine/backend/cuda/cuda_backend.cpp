@@ -13,6 +13,7 @@
 #include "engine/common/log.h"
 #include "engine/backend/backend_checks.h"
 #include "engine/backend/cuda/pinned_staging.h"
+#include "engine/backend/cuda/weight_streamer.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/cache_ops.h"
 #include "kernels/cuda/kv_shift.h"
@@ -166,6 +167,7 @@ struct CudaBackend::Impl {
   bool use_graph_pool = false;
   void* cublas_workspace = nullptr;
   std::unique_ptr<PinnedStaging> staging;  // weight uploads; made on the first, dropped by release_cached_memory
+  std::unique_ptr<WeightStreamer> streamer;  // --cpu-offload-gb
 
   DeviceTensor pooled(DType dtype, const std::vector<int64_t>& shape) {
     Tensor view(nullptr, dtype, shape, Device::Cuda);
@@ -240,12 +242,16 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : impl_(std::make_un
   CYPRIS_CHECK(ws == CUBLAS_STATUS_SUCCESS, "cuBLAS workspace: {}", cublasGetStatusString(ws));
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
+  if (!options.weight_offload.empty()) {
+    impl_->streamer = std::make_unique<WeightStreamer>(options.weight_offload, options.device, impl_->stream);
+  }
   LOG_INFO("CUDA backend on device {}: {} (sm_{}{}, {} SMs, {:.1f} GiB)", options.device, prop.name, prop.major,
            prop.minor, prop.multiProcessorCount, static_cast<double>(prop.totalGlobalMem) / (1u << 30));
 }
 
 CudaBackend::~CudaBackend() {
   if (impl_->stream) cudaStreamSynchronize(impl_->stream);
+  impl_->streamer.reset();
   if (impl_->cublas) cublasDestroy(impl_->cublas);
   if (impl_->cublas_workspace) cudaFree(impl_->cublas_workspace);
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
@@ -308,6 +314,9 @@ DeviceTensor CudaBackend::empty_exact(DType dtype, const std::vector<int64_t>& s
 }
 
 DeviceTensor CudaBackend::upload_weight(HostTensor&& host) {
+  if (impl_->streamer && impl_->streamer->loading_offloaded()) {
+    if (std::optional<DeviceTensor> t = impl_->streamer->place(host)) return std::move(*t);
+  }
   DeviceTensor t = empty_exact(host.dtype, host.shape);
   if (t.view.nbytes()) {
     CYPRIS_CHECK(host.buffer.size() >= t.view.nbytes(), "upload_weight: host buffer of {} bytes for {} bytes",
@@ -322,6 +331,8 @@ DeviceTensor CudaBackend::upload_weight(HostTensor&& host) {
 std::optional<DeviceTensor> CudaBackend::dummy_weight(DType dtype, const std::vector<int64_t>& shape,
                                                       const std::vector<DummyFill>& runs) {
   if (dtype != DType::F32 && dtype != DType::F16 && dtype != DType::BF16) return std::nullopt;
+  // An offloaded layer's weights are made on the host and go to pinned memory (upload_weight).
+  if (impl_->streamer && impl_->streamer->loading_offloaded()) return std::nullopt;
   DeviceTensor t = empty_exact(dtype, shape);
   backend_checks::check_dummy_runs(kName, t.view.numel(), runs);
   for (const DummyFill& run : runs) dummy_fill_cuda(t.view.data, dtype, run, impl_->stream);
@@ -353,6 +364,22 @@ DeviceTensor CudaBackend::empty_host(DType dtype, const std::vector<int64_t>& sh
                static_cast<double>(view.nbytes()) / (1 << 20), cudaGetErrorString(err));
   view.data = p;
   return DeviceTensor{view, std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); })};
+}
+
+void CudaBackend::weights_of_layer(int layer) {
+  if (impl_->streamer) impl_->streamer->set_loading_layer(layer);
+}
+
+void CudaBackend::begin_layers() {
+  if (impl_->streamer) impl_->streamer->begin_layers();
+}
+
+void CudaBackend::before_layer(int layer) {
+  if (impl_->streamer) impl_->streamer->before_layer(layer);
+}
+
+WeightOffloadStats CudaBackend::weight_offload_stats() const {
+  return impl_->streamer ? impl_->streamer->stats() : WeightOffloadStats{};
 }
 
 void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }

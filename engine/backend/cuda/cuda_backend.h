@@ -8,6 +8,8 @@
 #include <memory>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/layer_weight_hooks.h"
+#include "engine/backend/weight_offload_plan.h"
 
 namespace cypris {
 
@@ -18,9 +20,12 @@ struct CudaBackendOptions {
   bool fp32_gemm = false;
   // Element type of the activations (Backend::activation_dtype): F32, F16 or BF16 (the model dtype).
   DType activation_dtype = DType::F32;
+  // --cpu-offload-gb: the decoder layers whose weights stay in pinned host memory and are streamed to
+  // the GPU before each use (weight_streamer.h); empty: none.
+  WeightOffloadPlan weight_offload;
 };
 
-class CudaBackend : public Backend {
+class CudaBackend : public Backend, public LayerWeightHooks {
  public:
   // Throws Error when the device cannot be used (no driver, no such device).
   explicit CudaBackend(const CudaBackendOptions& options = {});
@@ -97,6 +102,12 @@ class CudaBackend : public Backend {
   DeviceTensor empty_exact(DType dtype, const std::vector<int64_t>& shape) override;
   // The stream all work runs on (a cudaStream_t).
   void* stream() const override;
+
+  // --cpu-offload-gb (weight_streamer.h): no-ops without an offload plan. Never ran on a GPU.
+  void weights_of_layer(int layer) override;
+  void begin_layers() override;
+  void before_layer(int layer) override;
+  WeightOffloadStats weight_offload_stats() const override;
 
  private:
   // x as the quantized GEMV reads it: itself or an aligned copy (owned by `copy`).

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -221,9 +222,44 @@ TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
   EXPECT_EQ(error_of({"--enable-lora", "--lora-modules", "a=/x", "--max-lora-rank", "64"}), "");
   EXPECT_THAT(error_of({"--qlora-adapter-name-or-path", "x"}),
               AllOf(HasSubstr("--qlora-adapter-name-or-path"), HasSubstr("not supported yet")));
-  EXPECT_THAT(error_of({"--cpu-offload-gb", "4"}), AllOf(HasSubstr("--cpu-offload-gb"), HasSubstr("not supported yet")));
   // The default value given explicitly is harmless.
-  EXPECT_EQ(error_of({"--cpu-offload-gb", "0"}), "");
+  EXPECT_EQ(error_of({"--num-scheduler-steps", "1"}), "");
+}
+
+TEST(Validate, CpuOffloadGb) {
+  // Aphrodite's meaning: GiB of each GPU's weights kept in pinned host memory.
+  EXPECT_EQ(error_of({"--cpu-offload-gb", "4"}), "");
+  EXPECT_EQ(error_of({"--cpu-offload-gb", "0.25", "--gpu-layers", "20"}), "");  // the GPU stage's layers
+  EXPECT_THAT(error_of({"--cpu-offload-gb", "-1"}), AllOf(HasSubstr("--cpu-offload-gb"), HasSubstr(">= 0")));
+  EXPECT_THAT(error_of({"--cpu-offload-gb", "nan"}), AllOf(HasSubstr("--cpu-offload-gb"), HasSubstr("number")));
+  EXPECT_THAT(error_of({"--cpu-offload-gb", "lots"}), AllOf(HasSubstr("--cpu-offload-gb"), HasSubstr("number")));
+  // The same value through the API (the desktop app, JSON) gets the same check.
+  EngineConfig api;
+  api.cache.cpu_offload_gb = std::nan("");
+  EXPECT_THROW(
+      {
+        try {
+          validate_options(api);
+        } catch (const Error& e) {
+          EXPECT_THAT(e.what(), HasSubstr("--cpu-offload-gb"));
+          throw;
+        }
+      },
+      Error);
+  // Where there is no GPU to offload from, a warning says it does nothing.
+  EngineConfig cpu;
+  parse({"--device", "cpu", "--cpu-offload-gb", "2"}, cpu);
+  std::vector<std::string> w = validate_options(cpu);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_THAT(w[0], AllOf(HasSubstr("--cpu-offload-gb 2"), HasSubstr("no effect with --device cpu")));
+  EngineConfig none_on_gpu;
+  parse({"--gpu-layers", "0", "--cpu-offload-gb", "2"}, none_on_gpu);
+  w = validate_options(none_on_gpu);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_THAT(w[0], HasSubstr("no effect with --gpu-layers 0"));
+  EngineConfig gpu;
+  parse({"--device", "auto", "--cpu-offload-gb", "2"}, gpu);
+  EXPECT_TRUE(validate_options(gpu).empty());
 }
 
 TEST(Validate, PipelineStagesAndGpuLayers) {

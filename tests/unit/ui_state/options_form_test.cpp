@@ -55,10 +55,10 @@ TEST(OptionsForm, ValidationFlagsNotYetOptionsAndCrossOptionRules) {
   EXPECT_NE(f.validate().error.find("model"), std::string::npos);
   ASSERT_TRUE(f.set_text("model", "/models/tiny"));
   EXPECT_TRUE(f.validate().ok) << f.validate().error;
-  ASSERT_TRUE(f.set_value("cpu-offload-gb", 2.0));  // a feature that does not exist yet
+  ASSERT_TRUE(f.set_value("num-scheduler-steps", 4));  // a feature that does not exist yet
   EXPECT_FALSE(f.validate().ok);
-  EXPECT_NE(f.validate().error.find("cpu-offload-gb"), std::string::npos) << f.validate().error;
-  f.reset("cpu-offload-gb");
+  EXPECT_NE(f.validate().error.find("num-scheduler-steps"), std::string::npos) << f.validate().error;
+  f.reset("num-scheduler-steps");
   EXPECT_TRUE(f.validate().ok);
   ASSERT_TRUE(f.set_value("max-num-batched-tokens", 16));  // fewer than --max-num-seqs 256
   EXPECT_FALSE(f.validate().ok);

@@ -193,6 +193,88 @@ TEST(MemoryEstimate, MeminfoAndUnreadableModels) {
   fs::remove(bad);
 }
 
+TEST(MemoryEstimate, CpuOffloadGbMovesTheGpusLastLayersToRam) {
+  const ModelFootprint fp = read_model_footprint(kGguf + "tiny-random-Q4_0.gguf");
+  const int64_t layer = kLayerQuant + 2 * kLayerNorms;  // float16
+  const int64_t all_weights = 2 * layer + kEmbed + kOutput + 2 * kOutputNorm;
+  const int64_t slot = layer + layer / 16 + 64 * 1024;  // a staging slot: the layer, 1/16 and 64 KiB more
+  MachineMemory m = machine_without_gpu();
+  m.gpu = GpuMemory{"test GPU", 10 * kGiB, 10 * kGiB};
+  MemoryChoice c;
+  c.context = 256;
+  c.use_gpu = true;
+  c.gpu_layers = 2;
+  const MemoryEstimate base = estimate_memory(fp, c, m);
+  EXPECT_TRUE(base.offload.empty());
+  EXPECT_EQ(base.gpu_weight_bytes, all_weights);
+  EXPECT_EQ(base.ram_weight_bytes, 0);
+
+  // Half a layer's GiB: the last layer (the fewest last layers that cover it) goes to RAM; one slot.
+  c.cpu_offload_gb = static_cast<double>(layer / 2) / kGiB;
+  MemoryEstimate e = estimate_memory(fp, c, m);
+  EXPECT_EQ(e.offload.first_layer, 1);
+  EXPECT_EQ(e.offload.num_layers(), 1);
+  EXPECT_EQ(e.offload.offloaded_bytes, layer);
+  EXPECT_EQ(e.gpu_weight_bytes, all_weights - layer + slot);
+  EXPECT_EQ(e.ram_weight_bytes, layer);
+  EXPECT_EQ(e.gpu_kv_bytes, base.gpu_kv_bytes);  // the cache stays on the GPU
+
+  // More than the model: every layer, two slots.
+  c.cpu_offload_gb = 100;
+  e = estimate_memory(fp, c, m);
+  EXPECT_EQ(e.offload.num_layers(), 2);
+  EXPECT_EQ(e.gpu_weight_bytes, all_weights - 2 * layer + 2 * slot);
+  EXPECT_EQ(e.ram_weight_bytes, 2 * layer);
+
+  // With --gpu-layers 1 it applies to the GPU's layer (layer 0); layer 1 is on the CPU anyway.
+  c.gpu_layers = 1;
+  e = estimate_memory(fp, c, m);
+  EXPECT_EQ(e.offload.first_layer, 0);
+  EXPECT_EQ(e.offload.end_layer, 1);
+  EXPECT_EQ(e.gpu_weight_bytes, layer + kEmbed - layer + slot);
+  EXPECT_EQ(e.ram_weight_bytes, layer + kOutput + 2 * kOutputNorm + layer);
+
+  // Nothing on the GPU: nothing offloaded.
+  c.gpu_layers = 0;
+  EXPECT_TRUE(estimate_memory(fp, c, m).offload.empty());
+  c.use_gpu = false;
+  c.gpu_layers = 2;
+  EXPECT_TRUE(estimate_memory(fp, c, m).offload.empty());
+
+  // Two tensor-parallel GPUs: each offloads its half of the layers; RAM holds both GPUs' copies.
+  c.use_gpu = true;
+  c.tensor_parallel_size = 2;
+  c.cpu_offload_gb = 100;
+  e = estimate_memory(fp, c, m);
+  const int64_t half = (layer + 1) / 2;
+  EXPECT_EQ(e.offload.offloaded_bytes, 2 * half);
+  EXPECT_EQ(e.ram_weight_bytes, 2 * 2 * half);
+
+  // A bad value is an error naming the flag, GPU or not.
+  c.cpu_offload_gb = -1;
+  try {
+    estimate_memory(fp, c, machine_without_gpu());
+    ADD_FAILURE() << "a negative --cpu-offload-gb was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("--cpu-offload-gb"), std::string::npos) << err.what();
+  }
+}
+
+TEST(QuickOptions, CpuOffloadGbIsPartOfTheChoice) {
+  OptionsForm form;
+  QuickOptions quick(form);
+  ASSERT_TRUE(form.set_text("model", kGguf + "tiny-random-Q4_0.gguf"));
+  ASSERT_TRUE(form.set_value("cpu-offload-gb", 100.0));
+  MachineMemory with_gpu = machine_without_gpu();
+  with_gpu.gpu = GpuMemory{"test GPU", 8 * kGiB, 8 * kGiB};
+  quick.set_machine(with_gpu);
+  EXPECT_EQ(quick.choice().cpu_offload_gb, 100.0);
+  const auto e = quick.estimate();
+  ASSERT_TRUE(e.has_value()) << quick.footprint_error() << quick.estimate_error();
+  EXPECT_EQ(e->offload.num_layers(), 2);  // the whole model on the GPU, every layer offloaded
+  EXPECT_GT(e->ram_weight_bytes, 0);
+}
+
 TEST(QuickOptions, QuickFieldsAndTheAdvancedTableAreOneConfig) {
   OptionsForm form;
   QuickOptions quick(form);
