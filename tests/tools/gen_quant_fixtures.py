@@ -350,6 +350,9 @@ FIXTURES = {
     "gptq_w4_g64_act_order": ("gptq", 4, 64, False, True, True, 1, False),
     "awq_w4_g128": ("awq", 4, 128, False, False, False, 1, False),
     "awq_w4_g64": ("awq", 4, 64, False, False, False, 1, False),
+    # groups of 64 in order: kept as W4G64 blocks (one scale per group)
+    "gptq_w4_g64_v1": ("gptq", 4, 64, False, True, False, 1, False),
+    "ct_w4a16_g64_asym": ("ct", 4, 64, False, False, False, 1, False),
     "ct_w4a16_g128_sym": ("ct", 4, 128, True, False, False, 1, False),
     "ct_w8a16_channel_asym": ("ct", 8, -1, False, False, False, 1, False),
 }

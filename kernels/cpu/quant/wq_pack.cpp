@@ -107,7 +107,10 @@ DType wq_repack_type(int bits, int64_t group, int64_t in) {
   const bool big = group % 128 == 0 && in % 128 == 0;
   if (bits == 8) return big ? DType::W8G128 : DType::W8G32;
   CYPRIS_CHECK(bits == 2 || bits == 3 || bits == 4, "quantized layer: {} bits are not supported (2, 3, 4, 8)", bits);
-  return big ? DType::W4G128 : DType::W4G32;
+  if (big) return DType::W4G128;
+  // Groups of 64 (or 128 on rows that are not whole 128s) in 64-value blocks: one scale per group
+  // (4.5 bits a weight) where 32-value blocks would repeat it (5 bits).
+  return group % 64 == 0 && in % 64 == 0 ? DType::W4G64 : DType::W4G32;
 }
 
 int64_t wq_first_mixed_block(const WqLayer& l, int block) {
@@ -128,6 +131,8 @@ void wq_repack(const WqLayer& l, DType type, int64_t n0, int64_t n1, int64_t k0,
   switch (type) {
     case DType::W4G32:
       return repack_w4<32>(l, n0, n1, k0, k1, dst);
+    case DType::W4G64:
+      return repack_w4<64>(l, n0, n1, k0, k1, dst);
     case DType::W4G128:
       return repack_w4<128>(l, n0, n1, k0, k1, dst);
     case DType::W8G32:

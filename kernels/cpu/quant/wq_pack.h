@@ -1,5 +1,5 @@
 // Reading the integer layouts of GPTQ and AWQ checkpoints and repacking a layer's rows into the
-// W4G32 / W4G128 / W8G32 / W8G128 blocks of kernels/common/wq_blocks.h (or dequantizing them).
+// W4G32 / W4G64 / W4G128 / W8G32 / W8G128 blocks of kernels/common/wq_blocks.h (or dequantizing them).
 //
 // A layer of `out` rows (output features) and `in` columns (input features), `bits` per value,
 // groups of `group` input columns with one scale and zero point per (group, output):
@@ -47,8 +47,8 @@ struct WqLayer {
 };
 
 // The block type a layer is repacked into: W4 for 2, 3 and 4 bits, W8 for 8; 128-value blocks when
-// the groups and the rows are whole multiples of 128, else 32-value blocks. Throws when the group
-// is not a multiple of 32.
+// the groups and the rows are whole multiples of 128, else (4-bit) 64-value blocks when they are
+// multiples of 64, else 32-value blocks. Throws when the group is not a multiple of 32.
 DType wq_repack_type(int bits, int64_t group, int64_t in);
 
 // The first input column (k) whose block of `block` columns mixes groups (g_idx out of order:
