@@ -233,8 +233,8 @@ std::vector<OptionSpec> build_table() {
           "gptq_marlin loads the same checkpoints), awq (4-bit GEMM), compressed-tensors (pack-quantized W4A16/W8A16, "
           "int-quantized W8A8, float-quantized FP8), fp8 (FP8 checkpoints; on a 16-bit checkpoint: quantized at load "
           "to FP8 with one scale per output channel), exl2 (exllamav2's mixed 2-8 bit checkpoints, dequantized at "
-          "load to --dtype), bitsandbytes (= bnb: pre-quantized NF4/FP4 checkpoints, nested absmax included; int8 "
-          "ones load dequantized to --dtype) and gguf (llama.cpp's quantization types, read from a .gguf --model); "
+          "load to --dtype), bitsandbytes (= bnb: pre-quantized NF4/FP4 checkpoints, nested absmax included, and "
+          "int8 ones, kept in 8 bits) and gguf (llama.cpp's quantization types, read from a .gguf --model); "
           "the others are not supported yet. See docs/quantization.md.")
           .alias("-q")
           .choices({"gguf", "gptq", "gptq_marlin", "awq", "compressed-tensors", "fp8", "exl2", "bitsandbytes", "bnb"})

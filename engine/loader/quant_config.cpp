@@ -135,7 +135,7 @@ QuantConfig int_quantized(QuantConfig q, const json& grp, const json& w, const s
 
 // bitsandbytes (transformers' BitsAndBytesConfig): pre-quantized 4-bit NF4/FP4 checkpoints, whose
 // absmax may be double-quantized (nested). The block size and shapes are in each layer's
-// quant_state (engine/loader/bnb_weights.cpp); 8-bit (LLM.int8) checkpoints are refused by name.
+// quant_state (engine/loader/bnb_weights.cpp); 8-bit (LLM.int8) checkpoints' int8 rows are kept in W8 blocks.
 QuantConfig bitsandbytes(QuantConfig q, const json& j, const std::string& source) {
   const bool in4 = bool_field(j, "load_in_4bit", source, bool_field(j, "_load_in_4bit", source, false));
   const bool in8 = bool_field(j, "load_in_8bit", source, bool_field(j, "_load_in_8bit", source, false));
@@ -318,8 +318,8 @@ std::string QuantConfig::summary() const {
                        head_bits > 0 ? std::to_string(head_bits) : std::string("(not stated)"));
   }
   if (method == "bitsandbytes" && bits == 8) {
-    return "bitsandbytes int8 (LLM.int8), one absmax per row; dequantized to --dtype at load, activations "
-           "unquantized (no outlier decomposition needed)";
+    return "bitsandbytes int8 (LLM.int8), one absmax per row; kept in 8 bits (W8 blocks), activations quantized "
+           "to 8 bits per 128 values (no outlier decomposition: llm_int8_threshold unused)";
   }
   if (method == "bitsandbytes") {
     return fmt::format("bitsandbytes {} 4-bit{}, 16-bit activations", checkpoint_format,

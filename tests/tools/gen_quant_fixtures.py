@@ -400,7 +400,7 @@ def make(name, spec):
     raise SystemExit(f"{name}: no seed gave a greedy continuation without near ties")
 
 
-def write_fixture(name, cfg, T, R, hashes, ids, separate_qc=None):
+def write_fixture(name, cfg, T, R, hashes, ids, separate_qc=None, extra=None):
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
     if separate_qc is not None:
@@ -413,7 +413,7 @@ def write_fixture(name, cfg, T, R, hashes, ids, separate_qc=None):
     rows = [[float("%.9g" % v) for v in row] for row in logits.tolist()]
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump({"input_ids": ids, "logits": rows, "greedy": greedy(cfg, R, ids[:12], 8)[0],
-                   "dequant_fnv1a64": hashes}, f, separators=(",", ":"))
+                   "dequant_fnv1a64": hashes, **(extra or {})}, f, separators=(",", ":"))
     print(name, "max|logit|", float(np.abs(logits).max()), "bytes", os.path.getsize(os.path.join(d, "model.safetensors")))
 
 
