@@ -78,7 +78,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, QuantModels,
                          ::testing::Values("gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
                                            "gptq_w3_g32_v1", "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64", "ct_w4a16_g128_sym",
                                            "ct_w8a16_channel_asym", "gptq_w4_g32_mixtral", "awq_w4_g64_qwen2_moe",
-                                           "gptq_w4_g64_v1", "ct_w4a16_g64_asym"));
+                                           "gptq_w4_g64_v1", "ct_w4a16_g64_asym", "gptq_w4_g128_sym_v1",
+                                           "gptq_marlin_w4_g128"));
 
 }  // namespace
 }  // namespace cypris
