@@ -79,7 +79,8 @@ std::vector<OptionSpec> build_table() {
   const std::string kVision = "vision-language models";
   const std::string kSpec = "speculative decoding";
   const std::string kQuantRefused =
-      "not supported yet in Cypris; supported: gptq (also gptq_marlin), awq, compressed-tensors (pack-quantized, "
+      "not supported yet in Cypris; supported: gptq (also gptq_marlin; marlin for Marlin-format GPTQ), awq, "
+      "compressed-tensors (pack-quantized, "
       "int-quantized, float-quantized), fp8, exl2, bitsandbytes (all read from the checkpoint's quantization_config, so "
       "-q may be left out; -q fp8 on a 16-bit checkpoint quantizes it at load) and gguf (a .gguf --model or "
       "--gguf-file NAME)";
@@ -232,19 +233,19 @@ std::vector<OptionSpec> build_table() {
   add(Opt("quantization", bind_field(FIELD(quant.quantization)), "METHOD",
           "The method used to quantize the weights. Inferred from the model when possible (the checkpoint's "
           "quantization_config); when given it must agree with the checkpoint. Cypris supports gptq (2/3/4/8 bits; "
-          "gptq_marlin loads the same checkpoints), awq (4-bit GEMM), compressed-tensors (pack-quantized W4A16/W8A16, "
+          "gptq_marlin loads the same checkpoints; marlin: GPTQ checkpoints in Marlin's format), awq (4-bit GEMM), compressed-tensors (pack-quantized W4A16/W8A16, "
           "int-quantized W8A8, float-quantized FP8), fp8 (FP8 checkpoints; on a 16-bit checkpoint: quantized at load "
           "to FP8 with one scale per output channel), exl2 (exllamav2's mixed 2-8 bit checkpoints, dequantized at "
-          "load to --dtype), bitsandbytes (= bnb: pre-quantized NF4/FP4 checkpoints, nested absmax included; int8 "
-          "ones load dequantized to --dtype) and gguf (llama.cpp's quantization types, read from a .gguf --model); "
+          "load to --dtype), bitsandbytes (= bnb: pre-quantized NF4/FP4 checkpoints, nested absmax included, and "
+          "int8 ones, kept in 8 bits) and gguf (llama.cpp's quantization types, read from a .gguf --model); "
           "the others are not supported yet. See docs/quantization.md.")
           .alias("-q")
-          .choices({"gguf", "gptq", "gptq_marlin", "awq", "compressed-tensors", "fp8", "exl2", "bitsandbytes", "bnb"})
+          .choices({"gguf", "gptq", "gptq_marlin", "marlin", "awq", "compressed-tensors", "fp8", "exl2", "bitsandbytes",
+                    "bnb"})
           .refuse({"aqlm",
                    "eetq",
                    "quip",
                    "squeezellm",
-                   "marlin",
                    "deepspeedfp",
                    "gptq_marlin_24",
                    "tpu_int8",

@@ -486,10 +486,11 @@ std::vector<std::string> validate_options(const EngineConfig& cfg, const std::se
   }
   if (cfg.quant.quantization) {
     const std::string& q = *cfg.quant.quantization;
-    CYPRIS_CHECK(q == "gguf" || q == "gptq" || q == "gptq_marlin" || q == "awq" || q == "compressed-tensors" ||
-                     q == "fp8" || q == "exl2",
-                 "--quantization {}: not supported yet in Cypris; supported: gptq (also gptq_marlin), awq, "
-                 "compressed-tensors (pack-quantized, int-quantized, float-quantized), fp8, exl2 (all read from the "
+    CYPRIS_CHECK(q == "gguf" || q == "gptq" || q == "gptq_marlin" || q == "marlin" || q == "awq" ||
+                     q == "compressed-tensors" || q == "fp8" || q == "exl2" || q == "bitsandbytes" || q == "bnb",
+                 "--quantization {}: not supported yet in Cypris; supported: gptq (also gptq_marlin; marlin for "
+                 "Marlin-format GPTQ), awq, compressed-tensors (pack-quantized, int-quantized, float-quantized), fp8, "
+                 "exl2, bitsandbytes (all read from the "
                  "checkpoint's quantization_config, so -q may be left out; -q fp8 on a 16-bit checkpoint quantizes it "
                  "at load) and gguf (a .gguf --model or --gguf-file NAME)",
                  q);

@@ -110,7 +110,8 @@ std::string dtype_label(const std::string& torch_dtype) {
 }
 
 std::string checkpoint_quant_label(const QuantConfig& q) {
-  if (q.method == "exl2") return quant_label(q);  // "EXL2 4.65 bpw": its widths vary per group
+  // "EXL2 4.65 bpw": its widths vary per group; "bitsandbytes nf4 double-quant", "bitsandbytes int8"
+  if (q.method == "exl2" || q.method == "bitsandbytes") return quant_label(q);
   std::string method = q.method == "gptq" ? "GPTQ" : q.method == "awq" ? "AWQ" : q.method;
   std::string out = fmt::format("{} {}-bit {}", method, q.bits,
                                 q.group_size > 0 ? fmt::format("g{}", q.group_size) : std::string("per-channel"));
@@ -206,6 +207,15 @@ ModelFootprint read_model_footprint(const std::filesystem::path& path) {
             w.fixed_bytes = static_cast<int64_t>(t->nbytes);
           }
         }
+      } else if (quant && quant->method == "bitsandbytes" && quant->bits == 8 && t->dtype_name == "I8" &&
+                 t->shape.size() == 2 && t->shape[1] % 32 == 0) {
+        // LLM.int8 layers are kept in W8 blocks (engine/loader/bnb_weights.h): the int8 values and an
+        // fp16 scale and zero point per 128 (or 32) of them, which take the place of the row's SCB.
+        w.fixed_bytes = static_cast<int64_t>(
+            dtype_nbytes(t->shape[1] % 128 == 0 ? DType::W8G128 : DType::W8G32, t->shape[0] * t->shape[1]));
+      } else if (quant && quant->method == "bitsandbytes" && quant->bits == 8 &&
+                 (name.ends_with(".SCB") || name.ends_with(".weight_format"))) {
+        // In the blocks' scales (SCB), or not loaded (the layout flag).
       } else if (t->dtype && !(quant && is_quant_part(name))) {
         w.float_elems = t->numel();
       } else {

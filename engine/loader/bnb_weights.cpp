@@ -14,6 +14,7 @@
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weight_names.h"
 #include "kernels/common/bnb_blocks.h"
+#include "kernels/common/wq_blocks.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -55,6 +56,7 @@ class BnbWeightSource : public WeightSource {
   }
 
   std::optional<DType> native_dtype(const std::string& name) const override {
+    if (is_i8(name)) return i8_block_type(name);
     if (!is_b4(name)) return plain_->native_dtype(name);
     const json st = state(name);
     // A 64-value run of a row must lie in one bitsandbytes block: the block size a multiple of 64,
@@ -126,13 +128,43 @@ class BnbWeightSource : public WeightSource {
     return q_.bits == 8 && !layer_prefix(name).empty() && ckpt_.find(layer_prefix(name) + ".SCB") != nullptr;
   }
 
+  // bitsandbytes' 1 / 127 in fp32 (int8_vectorwise_dequant's constant).
+  static constexpr float kInv127 = static_cast<float>(7.874015718698502e-3);
+
+  // The W8 block scale of a row: SCB / 127 as bitsandbytes computes it (fp32(SCB * fp32(1 / 127))),
+  // rounded to the blocks' fp16.
+  static uint16_t i8_block_scale(float scb) { return f32_to_f16(scb * kInv127); }
+
+  // An int8 layer is kept in W8 blocks (W8G128, or W8G32 for rows that are not whole 128s) when its
+  // rows are whole blocks and every row's scale is 0 or normal in fp16 (SCB from 127 * 2^-14 = 0.0078
+  // to 127 * 65504): then the fp16 scale is within 2^-11 of SCB / 127 and each weight within
+  // 2^-11 * SCB of bitsandbytes' value (docs/quantization.md). Other layers are dequantized.
+  std::optional<DType> i8_block_type(const std::string& name) const {
+    const SafetensorsTensor* w = ckpt_.find(name);
+    const SafetensorsTensor* scb = ckpt_.find(layer_prefix(name) + ".SCB");
+    if (w == nullptr || w->shape.size() != 2 || scb->dtype_name != "F32" ||
+        scb->nbytes != static_cast<size_t>(w->shape[0]) * 4)
+      return std::nullopt;  // read_i8 names what is wrong
+    const int64_t in = w->shape[1];
+    if (in % 32 != 0) return std::nullopt;
+    for (int64_t r = 0; r < w->shape[0]; ++r) {
+      float s;
+      std::memcpy(&s, scb->data + 4 * r, 4);
+      const float d = std::abs(f16_to_f32(i8_block_scale(s)));
+      if (!(d == 0.0f || (d >= 0x1p-14f && std::isfinite(d)))) return std::nullopt;
+    }
+    return in % 128 == 0 ? DType::W8G128 : DType::W8G32;
+  }
+
   // int8 rows dequantized as bitsandbytes does (int8_vectorwise_dequant): fp32(q * SCB) * fp32(1 / 127),
-  // each product rounded in fp32.
+  // each product rounded in fp32; or as W8 blocks: the int8 values as they are, zero point 0, the
+  // row's scale SCB / 127 in fp16 (i8_block_type).
   void read_i8(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype, const ShardSpec& shard,
                void* dst) const {
     CYPRIS_CHECK(full_shape.size() == 2, "{}: bitsandbytes int8 layer '{}' read with shape {}; it is a matrix",
                  dir_.string(), name, shape_str(full_shape));
-    CYPRIS_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
+    const bool w8 = dtype == DType::W8G128 || dtype == DType::W8G32;
+    CYPRIS_CHECK(w8 || dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16,
                  "{}: bitsandbytes int8 layer '{}' cannot be read as {}", dir_.string(), name, dtype_name(dtype));
     const int64_t out = full_shape[0], in = full_shape[1];
     const std::string p = layer_prefix(name);
@@ -157,8 +189,39 @@ class BnbWeightSource : public WeightSource {
     const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
     const int64_t n0 = shard.dim == 0 ? shard.rank * local[0] : 0, k0 = shard.dim == 1 ? shard.rank * local[1] : 0;
     const int64_t rows = local[0], cols = local[1];
-    constexpr float kInv127 = static_cast<float>(7.874015718698502e-3);  // bitsandbytes' 1 / 127
     const auto* q = reinterpret_cast<const int8_t*>(w.data);
+    if (w8) {
+      const int64_t block = dtype_block(dtype).elems;
+      CYPRIS_CHECK(i8_block_type(name) == dtype && k0 % block == 0 && cols % block == 0,
+                   "{}: bitsandbytes int8 layer '{}' [{}, {}] cannot be read as {} columns {}..{} (whole {}-value "
+                   "blocks of rows whose scale SCB / 127 is normal in fp16 only)",
+                   dir_.string(), name, out, in, dtype_name(dtype), k0, k0 + cols, block);
+      const size_t row_bytes = dtype_nbytes(dtype, cols), block_bytes = dtype_block(dtype).bytes;
+      auto* dst_bytes = static_cast<char*>(dst);
+      shared_thread_pool().parallel_for(
+          rows,
+          [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+              const uint16_t d = i8_block_scale(s[static_cast<size_t>(n0 + r)]);
+              for (int64_t b = 0; b < cols / block; ++b) {
+                char* blk = dst_bytes + static_cast<size_t>(r) * row_bytes + static_cast<size_t>(b) * block_bytes;
+                const int8_t* src = q + (n0 + r) * in + k0 + b * block;
+                // W8 blocks hold q - 128 and z - 128: the stored int8 and 0 give d * q.
+                if (block == 128) {
+                  auto* o = reinterpret_cast<quant::BlockW8<128>*>(blk);
+                  o->d = d, o->z = 0;
+                  std::memcpy(o->qs, src, 128);
+                } else {
+                  auto* o = reinterpret_cast<quant::BlockW8<32>*>(blk);
+                  o->d = d, o->z = 0;
+                  std::memcpy(o->qs, src, 32);
+                }
+              }
+            }
+          },
+          16);
+      return;
+    }
     write_dequantized_rows(dtype, dst, rows, cols, [&](int64_t r, float* row) {
       const float sr = s[static_cast<size_t>(n0 + r)];
       for (int64_t c = 0; c < cols; ++c) {
@@ -313,8 +376,9 @@ class BnbWeightSource : public WeightSource {
 std::unique_ptr<WeightSource> make_bnb_weight_source(const std::filesystem::path& dir, const QuantConfig& q,
                                                      std::unique_ptr<WeightSource> plain) {
   if (q.bits == 8) {
-    LOG_WARN("{}: bitsandbytes int8 (LLM.int8) layers are dequantized to --dtype at load (16 bits in memory: not "
-             "kept in 8 bits yet); their products use unquantized activations, so llm_int8_threshold has no effect",
+    LOG_INFO("{}: bitsandbytes int8 (LLM.int8) layers are kept in 8 bits (W8 blocks, the row scale SCB / 127 in "
+             "fp16); their activations are quantized to 8 bits per block of 128 (or 32) values, so outliers only "
+             "coarsen their own block: llm_int8_threshold (the mixed fp16 decomposition) is not used",
              dir.string());
   }
   return std::make_unique<BnbWeightSource>(dir, q, std::move(plain));

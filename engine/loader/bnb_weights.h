@@ -7,7 +7,10 @@
 // shape, dtype, nested_blocksize, nested_offset) — is offered to the model as NF4G64 / FP4G64
 // (kernels/common/bnb_blocks.h), so it stays in 4 bits in memory; read in a plain dtype it is
 // dequantized exactly (table[q] * absmax in fp32). Layers the checkpoint keeps in 16 bits
-// (llm_int8_skip_modules, lm_head) come from the plain source.
+// (llm_int8_skip_modules, lm_head) come from the plain source. 8-bit (LLM.int8) checkpoints: `weight`
+// int8 [out, in] and `SCB` fp32 [out] (w = q * SCB / 127) are offered as W8G128 / W8G32 blocks
+// (kernels/common/wq_blocks.h) with the row scale SCB / 127 rounded to fp16, or read dequantized as
+// bitsandbytes computes them.
 #pragma once
 
 #include <filesystem>

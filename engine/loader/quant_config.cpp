@@ -135,7 +135,7 @@ QuantConfig int_quantized(QuantConfig q, const json& grp, const json& w, const s
 
 // bitsandbytes (transformers' BitsAndBytesConfig): pre-quantized 4-bit NF4/FP4 checkpoints, whose
 // absmax may be double-quantized (nested). The block size and shapes are in each layer's
-// quant_state (engine/loader/bnb_weights.cpp); 8-bit (LLM.int8) checkpoints are refused by name.
+// quant_state (engine/loader/bnb_weights.cpp); 8-bit (LLM.int8) checkpoints' int8 rows are kept in W8 blocks.
 QuantConfig bitsandbytes(QuantConfig q, const json& j, const std::string& source) {
   const bool in4 = bool_field(j, "load_in_4bit", source, bool_field(j, "_load_in_4bit", source, false));
   const bool in8 = bool_field(j, "load_in_8bit", source, bool_field(j, "_load_in_8bit", source, false));
@@ -178,20 +178,26 @@ QuantConfig from_json(const json& j, const std::string& source) {
   q.source = source;
   // AutoGPTQ's quantize_config.json has no quant_method: it is GPTQ.
   q.method = lower(string_field(j, "quant_method", source, "gptq"));
+  // vLLM's "marlin" method: a GPTQ checkpoint in Marlin's format (B and s tensors).
+  const bool marlin_method = q.method == "marlin";
+  if (marlin_method) q.method = "gptq";
   if (q.method == "gptq") {
     q.bits = static_cast<int>(int_field(j, "bits", source, 4));
     q.group_size = int_field(j, "group_size", source, -1);
     q.desc_act = bool_field(j, "desc_act", source, false);
     q.sym = bool_field(j, "sym", source, true);
     q.checkpoint_format = string_field(j, "checkpoint_format", source, "gptq");
-    if (bool_field(j, "is_marlin_format", source, false)) q.checkpoint_format = "marlin";
-    CYPRIS_CHECK(q.checkpoint_format != "marlin",
-                 "{}: quantization_config: a Marlin-format GPTQ checkpoint (checkpoint_format marlin) is not "
-                 "supported yet; Cypris loads checkpoint_format gptq and gptq_v2",
-                 source);
-    CYPRIS_CHECK(q.checkpoint_format == "gptq" || q.checkpoint_format == "gptq_v2",
-                 "{}: quantization_config.checkpoint_format '{}' is not a GPTQ format; allowed: gptq, gptq_v2", source,
-                 q.checkpoint_format);
+    if (marlin_method || bool_field(j, "is_marlin_format", source, false)) q.checkpoint_format = "marlin";
+    CYPRIS_CHECK(q.checkpoint_format == "gptq" || q.checkpoint_format == "gptq_v2" || q.checkpoint_format == "marlin",
+                 "{}: quantization_config.checkpoint_format '{}' is not a GPTQ format; allowed: gptq, gptq_v2, marlin",
+                 source, q.checkpoint_format);
+    if (q.checkpoint_format == "marlin") {
+      // Marlin's format is 4-bit, symmetric (zero 8), in input order, groups of 128 or whole rows.
+      CYPRIS_CHECK(q.bits == 4 && q.sym && !q.desc_act && (q.group_size == 128 || q.group_size == -1),
+                   "{}: quantization_config: a Marlin-format GPTQ checkpoint must be bits 4, sym true, desc_act "
+                   "false, group_size 128 or -1 (Marlin's format), got bits {}, sym {}, desc_act {}, group_size {}",
+                   source, q.bits, q.sym, q.desc_act, q.group_size);
+    }
     q.zero_point_plus_one = q.checkpoint_format == "gptq";
     CYPRIS_CHECK(q.bits == 2 || q.bits == 3 || q.bits == 4 || q.bits == 8,
                  "{}: quantization_config.bits {} is not a GPTQ bit width; allowed: 2, 3, 4, 8", source, q.bits);
@@ -318,8 +324,8 @@ std::string QuantConfig::summary() const {
                        head_bits > 0 ? std::to_string(head_bits) : std::string("(not stated)"));
   }
   if (method == "bitsandbytes" && bits == 8) {
-    return "bitsandbytes int8 (LLM.int8), one absmax per row; dequantized to --dtype at load, activations "
-           "unquantized (no outlier decomposition needed)";
+    return "bitsandbytes int8 (LLM.int8), one absmax per row; kept in 8 bits (W8 blocks), activations quantized "
+           "to 8 bits per 128 values (no outlier decomposition: llm_int8_threshold unused)";
   }
   if (method == "bitsandbytes") {
     return fmt::format("bitsandbytes {} 4-bit{}, 16-bit activations", checkpoint_format,
@@ -370,8 +376,13 @@ std::optional<QuantConfig> resolve_quantization(const std::optional<QuantConfig>
                r, model);
   // gptq_marlin is Aphrodite's faster kernel choice for the same GPTQ checkpoints; here the same
   // CPU/CUDA kernels serve both.
+  const bool marlin = checkpoint->checkpoint_format == "marlin";
   const bool same = r == checkpoint->method || (r == "gptq_marlin" && checkpoint->method == "gptq") ||
-                    (r == "bnb" && checkpoint->method == "bitsandbytes");
+                    (r == "marlin" && marlin) || (r == "bnb" && checkpoint->method == "bitsandbytes");
+  CYPRIS_CHECK(!(r == "marlin" && checkpoint->method == "gptq" && !marlin),
+               "--quantization marlin: the checkpoint is GPTQ in checkpoint_format {} ({}), not Marlin's format "
+               "(checkpoint_format marlin); pass -q gptq (or gptq_marlin) or leave -q out",
+               checkpoint->checkpoint_format, checkpoint->source);
   CYPRIS_CHECK(same,
                "--quantization {}: the checkpoint is quantized with {} ({}: quantization_config.quant_method); pass "
                "-q {} or leave -q out",

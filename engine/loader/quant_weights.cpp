@@ -111,8 +111,9 @@ class QuantizedWeightSource : public WeightSource {
 
   int64_t group_of(int64_t in) const { return q_.group_size > 0 ? q_.group_size : in; }
   bool packed_int() const { return q_.method == "compressed-tensors"; }
+  bool marlin() const { return q_.checkpoint_format == "marlin"; }
   // The tensor holding a layer's packed values.
-  std::string packed_name() const { return packed_int() ? ".weight_packed" : ".qweight"; }
+  std::string packed_name() const { return packed_int() ? ".weight_packed" : marlin() ? ".B" : ".qweight"; }
 
   // [out, in] of a quantized layer from its qweight alone (before the config's shape is known).
   std::vector<int64_t> qweight_logical_shape(const std::string& name) const {
@@ -122,6 +123,7 @@ class QuantizedWeightSource : public WeightSource {
                  shape_str(t->shape));
     if (q_.method == "awq") return {t->shape[1] * 8, t->shape[0]};
     if (packed_int()) return {t->shape[0], t->shape[1] * (32 / q_.bits)};
+    if (marlin()) return {t->shape[1] / 2, t->shape[0] * 16};  // B [in / 16, out * 2]
     CYPRIS_CHECK(t->shape[0] * 32 % q_.bits == 0,
                  "{}: tensor '{}' has {} rows; {}-bit GPTQ packs 32 values in {} of them", file_of(packed), packed,
                  t->shape[0], q_.bits, q_.bits);
@@ -145,6 +147,7 @@ class QuantizedWeightSource : public WeightSource {
   quant::WqLayer open_layer(const std::string& name, int64_t out, int64_t in) const {
     const std::string p = prefix(name);
     if (packed_int()) return open_packed_int(p, out, in);
+    if (marlin()) return open_marlin(p, out, in);
     const std::string what = fmt::format("a [{}, {}] layer", out, in);
     quant::WqLayer l;
     l.layout = q_.method == "awq" ? quant::WqLayout::Awq : quant::WqLayout::Gptq;
@@ -188,6 +191,26 @@ class QuantizedWeightSource : public WeightSource {
       for (int64_t k = 0; k < in && plain; ++k) plain = l.g_idx[k] == k / l.group;
       if (plain) l.g_idx = nullptr;
     }
+    return l;
+  }
+
+  // Marlin's format (GPTQ checkpoint_format marlin): B [in / 16, out * 2] int32 in Marlin's tile and
+  // fragment order, s [groups, out] fp16 in its scale order (kernels/cpu/quant/wq_pack.h); symmetric.
+  quant::WqLayer open_marlin(const std::string& p, int64_t out, int64_t in) const {
+    const std::string what = fmt::format("a [{}, {}] layer in Marlin's format", out, in);
+    quant::WqLayer l;
+    l.layout = quant::WqLayout::Marlin;
+    l.bits = 4;
+    l.in = in;
+    l.out = out;
+    l.group = group_of(in);
+    // Marlin permutes runs of 1024 values of a row of 16 x 16 tiles: 16 inputs by 64 outputs.
+    CYPRIS_CHECK(in % 16 == 0 && out % 64 == 0 && in % l.group == 0,
+                 "{}: Marlin layer '{}' is [{}, {}]; Marlin's format needs the inputs a multiple of 16 and of the "
+                 "group size {}, the outputs a multiple of 64",
+                 file_of(p + ".B"), p, out, in, l.group);
+    l.qweight = reinterpret_cast<const int32_t*>(tensor(p + ".B", "I32", {in / 16, out * 2}, what).data);
+    l.scales = reinterpret_cast<const uint16_t*>(tensor(p + ".s", "F16", {in / l.group, out}, what).data);
     return l;
   }
 

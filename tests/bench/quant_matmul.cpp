@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
         const std::string name = list.substr(pos, e - pos);
         for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
                         DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::F16,
-                        DType::BF16, DType::F32, DType::W4G32, DType::W4G128, DType::W8G32, DType::W8G128,
+                        DType::BF16, DType::F32, DType::W4G32, DType::W4G64, DType::W4G128, DType::W8G32, DType::W8G128,
                         DType::F8G128, DType::NF4G64, DType::FP4G64})
           if (dtype_name(t) == name || (name == "F16" && t == DType::F16) || (name == "BF16" && t == DType::BF16))
             types.push_back(t);

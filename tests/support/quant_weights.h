@@ -41,7 +41,7 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t n, int64_t k, uint32
       case DType::IQ4_NL: set(&reinterpret_cast<quant::BlockIQ4_NL*>(p)->d); break;
       case DType::IQ4_XS: set(&reinterpret_cast<quant::BlockIQ4_XS*>(p)->d); break;
       // GPTQ/AWQ repacked blocks: a zero point in the range of their bits (4-bit v1: 0..16; 8-bit: -128..128).
-      case DType::W4G32: case DType::W4G128: set(reinterpret_cast<uint16_t*>(p)), reinterpret_cast<int16_t*>(p)[1] = static_cast<int16_t>(g() % 17); break;
+      case DType::W4G32: case DType::W4G64: case DType::W4G128: set(reinterpret_cast<uint16_t*>(p)), reinterpret_cast<int16_t*>(p)[1] = static_cast<int16_t>(g() % 17); break;
       case DType::W8G32: case DType::W8G128: set(reinterpret_cast<uint16_t*>(p)), reinterpret_cast<int16_t*>(p)[1] = static_cast<int16_t>(static_cast<int>(g() % 257) - 128); break;
       // FP8 blocks: an fp32 scale (2^-12..2^-4 in magnitude), and no NaN codes (0x7f, 0xff).
       case DType::F8G128: {

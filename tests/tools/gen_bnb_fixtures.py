@@ -130,6 +130,16 @@ def quantize_int8(W16):
     return q, scb, deq
 
 
+def int8_w8_blocks(q, scb):
+    """What Cypris keeps an LLM.int8 layer as (W8 blocks): q as stored times the row scale
+    d = fp16(fp32(SCB * fp32(1 / 127))), rounded to nearest even; d * q is exact in fp32."""
+    d = (scb * INV127).astype(np.float32).astype(np.float16)
+    assert (np.abs(d.astype(np.float32)) >= 2.0 ** -14).all()  # normal in fp16: the loader keeps such rows
+    w8 = d.astype(np.float64)[:, None] * q.astype(np.float64)
+    assert (w8.astype(np.float32).astype(np.float64) == w8).all()
+    return w8
+
+
 FIXTURES = {
     # name: (quant type, blocksize, nested)
     "bnb_nf4": ("nf4", 64, False),
@@ -152,7 +162,7 @@ def make_seed(name, spec, seed):
     R = {n: t.astype(np.float64) for n, t in T.items()}
     shapes = {"self_attn.q_proj": (H, H), "self_attn.k_proj": (kv, H), "self_attn.v_proj": (kv, H),
               "self_attn.o_proj": (H, H), "mlp.gate_proj": (I, H), "mlp.up_proj": (I, H), "mlp.down_proj": (H, I)}
-    hashes = {}
+    hashes, w8_hashes, w8_err = {}, {}, 0.0
     p = "model.layers.0."
     for norm in ("input_layernorm.weight", "post_attention_layernorm.weight"):
         T[p + norm] = f16(1 + 0.1 * rng.standard_normal(H))
@@ -165,6 +175,9 @@ def make_seed(name, spec, seed):
             T[p + lin + ".weight"] = gq.I8(q)
             T[p + lin + ".SCB"] = scb
             T[p + lin + ".weight_format"] = np.array(0, dtype=np.uint8)
+            w8 = int8_w8_blocks(q, scb)
+            w8_hashes[p + lin] = gq.fnv1a64(w8.astype("<f4").tobytes())
+            w8_err = max(w8_err, float((np.abs(w8 - deq.astype(np.float64)) / scb.astype(np.float64)[:, None]).max()))
         else:
             tensors, deq = quantize_4bit(W, qtype, blocksize, nested)
             for suffix, t in tensors.items():
@@ -182,7 +195,10 @@ def make_seed(name, spec, seed):
     _, gap = gq.greedy(cfg, R, ids[:12], 8)
     if gap < gq.MIN_GREEDY_GAP:
         return False
-    gq.write_fixture(name, cfg, T, R, hashes, ids)
+    extra = {"w8_fnv1a64": w8_hashes} if qtype == "int8" else None
+    gq.write_fixture(name, cfg, T, R, hashes, ids, extra=extra)
+    if qtype == "int8":
+        print(name, "W8 blocks: max |d16 q - bitsandbytes' value| / SCB =", w8_err, "(bound 2^-11 =", 2.0 ** -11, ")")
     return True
 
 

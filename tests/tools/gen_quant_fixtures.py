@@ -147,6 +147,60 @@ def pack_gptq(q, zeros, bits, v1):
     return qweight.astype(np.uint32).view(np.int32), qzeros.astype(np.uint32).view(np.int32)
 
 
+def marlin_perms():
+    """Marlin's _get_perms (IST-DASLab marlin; AutoGPTQ's and vLLM's Marlin layers use the same): the
+    1024-entry weight permutation of a row of 16 x 16 tiles (the mma.m16n8k16 fragment order, each 8
+    of it interleaved [0, 2, 4, 6, 1, 3, 5, 7]), and the scale permutations for grouped (64 entries)
+    and single-group (32 entries) layers."""
+    perm = []
+    for i in range(32):
+        perm1 = []
+        col = i // 4
+        for block in (0, 1):
+            for row in (2 * (i % 4), 2 * (i % 4) + 1, 2 * (i % 4 + 4), 2 * (i % 4 + 4) + 1):
+                perm1.append(16 * row + col + 8 * block)
+        for j in range(4):
+            perm.extend(p + 256 * j for p in perm1)
+    perm = np.array(perm).reshape(-1, 8)[:, [0, 2, 4, 6, 1, 3, 5, 7]].ravel()
+    scale_perm = [i + 8 * j for i in range(8) for j in range(8)]
+    scale_perm_single = [2 * i + j for i in range(4) for j in (0, 1, 8, 9, 16, 17, 24, 25)]
+    return perm, np.array(scale_perm), np.array(scale_perm_single)
+
+
+def pack_marlin(q, scales, group):
+    """Marlin's Layer.pack step by step (AutoGPTQ's MarlinQuantLinear.pack is the same code): from the
+    fake-quantized fp16 weight W16 = fp16(s * (q - 8)) [out, in] and the fp16 scales [groups, out],
+    B [in / 16, out * 2] int32 and s [groups, out] fp16, both permuted. The rounding w / s recovers
+    q - 8 exactly (asserted), so B holds the symmetric GPTQ layer's q."""
+    perm, sperm, sperm1 = marlin_perms()
+    n, k = q.shape
+    groupsize = k if group == -1 else group
+    tile, maxq = 16, 15
+    g_idx = np.arange(k) // groupsize
+    W16 = (scales[g_idx].T.astype(np.float64) * (q - 8)).astype(np.float16)
+    s = scales.astype(np.float32)  # Marlin: s = scales.t(), [groups, n]
+    w = W16.T.astype(np.float32)   # [k, n]
+    if groupsize != k:
+        w = w.reshape(-1, groupsize, n).transpose(1, 0, 2).reshape(groupsize, -1)
+        s = s.reshape(1, -1)
+    w = np.round((w / s).astype(np.float16).astype(np.float32)).astype(np.int64)  # fp16 division, round half even
+    w += (maxq + 1) // 2
+    w = np.clip(w, 0, maxq)
+    if groupsize != k:
+        w = w.reshape(groupsize, -1, n).transpose(1, 0, 2).reshape(k, n)
+        s = s.reshape(-1, len(sperm))[:, sperm]
+    else:
+        s = s.reshape(-1, len(sperm1))[:, sperm1]
+    s = s.reshape(-1, n)
+    assert (w == q.T).all()
+    w = w.reshape(k // tile, tile, n // tile, tile).transpose(0, 2, 1, 3).reshape(k // tile, n * tile)
+    res = w.reshape(-1, perm.size)[:, perm].reshape(w.shape).astype(np.uint32)
+    B = np.zeros((res.shape[0], res.shape[1] // 8), dtype=np.uint32)
+    for i in range(8):
+        B |= res[:, i::8] << np.uint32(4 * i)
+    return B.view(np.int32), s.astype(np.float16)
+
+
 def pack_awq(q, zeros):
     iw = q.T.astype(np.uint64)  # [in, out]
     inp, out = iw.shape
@@ -350,6 +404,13 @@ FIXTURES = {
     "gptq_w4_g64_act_order": ("gptq", 4, 64, False, True, True, 1, False),
     "awq_w4_g128": ("awq", 4, 128, False, False, False, 1, False),
     "awq_w4_g64": ("awq", 4, 64, False, False, False, 1, False),
+    # groups of 64 in order: kept as W4G64 blocks (one scale per group)
+    "gptq_w4_g64_v1": ("gptq", 4, 64, False, True, False, 1, False),
+    "ct_w4a16_g64_asym": ("ct", 4, 64, False, False, False, 1, False),
+    # symmetric g128 with an MLP of 256 (down_proj: two groups), and its twin packed by Marlin's
+    # Layer.pack from the same weights (checkpoint_format marlin: B and s tensors)
+    "gptq_w4_g128_sym_v1": ("gptq", 4, 128, True, True, False, 1, False,
+                            {"intermediate_size": 256, "marlin_twin": "gptq_marlin_w4_g128"}),
     "ct_w4a16_g128_sym": ("ct", 4, 128, True, False, False, 1, False),
     "ct_w8a16_channel_asym": ("ct", 8, -1, False, False, False, 1, False),
 }
@@ -397,7 +458,7 @@ def make(name, spec):
     raise SystemExit(f"{name}: no seed gave a greedy continuation without near ties")
 
 
-def write_fixture(name, cfg, T, R, hashes, ids, separate_qc=None):
+def write_fixture(name, cfg, T, R, hashes, ids, separate_qc=None, extra=None):
     d = os.path.join(OUT, name)
     os.makedirs(d, exist_ok=True)
     if separate_qc is not None:
@@ -410,7 +471,7 @@ def write_fixture(name, cfg, T, R, hashes, ids, separate_qc=None):
     rows = [[float("%.9g" % v) for v in row] for row in logits.tolist()]
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump({"input_ids": ids, "logits": rows, "greedy": greedy(cfg, R, ids[:12], 8)[0],
-                   "dequant_fnv1a64": hashes}, f, separators=(",", ":"))
+                   "dequant_fnv1a64": hashes, **(extra or {})}, f, separators=(",", ":"))
     print(name, "max|logit|", float(np.abs(logits).max()), "bytes", os.path.getsize(os.path.join(d, "model.safetensors")))
 
 
@@ -493,9 +554,11 @@ def make_fp8_seed(name, spec, seed):
 
 
 def make_seed(name, spec, seed):
-    method, bits, group, sym, v1, act_order, layers, separate = spec
+    method, bits, group, sym, v1, act_order, layers, separate = spec[:8]
+    extra = spec[8] if len(spec) > 8 else {}
+    twin = extra.get("marlin_twin")
     rng = np.random.default_rng(seed)
-    cfg = dict(BASE, num_hidden_layers=layers)
+    cfg = dict(BASE, num_hidden_layers=layers, intermediate_size=extra.get("intermediate_size", BASE["intermediate_size"]))
     H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     D = H // cfg["num_attention_heads"]
     kv = cfg["num_key_value_heads"] * D
@@ -504,7 +567,7 @@ def make_seed(name, spec, seed):
          "model.norm.weight": f16(1 + 0.1 * rng.standard_normal(H)),
          "lm_head.weight": f16(rng.standard_normal((V, H)) * H ** -0.5)}
     R = {n: t.astype(np.float64) for n, t in T.items()}  # the reference's weights
-    hashes = {}
+    hashes, marlin = {}, {}
     shapes = {"self_attn.q_proj": (H, H), "self_attn.k_proj": (kv, H), "self_attn.v_proj": (kv, H),
               "self_attn.o_proj": (H, H), "mlp.gate_proj": (I, H), "mlp.up_proj": (I, H), "mlp.down_proj": (H, I)}
     for li in range(layers):
@@ -531,6 +594,8 @@ def make_seed(name, spec, seed):
             if method == "gptq":
                 qweight, qzeros = pack_gptq(q, zeros, bits, v1)
                 T[p + lin + ".g_idx"] = g_idx.astype(np.int32)
+                if twin:
+                    marlin[p + lin + ".B"], marlin[p + lin + ".s"] = pack_marlin(q, scales, group)
             else:
                 qweight, qzeros = pack_awq(q, zeros)
             T[p + lin + ".qweight"], T[p + lin + ".qzeros"], T[p + lin + ".scales"] = qweight, qzeros, scales
@@ -566,6 +631,20 @@ def make_seed(name, spec, seed):
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump({"input_ids": ids, "logits": rows, "greedy": cont,
                    "dequant_fnv1a64": hashes}, f, separators=(",", ":"))
+    if twin:  # the same layers as Marlin packs them: same reference values, logits and greedy tokens
+        td = os.path.join(OUT, twin)
+        os.makedirs(td, exist_ok=True)
+        tcfg = dict(cfg, quantization_config={"quant_method": "gptq", "bits": bits, "group_size": group,
+                                              "desc_act": False, "sym": True, "checkpoint_format": "marlin"})
+        with open(os.path.join(td, "config.json"), "w") as f:
+            json.dump(tcfg, f, indent=2)
+        TT = {n: t for n, t in T.items() if not n.endswith((".qweight", ".qzeros", ".scales", ".g_idx"))}
+        TT.update(marlin)
+        write_safetensors(os.path.join(td, "model.safetensors"), TT)
+        with open(os.path.join(td, "expected.json"), "w") as f:
+            json.dump({"input_ids": ids, "logits": rows, "greedy": cont,
+                       "dequant_fnv1a64": hashes}, f, separators=(",", ":"))
+        print(twin, "bytes", os.path.getsize(os.path.join(td, "model.safetensors")))
     print(name, "seed", seed, "max|logit|", float(np.abs(logits).max()), "greedy gap", round(gap, 3), "bytes",
           os.path.getsize(os.path.join(d, "model.safetensors")))
     return True

@@ -56,6 +56,7 @@ DotFn dot_fn_scalar(DType t) {
     case DType::IQ4_NL: return rows_of<dot_ref_of<DType::IQ4_NL>>;
     case DType::IQ4_XS: return rows_of<dot_ref_of<DType::IQ4_XS>>;
     case DType::W4G32: return rows_of<dot_ref_of<DType::W4G32>>;
+    case DType::W4G64: return rows_of<dot_ref_of<DType::W4G64>>;
     case DType::W4G128: return rows_of<dot_ref_of<DType::W4G128>>;
     case DType::W8G32: return rows_of<dot_ref_of<DType::W8G32>>;
     case DType::W8G128: return rows_of<dot_ref_of<DType::W8G128>>;

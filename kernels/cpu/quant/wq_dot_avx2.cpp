@@ -127,6 +127,8 @@ DotFn dot_fn_wq_avx2(DType t) {
   switch (t) {
     case DType::W4G32:
       return rows_w4<32>;
+    case DType::W4G64:
+      return rows_w4<64>;
     case DType::W4G128:
       return rows_w4<128>;
     case DType::W8G32:

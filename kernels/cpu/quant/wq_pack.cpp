@@ -59,9 +59,54 @@ int value3(int j, Word word) {
   return static_cast<int>(v & 7u);
 }
 
+// The inverse permutations of Marlin's _get_perms: for the weights, per thread i of 32 the values of
+// its two 16 x 8 fragment blocks (rows 2(i%4), +1, 2(i%4+4), +1, column i / 4, +8) in each of four
+// 16 x 16 tiles, each 8 interleaved [0, 2, 4, 6, 1, 3, 5, 7]; for the scales, runs of 8 transposed
+// (grouped) or pairs of each 8 of 32 (one group).
+struct MarlinInverse {
+  int weight[1024];
+  int scale[64];
+  int scale_single[32];
+  MarlinInverse() {
+    int perm[1024], n = 0;
+    for (int i = 0; i < 32; ++i) {
+      int perm1[8], m = 0;
+      for (int block = 0; block < 2; ++block) {
+        for (int row : {2 * (i % 4), 2 * (i % 4) + 1, 2 * (i % 4 + 4), 2 * (i % 4 + 4) + 1}) {
+          perm1[m++] = 16 * row + i / 4 + 8 * block;
+        }
+      }
+      for (int j = 0; j < 4; ++j)
+        for (int p : perm1) perm[n++] = p + 256 * j;
+    }
+    constexpr int kInterleave[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+    for (int r = 0; r < 128; ++r)
+      for (int t = 0; t < 8; ++t) weight[perm[8 * r + kInterleave[t]]] = 8 * r + t;
+    for (int i = 0, j = 0; i < 8; ++i)
+      for (int k = 0; k < 8; ++k) scale[i + 8 * k] = j++;
+    for (int i = 0, j = 0; i < 4; ++i)
+      for (int k : {0, 1, 8, 9, 16, 17, 24, 25}) scale_single[2 * i + k] = j++;
+  }
+};
+
+const MarlinInverse& marlin_inverse() {
+  static const MarlinInverse inv;
+  return inv;
+}
+
 }  // namespace
 
+int marlin_weight_pos(int t) { return marlin_inverse().weight[t]; }
+int marlin_scale_pos(int j, bool single_group) {
+  return single_group ? marlin_inverse().scale_single[j] : marlin_inverse().scale[j];
+}
+
 int WqLayer::value(int64_t n, int64_t k) const {
+  if (layout == WqLayout::Marlin) {
+    const int64_t f = (k / 16) * out * 16 + (n / 16) * 256 + (k % 16) * 16 + n % 16;
+    const int64_t p = f / 1024 * 1024 + marlin_weight_pos(static_cast<int>(f % 1024));
+    return static_cast<int>((static_cast<uint32_t>(qweight[p / 8]) >> (4 * (p % 8))) & 0xFu);
+  }
   if (layout == WqLayout::Gptq && bits == 3) {
     const int64_t row = (k / 32) * 3;
     return value3(static_cast<int>(k % 32), [&](int w) { return qweight[(row + w) * out + n]; });
@@ -82,6 +127,7 @@ int WqLayer::value(int64_t n, int64_t k) const {
 }
 
 int WqLayer::zero(int64_t g, int64_t n) const {
+  if (layout == WqLayout::Marlin) return 8;  // symmetric 4-bit
   if (layout == WqLayout::Gptq && bits == 3) {
     const int64_t col = g * (out * 3 / 32) + (n / 32) * 3;
     return value3(static_cast<int>(n % 32), [&](int w) { return qzeros[col + w]; }) + (zero_plus_one ? 1 : 0);
@@ -107,7 +153,10 @@ DType wq_repack_type(int bits, int64_t group, int64_t in) {
   const bool big = group % 128 == 0 && in % 128 == 0;
   if (bits == 8) return big ? DType::W8G128 : DType::W8G32;
   CYPRIS_CHECK(bits == 2 || bits == 3 || bits == 4, "quantized layer: {} bits are not supported (2, 3, 4, 8)", bits);
-  return big ? DType::W4G128 : DType::W4G32;
+  if (big) return DType::W4G128;
+  // Groups of 64 (or 128 on rows that are not whole 128s) in 64-value blocks: one scale per group
+  // (4.5 bits a weight) where 32-value blocks would repeat it (5 bits).
+  return group % 64 == 0 && in % 64 == 0 ? DType::W4G64 : DType::W4G32;
 }
 
 int64_t wq_first_mixed_block(const WqLayer& l, int block) {
@@ -128,6 +177,8 @@ void wq_repack(const WqLayer& l, DType type, int64_t n0, int64_t n1, int64_t k0,
   switch (type) {
     case DType::W4G32:
       return repack_w4<32>(l, n0, n1, k0, k1, dst);
+    case DType::W4G64:
+      return repack_w4<64>(l, n0, n1, k0, k1, dst);
     case DType::W4G128:
       return repack_w4<128>(l, n0, n1, k0, k1, dst);
     case DType::W8G32:

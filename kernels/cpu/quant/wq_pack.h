@@ -1,5 +1,5 @@
 // Reading the integer layouts of GPTQ and AWQ checkpoints and repacking a layer's rows into the
-// W4G32 / W4G128 / W8G32 / W8G128 blocks of kernels/common/wq_blocks.h (or dequantizing them).
+// W4G32 / W4G64 / W4G128 / W8G32 / W8G128 blocks of kernels/common/wq_blocks.h (or dequantizing them).
 //
 // A layer of `out` rows (output features) and `in` columns (input features), `bits` per value,
 // groups of `group` input columns with one scale and zero point per (group, output):
@@ -15,6 +15,13 @@
 //        value (n, k) in word (n, k / (32 / bits)) at bit bits * (k % (32 / bits)), stored as the
 //        signed value + 2^(bits - 1); weight_scale [out, groups]; asymmetric weight_zero_point packed
 //        the same way along the outputs, [out * bits / 32, groups]; symmetric: zero 2^(bits - 1).
+//  Marlin (GPTQ checkpoint_format marlin: Marlin's Layer.pack, as AutoGPTQ's MarlinQuantLinear and
+//        vLLM's marlin method store it), 4-bit symmetric (zero 8): B [in / 16, out * 2] int32 holds
+//        the [in, out] weight cut into 16 x 16 tiles, each row of tiles (16 inputs) flattened tile
+//        by tile (value (k, n) at t = (n / 16) * 256 + (k % 16) * 16 + n % 16 of row k / 16), then
+//        each run of 1024 permuted by Marlin's tensor-core fragment order (marlin_perm) and packed
+//        8 values per int32 (nibble i = value 8w + i); s [groups, out] fp16, each run of 64 (32 when
+//        the layer has one group) permuted by Marlin's scale order.
 // Weights are w = scale * (q - zero), exactly.
 #pragma once
 
@@ -24,7 +31,12 @@
 
 namespace cypris::quant {
 
-enum class WqLayout { Gptq, Awq, PackedInt };
+enum class WqLayout { Gptq, Awq, PackedInt, Marlin };
+
+// Where Marlin's permutations put value t of a run of 1024 (weights) and entry j of a run of 64 or
+// 32 (scales): the inverses of Marlin's _perm, _scale_perm and _scale_perm_single.
+int marlin_weight_pos(int t);
+int marlin_scale_pos(int j, bool single_group);
 
 struct WqLayer {
   WqLayout layout = WqLayout::Gptq;
@@ -41,14 +53,19 @@ struct WqLayer {
   int value(int64_t n, int64_t k) const;
   int zero(int64_t g, int64_t n) const;
   uint16_t scale(int64_t g, int64_t n) const {
+    if (layout == WqLayout::Marlin) {
+      const bool single = groups() == 1;
+      const int64_t run = single ? 32 : 64, f = g * out + n;
+      return scales[f / run * run + marlin_scale_pos(static_cast<int>(f % run), single)];
+    }
     return layout == WqLayout::PackedInt ? scales[n * groups() + g] : scales[g * out + n];
   }
   int64_t group_of(int64_t k) const { return g_idx ? g_idx[k] : k / group; }
 };
 
 // The block type a layer is repacked into: W4 for 2, 3 and 4 bits, W8 for 8; 128-value blocks when
-// the groups and the rows are whole multiples of 128, else 32-value blocks. Throws when the group
-// is not a multiple of 32.
+// the groups and the rows are whole multiples of 128, else (4-bit) 64-value blocks when they are
+// multiples of 64, else 32-value blocks. Throws when the group is not a multiple of 32.
 DType wq_repack_type(int bits, int64_t group, int64_t in);
 
 // The first input column (k) whose block of `block` columns mixes groups (g_idx out of order:

@@ -42,6 +42,8 @@ int wq_block_elems(DType t) {
     case DType::W4G32:
     case DType::W8G32:
       return 32;
+    case DType::W4G64:
+      return 64;
     case DType::W4G128:
     case DType::W8G128:
       return 128;
@@ -54,6 +56,8 @@ void unpack_wq_block(DType t, const void* block, QuantUnpacked& u) {
   switch (t) {
     case DType::W4G32:
       return unpack_w4<32>(block, u);
+    case DType::W4G64:
+      return unpack_w4<64>(block, u);
     case DType::W4G128:
       return unpack_w4<128>(block, u);
     case DType::W8G32:

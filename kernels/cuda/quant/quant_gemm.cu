@@ -68,6 +68,7 @@ template <> struct Traits<DType::Q6_K> { static constexpr int kElems = 256, kByt
 template <> struct Traits<DType::IQ4_XS> { static constexpr int kElems = 256, kBytes = 136; };
 // The repacked GPTQ/AWQ blocks (kernels/common/wq_blocks.h): w = d * q - d * z.
 template <> struct Traits<DType::W4G32> { static constexpr int kElems = 32, kBytes = 20; };
+template <> struct Traits<DType::W4G64> { static constexpr int kElems = 64, kBytes = 36; };
 template <> struct Traits<DType::W4G128> { static constexpr int kElems = 128, kBytes = 68; };
 template <> struct Traits<DType::W8G32> { static constexpr int kElems = 32, kBytes = 36; };
 template <> struct Traits<DType::W8G128> { static constexpr int kElems = 128, kBytes = 132; };
@@ -97,7 +98,7 @@ __device__ __forceinline__ void dq_group(const uint8_t* blk, int g, float w[16])
     const uint8_t* qs = b->qs + 16 * g;
 #pragma unroll
     for (int l = 0; l < 16; ++l) w[l] = __fmul_rn(fp8_e4m3_to_f32(qs[l]), d);
-  } else if constexpr (T == DType::W4G32 || T == DType::W4G128) {
+  } else if constexpr (T == DType::W4G32 || T == DType::W4G64 || T == DType::W4G128) {
     const auto* b = reinterpret_cast<const BlockW4<Traits<T>::kElems>*>(blk);
     const float d = h2f(b->d), ml = __fmul_rn(d, static_cast<float>(b->z));
     const uint8_t* qs = b->qs + 16 * (g / 2);
@@ -340,6 +341,7 @@ static __global__ void quant_dequant_kernel(const uint8_t* __restrict__ w, int64
     case DType::Q6_K: { constexpr DType T = DType::Q6_K; BODY; } break;                  \
     case DType::IQ4_XS: { constexpr DType T = DType::IQ4_XS; BODY; } break;              \
     case DType::W4G32: { constexpr DType T = DType::W4G32; BODY; } break;                \
+    case DType::W4G64: { constexpr DType T = DType::W4G64; BODY; } break;                \
     case DType::W4G128: { constexpr DType T = DType::W4G128; BODY; } break;              \
     case DType::W8G32: { constexpr DType T = DType::W8G32; BODY; } break;                \
     case DType::W8G128: { constexpr DType T = DType::W8G128; BODY; } break;              \

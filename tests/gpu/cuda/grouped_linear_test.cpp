@@ -98,7 +98,7 @@ TEST(CudaGroupedLinear, DecodeRunsInOneGemvEqualThePerRunGemv) {
   check({DType::F16, DType::F16, runs, 0});
   check({DType::F32, DType::BF16, runs, 0});
   // GGUF experts, and GPTQ/AWQ/compressed-tensors experts repacked into W4/W8 blocks.
-  for (DType q : {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::Q4_0, DType::W4G32, DType::W4G128, DType::W8G32,
+  for (DType q : {DType::Q4_K, DType::Q8_0, DType::Q6_K, DType::Q4_0, DType::W4G32, DType::W4G64, DType::W4G128, DType::W8G32,
                   DType::W8G128}) {
     check({DType::BF16, q, runs, 0});
     check({DType::F32, q, runs, 0});

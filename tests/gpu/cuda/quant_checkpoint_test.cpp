@@ -54,7 +54,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaQuantCheckpoint,
                                            // bitsandbytes 4-bit (never ran on a GPU)
                                            "bnb_nf4", "bnb_nf4_double_quant", "bnb_fp4_block128",
                                            // GPTQ/AWQ MoE experts and 3-bit GPTQ (never ran on a GPU)
-                                           "gptq_w4_g32_mixtral", "gptq_w3_g32_v1", "awq_w4_g64_qwen2_moe"));
+                                           "gptq_w4_g32_mixtral", "gptq_w3_g32_v1", "awq_w4_g64_qwen2_moe",
+                                           // groups of 64 as W4G64, bitsandbytes int8 as W8G128 (never ran on a GPU)
+                                           "gptq_w4_g64_v1", "ct_w4a16_g64_asym", "bnb_int8",
+                                           // Marlin-format GPTQ, unpacked at load into W4G128 (never ran on a GPU)
+                                           "gptq_marlin_w4_g128"));
 
 // A 16-bit checkpoint quantized at load (-q fp8, --load-in-8bit, --load-in-4bit) on the GPU, against
 // the float64 forward over the reference quantization (tests/fixtures/quant/online_f16). Never ran on a GPU.

@@ -34,7 +34,7 @@ CYPRIS_SKIPPED_WITHOUT_CUDA(CudaQuant)
 const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,  DType::Q2_K,
                         DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS,
                         // GPTQ/AWQ layers repacked at load (kernels/common/wq_blocks.h); never ran on a GPU
-                        DType::W4G32, DType::W4G128, DType::W8G32, DType::W8G128,
+                        DType::W4G32, DType::W4G64, DType::W4G128, DType::W8G32, DType::W8G128,
                         // FP8 weights (kernels/common/fp8_blocks.h); never ran on a GPU
                         DType::F8G128,
                         // bitsandbytes 4-bit weights (kernels/common/bnb_blocks.h); never ran on a GPU

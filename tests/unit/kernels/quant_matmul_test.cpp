@@ -43,7 +43,7 @@ float kNaN() { return std::numeric_limits<float>::quiet_NaN(); }
 const DType kTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,  DType::Q2_K,
                         DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS,
                         // GPTQ/AWQ layers repacked at load (kernels/common/wq_blocks.h)
-                        DType::W4G32, DType::W4G128, DType::W8G32, DType::W8G128};
+                        DType::W4G32, DType::W4G64, DType::W4G128, DType::W8G32, DType::W8G128};
 
 std::string type_name(const ::testing::TestParamInfo<DType>& info) { return std::string(dtype_name(info.param)); }
 
@@ -84,7 +84,7 @@ class QuantKernels : public ::testing::TestWithParam<DType> {};
 
 TEST(QuantActs, SimdQuantizerGivesTheReferenceBytes) {
   if (!quant::isa_available(Isa::Avx2)) GTEST_SKIP() << "no AVX2";
-  for (int block : {32, 256}) {
+  for (int block : {32, 64, 128, 256}) {  // the weight types' block sizes
     const int64_t k = block * 5;
     std::vector<float> x = randn(k, 7 + block);
     for (int i = 0; i < 32; ++i) x[i] = 0.0f;  // an all-zero block: d = 0, q = 0

@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -116,7 +118,7 @@ TEST(BnbConfig, ReadsFourBitConfigsAndRefusesEightBitByName) {
   const QuantConfig i8 = parse_quant_config(R"({"quant_method":"bitsandbytes","load_in_8bit":true})", "config.json");
   EXPECT_EQ(i8.bits, 8);
   EXPECT_EQ(quant_label(i8), "bitsandbytes int8");
-  EXPECT_THAT(i8.summary(), HasSubstr("dequantized to --dtype"));
+  EXPECT_THAT(i8.summary(), HasSubstr("kept in 8 bits"));
   EXPECT_THAT(err(R"({"quant_method":"bitsandbytes","load_in_8bit":true,"load_in_4bit":true})"),
               AllOf(HasSubstr("config.json"), HasSubstr("both true")));
   EXPECT_THAT(err(R"({"quant_method":"bitsandbytes","load_in_8bit":true,"llm_int8_has_fp16_weight":true})"),
@@ -128,18 +130,82 @@ TEST(BnbConfig, ReadsFourBitConfigsAndRefusesEightBitByName) {
   EXPECT_THAT(err(R"({"quant_method":"bitsandbytes"})"), HasSubstr("load_in_4bit"));
 }
 
-// LLM.int8 (load_in_8bit): int8 rows and SCB, read dequantized as bitsandbytes does, bit for bit;
-// not kept in 8 bits (no native block type), slices of the whole on two ranks.
+// LLM.int8 (load_in_8bit): int8 rows and SCB, read dequantized as bitsandbytes does, bit for bit,
+// slices of the whole on two ranks.
 TEST(BnbInt8Checkpoint, LayersDequantizeToTheReferenceBitForBit) {
   const std::string dir = kQuant + "bnb_int8";
   const auto w = open_checkpoint(dir);
   const auto want = quant_expected(dir)["dequant_fnv1a64"];
   ASSERT_EQ(want.size(), 7u);
   for (const auto& [layer, hash] : want.items()) {
-    EXPECT_FALSE(w->native_dtype(layer + ".weight").has_value()) << layer;
     EXPECT_EQ(test::dequantized_fnv1a64(*w, layer, layer_shape(layer)), hash.get<std::string>()) << layer;
   }
   test::expect_slices_of_whole(*w, "model.layers.0.mlp.down_proj.weight", {128, 256}, DType::F32);
+}
+
+// Kept in 8 bits: W8G128 blocks holding the int8 values and the row scale SCB / 127 rounded to fp16.
+// The blocks decode bit for bit to the generator's d16 * q (an independent float64 computation), and
+// every weight is within (2^-11 + 2^-20) * SCB of bitsandbytes' own value (half an fp16 ulp of the
+// scale times |q| <= 127, plus bitsandbytes' two fp32 roundings); the layers take at most 1.1x the
+// checkpoint's int8 values and SCB; two ranks' slices are slices of the whole.
+TEST(BnbInt8Checkpoint, LayersStayInW8BlocksWithinTheScalesFp16Rounding) {
+  const std::string dir = kQuant + "bnb_int8";
+  const auto w = open_checkpoint(dir);
+  const auto want = quant_expected(dir)["w8_fnv1a64"];
+  ASSERT_EQ(want.size(), 7u);
+  SafetensorsFile f(dir + "/model.safetensors");
+  double ours = 0, theirs = 0, worst = 0;
+  for (const auto& [layer, hash] : want.items()) {
+    const auto shape = layer_shape(layer);
+    const std::optional<DType> native = w->native_dtype(layer + ".weight");
+    ASSERT_TRUE(native.has_value()) << layer;
+    ASSERT_EQ(*native, DType::W8G128) << layer;
+    const HostTensor t = w->load(layer + ".weight", shape, *native);
+    std::vector<float> deq(static_cast<size_t>(shape[0] * shape[1]));
+    quant::dequantize_row(*native, t.buffer.data(), deq.data(), shape[0] * shape[1]);
+    EXPECT_EQ(fnv1a64(deq), hash.get<std::string>()) << layer;
+    const HostTensor exact = w->load(layer + ".weight", shape, DType::F32);  // bitsandbytes' values
+    const SafetensorsTensor* scb = f.find(layer + ".SCB");
+    ASSERT_NE(scb, nullptr);
+    for (int64_t r = 0; r < shape[0]; ++r) {
+      float s;
+      std::memcpy(&s, scb->data + 4 * r, 4);
+      for (int64_t c = 0; c < shape[1]; ++c) {
+        const double diff = std::abs(double(deq[r * shape[1] + c]) - double(exact.buffer.as<float>()[r * shape[1] + c]));
+        ASSERT_LE(diff, (0x1p-11 + 0x1p-20) * s) << layer << " [" << r << ", " << c << "]";
+        worst = std::max(worst, diff / s);
+      }
+    }
+    ours += static_cast<double>(t.buffer.size());
+    theirs += static_cast<double>(f.find(layer + ".weight")->nbytes + scb->nbytes);
+  }
+  EXPECT_LE(ours, 1.1 * theirs);
+  EXPECT_GE(ours, 0.9 * theirs);  // not a smaller, lossy form
+  ::testing::Test::RecordProperty("ratio", std::to_string(ours / theirs));
+  ::testing::Test::RecordProperty("max_err_over_scb", std::to_string(worst));
+  test::expect_slices_of_whole(*w, "model.layers.0.mlp.down_proj.weight", {128, 256}, DType::W8G128);
+}
+
+// A row whose scale SCB / 127 would be subnormal in fp16 (coarser than 2^-11 relative) keeps its
+// layer out of the W8 blocks: the layer is read dequantized, bit for bit as bitsandbytes computes it.
+TEST(BnbInt8Checkpoint, ARowWithATinyAbsmaxKeepsItsLayerDequantized) {
+  test::TempDir dir{"bnb_int8_tiny_row"};
+  auto tensors = testing_support::copy_checkpoint(kQuant + "bnb_int8", dir.path());
+  const std::string q = "model.layers.0.self_attn.q_proj";
+  const float tiny = 1e-3f;  // / 127 = 7.9e-6 < 2^-14
+  std::memcpy(tensors.at(q + ".SCB").bytes.data() + 4 * 5, &tiny, 4);
+  testing_support::write_tensors(dir.path() / "model.safetensors", tensors);
+  const auto w = open_checkpoint(dir.path());
+  EXPECT_FALSE(w->native_dtype(q + ".weight").has_value());
+  EXPECT_EQ(w->native_dtype("model.layers.0.self_attn.k_proj.weight"), DType::W8G128);
+  const HostTensor t = w->load(q + ".weight", {128, 128}, DType::F32);
+  const auto* qs = reinterpret_cast<const int8_t*>(tensors.at(q + ".weight").bytes.data());
+  for (int c = 0; c < 128; ++c) {
+    const volatile float prod = static_cast<float>(qs[5 * 128 + c]) * tiny;
+    EXPECT_EQ(t.buffer.as<float>()[5 * 128 + c], prod * static_cast<float>(7.874015718698502e-3)) << c;
+  }
+  EXPECT_THAT(error_of([&] { w->load(q + ".weight", {128, 128}, DType::W8G128); }),
+              AllOf(HasSubstr(q + ".weight"), HasSubstr("normal in fp16")));
 }
 
 // ---- malformed checkpoints: a copy of a fixture with one thing changed ----

@@ -45,7 +45,8 @@ std::vector<int64_t> layer_shape(const std::string& layer) {
 
 const std::vector<std::string> kReadable = {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
                                             "gptq_w3_g32_v1",  "awq_w4_g128",        "awq_w4_g64",
-                                            "ct_w4a16_g128_sym", "ct_w8a16_channel_asym"};
+                                            "ct_w4a16_g128_sym", "ct_w8a16_channel_asym", "gptq_w4_g64_v1",
+                                            "ct_w4a16_g64_asym"};
 
 class QuantCheckpoint : public ::testing::TestWithParam<std::string> {};
 class QuantCheckpointValues : public ::testing::TestWithParam<std::string> {};
@@ -96,7 +97,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, QuantCheckpoint, ::testing::ValuesIn(kReadabl
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantCheckpointValues,
                          ::testing::Values("gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w2_rowgroup_v1",
                                            "gptq_w3_g32_v1", "gptq_w4_g64_act_order", "awq_w4_g128", "awq_w4_g64",
-                                           "ct_w4a16_g128_sym", "ct_w8a16_channel_asym"));
+                                           "ct_w4a16_g128_sym", "ct_w8a16_channel_asym", "gptq_w4_g64_v1",
+                                           "ct_w4a16_g64_asym"));
 
 TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
   const std::string layer = "model.layers.0.self_attn.q_proj.weight";
@@ -105,7 +107,10 @@ TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
   EXPECT_EQ(open_checkpoint(kQuant + "gptq_w2_rowgroup_v1")->native_dtype(layer),
             DType::W4G128);  // a row of 128 is one group
   EXPECT_EQ(open_checkpoint(kQuant + "gptq_w3_g32_v1")->native_dtype(layer), DType::W4G32);  // 3 bits in W4
-  EXPECT_EQ(open_checkpoint(kQuant + "awq_w4_g64")->native_dtype(layer), DType::W4G32);
+  // groups of 64: one 64-value block per group
+  EXPECT_EQ(open_checkpoint(kQuant + "awq_w4_g64")->native_dtype(layer), DType::W4G64);
+  EXPECT_EQ(open_checkpoint(kQuant + "gptq_w4_g64_v1")->native_dtype(layer), DType::W4G64);
+  EXPECT_EQ(open_checkpoint(kQuant + "ct_w4a16_g64_asym")->native_dtype(layer), DType::W4G64);
   EXPECT_EQ(open_checkpoint(kQuant + "ct_w4a16_g128_sym")->native_dtype(layer), DType::W4G128);
   EXPECT_EQ(open_checkpoint(kQuant + "ct_w8a16_channel_asym")->native_dtype(layer), DType::W8G128);  // channel: a row
   // Unquantized tensors stay plain.
@@ -113,11 +118,10 @@ TEST(QuantCheckpointTypes, BlockTypeFollowsBitsAndGroups) {
 }
 
 // Weights stay quantized: the repacked layers take at most 1.1x the bytes of the checkpoint's
-// qweight, qzeros, scales and g_idx (32-value blocks of a 64-value group repeat its scale: 1.16x,
-// not asserted here; docs/quantization.md).
+// qweight, qzeros, scales and g_idx (groups of 64 too: W4G64 blocks, one scale and zero per group).
 TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
-  for (const std::string name :
-       {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "awq_w4_g128", "ct_w4a16_g128_sym", "ct_w8a16_channel_asym"}) {
+  for (const std::string name : {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "awq_w4_g128", "ct_w4a16_g128_sym",
+                                 "ct_w8a16_channel_asym", "awq_w4_g64", "gptq_w4_g64_v1", "ct_w4a16_g64_asym"}) {
     const auto w = open_checkpoint(kQuant + name);
     SafetensorsFile f(kQuant + name + "/model.safetensors");
     double ours = 0, theirs = 0;
@@ -133,6 +137,7 @@ TEST(QuantCheckpointTypes, RepackedLayersTakeAboutTheCheckpointsBytes) {
     }
     EXPECT_LE(ours, 1.1 * theirs) << name;
     EXPECT_GE(ours, 0.9 * theirs) << name;  // and not a smaller, lossy form
+    RecordProperty(name + "_ratio", std::to_string(ours / theirs));
   }
 }
 

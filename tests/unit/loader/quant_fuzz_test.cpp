@@ -43,7 +43,7 @@ void write_all(const fs::path& file, std::map<std::string, Raw> tensors) {
 TEST(QuantFuzz, MutatedCheckpointsLoadOrFailCleanly) {
   const std::string root = std::string(CYPRIS_FIXTURES_DIR) + "/quant/";
   const std::vector<std::string> fixtures = {"gptq_w4_g128_v1", "gptq_w8_g32_sym_v2", "gptq_w4_g64_act_order",
-                                             "awq_w4_g64", "ct_w8a16_channel_asym"};
+                                             "awq_w4_g64", "ct_w8a16_channel_asym", "gptq_marlin_w4_g128"};
   std::mt19937 rng(20261127);
   test::TempDir dir("quant_fuzz");
   int ok = 0, errors = 0;

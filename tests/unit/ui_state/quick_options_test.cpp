@@ -160,6 +160,18 @@ TEST(MemoryEstimate, SafetensorsWeightsEqualTheFilesDataSection) {
   EXPECT_EQ(estimate_memory(fq, MemoryChoice{}, machine_without_gpu()).ram_weight_bytes,
             safetensors_data_bytes(q / "model.safetensors"));
 
+  // A bitsandbytes int8 checkpoint stays in 8 bits: its 7 layers (147456 int8 values: q, o 128 x 128;
+  // k, v 64 x 128; gate, up 256 x 128; down 128 x 256) as W8G128 blocks, 4 bytes of scale and zero per
+  // 128 values in place of the SCB (fp32 per row: 1024 rows) and the 7 one-byte weight_format flags;
+  // the rest (embeddings, lm_head, norms) float16 as stored.
+  const fs::path b = kFixtures + "quant/bnb_int8";
+  const ModelFootprint fb = read_model_footprint(b);
+  EXPECT_EQ(fb.weight_label, "bitsandbytes int8");
+  MemoryChoice f16;
+  f16.dtype = "float16";
+  EXPECT_EQ(estimate_memory(fb, f16, machine_without_gpu()).ram_weight_bytes,
+            safetensors_data_bytes(b / "model.safetensors") + 147456 / 128 * 4 - 1024 * 4 - 7);
+
   // An EXL2 checkpoint loads dequantized: every layer [out, in] at --dtype, not its packed bytes.
   // exl2_mixed: 2 layers of 5 x 128 x 128 (q, o, gate, up, down) + 2 x 64 x 128 (k, v), lm_head and
   // embeddings 64 x 128, 5 norms of 128.
