@@ -228,6 +228,19 @@ LoraAdapter Engine::read_lora(const std::string& path) const {
                a.gguf_arch, mc.architectures.empty() ? std::string("?") : mc.architectures.front(),
                archs.empty() ? std::string("none") : archs);
   if (arch->permuted_qk) undo_gguf_qk_permutation(a, mc.num_attention_heads, mc.num_key_value_heads);
+  // llama.cpp names a fused gate_up projection (Phi-3's) ffn_up, read as up_proj; its B is twice the
+  // MLP's width, gate rows first as in Hugging Face's gate_up_proj.
+  std::vector<std::string> fused;
+  for (const auto& [module, m] : a.modules) {
+    if (module.ends_with(".mlp.up_proj") && mc.intermediate_size > 0 && m.b.shape[0] == 2 * mc.intermediate_size) {
+      fused.push_back(module);
+    }
+  }
+  for (const std::string& module : fused) {
+    auto node = a.modules.extract(module);
+    node.key() = module.substr(0, module.size() - std::string("up_proj").size()) + "gate_up_proj";
+    a.modules.insert(std::move(node));
+  }
   return a;
 }
 
