@@ -87,6 +87,9 @@ BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, in
       p.token_ids.push_back(real ? b.token_ids[at] : 0);
       p.positions.push_back(real ? b.positions[at] : t);
       p.slot_mapping.push_back(real ? b.slot_mapping[at] : -1);
+      // LoRA slots when b has them (padding rows: -1, the base model); the CUDA graphs carry them in
+      // their input buffer (-1 for every row when b has none).
+      if (!b.lora_slots.empty()) p.lora_slots.push_back(real ? b.lora_slots[at] : -1);
     }
     p.query_start_loc.push_back((i + 1) * q);
     p.seq_lens.push_back(real ? b.seq_lens[i] : q);
