@@ -22,6 +22,7 @@
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/core/lora_table.h"
+#include "engine/hub/adapter_dir.h"
 #include "engine/loader/lora_adapter.h"
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/spec_config.h"
@@ -213,7 +214,9 @@ std::vector<LoraInfo> Engine::loras() const { return lora_ ? lora_->list() : std
 
 size_t Engine::lora_device_bytes() const { return runner_->lora_device_bytes(); }
 
-LoraAdapter Engine::read_lora(const std::string& path) const {
+LoraAdapter Engine::read_lora(const std::string& path_or_repo) const {
+  // A Hub repo id ("org/name[@revision]") is fetched (adapter files only) or found in the cache.
+  const std::string path = hub::resolve_adapter_dir(path_or_repo);
   LoraAdapter a = load_lora_adapter(path, cfg_.lora.max_lora_rank);
   if (a.gguf_arch.empty()) return a;
   const ModelConfig& mc = runner_->config();
