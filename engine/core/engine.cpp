@@ -172,6 +172,15 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
       const auto [name, path] = parse_lora_module(spec);
       add_lora(name, read_lora(path));
     }
+    if (const auto& q = cfg.lora.qlora_adapter_name_or_path) {
+      // vLLM's QLoRA flag names the adapter trained over a quantized base; here it is served like a
+      // --lora-modules entry named after its folder or repo ("org/name@rev" -> "name").
+      std::string name = q->substr(0, q->find('@'));
+      while (name.size() > 1 && name.back() == '/') name.pop_back();
+      name = name.substr(name.find_last_of('/') + 1);
+      if (name.ends_with(".gguf")) name.resize(name.size() - 5);
+      add_lora(name, read_lora(*q));
+    }
     LOG_INFO("LoRA: {} adapter slots on the device, up to {} adapters in host memory, rank <= {}; {} loaded at start",
              cfg.lora.max_loras, max_cpu_loras, cfg.lora.max_lora_rank, cfg.server.lora_modules.size());
   }
