@@ -3,6 +3,8 @@
 // adapter's weights, adapter_model.safetensors or else adapter_model.bin (the pickle is checked by the
 // loader's safe reader, not here). Nothing else of the repo (README, training logs, checkpoints of
 // other steps, optimizer states) is fetched.
+#include "engine/hub/adapter_dir.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 
 #include "engine/common/log.h"
 #include "engine/hub/cache.h"
-#include "engine/hub/adapter_dir.h"
 #include "engine/hub/hub.h"
 
 namespace fs = std::filesystem;

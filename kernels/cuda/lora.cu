@@ -61,10 +61,10 @@ static __global__ void lora_bgmv_kernel(const T* __restrict__ x, int64_t ldx, co
   o = from_float<T>(to_float(o) + acc);
 }
 
-constexpr int kTileRows = 16;   // rows per SGMV tile
-constexpr int kShrinkK = 32;    // inputs per shared-memory chunk of the shrink
-constexpr int kExpandCols = 64; // output columns per expand tile
-constexpr int kExpandR = 32;    // ranks per shared-memory chunk of the expand
+constexpr int kTileRows = 16;    // rows per SGMV tile
+constexpr int kShrinkK = 32;     // inputs per shared-memory chunk of the shrink
+constexpr int kExpandCols = 64;  // output columns per expand tile
+constexpr int kExpandR = 32;     // ranks per shared-memory chunk of the expand
 
 // The slots of the tile's rows (rows past t: -1) into shared memory; returns the number of rows.
 __device__ int load_tile_slots(const int32_t* __restrict__ slots, int64_t t, int64_t row0, int* tile_slots) {

@@ -52,8 +52,12 @@ std::vector<Base> bases() {
                    tol});
   }
   const std::string g = kLora + "gptq_w4_g128_v1/";
-  out.push_back({"GPTQ W4", kQuant + "gptq_w4_g128_v1", kQuant + "gptq_w4_g128_v1", {g + "qv_r4", g + "all_r8"},
-                 {g + "qv_r4", g + "all_r8"}, 5e-2});
+  out.push_back({"GPTQ W4",
+                 kQuant + "gptq_w4_g128_v1",
+                 kQuant + "gptq_w4_g128_v1",
+                 {g + "qv_r4", g + "all_r8"},
+                 {g + "qv_r4", g + "all_r8"},
+                 5e-2});
   return out;
 }
 
