@@ -471,10 +471,8 @@ std::vector<OptionSpec> build_table() {
           "Scaling factors for Long LoRA adapters.")
           .not_yet("Long LoRA scaling"));
   add(Opt("qlora-adapter-name-or-path", bind_field(FIELD(lora.qlora_adapter_name_or_path)), "PATH",
-          "Name or path of the QLoRA adapter.")
-          .not_yet("QLoRA (this flag; a QLoRA adapter is a PEFT folder: over an unquantized or GPTQ/AWQ/GGUF base it "
-                   "loads with --lora-modules; its bitsandbytes 4-bit base loads as a model, an adapter over it is "
-                   "untested)"));
+          "Name or path of the QLoRA adapter (a PEFT folder or Hugging Face repo org/name[@revision]); needs "
+          "--enable-lora. Loaded at start like --lora-modules, named after its folder or repo."));
   add(Opt("enable-prompt-adapter", bind_field(FIELD(lora.enable_prompt_adapter)), "",
           "Enable handling of prompt adapters (soft prompts).")
           .not_yet("prompt adapters"));

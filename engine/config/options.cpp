@@ -518,6 +518,8 @@ std::vector<std::string> validate_options(const EngineConfig& cfg, const std::se
                "--ssl-keyfile and --ssl-certfile must be given together");
   CYPRIS_CHECK(cfg.server.lora_modules.empty() || cfg.lora.enable_lora,
                "--lora-modules needs --enable-lora (adapters are only loaded with LoRA enabled)");
+  CYPRIS_CHECK(!cfg.lora.qlora_adapter_name_or_path || cfg.lora.enable_lora,
+               "--qlora-adapter-name-or-path needs --enable-lora (the adapter is served like --lora-modules)");
   CYPRIS_CHECK(!cfg.lora.max_cpu_loras || *cfg.lora.max_cpu_loras >= cfg.lora.max_loras,
                "--max-cpu-loras {} must be at least --max-loras {}", cfg.lora.max_cpu_loras.value_or(0),
                cfg.lora.max_loras);

@@ -22,6 +22,7 @@
 #include "engine/sampling/sampler.h"
 #include "engine/scheduler/scheduler.h"
 #include "engine/core/lora_table.h"
+#include "engine/hub/adapter_dir.h"
 #include "engine/loader/lora_adapter.h"
 #include "engine/spec/ngram_proposer.h"
 #include "engine/spec/spec_config.h"
@@ -171,6 +172,15 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
       const auto [name, path] = parse_lora_module(spec);
       add_lora(name, read_lora(path));
     }
+    if (const auto& q = cfg.lora.qlora_adapter_name_or_path) {
+      // vLLM's QLoRA flag names the adapter trained over a quantized base; here it is served like a
+      // --lora-modules entry named after its folder or repo ("org/name@rev" -> "name").
+      std::string name = q->substr(0, q->find('@'));
+      while (name.size() > 1 && name.back() == '/') name.pop_back();
+      name = name.substr(name.find_last_of('/') + 1);
+      if (name.ends_with(".gguf")) name.resize(name.size() - 5);
+      add_lora(name, read_lora(*q));
+    }
     LOG_INFO("LoRA: {} adapter slots on the device, up to {} adapters in host memory, rank <= {}; {} loaded at start",
              cfg.lora.max_loras, max_cpu_loras, cfg.lora.max_lora_rank, cfg.server.lora_modules.size());
   }
@@ -217,7 +227,9 @@ std::vector<LoraInfo> Engine::loras() const { return lora_ ? lora_->list() : std
 
 size_t Engine::lora_device_bytes() const { return runner_->lora_device_bytes(); }
 
-LoraAdapter Engine::read_lora(const std::string& path) const {
+LoraAdapter Engine::read_lora(const std::string& path_or_repo) const {
+  // A Hub repo id ("org/name[@revision]") is fetched (adapter files only) or found in the cache.
+  const std::string path = hub::resolve_adapter_dir(path_or_repo);
   LoraAdapter a = load_lora_adapter(path, cfg_.lora.max_lora_rank);
   if (a.gguf_arch.empty()) return a;
   const ModelConfig& mc = runner_->config();
@@ -232,6 +244,19 @@ LoraAdapter Engine::read_lora(const std::string& path) const {
                a.gguf_arch, mc.architectures.empty() ? std::string("?") : mc.architectures.front(),
                archs.empty() ? std::string("none") : archs);
   if (arch->permuted_qk) undo_gguf_qk_permutation(a, mc.num_attention_heads, mc.num_key_value_heads);
+  // llama.cpp names a fused gate_up projection (Phi-3's) ffn_up, read as up_proj; its B is twice the
+  // MLP's width, gate rows first as in Hugging Face's gate_up_proj.
+  std::vector<std::string> fused;
+  for (const auto& [module, m] : a.modules) {
+    if (module.ends_with(".mlp.up_proj") && mc.intermediate_size > 0 && m.b.shape[0] == 2 * mc.intermediate_size) {
+      fused.push_back(module);
+    }
+  }
+  for (const std::string& module : fused) {
+    auto node = a.modules.extract(module);
+    node.key() = module.substr(0, module.size() - std::string("up_proj").size()) + "gate_up_proj";
+    a.modules.insert(std::move(node));
+  }
   return a;
 }
 

@@ -24,7 +24,7 @@ namespace cypris {
 namespace {
 
 // llama.cpp's layer tensor -> the Hugging Face module (without ".weight") Cypris names LoRA sites by.
-// ffn_up is also Phi-3's fused gate_up (told apart by the base model, lora_gguf_module_for).
+// ffn_up is also Phi-3's fused gate_up (told apart by the base model's MLP width, Engine::read_lora).
 constexpr std::pair<std::string_view, std::string_view> kModules[] = {
     {"attn_q", "self_attn.q_proj"},   {"attn_k", "self_attn.k_proj"},       {"attn_v", "self_attn.v_proj"},
     {"attn_output", "self_attn.o_proj"}, {"attn_qkv", "self_attn.qkv_proj"}, {"ffn_gate", "mlp.gate_proj"},

@@ -116,17 +116,22 @@ BatchContext pad_decode_batch(const BatchContext& b, int size, int64_t width, in
         p.token_ids.push_back(0);
         p.positions.push_back(b.seq_lens[i] - q + t);
         p.slot_mapping.push_back(-1);
+        if (!b.lora_slots.empty()) p.lora_slots.push_back(-1);
       }
       for (int t = 0; t < len; ++t) {
         p.token_ids.push_back(b.token_ids[static_cast<size_t>(first + t)]);
         p.positions.push_back(b.positions[static_cast<size_t>(first + t)]);
         p.slot_mapping.push_back(b.slot_mapping[static_cast<size_t>(first + t)]);
+        // LoRA slots when b has them (padding: -1, the base model); the CUDA graphs carry them in
+        // their input buffer (-1 for every row when b has none).
+        if (!b.lora_slots.empty()) p.lora_slots.push_back(b.lora_slots[static_cast<size_t>(first + t)]);
       }
     } else {
       for (int t = 0; t < q; ++t) {
         p.token_ids.push_back(0);
         p.positions.push_back(t);
         p.slot_mapping.push_back(-1);
+        if (!b.lora_slots.empty()) p.lora_slots.push_back(-1);
       }
     }
     p.query_start_loc.push_back((i + 1) * q);

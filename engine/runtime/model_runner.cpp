@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <tuple>
 #include <thread>
 
 #include "engine/common/error.h"
@@ -33,6 +34,37 @@
 #include "models/registry/registry.h"
 
 namespace cypris {
+namespace {
+
+// One zero adapter of rank 1 per projection LoRA may adapt in a dense model (q/k/v/o, Phi-3's fused
+// qkv, gate/up/down, fused gate_up), shaped from the config; only shapes are read. Reserving them
+// allocates the stacked weights of every site the model has (a probe the model lacks, or of another
+// shape, is refused by LoraSites::check and skipped): CUDA graphs capture only the sites allocated
+// before the capture.
+std::vector<LoraAdapter> lora_site_probes(const ModelConfig& cfg) {
+  const int64_t h = cfg.hidden_size, d = cfg.head_dim, q = int64_t{cfg.num_attention_heads} * d,
+                kv = int64_t{cfg.num_key_value_heads} * d, ff = cfg.intermediate_size;
+  const std::vector<std::tuple<const char*, int64_t, int64_t>> shapes = {
+      {"self_attn.q_proj", q, h},   {"self_attn.k_proj", kv, h},     {"self_attn.v_proj", kv, h},
+      {"self_attn.o_proj", h, q},   {"self_attn.qkv_proj", q + 2 * kv, h}, {"mlp.gate_proj", ff, h},
+      {"mlp.up_proj", ff, h},       {"mlp.down_proj", h, ff},        {"mlp.gate_up_proj", 2 * ff, h}};
+  std::vector<LoraAdapter> out;
+  for (int l = 0; l < cfg.num_hidden_layers; ++l) {
+    for (const auto& [name, rows, cols] : shapes) {
+      LoraAdapter a;
+      a.path = "(CUDA graph site probe)";
+      a.rank = 1;
+      LoraModule m;
+      m.a.shape = {1, cols};
+      m.b.shape = {rows, 1};
+      a.modules.emplace("model.layers." + std::to_string(l) + "." + name, std::move(m));
+      out.push_back(std::move(a));
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   PhaseTimer startup("model start-up");  // one log line: where the start-up time went
@@ -157,11 +189,25 @@ ModelRunner::ModelRunner(const ModelRunnerOptions& options) {
   graph_policy_.max_query_len = std::max(1, options.graph_max_query_len);
   const bool capturable = model().graph_capturable();
   graph_policy_.enforce_eager =
-      options.enforce_eager || device != Device::Cuda || tp > 1 || pp > 1 || !capturable || lora_enabled();
-  if (!options.enforce_eager && device == Device::Cuda && lora_enabled()) {
-    LOG_INFO("--enforce-eager false: no CUDA graphs with --enable-lora yet (adapters load into weights allocated "
-             "when first used); running eagerly");
-  } else if (!options.enforce_eager && device == Device::Cuda && !capturable) {
+      options.enforce_eager || device != Device::Cuda || tp > 1 || pp > 1 || !capturable;
+  if (!graph_policy_.enforce_eager && lora_enabled()) {
+    // The graphs bake in every site's stacked adapter weights and launch its product whatever the
+    // slots hold: all of them are allocated now (zero, scale 0), before the memory profile, and
+    // adapters are written into them in place. Each row's slot comes from the graphs' input buffer.
+    const std::vector<LoraAdapter> probes = lora_site_probes(cfg);
+    for_each_rank([&](Rank& r) {
+      for (const LoraAdapter& p : probes) {
+        try {
+          r.lora->reserve(p);
+        } catch (const Error&) {
+          // Not a projection of this model (or not of that shape): nothing to allocate.
+        }
+      }
+    });
+    LOG_INFO("LoRA with CUDA graphs: {:.1f} MiB of adapter weights for {} slots of rank {} on every projection",
+             static_cast<double>(lora_device_bytes()) / (1 << 20), max_loras_, max_lora_rank_);
+  }
+  if (!options.enforce_eager && device == Device::Cuda && !capturable) {
     LOG_INFO("--enforce-eager false: {} routes its experts on the host, which CUDA graphs cannot capture; "
              "running eagerly",
              resolve_architecture(cfg));
@@ -615,12 +661,30 @@ void ModelRunner::check_lora(const LoraAdapter& adapter) const {
 
 void ModelRunner::load_lora(int slot, const LoraAdapter& adapter) {
   check_lora(adapter);
+  const size_t before = lora_device_bytes();
   for_each_rank([&](Rank& r) { r.lora->load(slot, adapter); });
+  if (!graph_policy_.enforce_eager && lora_device_bytes() != before) {
+    // The adapter adapts a projection no probe allocated before the capture: the graphs would skip
+    // its product, so steps run eagerly from now on.
+    LOG_WARN("LoRA adapter {} adapts a projection the CUDA graphs were captured without; running eagerly from now on",
+             adapter.path);
+    graph_policy_.enforce_eager = true;
+    for_each_rank([](Rank& r) { r.graphs.reset(); });
+  }
 }
 
 void ModelRunner::reserve_lora(const LoraAdapter& adapter) {
   check_lora(adapter);
+  const size_t before = lora_device_bytes();
   for_each_rank([&](Rank& r) { r.lora->reserve(adapter); });
+  if (!graph_policy_.enforce_eager && lora_device_bytes() != before) {
+    // The adapter adapts a projection no probe allocated before the capture: the graphs would skip
+    // its product, so steps run eagerly from now on.
+    LOG_WARN("LoRA adapter {} adapts a projection the CUDA graphs were captured without; running eagerly from now on",
+             adapter.path);
+    graph_policy_.enforce_eager = true;
+    for_each_rank([](Rank& r) { r.graphs.reset(); });
+  }
 }
 
 void ModelRunner::clear_lora(int slot) {

@@ -1,7 +1,8 @@
 // The CPU kernel of LoRA's grouped product (Backend::lora_linear): every row of a batch adds its own
 // adapter's low-rank update, out[r] += scale[s] * (x[r] · A[s]ᵀ) · B[s]ᵀ with s = slots[r], in one
-// pass over the thread pool for all rows and adapters (the BGMV idea: rows are gathered by their
-// slot, never grouped into one product per request). The reference for the CUDA kernel.
+// pass over the thread pool for all rows and adapters (rows are grouped by their slot, so each
+// adapter's A and B are read once per group of up to 64 rows, never one product per request). The
+// reference for the CUDA kernels.
 #pragma once
 
 #include <cstdint>

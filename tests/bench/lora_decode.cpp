@@ -3,11 +3,14 @@
 // the 8 rows spread over 4 different adapters of rank 16 on every attention and MLP projection
 // (q/k/v/o/gate/up/down, random A and B). Prints the median step time of each, their ratio, and
 // the adapters' memory: their own bytes against what the model's adapter slots hold.
-// Usage: bench_lora_decode [hidden] [layers] [steps] [threads] [cpu|cuda]
+// Usage: bench_lora_decode [hidden] [layers] [steps] [threads] [cpu|cuda] [MODEL]
+// MODEL: a model file or folder to use instead of the dummy bf16 Llama (e.g. a GGUF Q4_0 file that
+// bench_make_gguf wrote; hidden and layers are then the file's).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -68,8 +71,20 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median ms of a decode step of kRows sequences; slots per row (empty: no LoRA in the batch).
-double step_ms(ModelRunner& runner, const std::vector<int32_t>& slots, int steps) {
+double cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) * 1e-6;
+}
+
+struct StepTime {
+  double wall = 0, cpu = 0;  // medians, ms; cpu: the process's CPU time (all threads)
+};
+
+// Median wall and CPU ms of a decode step of kRows sequences; slots per row (empty: no LoRA in the
+// batch). On a machine shared with other work the CPU time is the steadier measure of the work done
+// (run with CYPRIS_POOL_SPIN_US=0 so that idle pool threads sleep instead of spinning).
+StepTime step_ms(ModelRunner& runner, const std::vector<int32_t>& slots, int steps) {
   const int bs = runner.block_size();
   const int blocks_per_seq = (kContext + steps + 2 + bs - 1) / bs;
   // Prefill each sequence's context (its own blocks).
@@ -91,7 +106,7 @@ double step_ms(ModelRunner& runner, const std::vector<int32_t>& slots, int steps
   pre.max_query_len = kContext;
   pre.max_seq_len = kContext;
   runner.execute_step(pre);
-  std::vector<double> times;
+  std::vector<double> times, cpu;
   for (int step = 0; step < steps; ++step) {
     BatchContext d = pre;
     d.token_ids.clear();
@@ -114,11 +129,13 @@ double step_ms(ModelRunner& runner, const std::vector<int32_t>& slots, int steps
     d.max_query_len = 1;
     d.max_seq_len = pos + 1;
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = cpu_ms();
     runner.execute_step(d);
     runner.synchronize();
+    cpu.push_back(cpu_ms() - c0);
     times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
-  return median(times);
+  return {median(times), median(cpu)};
 }
 
 int run(int argc, char** argv) {
@@ -127,11 +144,16 @@ int run(int argc, char** argv) {
   const int steps = argc > 3 ? std::atoi(argv[3]) : 40;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 2;
   const std::string device = argc > 5 ? argv[5] : "cpu";
+  const std::string model = argc > 6 ? argv[6] : "";
   ModelRunnerOptions o;
   o.device = device;
-  o.model_dir = write_config(hidden, layers);
-  o.load.load_format = "dummy";
-  o.load.dtype = "bfloat16";
+  if (model.empty()) {
+    o.model_dir = write_config(hidden, layers);
+    o.load.load_format = "dummy";
+    o.load.dtype = "bfloat16";
+  } else {
+    o.model_dir = model;  // its own weights; activations in the default dtype for them
+  }
   o.threads = threads;
   o.num_blocks = kRows * ((kContext + steps + 2 + 15) / 16) + 1;
   o.max_loras = kAdapters;
@@ -146,16 +168,23 @@ int run(int argc, char** argv) {
   std::vector<int32_t> spread;
   for (int s = 0; s < kRows; ++s) spread.push_back(s % kAdapters);
   // Alternating runs so that drift in the machine's load hits both alike.
-  std::vector<double> base, lora;
+  std::vector<double> base, lora, base_cpu, lora_cpu;
   for (int round = 0; round < 3; ++round) {
-    base.push_back(step_ms(runner, {}, steps));
-    lora.push_back(step_ms(runner, spread, steps));
+    const StepTime tb = step_ms(runner, {}, steps);
+    const StepTime tl = step_ms(runner, spread, steps);
+    base.push_back(tb.wall);
+    lora.push_back(tl.wall);
+    base_cpu.push_back(tb.cpu);
+    lora_cpu.push_back(tl.cpu);
   }
-  const double b = median(base), l = median(lora);
-  std::printf("model: Llama hidden %d, %d layers, bf16 weights, %s, %d threads\n", hidden, layers, device.c_str(),
-              threads);
+  const double b = median(base), l = median(lora), bc = median(base_cpu), lc = median(lora_cpu);
+  const ModelConfig& mc = runner.config();
+  std::printf("model: %s, hidden %lld, %lld layers, %s, %d threads\n",
+              model.empty() ? "dummy bf16 Llama" : model.c_str(), static_cast<long long>(mc.hidden_size),
+              static_cast<long long>(mc.num_hidden_layers), device.c_str(), threads);
   std::printf("decode step, %d rows x %d context: base %.3f ms, with %d rank-%d adapters %.3f ms, ratio %.3f\n",
               kRows, kContext, b, kAdapters, kRank, l, l / b);
+  std::printf("CPU time per step (all threads): base %.3f ms, with adapters %.3f ms, ratio %.3f\n", bc, lc, lc / bc);
   std::printf("adapter memory: own %.2f MiB (fp32), adapter slots on the device %.2f MiB\n",
               static_cast<double>(own) / (1 << 20), static_cast<double>(runner.lora_device_bytes()) / (1 << 20));
   return 0;

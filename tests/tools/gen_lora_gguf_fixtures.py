@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes llama.cpp GGUF versions of LoRA fixtures, as llama.cpp's convert_lora_to_gguf.py writes them,
 and the Llama base fixture as a GGUF model as convert_hf_to_gguf.py writes it, all under
-tests/fixtures/lora/llama_gqa_tied/gguf/. Nothing here comes from Cypris; the GGUF layout is written
+tests/fixtures/lora/llama_gqa_tied/gguf/ (and Phi-3's fused adapter under phi3_fused_longrope/gguf/). Nothing here comes from Cypris; the GGUF layout is written
 from the format's description (version 3, little-endian, 32-byte alignment).
 
 Adapters (from the PEFT folders gen_lora_fixtures.py wrote): metadata general.architecture "llama",
@@ -40,6 +40,9 @@ LAYER = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    # Phi-3's fused projections: gguf-py's tensor map names qkv_proj attn_qkv and gate_up_proj ffn_up
+    # (gate rows first, as llama.cpp's fused SwiGLU splits them); Phi3MiniModel transforms neither.
+    "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
 }
 
 
@@ -123,6 +126,25 @@ def main():
               ("adapter.type", GGUF_STR, "lora"), ("adapter.lora.alpha", GGUF_F32, float(acfg["lora_alpha"]))]
         write_gguf(os.path.join(OUT, name + ".gguf"), kv, tensors)
         print("wrote", name + ".gguf", len(tensors), "tensors")
+
+    # Phi-3 (fused qkv_proj / gate_up_proj, no permutation): its expected.json holds for the GGUF file too.
+    phi3 = os.path.join(FIX, "lora", "phi3_fused_longrope")
+    d = os.path.join(phi3, "fused_r4")
+    with open(os.path.join(d, "adapter_config.json")) as f:
+        acfg = json.load(f)
+    assert not acfg["use_rslora"]
+    sd = read_peft(d)
+    tensors = []
+    for key in sorted(sd):
+        if key.endswith(".lora_A.weight"):
+            module = key[len("base_model.model."):-len(".lora_A.weight")]
+            g = gguf_name(module) + ".weight"
+            tensors += [(g + ".lora_a", sd[key]), (g + ".lora_b", sd[key.replace(".lora_A.", ".lora_B.")])]
+    kv = [("general.architecture", GGUF_STR, "phi3"), ("general.type", GGUF_STR, "adapter"),
+          ("adapter.type", GGUF_STR, "lora"), ("adapter.lora.alpha", GGUF_F32, float(acfg["lora_alpha"]))]
+    os.makedirs(os.path.join(phi3, "gguf"), exist_ok=True)
+    write_gguf(os.path.join(phi3, "gguf", "fused_r4.gguf"), kv, tensors)
+    print("wrote phi3 fused_r4.gguf", len(tensors), "tensors")
 
     W = lf.read_safetensors(os.path.join(BASE, "model.safetensors"))
     tensors = []

@@ -21,13 +21,18 @@ void LoraSession::refresh(const std::shared_ptr<EngineClient>& engine) {
 }
 
 std::string LoraSession::default_name(const std::string& path) {
+  if (looks_like_hub_repo(path)) {
+    // "org/name@revision" -> "name"
+    const std::string repo = path.substr(0, path.rfind('@'));
+    return repo.substr(repo.find('/') + 1);
+  }
   fs::path p(path);
   while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "a/b/" -> "a/b"
   return p.filename().string();
 }
 
 bool LoraSession::looks_like_hub_repo(const std::string& path) {
-  static const std::regex kRepo(R"([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)");
+  static const std::regex kRepo(R"([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*(@[^@\s]+)?)");
   std::error_code ec;
   return std::regex_match(path, kRepo) && !fs::exists(path, ec);
 }
@@ -49,13 +54,7 @@ bool LoraSession::load(const std::shared_ptr<EngineClient>& engine, const std::s
     return false;
   }
   if (path.empty()) {
-    error_ = "give the adapter's folder (adapter_config.json and adapter_model.safetensors)";
-    return false;
-  }
-  if (looks_like_hub_repo(path)) {
-    error_ = "'" + path +
-             "' looks like a Hugging Face repo id: adapters load from a local folder. Download it first "
-             "(Models → search the repo → Download), then give its folder here";
+    error_ = "give the adapter's folder (adapter_config.json and adapter_model.safetensors), .gguf file or Hugging Face repo (org/name[@revision])";
     return false;
   }
   const std::string name = name_in.empty() ? default_name(path) : name_in;

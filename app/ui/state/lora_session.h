@@ -2,8 +2,8 @@
 // one from a local PEFT folder and unload one, each on a worker through the engine's front door
 // (EngineClient::load_lora / unload_lora). What the engine refuses (--enable-lora off, a malformed
 // adapter, shapes that do not fit the model, no free --max-loras slot) comes back as error() text.
-// A Hugging Face repo id is refused with a message saying to download it first (Models → Hub): the
-// hub download picks files per repo and revision, which the adapter field does not ask for.
+// A Hugging Face repo id ("org/name" or "org/name@revision" that is no local path) goes to the engine
+// like a folder: it fetches the adapter's two files into the hub cache (hub::resolve_adapter_dir).
 #pragma once
 
 #include <memory>
@@ -29,15 +29,15 @@ class LoraSession {
   const std::string& error() const { return error_; }      // the last load/unload failure
   const std::string& message() const { return message_; }  // the last success ("loaded sql (rank 8)")
 
-  // Starts loading the folder at path under name (empty: the folder's name). Returns false with
-  // error() when there is no engine, LoRA is off, a load is running, the path is empty or it is a
-  // hub repo id; the engine's own refusal arrives later in error().
+  // Starts loading the folder, .gguf file or hub repo at path under name (empty: the folder's or
+  // repo's name). Returns false with error() when there is no engine, LoRA is off, a load is running
+  // or the path is empty; the engine's own refusal arrives later in error().
   bool load(const std::shared_ptr<EngineClient>& engine, const std::string& name, const std::string& path);
   bool unload(const std::shared_ptr<EngineClient>& engine, const std::string& name);
 
   // The name an adapter at path gets when none is given: its folder's name.
   static std::string default_name(const std::string& path);
-  // "owner/name" that is not an existing local path.
+  // "owner/name" or "owner/name@revision" that is not an existing local path (named "name" by default).
   static bool looks_like_hub_repo(const std::string& path);
 
  private:

@@ -608,6 +608,17 @@ void CudaBackend::scale_and_cap(Tensor& x, float scale, float cap) {
 void CudaBackend::lora_linear(const Tensor& x, const Tensor& slots, const Tensor& a, const Tensor& b,
                               const Tensor& scales, Tensor& out) {
   backend_checks::check_lora_linear(kName, activation_dtype(), x, slots, a, b, scales, out);
+  // Small batches gather per row (BGMV); from 64 rows (prefills, large decode batches) the segmented
+  // GEMM reads each adapter's A and B once per tile of 16 rows. Both read the slots on the device only,
+  // so decode graphs capture either.
+  constexpr int64_t kSegmentedMinRows = 64;
+  if (x.shape[0] >= kSegmentedMinRows) {
+    DeviceTensor tmp = empty(DType::F32, {x.shape[0], a.shape[1]});
+    lora_sgmv_cuda(x.data, row_stride(x), slots.as<int32_t>(), x.shape[0], a.data, b.data, scales.as<float>(),
+                   a.shape[1], a.shape[2], b.shape[1], out.data, row_stride(out), tmp.view.as<float>(), x.dtype,
+                   impl_->stream);
+    return;
+  }
   lora_bgmv_cuda(x.data, row_stride(x), slots.as<int32_t>(), x.shape[0], a.data, b.data, scales.as<float>(),
                  a.shape[1], a.shape[2], b.shape[1], out.data, row_stride(out), x.dtype, impl_->stream);
 }

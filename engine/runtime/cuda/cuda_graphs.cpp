@@ -40,7 +40,7 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
     width_ = (policy.max_seq_len_to_capture + block_size - 1) / block_size;
     // One byte buffer for all inputs, so that a replay needs one host-to-device copy:
     // slots I64 [tokens], then I32 token ids [tokens], positions [tokens], query starts [seqs + 1],
-    // seq lens [seqs], logits indices [tokens], block tables [seqs, width].
+    // seq lens [seqs], logits indices [tokens], LoRA slots [tokens], block tables [seqs, width].
     const size_t m = static_cast<size_t>(max_size_);
     const size_t t = static_cast<size_t>(std::max(max_size_, max_graph_tokens(policy)));
     off_tokens_ = t * 8;
@@ -48,7 +48,8 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
     off_qsl_ = off_positions_ + t * 4;
     off_lens_ = off_qsl_ + (m + 1) * 4;
     off_lidx_ = off_lens_ + m * 4;
-    off_tables_ = off_lidx_ + t * 4;
+    off_lora_ = off_lidx_ + t * 4;
+    off_tables_ = off_lora_ + t * 4;
     bytes_ = off_tables_ + m * static_cast<size_t>(width_) * 4;
     device_ = be_.empty_exact(DType::U8, {static_cast<int64_t>(bytes_)});
     CUDA_CHECK(cudaMallocHost(&host_, bytes_));
@@ -167,6 +168,11 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
     std::memcpy(host_at<int32_t>(off_qsl_), p.query_start_loc.data(), (n + 1) * 4);
     std::memcpy(host_at<int32_t>(off_lens_), p.seq_lens.data(), n * 4);
     std::memcpy(host_at<int32_t>(off_lidx_), p.logits_indices.data(), t * 4);
+    if (p.lora_slots.empty()) {
+      std::fill_n(host_at<int32_t>(off_lora_), t, -1);  // no adapters in this step: the base model
+    } else {
+      std::memcpy(host_at<int32_t>(off_lora_), p.lora_slots.data(), t * 4);
+    }
     std::memcpy(host_at<int32_t>(off_tables_), p.block_tables.data(), p.block_tables.size() * 4);
     cudaStream_t stream = static_cast<cudaStream_t>(be_.stream());
     // Two copies: the fixed-size prefix, then only the table rows in use.
@@ -186,6 +192,9 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
     in.attn.seq_lens = device_view(off_lens_, DType::I32, {size});
     in.attn.block_tables = device_view(off_tables_, DType::I32, {size, width_});
     in.attn.slot_mapping = device_view(0, DType::I64, {tokens});
+    // Each row's adapter slot, read on the device by the LoRA kernels (ignored without --enable-lora):
+    // a replay runs whatever adapters the step's rows name and the slots hold now.
+    in.lora_slots = device_view(off_lora_, DType::I32, {tokens});
     in.attn.num_seqs = size;
     in.attn.max_blocks_per_seq = width_;
     in.attn.max_query_len = q;
@@ -198,7 +207,8 @@ class CudaDecodeGraphs : public DecodeGraphRunner {
   int block_size_;
   int max_size_ = 0;
   int64_t width_ = 0;  // block-table entries per row: max_seq_len_to_capture / block_size, rounded up
-  size_t off_tokens_ = 0, off_positions_ = 0, off_qsl_ = 0, off_lens_ = 0, off_lidx_ = 0, off_tables_ = 0;
+  size_t off_tokens_ = 0, off_positions_ = 0, off_qsl_ = 0, off_lens_ = 0, off_lidx_ = 0, off_lora_ = 0,
+         off_tables_ = 0;
   size_t bytes_ = 0;
   DeviceTensor device_;   // the persistent inputs
   void* host_ = nullptr;  // pinned staging of the same layout

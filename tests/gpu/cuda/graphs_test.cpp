@@ -1,8 +1,8 @@
 // CUDA graphs for decode: the logits of decode batches replayed through graphs (padded to the
 // next capture size) must equal the eager logits, step after step, on stories260k and every tiny
 // fixture, also for speculative decoding's verify steps (one draft length, or mixed lengths padded
-// to the longest); and the profiled KV sizing must leave room or say which flag to change. Skips
-// itself without a GPU.
+// to the longest) and with LoRA adapters on the rows; and the profiled KV sizing must leave room or
+// say which flag to change. Skips itself without a GPU.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,6 +12,7 @@
 #ifdef CYPRIS_HAVE_CUDA
 #include "engine/common/error.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/loader/lora_adapter.h"
 #include "engine/runtime/model_runner.h"
 #endif
 
@@ -282,6 +283,59 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraphFixture, ::testing::ValuesIn(fixture
 
 // A capture bound of 2048 makes the graphs' paged attention split the keys into 512-key parts
 // (split-K sized from the bound, not the batch); eager sizes them from the batch's longest context.
+// With --enable-lora the decode graphs carry each row's adapter slot in their input buffer and
+// run every projection's LoRA product: decode steps of rows with three adapters and the base model
+// equal the eager steps; an adapter written into a slot after the capture is what the next replay
+// uses (the graphs read the slots' weights in place).
+TEST(CudaGraphs, DecodeStepsWithLoraAdaptersEqualEager) {
+  CYPRIS_REQUIRE_GPU();
+  const std::string dir = std::string(CYPRIS_FIXTURES_DIR) + "/models/llama_gqa_tied";
+  const std::string lora = std::string(CYPRIS_FIXTURES_DIR) + "/lora/llama_gqa_tied/";
+  auto make = [&](bool eager) {
+    ModelRunnerOptions o = options(dir, eager);
+    o.max_loras = 3;
+    o.max_lora_rank = 16;
+    auto r = std::make_unique<ModelRunner>(o);
+    int slot = 0;
+    for (const char* a : {"qv_r4", "all_r8_rslora", "mlp_o_r2_bin"}) r->load_lora(slot++, load_lora_adapter(lora + a, 16));
+    return r;
+  };
+  auto eager = make(true), graphs = make(false);
+  EXPECT_EQ(eager->num_cuda_graphs(), 0);
+  EXPECT_GT(graphs->num_cuda_graphs(), 0);
+  const int n = 5;
+  std::vector<int32_t> slots(n), next(n), lens(n);
+  for (int s = 0; s < n; ++s) slots[size_t(s)] = s % 4 - 1;  // -1 (base), 0, 1, 2, -1
+  for (ModelRunner* r : {eager.get(), graphs.get()}) {
+    for (int s = 0; s < n; ++s) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 3 + s; ++i) prompt.push_back(1 + (s * 31 + i * 7) % 63);
+      BatchContext b = make_single_sequence_batch(prompt, 0, kBlockSize);
+      b.max_blocks_per_seq = kBlocksPerSeq;
+      b.block_tables.clear();
+      for (int k = 0; k < kBlocksPerSeq; ++k) b.block_tables.push_back(s * kBlocksPerSeq + k);
+      for (auto& sl : b.slot_mapping) sl += static_cast<int64_t>(s) * kBlocksPerSeq * kBlockSize;
+      b.lora_slots.assign(prompt.size(), slots[size_t(s)]);
+      r->execute(b);
+      lens[size_t(s)] = static_cast<int32_t>(prompt.size());
+    }
+  }
+  for (int step = 0; step < 6; ++step) {
+    if (step == 3) {
+      // A swap after the capture: slot 1 now holds qv_r4 in both runners.
+      eager->load_lora(1, load_lora_adapter(lora + "qv_r4", 16));
+      graphs->load_lora(1, load_lora_adapter(lora + "qv_r4", 16));
+    }
+    for (int s = 0; s < n; ++s) ++lens[size_t(s)];
+    for (int s = 0; s < n; ++s) next[size_t(s)] = 1 + (s * 13 + step * 5) % 63;
+    BatchContext b = decode_batch(next, lens);
+    b.lora_slots = slots;
+    const Logits e = eager->execute(b), g = graphs->execute(b);
+    ASSERT_EQ(e.rows, n);
+    EXPECT_LT(norm_err(g.data, e.data), 1e-5) << "step " << step;
+  }
+}
+
 TEST(CudaGraphs, SplitKDecodeOverLongContextsEqualsEager) {
   CYPRIS_REQUIRE_GPU();
   const std::string dir = std::string(CYPRIS_TESTDATA_DIR) + "/models/stories260k";

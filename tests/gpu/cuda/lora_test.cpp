@@ -2,7 +2,8 @@
 // kernel (kernels/cpu/lora.h) on the same inputs: fp32 activations (normalised error < 1e-5) and
 // bf16/fp16 ones (inputs rounded to 16 bits first, < 1e-2); rows of several adapters, of the base
 // model (slot -1, which must keep the poisoned output as it was) and of a slot whose scale is 0;
-// decode-sized and prefill-sized batches, a column slice as output, ranks up to 64. And a whole
+// decode-sized and prefill-sized batches (the segmented GEMM from 64 rows), a column slice as
+// output, ranks up to 256. And a whole
 // model: the Llama fixture with three adapters and the base in one batch on the GPU equals the CPU.
 // Skips itself without a GPU. Written without a GPU: never ran yet.
 #include <gtest/gtest.h>
@@ -28,6 +29,7 @@ struct Case {
   DType act;
   int64_t t, r, k, n, l;
   double tol;
+  int64_t run = 1;  // rows per run of one slot: 1 mixes slots row by row, more is a prefill's layout
 };
 
 void check(const Case& c) {
@@ -44,7 +46,7 @@ void check(const Case& c) {
   for (int64_t s = 0; s < c.l; ++s) scales[size_t(s)] = 0.5f * static_cast<float>(s + 1);
   scales.back() = 0.0f;
   std::vector<int32_t> slots(static_cast<size_t>(c.t));
-  for (int64_t i = 0; i < c.t; ++i) slots[size_t(i)] = static_cast<int32_t>((i * 7) % (c.l + 1)) - 1;
+  for (int64_t i = 0; i < c.t; ++i) slots[size_t(i)] = static_cast<int32_t>(((i / c.run) * 7) % (c.l + 1)) - 1;
 
   auto run = [&](Backend& be, DType act) {
     auto up = [&](const std::vector<float>& v, std::vector<int64_t> shape) {
@@ -83,6 +85,22 @@ TEST(CudaLora, GroupedProductEqualsTheCpuKernel) {
     check({act, 8, 16, 1024, 4096, 5, tol});
     check({act, 77, 64, 256, 520, 4, tol});
     check({act, 300, 4, 64, 70, 2, tol});
+  }
+}
+
+// 64 rows and more take the segmented GEMM (shrink, then expand over tiles of 16 rows): runs of one
+// adapter as a prefill lays them out (runs not aligned to the tiles, so tiles hold two adapters or
+// an adapter and the base), row-by-row mixing, ranks up to 256, inputs and outputs not multiples of
+// the kernel's chunks, a column slice as output.
+TEST(CudaLora, SegmentedPrefillProductEqualsTheCpuKernel) {
+  CYPRIS_REQUIRE_GPU();
+  for (DType act : {DType::F32, DType::BF16, DType::F16}) {
+    const double tol = act == DType::F32 ? 1e-5 : 1e-2;
+    check({act, 64, 8, 512, 300, 3, tol, 64});
+    check({act, 200, 16, 1000, 4100, 4, tol, 37});
+    check({act, 129, 64, 96, 70, 5, tol, 1});
+    check({act, 333, 256, 130, 257, 2, tol, 50});
+    check({act, 100, 4, 33, 65, 2, tol, 9});
   }
 }
 

@@ -221,7 +221,8 @@ TEST(Validate, UnimplementedFeaturesAreRejectedNotIgnored) {
   EXPECT_EQ(error_of({"-q", "exl2"}), "");
   EXPECT_EQ(error_of({"--enable-lora", "--lora-modules", "a=/x", "--max-lora-rank", "64"}), "");
   EXPECT_THAT(error_of({"--qlora-adapter-name-or-path", "x"}),
-              AllOf(HasSubstr("--qlora-adapter-name-or-path"), HasSubstr("not supported yet")));
+              AllOf(HasSubstr("--qlora-adapter-name-or-path"), HasSubstr("--enable-lora")));
+  EXPECT_EQ(error_of({"--enable-lora", "--qlora-adapter-name-or-path", "org/qlora@v1"}), "");
   // The default value given explicitly is harmless.
   EXPECT_EQ(error_of({"--num-scheduler-steps", "1"}), "");
 }

@@ -186,6 +186,19 @@ TEST(EngineLora, UnloadWhileRunningLosesNoRequestAndOthersTakeTheFreeSlots) {
             (Outputs{{"m", reference_greedy(kAdapters[2])}, {"q", reference_greedy(kAdapters[0])}}));
 }
 
+// --qlora-adapter-name-or-path: the adapter is loaded at start under its folder's name and served
+// like a --lora-modules entry.
+TEST(EngineLora, TheQloraFlagServesItsAdapterUnderItsFoldersName) {
+  EngineConfig cfg = lora_config();
+  cfg.server.lora_modules.clear();
+  cfg.lora.qlora_adapter_name_or_path = kLora + "all_r8_rslora/";
+  Engine engine(cfg);
+  ASSERT_EQ(engine.loras().size(), 1u);
+  EXPECT_EQ(engine.loras()[0].name, "all_r8_rslora");
+  const Outputs got = run_requests(engine, {greedy_request("q", "all_r8_rslora")});
+  EXPECT_EQ(got.at("q"), reference_greedy("all_r8_rslora"));
+}
+
 TEST(EngineLora, BadNamesAndSpecsAreErrorsNamingThem) {
   Engine engine(lora_config(3));
   GenerateRequest unknown = greedy_request("u", "");

@@ -3,7 +3,7 @@
 // rotary) give the same logits as the PEFT version of the same adapter, and so the float64 merged
 // reference, over the safetensors base and over the same base as a GGUF file; leaving the q rows
 // in llama.cpp's order would not (the permutation matters); files that are no LoRA adapter are
-// refused naming the key.
+// refused naming the key. Phi-3's fused attn_qkv / ffn_up map to its stacked qkv_proj / gate_up_proj.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -126,6 +126,49 @@ TEST(LoraGguf, TheEngineLoadsThemByPathOnAGgufBase) {
   const testing_support::Outputs got = testing_support::run_requests(engine, reqs);
   EXPECT_EQ(got.at("qv"), load_expected_from(kLora + "qv_r4").greedy);
   EXPECT_EQ(got.at("mlp"), load_expected_from(kLora + "mlp_o_r2_bin").greedy);
+}
+
+// Phi-3's fused projections: llama.cpp's attn_qkv and ffn_up (gate and up stacked) become the
+// model's stacked qkv_proj and gate_up_proj: the engine reads the PEFT adapter's weights out of the
+// file, and the adapter gives the float64 merged reference and its greedy tokens through the engine.
+TEST(LoraGguf, Phi3sFusedQkvAndGateUpMapToTheStackedWeights) {
+  const std::string phi3 = std::string(CYPRIS_FIXTURES_DIR) + "/lora/phi3_fused_longrope/";
+  EngineConfig cfg = testing_support::stories_config();
+  cfg.model.model = kFixtures + "phi3_fused_longrope";
+  cfg.model.skip_tokenizer_init = true;
+  cfg.lora.enable_lora = true;
+  cfg.lora.max_loras = 2;
+  cfg.server.lora_modules = {"fused=" + phi3 + "gguf/fused_r4.gguf"};
+  Engine engine(cfg);
+
+  const LoraAdapter peft = load_lora_adapter(phi3 + "fused_r4", 16);
+  const LoraAdapter gguf = engine.read_lora(phi3 + "gguf/fused_r4.gguf");
+  EXPECT_EQ(gguf.gguf_arch, "phi3");
+  EXPECT_FLOAT_EQ(gguf.scale, peft.scale);
+  ASSERT_EQ(gguf.modules.size(), peft.modules.size());
+  for (const auto& [module, m] : peft.modules) {
+    ASSERT_TRUE(gguf.modules.count(module)) << module;  // model.layers.N.mlp.gate_up_proj, not up_proj
+    const LoraModule& g = gguf.modules.at(module);
+    EXPECT_EQ(g.b.shape, m.b.shape) << module;
+    EXPECT_EQ(std::memcmp(g.a.buffer.data(), m.a.buffer.data(), m.a.buffer.size()), 0) << module << " A";
+    EXPECT_EQ(std::memcmp(g.b.buffer.data(), m.b.buffer.data(), m.b.buffer.size()), 0) << module << " B";
+  }
+
+  const Expected want = load_expected_from(phi3 + "fused_r4");
+  ModelRunner runner(lora_options(kFixtures + "phi3_fused_longrope"));
+  runner.load_lora(1, engine.read_lora(phi3 + "gguf/fused_r4.gguf"));
+  EXPECT_LT(max_rel_err(prefill_in_slot(runner, want.ids, 1), want), kTol);
+
+  GenerateRequest r;
+  r.request_id = "fused";
+  r.prompt_token_ids.assign(want.ids.begin(), want.ids.begin() + 12);
+  auto p = std::make_shared<SamplingParams>();
+  p->temperature = 0.0f;
+  p->max_tokens = 8;
+  p->ignore_eos = true;
+  r.params = p;
+  r.lora_name = "fused";
+  EXPECT_EQ(testing_support::run_requests(engine, {r}).at("fused"), want.greedy);
 }
 
 TEST(LoraGguf, FilesThatAreNoLoraAdapterAreRefusedNamingTheKey) {

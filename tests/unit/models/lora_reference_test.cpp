@@ -14,6 +14,7 @@
 
 #include "engine/common/error.h"
 #include "engine/loader/lora_adapter.h"
+#include "tests/support/lora_runs.h"
 #include "tests/support/reference_fixture.h"
 #include "tests/support/safetensors_edit.h"
 #include "tests/support/temp_dir.h"
@@ -47,57 +48,11 @@ ModelRunnerOptions lora_options(const std::string& base, int tp = 1) {
 
 LoraAdapter adapter(const Case& c) { return load_lora_adapter(kLora + c.base + "/" + c.adapter, 16); }
 
-// One prefill of several whole sequences (sequence s in blocks 2s, 2s + 1; at most 32 tokens), each
-// with its LoRA slot, and the logits of every position.
-Logits multi_prefill(ModelRunner& runner, const std::vector<std::vector<int32_t>>& seqs,
-                     const std::vector<int32_t>& slots) {
-  BatchContext b;
-  const int bs = runner.block_size();
-  b.max_blocks_per_seq = 2;
-  b.query_start_loc.push_back(0);
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const auto& ids = seqs[s];
-    for (int32_t p = 0; p < static_cast<int32_t>(ids.size()); ++p) {
-      b.token_ids.push_back(ids[static_cast<size_t>(p)]);
-      b.positions.push_back(p);
-      b.slot_mapping.push_back(int64_t{2 * static_cast<int64_t>(s) + p / bs} * bs + p % bs);
-      b.lora_slots.push_back(slots[s]);
-      b.logits_indices.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
-    }
-    b.query_start_loc.push_back(static_cast<int32_t>(b.token_ids.size()));
-    b.seq_lens.push_back(static_cast<int32_t>(ids.size()));
-    b.block_tables.push_back(static_cast<int32_t>(2 * s));
-    b.block_tables.push_back(static_cast<int32_t>(2 * s + 1));
-    b.max_query_len = std::max<int32_t>(b.max_query_len, static_cast<int32_t>(ids.size()));
-    b.max_seq_len = b.max_query_len;
-  }
-  return runner.execute(b);
-}
-
 // Rows [row0, row0 + expected rows) of got against expected.
 void expect_rows(const Logits& got, int64_t row0, const Expected& want, const std::string& what) {
   for (size_t t = 0; t < want.logits.size(); ++t) {
     EXPECT_LT(rel_err(got.row(row0 + static_cast<int64_t>(t)), want.logits[t]), kTol) << what << " position " << t;
   }
-}
-
-// Greedy continuation of the first 12 ids by prefill then one-token decodes, all in slot.
-std::vector<int32_t> greedy(ModelRunner& runner, std::vector<int32_t> ids, int n, int32_t slot) {
-  ids.resize(12);
-  BatchContext b = make_single_sequence_batch(ids, 0, runner.block_size());
-  b.lora_slots.assign(ids.size(), slot);
-  Logits l = runner.execute(b);
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    const int32_t tok = argmax(l.row(0), l.vocab);
-    out.push_back(tok);
-    const int32_t pos = static_cast<int32_t>(ids.size() + out.size()) - 1;
-    std::vector<int32_t> one = {tok};
-    BatchContext d = make_single_sequence_batch(one, pos, runner.block_size());
-    d.lora_slots = {slot};
-    l = runner.execute(d);
-  }
-  return out;
 }
 
 TEST(LoraReference, EachAdapterAloneMatchesTheMergedReference) {
@@ -110,7 +65,7 @@ TEST(LoraReference, EachAdapterAloneMatchesTheMergedReference) {
     const Logits got = multi_prefill(runner, {want.ids, base.ids}, {2, -1});
     expect_rows(got, 0, want, "adapter");
     expect_rows(got, static_cast<int64_t>(want.ids.size()), base, "base row beside it");
-    EXPECT_EQ(greedy(runner, want.ids, 8, 2), want.greedy);
+    EXPECT_EQ(lora_greedy(runner, want.ids, 8, 2), want.greedy);
   }
 }
 
@@ -184,7 +139,7 @@ TEST(LoraReference, AnFp8KvCacheGivesTheMergedModelsOutput) {
     const Logits got = multi_prefill(with_adapter, {want.ids}, {1});
     const Logits ref = multi_prefill(merged, {want.ids}, {-1});
     expect_same_logits(got, ref, "adapter vs merged, fp8 cache");
-    EXPECT_EQ(greedy(with_adapter, want.ids, 8, 1), greedy(merged, want.ids, 8, -1));
+    EXPECT_EQ(lora_greedy(with_adapter, want.ids, 8, 1), lora_greedy(merged, want.ids, 8, -1));
   }
 }
 

@@ -119,6 +119,11 @@ TEST(PadDecodeBatch, PaddingRowsWriteNoKvAndKeepTheBatchsRowsFirst) {
   EXPECT_NO_THROW(p.validate(10, 16));
   EXPECT_THROW(pad_decode_batch(b, 2, 3, 16), Error);  // fewer rows than sequences
   EXPECT_THROW(pad_decode_batch(b, 4, 1, 16), Error);  // a 20-token context needs 2 table entries
+  EXPECT_TRUE(p.lora_slots.empty());  // no adapters named: the graph runs the base model
+  // With LoRA slots (CUDA graphs carry them in their input buffer): b's rows keep their adapters,
+  // padding rows run the base model.
+  b.lora_slots = {2, -1, 0};
+  EXPECT_EQ(pad_decode_batch(b, 4, 3, 16).lora_slots, (std::vector<int32_t>{2, -1, 0, -1}));
 }
 
 // stories260k on the CPU: fp32, one thread, 12 KV blocks.

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <mutex>
 
 #include "app/ui/state/chat_session.h"
@@ -128,8 +129,18 @@ TEST_F(LoraSessionTest, EngineRefusalsAndHubIdsAreTextNotCrashes) {
   EXPECT_THAT(s.error(), HasSubstr("shape"));
   EXPECT_TRUE(s.adapters().empty());
 
-  EXPECT_FALSE(s.load(engine_, "", "someone/some-lora"));
-  EXPECT_THAT(s.error(), HasSubstr("Download it first"));
+  {
+    // A hub repo goes to the engine's hub lookup; offline with an empty cache it names the repo.
+    test::TempDir cache("lora_hub_cache");
+    ::setenv("HF_HUB_CACHE", cache.path().c_str(), 1);
+    ::setenv("HF_HUB_OFFLINE", "1", 1);
+    EXPECT_EQ(LoraSession::default_name("someone/some-lora@v2"), "some-lora");
+    load(s, "", "someone/some-lora@v2");
+    EXPECT_THAT(s.error(), HasSubstr("someone/some-lora@v2"));
+    EXPECT_THAT(s.error(), HasSubstr("offline"));
+    ::unsetenv("HF_HUB_OFFLINE");
+    ::unsetenv("HF_HUB_CACHE");
+  }
   EXPECT_FALSE(s.load(engine_, "", ""));
   EXPECT_NE(s.error(), "");
 
