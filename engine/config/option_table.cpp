@@ -278,7 +278,10 @@ std::vector<OptionSpec> build_table() {
           "prefix (a chat's system prompt, else the prompt up to a quarter of the context) and goes on generating "
           "until max_tokens, instead of stopping with finish_reason length; prompt + max_tokens may then exceed "
           "--max-model-len. The kept prefix's KV cache is reused; the cached keys of the moved tokens are rotated "
-          "to their new positions (see --context-shift-mode). Not with banned_strings or beam search."));
+          "to their new positions (see --context-shift-mode). In the rotate mode a new prompt that repeats a later "
+          "stretch of a recently finished sequence after their common start (a chat that drops its oldest "
+          "messages) takes that sequence's KV, keys rotated, and computes only the rest. Not with banned_strings "
+          "or beam search."));
   add(Opt("context-shift-mode", bind_field(FIELD(cache.context_shift_mode)), "{rotate,recompute}",
           "With --context-shift: rotate (default) keeps the cached K/V of the tokens that move and rotates their "
           "keys to the new positions, as KoboldCpp and llama.cpp do (fast; the moved tokens keep what they saw "

@@ -104,7 +104,8 @@ Engine::Engine(const EngineConfig& cfg) : cfg_(cfg) {
       cfg.cache.context_shift && cfg.cache.context_shift_mode == "rotate" && runner_->can_rotate_kv();
   if (cfg.cache.context_shift && cfg.cache.context_shift_mode == "rotate" && !sc.context_shift_rotate)
     LOG_INFO("--context-shift: this model's cached keys cannot be rotated (its rotary is not one position-only "
-             "rotation on every layer, or it runs across processes); shifted tokens are computed again");
+             "rotation on every layer, or it runs across processes); shifted tokens are computed again, and a "
+             "prompt that repeats a stretch of a finished sequence is computed in full");
   if (sc.preemption_mode == PreemptionMode::Swap) {
     sc.num_cpu_blocks = static_cast<int32_t>(cfg.cache.swap_space * kGiB / block_bytes);
     runner_->allocate_swap_space(sc.num_cpu_blocks);
@@ -345,6 +346,11 @@ void Engine::step() {
   const auto t0 = Clock::now();
   if (proposer_ || draft_) propose_drafts();
   SchedulerOutput so = scheduler_->schedule();
+  for (const ContextReuse& r : so.context_reuses) {
+    LOG_INFO("request {}: --context-shift reused the KV of {} prompt tokens of a finished sequence ({} at their "
+             "positions, {} moved {} positions down with their keys rotated); {} from the prefix cache, {} to compute",
+             r.request_id, r.same + r.moved, r.same, r.moved, r.distance, r.cached, r.computed);
+  }
   if (so.empty()) return;
   const auto t1 = Clock::now();
   const int64_t prompt_before = prompt_tokens_total_;
@@ -465,6 +471,9 @@ EngineStats Engine::stats() const {
   s.num_swap_outs_total = swap_outs_total_;
   s.num_context_shifts_total = ss.num_context_shifts;
   s.context_shift_moved_tokens_total = ss.num_context_shift_moves;
+  s.context_reuses_total = ss.num_context_reuses;
+  s.context_reused_tokens_total = ss.num_context_reuse_tokens;
+  s.context_reuse_moved_tokens_total = ss.num_context_reuse_moved;
   s.prompt_tokens_total = prompt_tokens_total_;
   s.generation_tokens_total = tracker_->num_generated_tokens();
   if (proposer_ || draft_) {

@@ -27,6 +27,11 @@ struct EngineStats {
   int64_t num_swap_outs_total = 0;  // preemptions by swap
   int64_t num_context_shifts_total = 0;  // --context-shift: windows shifted
   int64_t context_shift_moved_tokens_total = 0;  // tokens whose KV a shift moved (by rotation) instead of recomputing
+  // --context-shift across requests: prompts that reused a finished sequence's KV, the prompt tokens
+  // they reused that way (prefix-cache hits not counted), and of those the ones moved with rotated keys.
+  int64_t context_reuses_total = 0;
+  int64_t context_reused_tokens_total = 0;
+  int64_t context_reuse_moved_tokens_total = 0;
   int64_t prompt_tokens_total = 0;
   int64_t generation_tokens_total = 0;
   double prompt_tokens_per_s = 0.0;      // over the last interval

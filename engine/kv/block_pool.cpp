@@ -85,6 +85,7 @@ std::optional<std::vector<int32_t>> BlockPool::allocate(int32_t n) {
     unlink_free(id);
     drop_hash(id);  // lazy eviction: the cached prefix in this block is gone from now on
     blocks_[size_t(id)].ref_count = 1;
+    ++blocks_[size_t(id)].generation;
     out.push_back(id);
   }
   return out;

@@ -60,12 +60,18 @@ class BlockPool {
   int32_t ref_count(int32_t block_id) const { return blocks_[size_t(block_id)].ref_count; }
   bool is_cached(int32_t block_id) const { return blocks_[size_t(block_id)].has_hash; }
   std::optional<uint64_t> block_hash(int32_t block_id) const;
+  // How many times the block was handed out by allocate(). A block whose count has not changed since
+  // some moment still holds the KV written into it before then (nothing writes into a block its
+  // owner let go of, until allocate() hands it out again): --context-shift's reuse across requests
+  // checks a finished sequence's blocks with it.
+  uint32_t generation(int32_t block_id) const { return blocks_[size_t(block_id)].generation; }
   // Free list from LRU (next to be evicted) to MRU. For tests and debugging.
   std::vector<int32_t> free_list() const;
 
  private:
   struct Block {
     int32_t ref_count = 0;
+    uint32_t generation = 0;
     bool has_hash = false;
     bool in_free_list = false;
     uint64_t hash = 0;

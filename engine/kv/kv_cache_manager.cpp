@@ -203,6 +203,71 @@ void KvCacheManager::release_unused_blocks(Request& request) {
   table.blocks.resize(keep);
 }
 
+void KvCacheManager::remember_sequence(const Request& request) {
+  if (max_remembered_ == 0) return;
+  auto it = tables_.find(request.request_id());
+  if (it == tables_.end() || it->second.on_cpu) return;
+  const Table& table = it->second;
+  const int32_t n = std::min(request.num_computed_tokens(), int32_t(table.blocks.size()) * block_size_);
+  if (n <= 0) return;
+  Remembered r;
+  auto tokens = request.all_token_ids();
+  r.tokens.assign(tokens.begin(), tokens.begin() + n);
+  r.blocks.assign(table.blocks.begin(), table.blocks.begin() + blocks_for_tokens(n, block_size_));
+  for (int32_t b : r.blocks) r.generations.push_back(gpu_.generation(b));
+  r.exact = int32_t(std::min<int64_t>(n, int64_t(table.cache_limit) * block_size_));
+  r.cache_salt = request.cache_salt();
+  remembered_.push_front(std::move(r));
+  while (int32_t(remembered_.size()) > max_remembered_) remembered_.pop_back();
+}
+
+int32_t KvCacheManager::num_valid_tokens(const Remembered& r) const {
+  size_t b = 0;
+  while (b < r.blocks.size() && gpu_.generation(r.blocks[b]) == r.generations[b]) ++b;
+  return std::min(int32_t(r.tokens.size()), int32_t(b) * block_size_);
+}
+
+std::optional<KvReuse> KvCacheManager::find_reuse(const Request& request, int32_t start) const {
+  // The last token is always computed: its logits are needed.
+  auto prompt = request.all_token_ids().first(size_t(std::max(request.num_tokens() - 1, 0)));
+  std::optional<KvReuse> best;
+  for (size_t i = 0; i < remembered_.size(); ++i) {
+    const Remembered& r = remembered_[i];
+    if (r.cache_salt != request.cache_salt()) continue;
+    const auto earlier = std::span<const int32_t>(r.tokens).first(size_t(num_valid_tokens(r)));
+    const ReuseMatch m = match_for_reuse(prompt, start, earlier);
+    if (m.end <= start || (best && m.end - start <= best->num_tokens())) continue;
+    KvReuse u;
+    u.start = start;
+    u.same_end = m.same_end;
+    u.run_src = m.run_src;
+    u.end = m.end;
+    u.exact_end = std::max(start, m.end == m.same_end && m.same_end <= r.exact ? m.end : std::min(m.same_end, r.exact));
+    u.source = int32_t(i);
+    best = u;
+  }
+  return best;
+}
+
+std::vector<KvSlotMove> KvCacheManager::reuse_kv(Request& request, const KvReuse& reuse) {
+  auto it = tables_.find(request.request_id());
+  if (it == tables_.end() || it->second.on_cpu || reuse.source < 0 || size_t(reuse.source) >= remembered_.size())
+    throw std::logic_error("KvCacheManager::reuse_kv: no blocks for request " + request.request_id());
+  const Table& table = it->second;
+  const Remembered& r = remembered_[size_t(reuse.source)];
+  if (int64_t(table.blocks.size()) * block_size_ < reuse.end || reuse.end - reuse.same_end + reuse.run_src > int32_t(r.tokens.size()))
+    throw std::logic_error("KvCacheManager::reuse_kv: the reuse does not fit the blocks");
+  std::vector<KvSlotMove> moves;
+  moves.reserve(size_t(reuse.num_tokens()));
+  for (int32_t p = reuse.start; p < reuse.end; ++p) {
+    const int32_t src = p < reuse.same_end ? p : p - reuse.same_end + reuse.run_src;
+    moves.push_back({int64_t(r.blocks[size_t(src / block_size_)]) * block_size_ + src % block_size_,
+                     int64_t(table.blocks[size_t(p / block_size_)]) * block_size_ + p % block_size_, src, p});
+  }
+  if (reuse.exact_end < reuse.end) stop_caching_from(request, reuse.exact_end / block_size_);
+  return moves;
+}
+
 void KvCacheManager::fork(const Request& parent, const Request& child) {
   auto it = tables_.find(parent.request_id());
   if (it == tables_.end() || it->second.on_cpu)

@@ -10,6 +10,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,6 +19,7 @@
 
 #include "engine/request/request.h"
 #include "engine/kv/block_pool.h"
+#include "engine/kv/kv_reuse.h"
 
 namespace cypris {
 
@@ -56,6 +58,23 @@ struct KvSlotMove {
   int32_t old_pos = 0;
   int32_t new_pos = 0;
   bool operator==(const KvSlotMove&) const = default;
+};
+
+// --context-shift across requests: a waiting request's positions [start, end) take their KV from a
+// finished sequence's cache (KvCacheManager::find_reuse): [start, same_end) from the same positions,
+// [same_end, end) from positions run_src, run_src + 1, ... (keys rotated down by distance()).
+struct KvReuse {
+  int32_t start = 0;  // the prefix-cache hit (if any) ends here
+  int32_t same_end = 0;
+  int32_t run_src = 0;
+  int32_t end = 0;
+  // The KV of positions before exact_end is what a prefill of the request's tokens gives (copied
+  // from the same positions of a sequence that computed them); later blocks are never cached.
+  int32_t exact_end = 0;
+  int32_t source = 0;  // which remembered sequence (most recent first)
+  int32_t num_tokens() const { return end - start; }
+  int32_t num_moved() const { return end - same_end; }  // tokens whose keys are rotated
+  int32_t distance() const { return run_src - same_end; }
 };
 
 struct SlotAllocation {
@@ -130,6 +149,26 @@ class KvCacheManager {
   // blocks (a recompute after preemption starts clean).
   void stop_caching_from(Request& request, int32_t first_block);
 
+  // --context-shift across requests (KoboldCpp's ContextShift for chat frontends that trim old
+  // messages; kv_reuse.h). With num_sequences > 0 the manager remembers that many finished sequences
+  // (tokens and block ids, not the blocks: they stay free and evictable, and a block handed out again
+  // since is no longer read, BlockPool::generation).
+  void enable_reuse(int32_t num_sequences) { max_remembered_ = std::max(num_sequences, 0); }
+  // Call before free(): the request's computed tokens and its blocks become the newest remembered
+  // sequence (the oldest beyond the limit is forgotten). Nothing for a swapped-out request.
+  void remember_sequence(const Request& request);
+  // For a waiting request whose first `start` tokens have KV (a prefix hit): the longest reuse any
+  // remembered sequence with the same cache salt offers (kv_reuse.h), never its last token; nullopt
+  // when none does. Call allocate_slots() (with num_new_tokens covering [start, end)) and then
+  // reuse_kv() right after, before anything else allocates or frees.
+  std::optional<KvReuse> find_reuse(const Request& request, int32_t start) const;
+  // After allocate_slots(): the slot moves that copy the reused KV into the request's blocks (the
+  // source blocks are only read, so other holders of them are unaffected); blocks from exact_end on
+  // are kept out of the prefix cache. The runner must perform the moves before anything else of
+  // the step writes (Backend::move_kv_slots gathers every source first).
+  std::vector<KvSlotMove> reuse_kv(Request& request, const KvReuse& reuse);
+  int32_t num_remembered_sequences() const { return int32_t(remembered_.size()); }
+
   // Speculative decoding: after a step rolled num_computed_tokens back over rejected drafts, the
   // blocks past the one holding the last computed token go back to the pool (never a hashed
   // block: only blocks of computed tokens are hashed). The next step allocates again as needed.
@@ -164,6 +203,15 @@ class KvCacheManager {
     int32_t cache_limit = INT32_MAX;  // blocks from this index on are never offered (stop_caching_from)
     bool on_cpu = false;
   };
+  struct Remembered {
+    std::vector<int32_t> tokens;  // those with KV
+    std::vector<int32_t> blocks;
+    std::vector<uint32_t> generations;  // of each block when remembered
+    int32_t exact = 0;  // KV of tokens before this is a prefill's (not rotated)
+    uint64_t cache_salt = 0;
+  };
+  // Leading tokens of `r` whose blocks still hold its KV.
+  int32_t num_valid_tokens(const Remembered& r) const;
   // Make sure request.block_hashes() covers its first n full blocks.
   void ensure_hashes(Request& request, int32_t n) const;
   uint64_t parent_hash(const Request& request, int32_t block_index) const;
@@ -173,6 +221,8 @@ class KvCacheManager {
   BlockPool cpu_;
   std::unordered_map<std::string, Table> tables_;
   PrefixCacheStats stats_;
+  std::deque<Remembered> remembered_;  // most recent first
+  int32_t max_remembered_ = 0;
 };
 
 }  // namespace cypris

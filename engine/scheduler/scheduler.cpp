@@ -30,7 +30,9 @@ void erase_from(std::deque<std::shared_ptr<Request>>& q, const Request* r) {
 Scheduler::Scheduler(const SchedulerConfig& config, std::function<double()> clock)
     : config_((config.validate(), config)),
       clock_(clock ? std::move(clock) : std::function<double()>(steady_seconds)),
-      kv_(config.kv_cache_config()) {}
+      kv_(config.kv_cache_config()) {
+  if (config_.context_shift && config_.context_shift_rotate) kv_.enable_reuse(kRetainedSequences);
+}
 
 bool Scheduler::before(const Request& a, const Request& b) const {
   if (config_.policy == SchedulingPolicy::Priority && a.priority() != b.priority()) return a.priority() < b.priority();
@@ -111,6 +113,7 @@ void Scheduler::finish(const std::shared_ptr<Request>& request, RequestStatus st
       erase_from(waiting_, request.get());
       break;
   }
+  kv_.remember_sequence(*request);  // --context-shift: a later prompt may repeat a stretch of it
   kv_.free(*request);
   forked_unscheduled_.erase(request->request_id());
   request->set_status(status);
@@ -325,18 +328,37 @@ SchedulerOutput Scheduler::schedule() {
          active < config_.max_num_seqs) {
     std::shared_ptr<Request> request = waiting_[next_waiting];
     ComputedBlocks hit = kv_.get_computed_blocks(*request);
-    int32_t num_new = request->num_tokens() - hit.num_tokens;
+    // --context-shift by rotation: KV a finished sequence left in the cache (a chat re-sent with its
+    // oldest messages dropped repeats a later stretch of it). Not for a request preempted for
+    // recompute (it starts clean), nor one that wants the logprobs of its prompt tokens.
+    std::optional<KvReuse> reuse;
+    const SamplingParams* params = request->sampling_params().get();
+    if (config_.context_shift_rotate && request->num_preemptions() == 0 && !(params && params->prompt_logprobs))
+      reuse = kv_.find_reuse(*request, hit.num_tokens);
+    const int32_t reused = reuse ? reuse->num_tokens() : 0;
+    int32_t num_new = request->num_tokens() - hit.num_tokens - reused;
     if (!chunked && num_new > budget) break;
     num_new = std::min(num_new, budget);
     if (admission_check_ && !admission_check_(*request)) {
       ++next_waiting;
       continue;
     }
-    auto allocation = kv_.allocate_slots(*request, num_new, &hit);
+    auto allocation = kv_.allocate_slots(*request, reused + num_new, &hit);
     if (!allocation) break;
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next_waiting));
-    request->set_num_computed_tokens(hit.num_tokens);
-    request->set_num_cached_tokens(hit.num_tokens);
+    if (reuse) {
+      // The moves only read the finished sequence's blocks, and run before anything else of the step
+      // writes, so it does not matter that this allocation may have taken some of them.
+      std::vector<KvSlotMove> moves = kv_.reuse_kv(*request, *reuse);
+      out.kv_moves.insert(out.kv_moves.end(), moves.begin(), moves.end());
+      out.context_reuses.push_back({request->request_id(), hit.num_tokens, reuse->same_end - reuse->start,
+                                    reuse->num_moved(), reuse->distance(), request->num_tokens() - reuse->end});
+      ++num_context_reuses_;
+      num_context_reuse_tokens_ += reused;
+      num_context_reuse_moved_ += reuse->num_moved();
+    }
+    request->set_num_computed_tokens(hit.num_tokens + reused);
+    request->set_num_cached_tokens(hit.num_tokens + reused);
     request->set_status(RequestStatus::Running);
     running_.push_back(request);
     add_scheduled(out, request, num_new, *allocation, true);
@@ -476,6 +498,9 @@ SchedulerStats Scheduler::stats() const {
   s.num_preemptions = num_preemptions_;
   s.num_context_shifts = num_context_shifts_;
   s.num_context_shift_moves = num_context_shift_moves_;
+  s.num_context_reuses = num_context_reuses_;
+  s.num_context_reuse_tokens = num_context_reuse_tokens_;
+  s.num_context_reuse_moved = num_context_reuse_moved_;
   return s;
 }
 

@@ -127,6 +127,9 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t num_context_shifts_ = 0;
   int64_t num_context_shift_moves_ = 0;
+  int64_t num_context_reuses_ = 0;
+  int64_t num_context_reuse_tokens_ = 0;
+  int64_t num_context_reuse_moved_ = 0;
   std::vector<KvSlotMove> pending_moves_;  // of shifts since the last schedule(), for its output
   // --scheduler-delay-factor state (vLLM v0 _passed_delay).
   double prev_time_ = 0.0;

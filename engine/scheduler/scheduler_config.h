@@ -33,7 +33,8 @@ struct SchedulerConfig {
   // anyone; what the verification does not keep goes back after the step.
   int32_t num_lookahead_slots = 0;
   // With context_shift: keep the moved tokens' KV, their keys rotated by the runner
-  // (SchedulerOutput::kv_moves), instead of computing them again.
+  // (SchedulerOutput::kv_moves), instead of computing them again; and let a new prompt reuse a
+  // finished sequence's KV where it repeats a stretch of it (KvCacheManager::find_reuse).
   bool context_shift_rotate = false;
 
   // Throws cypris::Error naming the flag, the value and what is allowed.

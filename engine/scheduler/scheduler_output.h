@@ -31,6 +31,17 @@ struct ScheduledRequest {
   std::vector<int32_t> spec_token_ids;
 };
 
+// --context-shift across requests: a newly admitted request whose prompt took KV from a finished
+// sequence (KvCacheManager::find_reuse), for the engine's log.
+struct ContextReuse {
+  std::string request_id;
+  int32_t cached = 0;   // prompt tokens from the prefix cache before it
+  int32_t same = 0;     // tokens copied from the same positions
+  int32_t moved = 0;    // tokens moved down, keys rotated
+  int32_t distance = 0;  // positions they moved down by
+  int32_t computed = 0;  // prompt tokens left to compute
+};
+
 struct SchedulerOutput {
   int32_t block_size = 0;
   // Order: requests that were running, then swapped-in ones, then newly admitted ones.
@@ -44,7 +55,9 @@ struct SchedulerOutput {
 
   // Token moves of context shifts by rotation (since the previous step), performed first, before
   // the block copies: a shift's old blocks are free again and may be swapped or copied into.
+  // Also the copies of KV that newly admitted requests reuse from finished sequences (context_reuses).
   std::vector<KvSlotMove> kv_moves;
+  std::vector<ContextReuse> context_reuses;
   // Block copies the runner performs before the forward pass, in this order:
   std::vector<BlockCopy> blocks_to_swap_out;  // 1. GPU -> CPU
   std::vector<BlockCopy> blocks_to_swap_in;   // 2. CPU -> GPU
@@ -88,6 +101,11 @@ struct SchedulerStats {
   int64_t num_preemptions = 0;  // total so far
   int64_t num_context_shifts = 0;  // --context-shift: windows shifted so far
   int64_t num_context_shift_moves = 0;  // tokens whose KV a shift moved by rotation so far
+  // --context-shift across requests, so far: requests that reused a finished sequence's KV, the
+  // tokens they reused (besides prefix-cache hits) and of those the ones moved with rotated keys.
+  int64_t num_context_reuses = 0;
+  int64_t num_context_reuse_tokens = 0;
+  int64_t num_context_reuse_moved = 0;
 };
 
 }  // namespace cypris
