@@ -81,10 +81,10 @@ class Exl2WeightSource : public WeightSource {
     }
     const std::optional<std::vector<SegmentCut>> cuts = cut_column_segments(group_at, kind_at);
     if (!cuts) {
-      LOG_WARN("{}: EXL2 layer '{}': the inputs {}..{} of this rank do not hold whole 32-input pieces of each group "
-               "({}); this layer is read dequantized to --dtype (16-bit in memory)",
-               file_of(layer_prefix(name) + ".q_weight"), layer_prefix(name), k0, k0 + local[1] - 1,
-               groups_str(l.groups));
+      LOG_WARN(
+          "{}: EXL2 layer '{}': the inputs {}..{} of this rank do not hold whole 32-input pieces of each group "
+          "({}); this layer is read dequantized to --dtype (16-bit in memory)",
+          file_of(layer_prefix(name) + ".q_weight"), layer_prefix(name), k0, k0 + local[1] - 1, groups_str(l.groups));
       return {};
     }
     std::vector<ColumnSegment> segs;

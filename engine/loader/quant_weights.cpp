@@ -95,20 +95,22 @@ class QuantizedWeightSource : public WeightSource {
     const std::optional<std::vector<SegmentCut>> cuts =
         cut_column_segments(group_at, std::vector<int>(cols.size(), l.bits));
     if (!cuts || cuts->size() != 1) {
-      LOG_WARN("{}: act-order layer '{}': the input columns {}..{} of this rank do not hold whole 32-column pieces "
-               "of each group; this layer is read dequantized to --dtype (16-bit in memory)",
-               file_of(prefix(name) + ".g_idx"), prefix(name), k0, k0 + local[1] - 1);
+      LOG_WARN(
+          "{}: act-order layer '{}': the input columns {}..{} of this rank do not hold whole 32-column pieces "
+          "of each group; this layer is read dequantized to --dtype (16-bit in memory)",
+          file_of(prefix(name) + ".g_idx"), prefix(name), k0, k0 + local[1] - 1);
       return {};
     }
     if (!logged_act_order_.exchange(true)) {
-      LOG_INFO("{}: act-order GPTQ layers (first: {}) kept quantized: input columns sorted by group at load, the "
-               "activations gathered in that order before each product",
-               dir_.string(), prefix(name));
+      LOG_INFO(
+          "{}: act-order GPTQ layers (first: {}) kept quantized: input columns sorted by group at load, the "
+          "activations gathered in that order before each product",
+          dir_.string(), prefix(name));
     }
     const int block = cuts->front().block;
     ColumnSegment seg;
-    seg.dtype = l.bits == 8 ? (block == 128 ? DType::W8G128 : DType::W8G32)
-                            : (block == 128 ? DType::W4G128 : DType::W4G32);
+    seg.dtype =
+        l.bits == 8 ? (block == 128 ? DType::W8G128 : DType::W8G32) : (block == 128 ? DType::W4G128 : DType::W4G32);
     seg.columns = std::move(cols);
     return {seg};
   }

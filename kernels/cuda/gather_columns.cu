@@ -2,10 +2,9 @@
 // striding over the output columns, so that the index reads and the output writes are coalesced;
 // the source reads are scattered within one row, which stays in L1/L2 (a row is at most a few
 // tens of KiB). The gather is bandwidth-trivial next to the product that follows it.
-#include "kernels/cuda/gather_columns.h"
-
 #include "engine/common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gather_columns.h"
 
 namespace cypris {
 namespace {

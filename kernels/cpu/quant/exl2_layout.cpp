@@ -60,7 +60,8 @@ void repack_exl2(const Exl2Layer& l, int64_t n0, int64_t n1, const int32_t* cols
       blk.d = f32_to_f16(exl2_scale(l.scale_code(g, n), l.scale_max256[static_cast<size_t>(g)]));  // exact
       if constexpr (kW8) {
         blk.z = static_cast<int16_t>(zero - 128);
-        for (int i = 0; i < N; ++i) blk.qs[i] = static_cast<int8_t>(l.value(l.invperm[static_cast<size_t>(c[i])], n) - 128);
+        for (int i = 0; i < N; ++i)
+          blk.qs[i] = static_cast<int8_t>(l.value(l.invperm[static_cast<size_t>(c[i])], n) - 128);
       } else {
         blk.z = static_cast<int16_t>(zero);
         for (int s = 0; s < N / 32; ++s) {

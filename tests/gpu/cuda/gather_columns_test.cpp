@@ -50,10 +50,10 @@ void expect_gather_matches_cpu(int64_t rows, int64_t cols, int64_t x_ld, int64_t
 
 TEST(CudaGatherColumns, MatchesTheCpuGather) {
   CYPRIS_REQUIRE_GPU();
-  expect_gather_matches_cpu<uint32_t>(1, 4096, 4096, 4096, 1);  // decode, fp32, a whole permutation
+  expect_gather_matches_cpu<uint32_t>(1, 4096, 4096, 4096, 1);      // decode, fp32, a whole permutation
   expect_gather_matches_cpu<uint16_t>(37, 11008, 11008, 11008, 2);  // prefill, 16-bit
-  expect_gather_matches_cpu<uint16_t>(5, 256, 300, 96, 3);         // a segment of the columns, strided x
-  expect_gather_matches_cpu<uint32_t>(70000, 64, 64, 32, 4);       // rows past one grid dimension
+  expect_gather_matches_cpu<uint16_t>(5, 256, 300, 96, 3);          // a segment of the columns, strided x
+  expect_gather_matches_cpu<uint32_t>(70000, 64, 64, 32, 4);        // rows past one grid dimension
 }
 
 #endif

@@ -1,6 +1,8 @@
 // gather_columns on the CPU backend (the activation gather of layers kept over reordered input
 // columns): out[t, j] = x[t, cols[j]] for a permutation and for a segment's partial list, from a
 // column slice of a wider x into a column slice of a wider out; mis-shaped arguments are errors.
+#include "engine/backend/gather_columns.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,7 +10,6 @@
 #include <random>
 
 #include "engine/backend/cpu/cpu_backend.h"
-#include "engine/backend/gather_columns.h"
 #include "tests/support/error_of.h"
 
 namespace cypris {

@@ -4,12 +4,13 @@
 // (5-8 bits). The blocks, decoded and put back at the columns they multiply, equal the float64
 // reference bit for bit; tensor-parallel shards are slices of the whole; and the cutting rule
 // itself (engine/loader/column_segments.h).
+#include "engine/loader/column_segments.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "engine/loader/column_segments.h"
 #include "engine/loader/safetensors.h"
 #include "tests/support/quant_checkpoints.h"
 
@@ -24,7 +25,9 @@ using test::segments_dequantized;
 const std::string kActOrder = test::kQuantFixtures + "gptq_w4_g64_act_order";
 const std::string kExl2 = test::kQuantFixtures + "exl2_mixed";
 
-std::vector<int64_t> layer_shape(const std::string& layer) { return test::fixture_layer_shape(layer, 128); }
+std::vector<int64_t> layer_shape(const std::string& layer) {
+  return test::fixture_layer_shape(layer, 128);
+}
 
 // The linear layers of a fixture (its reference hashes), lm_head left out (read as vocabulary rows).
 std::vector<std::pair<std::string, std::string>> linear_layers(const std::string& dir) {
@@ -101,7 +104,8 @@ TEST(ColumnSegments, TensorParallelShardsAreSlicesOfTheWhole) {
         ++kept;
         const int64_t half = full[1] / 2;
         for (int64_t r = 0; r < full[0]; ++r) {
-          ASSERT_TRUE(std::equal(cols.begin() + r * half, cols.begin() + (r + 1) * half, all + r * full[1] + rank * half))
+          ASSERT_TRUE(
+              std::equal(cols.begin() + r * half, cols.begin() + (r + 1) * half, all + r * full[1] + rank * half))
               << "rank " << rank << " row " << r;
         }
       }
