@@ -196,13 +196,29 @@ ModelFootprint read_model_footprint(const std::filesystem::path& path) {
       const SafetensorsTensor* t = ckpt.find(name);
       WeightBytes w;
       if (quant && quant->method == "exl2" && contains(name, ".q_")) {
-        // EXL2 layers are dequantized at load to --dtype (engine/loader/exl2_weights.h): [out, in]
-        // values per layer, counted at its q_weight (outputs as padded to 32), its other q_* nothing.
+        // EXL2 linear layers are kept at their bits (engine/loader/exl2_weights.h): each group's inputs
+        // in W4G32 blocks (2-4 bits: 20 bytes per 32 values) or W8G32 blocks (5-8 bits: 36 bytes), plus
+        // a 4-byte column index per input; the lm_head is dequantized to --dtype ([out, in] values).
+        // Counted at q_weight (outputs as padded to 32) from its q_groups; its other q_* nothing.
         const std::string qw = ".q_weight";
         if (name.size() > qw.size() && name.compare(name.size() - qw.size(), qw.size(), qw) == 0) {
-          const SafetensorsTensor* inv = ckpt.find(name.substr(0, name.size() - qw.size()) + ".q_invperm");
-          if (inv != nullptr && inv->shape.size() == 1 && t->shape.size() == 2) {
+          const std::string p = name.substr(0, name.size() - qw.size());
+          const SafetensorsTensor* inv = ckpt.find(p + ".q_invperm");
+          const SafetensorsTensor* groups = ckpt.find(p + ".q_groups");
+          if (inv != nullptr && inv->shape.size() == 1 && t->shape.size() == 2 && is_head(name)) {
             w.float_elems = inv->shape[0] * t->shape[1];
+          } else if (inv != nullptr && inv->shape.size() == 1 && t->shape.size() == 2 && groups != nullptr &&
+                     groups->dtype_name == "I16" && groups->shape.size() == 1 && groups->shape[0] % 2 == 0) {
+            const auto* g = reinterpret_cast<const int16_t*>(groups->data);
+            const int64_t n = groups->shape[0] / 2, out = t->shape[1], in = inv->shape[0];
+            int64_t rows_seen = 0;
+            for (int64_t i = 0; i < n; ++i) {
+              const int bits = std::max<int>(1, g[2 * i]);
+              const int64_t rows = i + 1 < n ? (g[2 * i + 3] - g[2 * i + 1]) * 32 / bits : in - rows_seen;
+              rows_seen += rows;
+              w.fixed_bytes += rows * out * (bits <= 4 ? 20 : 36) / 32;
+            }
+            w.fixed_bytes += 4 * in;
           } else {
             w.fixed_bytes = static_cast<int64_t>(t->nbytes);
           }

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "engine/common/error.h"
+#include "engine/common/log.h"
+#include "engine/loader/column_segments.h"
 #include "engine/loader/dequant_rows.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weight_names.h"
@@ -36,7 +38,8 @@ class Exl2WeightSource : public WeightSource {
 
   std::string describe() const override { return plain_->describe(); }
   bool contains(const std::string& name) const override { return is_quantized(name) || plain_->contains(name); }
-  // Quantized layers are read in the model's dtype (dequantized): nullopt.
+  // Read whole, quantized layers are dequantized to the model's dtype: nullopt. A linear layer is
+  // kept at its bits through column_segments instead.
   std::optional<DType> native_dtype(const std::string& name) const override {
     return is_quantized(name) ? std::nullopt : plain_->native_dtype(name);
   }
@@ -57,6 +60,65 @@ class Exl2WeightSource : public WeightSource {
     const int64_t n1 = n0 + local[0], k1 = k0 + local[1];
     write_dequantized_rows(dtype, dst, n1 - n0, k1 - k0,
                            [&](int64_t r, float* row) { quant::exl2_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row); });
+  }
+
+  // Kept at its bits: the shard's inputs in the packed (act-order) order, cut into runs of groups of
+  // 2-4 bits (W4 blocks) and of 5-8 bits (W8 blocks), 128-value blocks where every group's share
+  // is a multiple of 128, else 32. None (read dequantized, logged) when a group's share of the
+  // shard is not a whole number of 32 inputs.
+  std::vector<ColumnSegment> column_segments(const std::string& name, const std::vector<int64_t>& full_shape,
+                                             const ShardSpec& shard) const override {
+    if (!is_quantized(name) || full_shape.size() != 2) return {};
+    const quant::Exl2Layer& l = layer(layer_prefix(name), full_shape[0], full_shape[1]);
+    const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
+    const int64_t k0 = shard.dim == 1 ? shard.rank * local[1] : 0;
+    std::vector<int32_t> cols = sorted_columns(k0, k0 + local[1], l.invperm.data());
+    std::vector<int32_t> group_at(cols.size());
+    std::vector<int> kind_at(cols.size());
+    for (size_t i = 0; i < cols.size(); ++i) {
+      group_at[i] = l.group_of_row[static_cast<size_t>(l.invperm[static_cast<size_t>(k0 + cols[i])])];
+      kind_at[i] = l.groups[static_cast<size_t>(group_at[i])].bits <= 4 ? 4 : 8;
+    }
+    const std::optional<std::vector<SegmentCut>> cuts = cut_column_segments(group_at, kind_at);
+    if (!cuts) {
+      LOG_WARN(
+          "{}: EXL2 layer '{}': the inputs {}..{} of this rank do not hold whole 32-input pieces of each group "
+          "({}); this layer is read dequantized to --dtype (16-bit in memory)",
+          file_of(layer_prefix(name) + ".q_weight"), layer_prefix(name), k0, k0 + local[1] - 1, groups_str(l.groups));
+      return {};
+    }
+    std::vector<ColumnSegment> segs;
+    for (const SegmentCut& c : *cuts) {
+      ColumnSegment seg;
+      seg.dtype = c.kind == 8 ? (c.block == 128 ? DType::W8G128 : DType::W8G32)
+                              : (c.block == 128 ? DType::W4G128 : DType::W4G32);
+      seg.columns.assign(cols.begin() + c.begin, cols.begin() + c.end);
+      segs.push_back(std::move(seg));
+    }
+    return segs;
+  }
+
+  void read_segment(const std::string& name, const std::vector<int64_t>& full_shape, const ShardSpec& shard,
+                    size_t index, void* dst) const override {
+    const std::vector<ColumnSegment> segs = column_segments(name, full_shape, shard);
+    CYPRIS_CHECK(index < segs.size(), "{}: EXL2 layer '{}' has {} column segments, not {}", dir_.string(), name,
+                 segs.size(), index + 1);
+    const quant::Exl2Layer& l = layer(layer_prefix(name), full_shape[0], full_shape[1]);
+    const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
+    const int64_t n0 = shard.dim == 0 ? shard.rank * local[0] : 0;
+    const int64_t k0 = shard.dim == 1 ? shard.rank * local[1] : 0;
+    const ColumnSegment& seg = segs[index];
+    std::vector<int32_t> cols(seg.columns.size());
+    for (size_t i = 0; i < cols.size(); ++i) cols[i] = static_cast<int32_t>(k0 + seg.columns[i]);
+    const auto ncols = static_cast<int64_t>(cols.size());
+    const size_t row_bytes = dtype_nbytes(seg.dtype, ncols);
+    shared_thread_pool().parallel_for(
+        local[0],
+        [&](int64_t r0, int64_t r1) {
+          quant::exl2_repack_columns(l, seg.dtype, n0 + r0, n0 + r1, cols.data(), ncols,
+                                     static_cast<char*>(dst) + static_cast<size_t>(r0) * row_bytes);
+        },
+        16);
   }
 
  private:

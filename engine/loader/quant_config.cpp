@@ -319,7 +319,7 @@ std::string QuantConfig::summary() const {
                                           : act_scheme + " activation scales (activations run unquantized)");
   }
   if (method == "exl2") {
-    return fmt::format("exl2 {} bits per weight, head {} bits (mixed 2-8 bits per group; layers dequantized at load)",
+    return fmt::format("exl2 {} bits per weight, head {} bits (mixed 2-8 bits per group)",
                        bits_per_weight > 0 ? fmt::format("{:g}", bits_per_weight) : std::string("(not stated)"),
                        head_bits > 0 ? std::to_string(head_bits) : std::string("(not stated)"));
   }

@@ -10,6 +10,7 @@
 
 #include "engine/common/error.h"
 #include "engine/common/log.h"
+#include "engine/loader/column_segments.h"
 #include "engine/loader/dequant_rows.h"
 #include "engine/loader/safetensors.h"
 #include "engine/loader/weight_names.h"
@@ -31,8 +32,9 @@ class QuantizedWeightSource : public WeightSource {
 
   std::optional<DType> native_dtype(const std::string& name) const override {
     if (!is_quantized(name)) return plain_->native_dtype(name);
-    // Act-order (g_idx out of order): the blocks would mix groups, so the layer is dequantized to
-    // the model's --dtype (exact, but 16-bit in memory) until the kernels take a column order.
+    // Act-order (g_idx out of order): blocks in the checkpoint's column order would mix groups; the
+    // layer is kept quantized over its columns sorted by group (column_segments), or, where a
+    // shard's columns do not cut into whole blocks, read dequantized to --dtype.
     if (act_order(name)) return std::nullopt;
     const auto shape = qweight_logical_shape(name);
     return quant::wq_repack_type(q_.bits, group_of(shape[1]), shape[1]);
@@ -53,7 +55,8 @@ class QuantizedWeightSource : public WeightSource {
     if (dtype_is_quantized(dtype)) {
       const std::optional<DType> native = native_dtype(name);
       CYPRIS_CHECK(native.has_value(),
-                   "{}: layer '{}' is act-order GPTQ (g_idx out of order); it is read dequantized, not as {}",
+                   "{}: layer '{}' is act-order GPTQ (g_idx out of order): its blocks hold the columns sorted by "
+                   "group (read as column segments) or it is read dequantized, not whole as {}",
                    file_of(prefix(name) + ".g_idx"), prefix(name), dtype_name(dtype));
       CYPRIS_CHECK(dtype == *native, "{}: quantized layer '{}' is kept as {}, not {}", dir_.string(), name,
                    dtype_name(*native), dtype_name(dtype));
@@ -61,7 +64,7 @@ class QuantizedWeightSource : public WeightSource {
       const int64_t mixed = quant::wq_first_mixed_block(l, block);
       CYPRIS_CHECK(mixed < 0,
                    "{}: tensor '{}.g_idx': input columns {}..{} belong to different groups (act-order, desc_act "
-                   "true); act-order GPTQ checkpoints are not supported yet",
+                   "true); such layers are read as column segments (sorted by group)",
                    file_of(prefix(name) + ".g_idx"), prefix(name), mixed, mixed + block - 1);
       shared_thread_pool().parallel_for(
           n1 - n0,
@@ -77,6 +80,64 @@ class QuantizedWeightSource : public WeightSource {
                            [&](int64_t r, float* row) { quant::wq_dequantize(l, n0 + r, n0 + r + 1, k0, k1, row); });
   }
 
+  // Act-order GPTQ: the shard's input columns sorted by g_idx (stable), so that each group is
+  // contiguous; one segment in W4/W8 blocks of 128 or 32 columns. A row-parallel shard whose share
+  // of some group is not a whole number of 32 columns has none (read dequantized; logged).
+  std::vector<ColumnSegment> column_segments(const std::string& name, const std::vector<int64_t>& full_shape,
+                                             const ShardSpec& shard) const override {
+    if (!is_quantized(name) || full_shape.size() != 2 || !act_order(name)) return {};
+    const quant::WqLayer l = open_layer(name, full_shape[0], full_shape[1]);
+    const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
+    const int64_t k0 = shard.dim == 1 ? shard.rank * local[1] : 0;
+    std::vector<int32_t> cols = sorted_columns(k0, k0 + local[1], l.g_idx);
+    std::vector<int32_t> group_at(cols.size());
+    for (size_t i = 0; i < cols.size(); ++i) group_at[i] = l.g_idx[k0 + cols[i]];
+    const std::optional<std::vector<SegmentCut>> cuts =
+        cut_column_segments(group_at, std::vector<int>(cols.size(), l.bits));
+    if (!cuts || cuts->size() != 1) {
+      LOG_WARN(
+          "{}: act-order layer '{}': the input columns {}..{} of this rank do not hold whole 32-column pieces "
+          "of each group; this layer is read dequantized to --dtype (16-bit in memory)",
+          file_of(prefix(name) + ".g_idx"), prefix(name), k0, k0 + local[1] - 1);
+      return {};
+    }
+    if (!logged_act_order_.exchange(true)) {
+      LOG_INFO(
+          "{}: act-order GPTQ layers (first: {}) kept quantized: input columns sorted by group at load, the "
+          "activations gathered in that order before each product",
+          dir_.string(), prefix(name));
+    }
+    const int block = cuts->front().block;
+    ColumnSegment seg;
+    seg.dtype =
+        l.bits == 8 ? (block == 128 ? DType::W8G128 : DType::W8G32) : (block == 128 ? DType::W4G128 : DType::W4G32);
+    seg.columns = std::move(cols);
+    return {seg};
+  }
+
+  void read_segment(const std::string& name, const std::vector<int64_t>& full_shape, const ShardSpec& shard,
+                    size_t index, void* dst) const override {
+    const std::vector<ColumnSegment> segs = column_segments(name, full_shape, shard);
+    CYPRIS_CHECK(index < segs.size(), "{}: layer '{}' has {} column segments, not {}", dir_.string(), name, segs.size(),
+                 index + 1);
+    const quant::WqLayer l = open_layer(name, full_shape[0], full_shape[1]);
+    const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
+    const int64_t n0 = shard.dim == 0 ? shard.rank * local[0] : 0;
+    const int64_t k0 = shard.dim == 1 ? shard.rank * local[1] : 0;
+    const ColumnSegment& seg = segs[index];
+    std::vector<int32_t> cols(seg.columns.size());
+    for (size_t i = 0; i < cols.size(); ++i) cols[i] = static_cast<int32_t>(k0 + seg.columns[i]);
+    const int64_t ncols = static_cast<int64_t>(cols.size());
+    const size_t row_bytes = dtype_nbytes(seg.dtype, ncols);
+    shared_thread_pool().parallel_for(
+        local[0],
+        [&](int64_t r0, int64_t r1) {
+          quant::wq_repack_columns(l, seg.dtype, n0 + r0, n0 + r1, cols.data(), ncols,
+                                   static_cast<char*>(dst) + static_cast<size_t>(r0) * row_bytes);
+        },
+        16);
+  }
+
  private:
   std::string prefix(const std::string& name) const { return layer_prefix(name); }
 
@@ -85,7 +146,7 @@ class QuantizedWeightSource : public WeightSource {
     return !p.empty() && ckpt_.find(p + packed_name()) != nullptr;
   }
 
-  // True when the layer's g_idx is not k / group (GPTQ act-order); warns once per checkpoint.
+  // True when the layer's g_idx is not k / group (GPTQ act-order).
   bool act_order(const std::string& name) const {
     const SafetensorsTensor* g = ckpt_.find(prefix(name) + ".g_idx");
     if (g == nullptr || q_.method != "gptq" || g->dtype_name != "I32" || g->shape.size() != 1) return false;
@@ -94,12 +155,6 @@ class QuantizedWeightSource : public WeightSource {
     const auto* idx = reinterpret_cast<const int32_t*>(g->data);
     bool in_order = true;
     for (int64_t k = 0; k < in && in_order; ++k) in_order = idx[k] == k / group;
-    if (!in_order && !warned_act_order_.exchange(true)) {
-      LOG_WARN(
-          "{}: act-order GPTQ layers (desc_act, g_idx out of order, first: {}) are dequantized to --dtype: "
-          "correct, but 16-bit in memory (kept quantized: not supported yet)",
-          dir_.string(), prefix(name));
-    }
     return !in_order;
   }
 
@@ -268,7 +323,7 @@ class QuantizedWeightSource : public WeightSource {
   QuantConfig q_;
   std::unique_ptr<WeightSource> plain_;
   SafetensorsCheckpoint ckpt_;
-  mutable std::atomic<bool> warned_act_order_{false};
+  mutable std::atomic<bool> logged_act_order_{false};
   // fp16 copies of non-fp16 scales, per layer (each rank's source is used by one thread).
   mutable std::map<std::string, std::vector<uint16_t>> scale_store_;
 };

@@ -166,6 +166,11 @@ std::vector<int64_t> shard_shape(const std::string& name, const std::vector<int6
   return out;
 }
 
+void WeightSource::read_segment(const std::string& name, const std::vector<int64_t>& full_shape,
+                                const ShardSpec& shard, size_t index, void* dst) const {
+  CYPRIS_FAIL("{}: tensor '{}' has no column segments (it is read whole)", describe(), name);
+}
+
 HostTensor WeightSource::load(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype,
                               const ShardSpec& shard) const {
   HostTensor t;
@@ -265,7 +270,8 @@ std::unique_ptr<WeightSource> open_weight_source(const ModelFamilies& families, 
                dir.string());
   if (!q) return plain;
   LOG_INFO("{}: quantized checkpoint, {}{}", dir.string(), q->summary(),
-           q->method == "exl2" ? "" : " (layers kept quantized)");
+           q->method == "exl2" ? " (linear layers kept at their bits in W4/W8 blocks, lm_head dequantized)"
+                               : " (layers kept quantized)");
   if (q->method == "fp8" || q->checkpoint_format == "float-quantized" || q->checkpoint_format == "int-quantized") {
     return make_fp8_weight_source(dir, *q, std::move(plain));
   }

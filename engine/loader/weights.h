@@ -40,6 +40,15 @@ struct HostTensor {
   Tensor view() const { return Tensor(buffer.data(), dtype, shape); }
 };
 
+// One product of a linear layer kept quantized over reordered input columns (act-order GPTQ, EXL2:
+// the checkpoint's groups made contiguous, so that the block types apply): a [local rows,
+// columns.size()] weight in `dtype` whose column j multiplies the shard's input column columns[j]
+// (an index into the shard's inputs). The layer's output is the sum of its segments' products.
+struct ColumnSegment {
+  DType dtype = DType::F32;
+  std::vector<int32_t> columns;
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
@@ -62,6 +71,18 @@ class WeightSource {
   virtual std::optional<DummyFill> dummy_fill(const std::string& name, const std::vector<int64_t>& full_shape) const {
     return std::nullopt;
   }
+
+  // A layer kept quantized over reordered input columns: this shard's segments (ColumnSegment).
+  // Empty (the default) when the layer is read whole by read_into: a plain or block-quantized
+  // tensor, or a reordered layer whose shard does not cut into whole blocks (then it is read
+  // dequantized in a plain dtype).
+  virtual std::vector<ColumnSegment> column_segments(const std::string& name, const std::vector<int64_t>& full_shape,
+                                                     const ShardSpec& shard) const {
+    return {};
+  }
+  // Writes segment `index` of column_segments(name, full_shape, shard) as its dtype into dst.
+  virtual void read_segment(const std::string& name, const std::vector<int64_t>& full_shape, const ShardSpec& shard,
+                            size_t index, void* dst) const;
 
   HostTensor load(const std::string& name, const std::vector<int64_t>& full_shape, DType dtype,
                   const ShardSpec& shard = {}) const;

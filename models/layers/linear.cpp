@@ -6,6 +6,7 @@
 #include "engine/common/error.h"
 #include "engine/backend/communicator.h"
 #include "models/layers/lora.h"
+#include "models/layers/segmented_linear.h"
 
 namespace cypris {
 
@@ -21,10 +22,31 @@ std::string bias_name(const std::string& weight_name) {
 
 ColumnParallelLinear::ColumnParallelLinear(const WeightLoader& w, const std::vector<LinearPart>& parts,
                                            int64_t in_features, bool with_bias) {
-  for (const std::vector<LinearPart>& run : w.same_dtype_runs(parts, in_features)) {
-    weights_.push_back(w.load_linear(run, in_features));
-    column0_.push_back(out_features_);
-    out_features_ += weights_.back().view.shape[0];
+  std::vector<std::vector<LinearSegment>> segmented;
+  bool any_segmented = false;
+  for (const LinearPart& p : parts) {
+    segmented.push_back(w.load_linear_segments(p, in_features));
+    any_segmented = any_segmented || !segmented.back().empty();
+  }
+  if (any_segmented) {
+    // Each part its own product: the segmented ones over their reordered columns, the others whole.
+    for (size_t i = 0; i < parts.size(); ++i) {
+      column0_.push_back(out_features_);
+      if (segmented[i].empty()) {
+        weights_.push_back(w.load_linear({parts[i]}, in_features));
+        out_features_ += weights_.back().view.shape[0];
+      } else {
+        weights_.emplace_back();
+        out_features_ += segmented[i].front().weight.view.shape[0];
+      }
+      segments_.push_back(std::move(segmented[i]));
+    }
+  } else {
+    for (const std::vector<LinearPart>& run : w.same_dtype_runs(parts, in_features)) {
+      weights_.push_back(w.load_linear(run, in_features));
+      column0_.push_back(out_features_);
+      out_features_ += weights_.back().view.shape[0];
+    }
   }
   if (with_bias) {
     std::vector<LinearPart> bias_parts = parts;
@@ -99,7 +121,7 @@ ColumnParallelLinear ColumnParallelLinear::interleaved_to_neox(const WeightLoade
 
 void ColumnParallelLinear::forward(Backend& b, const Tensor& x, Tensor& out) const {
   const Tensor* bias = bias_.view.data ? &bias_.view : nullptr;
-  if (weights_.size() == 1) {
+  if (weights_.size() == 1 && segments_.empty()) {
     b.linear(x, weights_[0].view, bias, out);
   } else {
     forward_parts(b, x, bias, out);
@@ -109,7 +131,8 @@ void ColumnParallelLinear::forward(Backend& b, const Tensor& x, Tensor& out) con
 
 void ColumnParallelLinear::forward_parts(Backend& b, const Tensor& x, const Tensor* bias, Tensor& out) const {
   for (size_t i = 0; i < weights_.size(); ++i) {
-    const int64_t n = weights_[i].view.shape[0];
+    const bool segmented = !segments_.empty() && !segments_[i].empty();
+    const int64_t n = segmented ? segments_[i].front().weight.view.shape[0] : weights_[i].view.shape[0];
     Tensor part = column_slice(out, column0_[i], n);
     Tensor part_bias;
     if (bias) {
@@ -117,7 +140,11 @@ void ColumnParallelLinear::forward_parts(Backend& b, const Tensor& x, const Tens
       part_bias.data = static_cast<char*>(bias->data) + column0_[i] * dtype_size(bias->dtype);
       part_bias.shape = {n};
     }
-    b.linear(x, weights_[i].view, bias ? &part_bias : nullptr, part);
+    if (segmented) {
+      segmented_linear(b, segments_[i], x, bias ? &part_bias : nullptr, part);
+    } else {
+      b.linear(x, weights_[i].view, bias ? &part_bias : nullptr, part);
+    }
   }
 }
 
@@ -125,7 +152,9 @@ RowParallelLinear::RowParallelLinear(const WeightLoader& w, const std::string& n
                                      int64_t in_features, bool with_bias)
     : opt_(&w.options()) {
   const auto& par = w.options().parallel;
-  weight_ = w.load_linear({{name, out_features, ShardSpec::split(1, par.rank, par.world_size)}}, in_features);
+  const LinearPart part{name, out_features, ShardSpec::split(1, par.rank, par.world_size)};
+  segments_ = w.load_linear_segments(part, in_features);
+  if (segments_.empty()) weight_ = w.load_linear({part}, in_features);
   if (with_bias && par.rank == 0) bias_ = w.load_f32(bias_name(name), {out_features});
   lora_ = w.options().lora;
   const std::string suffix = ".weight";
@@ -136,7 +165,12 @@ RowParallelLinear::RowParallelLinear(const WeightLoader& w, const std::string& n
 }
 
 void RowParallelLinear::forward(Backend& b, const Tensor& x, Tensor& out, bool reduce) const {
-  b.linear(x, weight_.view, bias_.view.data ? &bias_.view : nullptr, out);
+  const Tensor* bias = bias_.view.data ? &bias_.view : nullptr;
+  if (segments_.empty()) {
+    b.linear(x, weight_.view, bias, out);
+  } else {
+    segmented_linear(b, segments_, x, bias, out);
+  }
   if (lora_site_ >= 0) lora_->apply(b, lora_site_, x, out);
   if (reduce) tp_all_reduce(*opt_, out);
 }

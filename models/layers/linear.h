@@ -31,7 +31,9 @@ class ColumnParallelLinear {
   int64_t out_features() const { return out_features_; }
   // The one weight when the layer is a single product without bias (what a grouped product of
   // several layers takes, Backend::grouped_linear); null otherwise.
-  const Tensor* sole_weight() const { return weights_.size() == 1 && !bias_.view.data ? &weights_[0].view : nullptr; }
+  const Tensor* sole_weight() const {
+    return weights_.size() == 1 && segments_.empty() && !bias_.view.data ? &weights_[0].view : nullptr;
+  }
 
  private:
   // With --enable-lora: one LoRA site per part (models/layers/lora.h), each adding to the part's
@@ -43,6 +45,9 @@ class ColumnParallelLinear {
   // Usually one weight; several when the stacked parts keep different quantized types
   // (WeightLoader::same_dtype_runs): each then fills its own columns of out.
   std::vector<DeviceTensor> weights_;
+  // Empty, or one entry per weight: a part kept quantized over reordered input columns (act-order
+  // GPTQ, EXL2) has its segments here and no weight in weights_ (WeightLoader::load_linear_segments).
+  std::vector<std::vector<LinearSegment>> segments_;
   std::vector<int64_t> column0_;  // first output column of each weight
   int64_t out_features_ = 0;
   DeviceTensor bias_;
@@ -60,10 +65,11 @@ class RowParallelLinear {
   // caller sums (several row-parallel outputs added before one all-reduce).
   void forward(Backend& b, const Tensor& x, Tensor& out, bool reduce = true) const;
   // The weight when there is no bias (as ColumnParallelLinear::sole_weight); null otherwise.
-  const Tensor* sole_weight() const { return bias_.view.data ? nullptr : &weight_.view; }
+  const Tensor* sole_weight() const { return bias_.view.data || !segments_.empty() ? nullptr : &weight_.view; }
 
  private:
   DeviceTensor weight_;
+  std::vector<LinearSegment> segments_;  // kept over reordered input columns (then no weight_)
   DeviceTensor bias_;  // only on rank 0: the all-reduce adds it once
   const ModelBuildOptions* opt_ = nullptr;
   LoraSites* lora_ = nullptr;  // --enable-lora: the update is added before the all-reduce

@@ -169,6 +169,33 @@ DeviceTensor WeightLoader::load_linear(const std::vector<LinearPart>& parts, int
   return backend_.upload_weight(load_linear_host(parts, cols));
 }
 
+std::vector<LinearSegment> WeightLoader::load_linear_segments(const LinearPart& part, int64_t cols) const {
+  if (part.row0 >= 0) return {};  // a slice of a fused tensor: read whole
+  const std::string name = resolve(part.name);
+  const std::vector<int64_t> full = {part.full_rows, cols};
+  const std::vector<ColumnSegment> segs = weights_.column_segments(name, full, part.shard);
+  for (const ColumnSegment& s : segs) {
+    if (!backend_.supports_quantized_weight(s.dtype)) return {};
+  }
+  const std::vector<int64_t> local = shard_shape(name, full, part.shard);
+  std::vector<LinearSegment> out;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const auto k = static_cast<int64_t>(segs[i].columns.size());
+    HostTensor w;
+    w.dtype = segs[i].dtype;
+    w.shape = {local[0], k};
+    w.buffer = Buffer(dtype_nbytes(w.dtype, local[0] * k));
+    weights_.read_segment(name, full, part.shard, i, w.buffer.data());
+    HostTensor c;
+    c.dtype = DType::I32;
+    c.shape = {k};
+    c.buffer = Buffer(static_cast<size_t>(k) * sizeof(int32_t));
+    std::memcpy(c.buffer.data(), segs[i].columns.data(), c.buffer.size());
+    out.push_back({backend_.upload_weight(std::move(w)), backend_.upload_weight(std::move(c))});
+  }
+  return out;
+}
+
 DeviceTensor WeightLoader::load_replicated(const std::string& name, const std::vector<int64_t>& shape,
                                            DType dtype) const {
   const std::string resolved = resolve(name);

@@ -45,6 +45,13 @@ struct LinearPart {
   int64_t row_count = -1;
 };
 
+// One product of a linear layer kept quantized over reordered input columns
+// (WeightSource::column_segments): out += x[:, columns] · weightᵀ. columns I32 [k_s] on the device.
+struct LinearSegment {
+  DeviceTensor weight;   // [rows, k_s] in a W4/W8 block type
+  DeviceTensor columns;  // I32 [k_s]: the input column each weight column multiplies
+};
+
 class WeightLoader {
  public:
   WeightLoader(const ModelConfig& cfg, const WeightSource& weights, Backend& backend, const ModelBuildOptions& opt);
@@ -73,6 +80,11 @@ class WeightLoader {
   // Every linear weight goes through here. Column-parallel / merged: parts stacked row-wise, each
   // [full_rows, cols] split on dim 0; row-parallel: one part whose shard splits dim 1.
   DeviceTensor load_linear(const std::vector<LinearPart>& parts, int64_t cols) const;
+  // The segments of one part kept quantized over reordered input columns (act-order GPTQ, EXL2):
+  // a column-parallel part's rows or a row-parallel part's input shard. Empty when the part is read
+  // whole by load_linear (its source has no segments for it, or the backend keeps their types in
+  // --dtype).
+  std::vector<LinearSegment> load_linear_segments(const LinearPart& part, int64_t cols) const;
   // The stacked parts cut into runs that can each be stored in one dtype: one run, unless the parts
   // are quantized in different types that the backend keeps (a Q4_K_M GGUF's attn_v in Q6_K beside
   // Q4_K q and k): then one run per type change, so no part is dequantized to --dtype.

@@ -20,6 +20,7 @@
 #include "engine/common/dtype.h"
 #include "engine/loader/model_config.h"
 #include "engine/loader/weights.h"
+#include "kernels/cpu/quant/quant_ref.h"
 #include "models/registry/registry.h"
 
 namespace cypris::test {
@@ -99,6 +100,36 @@ inline void expect_slices_of_whole(const WeightSource& w, const std::string& nam
           << "rank " << rank << " row " << r;
     }
   }
+}
+
+// A layer kept over reordered input columns (WeightSource::column_segments) read back as fp32
+// [local rows, local cols] in the model's column order: each segment's blocks decoded by the
+// kernels' reference and put back at the columns they multiply. Empty when the shard has no
+// segments; a column covered twice or never fails the test.
+inline std::vector<float> segments_dequantized(const WeightSource& w, const std::string& name,
+                                               const std::vector<int64_t>& full, const ShardSpec& shard = {}) {
+  const std::vector<ColumnSegment> segs = w.column_segments(name, full, shard);
+  if (segs.empty()) return {};
+  const std::vector<int64_t> local = shard_shape(name, full, shard);
+  const int64_t rows = local[0], cols = local[1];
+  std::vector<float> out(static_cast<size_t>(rows * cols), 0.0f);
+  std::vector<int> seen(static_cast<size_t>(cols), 0);
+  for (size_t i = 0; i < segs.size(); ++i) {
+    const auto k = static_cast<int64_t>(segs[i].columns.size());
+    Buffer b(dtype_nbytes(segs[i].dtype, rows * k));
+    w.read_segment(name, full, shard, i, b.data());
+    std::vector<float> deq(static_cast<size_t>(rows * k));
+    quant::dequantize_row(segs[i].dtype, b.data(), deq.data(), rows * k);
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t c = segs[i].columns[static_cast<size_t>(j)];
+      EXPECT_TRUE(c >= 0 && c < cols) << name << ": column " << c;
+      if (c < 0 || c >= cols) return {};
+      ++seen[static_cast<size_t>(c)];
+      for (int64_t r = 0; r < rows; ++r) out[static_cast<size_t>(r * cols + c)] = deq[static_cast<size_t>(r * k + j)];
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(seen[static_cast<size_t>(c)], 1) << name << ": column " << c;
+  return out;
 }
 
 }  // namespace cypris::test

@@ -3,11 +3,12 @@
 benchmarks, beside bench_make_gguf's GGUF files of the same shapes: speed depends only on the types
 and shapes, not on the values. Embeddings, norms and lm_head are fp16, as GPTQ checkpoints ship them.
 
-  make_bench_gptq.py OUT_DIR [--bits 4] [--group 128] [--hidden 768 --ffn 2048 --layers 12 --heads 12
+  make_bench_gptq.py OUT_DIR [--bits 4] [--group 128] [--act-order] [--hidden 768 --ffn 2048 --layers 12 --heads 12
                      --kv-heads 12 --vocab 32000]
 
 Defaults: the ~110M Llama of the CPU benchmarks (docs/perf/). Packing as AutoGPTQ's QuantLinear.pack
-(see gen_quant_fixtures.py), checkpoint_format gptq (v1), sym, g_idx in order.
+(see gen_quant_fixtures.py), checkpoint_format gptq (v1), sym, g_idx in order (--act-order: desc_act true,
+each layer's g_idx a random permutation's groups, as AutoGPTQ writes them).
 Run: /usr/bin/python3 tests/tools/make_bench_gptq.py /tmp/gptq110m  (needs python3-numpy)
 """
 import argparse
@@ -26,6 +27,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--bits", type=int, default=4, choices=[2, 4, 8])
     ap.add_argument("--group", type=int, default=128)
+    ap.add_argument("--act-order", action="store_true")
     add_llama_shape_args(ap)
     a = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -45,7 +47,10 @@ def main():
             qz |= zeros[:, j::per] << np.uint64(a.bits * j)
         put(prefix + ".qzeros", qz.astype(np.uint32).view(np.int32), "I32")
         put(prefix + ".scales", (rng.random((inp // g, out)) * 0.02 + 0.001).astype(np.float16), "F16")
-        put(prefix + ".g_idx", (np.arange(inp) // g).astype(np.int32), "I32")
+        g_idx = (np.arange(inp) // g).astype(np.int32)
+        if a.act_order:
+            g_idx = g_idx[np.argsort(rng.permutation(inp))]  # column perm[i] in group i // g
+        put(prefix + ".g_idx", g_idx, "I32")
 
     put("model.embed_tokens.weight", (rng.standard_normal((V, H)) * 0.02).astype(np.float16), "F16")
     put("lm_head.weight", (rng.standard_normal((V, H)) * 0.02).astype(np.float16), "F16")
@@ -62,7 +67,7 @@ def main():
         linear(p + "mlp.down_proj", H, I)
     os.makedirs(a.out, exist_ok=True)
     off = write_safetensors_entries(os.path.join(a.out, "model.safetensors"), tensors)
-    cfg = bench_llama_config(a, {"quant_method": "gptq", "bits": a.bits, "group_size": a.group, "desc_act": False,
+    cfg = bench_llama_config(a, {"quant_method": "gptq", "bits": a.bits, "group_size": a.group, "desc_act": a.act_order,
                                    "sym": True, "checkpoint_format": "gptq"})
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)

@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/common/dtype.h"
+
 namespace cypris::quant {
 
 struct Exl2Group {
@@ -53,5 +55,12 @@ float exl2_scale(int code, float max256);
 // Rows [n0, n1) (outputs), columns [k0, k1) (inputs, in the model's order) of the layer, dequantized
 // to fp32 row-major: (q - 2^(bits - 1)) * s, exactly.
 void exl2_dequantize(const Exl2Layer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1, float* dst);
+
+// Kept at its bits: rows [n0, n1) with the layer's inputs (model order) cols[0 .. ncols) in that
+// order as blocks of `type` (W4G32/W4G128 for 2-, 3- and 4-bit groups, W8G32/W8G128 for 5, 6 and
+// 8 bits): d = s (an fp16 value), z = 2^(bits - 1), q as stored, so d * (q - z) is the value above
+// exactly. Every block's inputs lie in one group whose width fits the type (checked).
+void exl2_repack_columns(const Exl2Layer& l, DType type, int64_t n0, int64_t n1, const int32_t* cols, int64_t ncols,
+                         void* dst);
 
 }  // namespace cypris::quant

@@ -11,43 +11,6 @@ namespace {
 // AutoAWQ packs column order[i] of each 8 at nibble i; column j is therefore at nibble kAwqPos[j].
 constexpr int kAwqPos[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 
-template <int N>
-void repack_w4(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1, void* dst) {
-  auto* out = static_cast<BlockW4<N>*>(dst);
-  const int64_t per_row = (k1 - k0) / N;
-  for (int64_t n = n0; n < n1; ++n) {
-    for (int64_t b = 0; b < per_row; ++b) {
-      BlockW4<N>& blk = out[(n - n0) * per_row + b];
-      const int64_t kb = k0 + b * N;
-      const int64_t g = l.group_of(kb);
-      blk.d = l.scale(g, n);
-      blk.z = static_cast<int16_t>(l.zero(g, n));
-      for (int s = 0; s < N / 32; ++s) {
-        for (int j = 0; j < 16; ++j) {
-          const int lo = l.value(n, kb + 32 * s + j), hi = l.value(n, kb + 32 * s + 16 + j);
-          blk.qs[16 * s + j] = static_cast<uint8_t>(lo | (hi << 4));
-        }
-      }
-    }
-  }
-}
-
-template <int N>
-void repack_w8(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1, void* dst) {
-  auto* out = static_cast<BlockW8<N>*>(dst);
-  const int64_t per_row = (k1 - k0) / N;
-  for (int64_t n = n0; n < n1; ++n) {
-    for (int64_t b = 0; b < per_row; ++b) {
-      BlockW8<N>& blk = out[(n - n0) * per_row + b];
-      const int64_t kb = k0 + b * N;
-      const int64_t g = l.group_of(kb);
-      blk.d = l.scale(g, n);
-      blk.z = static_cast<int16_t>(l.zero(g, n) - 128);
-      for (int i = 0; i < N; ++i) blk.qs[i] = static_cast<int8_t>(l.value(n, kb + i) - 128);
-    }
-  }
-}
-
 // AutoGPTQ's 3-bit packing: each run of 32 values fills three words, value j of the run at bits
 // 3j .. 3j + 2 of their 96 bits (word 0's low bit first; values 10 and 21 straddle two words).
 // word(i) is the run's i-th word.
@@ -92,6 +55,68 @@ struct MarlinInverse {
 const MarlinInverse& marlin_inverse() {
   static const MarlinInverse inv;
   return inv;
+}
+
+// Output block b of row n holds the checkpoint's columns col(kb .. kb + N) with kb = b * N: col(k) is
+// k0 + k in the checkpoint's order, or cols[k] when the columns are reordered (act-order).
+struct Columns {
+  int64_t k0 = 0;
+  const int32_t* cols = nullptr;
+  int64_t operator()(int64_t k) const { return cols ? cols[k] : k0 + k; }
+};
+
+template <int N>
+void repack_w4(const WqLayer& l, int64_t n0, int64_t n1, Columns col, int64_t ncols, void* dst) {
+  auto* out = static_cast<BlockW4<N>*>(dst);
+  const int64_t per_row = ncols / N;
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t b = 0; b < per_row; ++b) {
+      BlockW4<N>& blk = out[(n - n0) * per_row + b];
+      const int64_t kb = b * N;
+      const int64_t g = l.group_of(col(kb));
+      blk.d = l.scale(g, n);
+      blk.z = static_cast<int16_t>(l.zero(g, n));
+      for (int s = 0; s < N / 32; ++s) {
+        for (int j = 0; j < 16; ++j) {
+          const int lo = l.value(n, col(kb + 32 * s + j)), hi = l.value(n, col(kb + 32 * s + 16 + j));
+          blk.qs[16 * s + j] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+      }
+    }
+  }
+}
+
+template <int N>
+void repack_w8(const WqLayer& l, int64_t n0, int64_t n1, Columns col, int64_t ncols, void* dst) {
+  auto* out = static_cast<BlockW8<N>*>(dst);
+  const int64_t per_row = ncols / N;
+  for (int64_t n = n0; n < n1; ++n) {
+    for (int64_t b = 0; b < per_row; ++b) {
+      BlockW8<N>& blk = out[(n - n0) * per_row + b];
+      const int64_t kb = b * N;
+      const int64_t g = l.group_of(col(kb));
+      blk.d = l.scale(g, n);
+      blk.z = static_cast<int16_t>(l.zero(g, n) - 128);
+      for (int i = 0; i < N; ++i) blk.qs[i] = static_cast<int8_t>(l.value(n, col(kb + i)) - 128);
+    }
+  }
+}
+
+void repack(const WqLayer& l, DType type, int64_t n0, int64_t n1, Columns col, int64_t ncols, void* dst) {
+  switch (type) {
+    case DType::W4G32:
+      return repack_w4<32>(l, n0, n1, col, ncols, dst);
+    case DType::W4G64:
+      return repack_w4<64>(l, n0, n1, col, ncols, dst);
+    case DType::W4G128:
+      return repack_w4<128>(l, n0, n1, col, ncols, dst);
+    case DType::W8G32:
+      return repack_w8<32>(l, n0, n1, col, ncols, dst);
+    case DType::W8G128:
+      return repack_w8<128>(l, n0, n1, col, ncols, dst);
+    default:
+      CYPRIS_FAIL("quantized layer: {} is not a repacked checkpoint type", dtype_name(type));
+  }
 }
 
 }  // namespace
@@ -174,20 +199,20 @@ void wq_repack(const WqLayer& l, DType type, int64_t n0, int64_t n1, int64_t k0,
   CYPRIS_CHECK(k0 % be == 0 && (k1 - k0) % be == 0 && k1 <= l.in && n1 <= l.out,
                "quantized layer: columns [{}, {}) are not whole {} blocks of a row of {}", k0, k1, dtype_name(type),
                l.in);
-  switch (type) {
-    case DType::W4G32:
-      return repack_w4<32>(l, n0, n1, k0, k1, dst);
-    case DType::W4G64:
-      return repack_w4<64>(l, n0, n1, k0, k1, dst);
-    case DType::W4G128:
-      return repack_w4<128>(l, n0, n1, k0, k1, dst);
-    case DType::W8G32:
-      return repack_w8<32>(l, n0, n1, k0, k1, dst);
-    case DType::W8G128:
-      return repack_w8<128>(l, n0, n1, k0, k1, dst);
-    default:
-      CYPRIS_FAIL("quantized layer: {} is not a repacked checkpoint type", dtype_name(type));
+  repack(l, type, n0, n1, Columns{k0, nullptr}, k1 - k0, dst);
+}
+
+void wq_repack_columns(const WqLayer& l, DType type, int64_t n0, int64_t n1, const int32_t* cols, int64_t ncols,
+                       void* dst) {
+  const int be = static_cast<int>(dtype_block(type).elems);
+  CYPRIS_CHECK(ncols % be == 0 && n1 <= l.out, "quantized layer: {} columns are not whole {} blocks", ncols,
+               dtype_name(type));
+  for (int64_t k = 0; k < ncols; ++k) {
+    CYPRIS_CHECK(cols[k] >= 0 && cols[k] < l.in && l.group_of(cols[k]) == l.group_of(cols[k - k % be]),
+                 "quantized layer: reordered column {} ({}) is outside the layer or its block mixes groups", k,
+                 cols[k]);
   }
+  repack(l, type, n0, n1, Columns{0, cols}, ncols, dst);
 }
 
 void wq_dequantize(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1, float* dst) {

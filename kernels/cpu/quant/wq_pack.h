@@ -76,6 +76,11 @@ int64_t wq_first_mixed_block(const WqLayer& l, int block);
 // blocks per row); k0 and k1 - k0 multiples of the block, every block in one group.
 void wq_repack(const WqLayer& l, DType type, int64_t n0, int64_t n1, int64_t k0, int64_t k1, void* dst);
 
+// Rows [n0, n1) with the checkpoint's columns cols[0 .. ncols) in that order (act-order layers,
+// their columns sorted by group) as blocks of `type`; every block's columns in one group (checked).
+void wq_repack_columns(const WqLayer& l, DType type, int64_t n0, int64_t n1, const int32_t* cols, int64_t ncols,
+                       void* dst);
+
 // The same rows and columns dequantized to fp32, scale * (q - zero) exactly.
 void wq_dequantize(const WqLayer& l, int64_t n0, int64_t n1, int64_t k0, int64_t k1, float* dst);
 

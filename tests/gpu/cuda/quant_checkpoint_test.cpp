@@ -49,7 +49,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaQuantCheckpoint,
                                            "ct_w8a16_channel_asym", "fp8_tensor_static", "fp8_block128_dynamic",
                                            "ct_fp8_channel_dynamic", "ct_fp8_tensor_static", "ct_w8a8_channel_dynamic",
                                            "ct_w8a8_tensor_static_asym",
-                                           // EXL2: dequantized at load to the model's fp16 (never ran on a GPU)
+                                           // EXL2 at its bits in W4/W8 segments, act-order GPTQ over its
+                                           // columns sorted by group; the activations gathered
+                                           // (gather_columns_cuda) before each product: never ran on a GPU
                                            "exl2_mixed",
                                            // bitsandbytes 4-bit (never ran on a GPU)
                                            "bnb_nf4", "bnb_nf4_double_quant", "bnb_fp4_block128",

@@ -163,8 +163,10 @@ TEST(QuantCheckpointTypes, ThreeBitLayersTakeTheirW4Blocks) {
   RecordProperty("ratio", std::to_string(ours / theirs));
 }
 
-// Act-order layers (g_idx out of order) would mix groups in a block: they have no repacked type
-// (the model keeps them in --dtype, dequantized exactly as above), and forcing one names g_idx.
+// Act-order layers (g_idx out of order) would mix groups in a block read in the checkpoint's column
+// order: read whole they have no repacked type (they are kept as column segments over their columns
+// sorted by group, column_segments_test.cpp, or dequantized exactly as above), and forcing one names
+// act-order.
 TEST(QuantCheckpointTypes, ActOrderLayersAreReadDequantized) {
   const auto w = open_checkpoint(kQuant + "gptq_w4_g64_act_order");
   const std::string layer = "model.layers.0.self_attn.q_proj.weight";

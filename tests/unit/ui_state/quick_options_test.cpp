@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "engine/common/error.h"
@@ -172,15 +173,27 @@ TEST(MemoryEstimate, SafetensorsWeightsEqualTheFilesDataSection) {
   EXPECT_EQ(estimate_memory(fb, f16, machine_without_gpu()).ram_weight_bytes,
             safetensors_data_bytes(b / "model.safetensors") + 147456 / 128 * 4 - 1024 * 4 - 7);
 
-  // An EXL2 checkpoint loads dequantized: every layer [out, in] at --dtype, not its packed bytes.
-  // exl2_mixed: 2 layers of 5 x 128 x 128 (q, o, gate, up, down) + 2 x 64 x 128 (k, v), lm_head and
-  // embeddings 64 x 128, 5 norms of 128.
+  // An EXL2 checkpoint keeps its linear layers at their bits: each group's inputs in W4G32 blocks
+  // (2-4 bits, 20 bytes per 32 values) or W8G32 (5-8 bits, 36 bytes) and a 4-byte column index per
+  // input (the generator's groups, expected.json); the lm_head is dequantized to --dtype.
+  // exl2_mixed: 2 layers of q, o, gate, up, down (128 outputs) and k, v (64), 128 inputs each;
+  // lm_head and embeddings 64 x 128, 5 norms of 128.
   const ModelFootprint fe = read_model_footprint(kFixtures + "quant/exl2_mixed");
   EXPECT_EQ(fe.weight_label, "EXL2 4.21 bpw");
+  std::ifstream ej(kFixtures + "quant/exl2_mixed/expected.json");
+  const nlohmann::json groups = nlohmann::json::parse(ej)["groups"];
+  int64_t kept = 0;
+  for (const auto& [layer, gs] : groups.items()) {
+    if (layer == "lm_head") continue;
+    const int64_t out = layer.find("k_proj") != std::string::npos || layer.find("v_proj") != std::string::npos ? 64 : 128;
+    for (const auto& g : gs) kept += g[1].get<int64_t>() * out * (g[0].get<int>() <= 4 ? 20 : 36) / 32;
+    kept += 4 * 128;
+  }
+  EXPECT_EQ(groups.size(), 15u);
   MemoryChoice f32;
   f32.dtype = "float32";
   EXPECT_EQ(estimate_memory(fe, f32, machine_without_gpu()).ram_weight_bytes,
-            4 * (2 * (5 * 128 * 128 + 2 * 64 * 128) + 2 * 64 * 128 + 5 * 128));
+            kept + 4 * (2 * 64 * 128 + 5 * 128));
 }
 
 TEST(MemoryEstimate, MeminfoAndUnreadableModels) {
