@@ -17,6 +17,7 @@
 #include "kernels/cpu/quant/fp8_gemm.h"
 #include "kernels/cpu/quant/q4_0_gemv.h"
 #include "kernels/cpu/quant/q4_0_tiled.h"
+#include "kernels/cpu/quant/q6_k_tiled.h"
 #include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/quant_ref.h"
 #include "kernels/cpu/quant/tile_dot_rows.h"
@@ -93,10 +94,23 @@ void dot_rows(const QuantizedActs& acts, quant::DotFn dot, int64_t i_begin, int6
                                                    bias, y, ldy);
 }
 
-// Prefill with Q4_0 weights on AVX-512 VNNI: the tiled GEMM (q4_0_tiled.h).
+// Prefill with Q4_0 or Q6_K weights on AVX-512 VNNI: the tiled GEMMs (q4_0_tiled.h, q6_k_tiled.h).
 bool use_tiled(DType w_dtype, int64_t rows, quant::Isa isa) {
-  return w_dtype == DType::Q4_0 && isa != quant::Isa::Scalar && rows >= quant::kQ4TiledMinRows &&
-         quant::q4_0_tiled_available(isa);
+  if (isa == quant::Isa::Scalar) return false;
+  if (w_dtype == DType::Q4_0) return rows >= quant::kQ4TiledMinRows && quant::q4_0_tiled_available(isa);
+  if (w_dtype == DType::Q6_K) return rows >= quant::kQ6TiledMinRows && quant::q6_k_tiled_available(isa);
+  return false;
+}
+static_assert(quant::kQ4TilePanel == quant::kQ6TilePanel);
+constexpr int64_t kTilePanel = quant::kQ4TilePanel;
+
+void tiled_gemm(DType w_dtype, const quant::ActRow* rows, int64_t num_rows, int64_t k, const void* w, int64_t j0,
+                int64_t j1, const float* bias, float* y, int64_t ldy, quant::Isa isa) {
+  if (w_dtype == DType::Q6_K) {
+    quant::q6_k_tiled_gemm(rows, num_rows, k, w, j0, j1, bias, y, ldy, isa);
+  } else {
+    quant::q4_0_tiled_gemm(rows, num_rows, k, w, j0, j1, bias, y, ldy, isa);
+  }
 }
 
 // Decode with Q4_0 weights on AVX-512 VNNI: four weight rows per pass (q4_0_gemv.h).
@@ -140,10 +154,9 @@ void quant_gemm_xwt(const float* x, int64_t m, int64_t k, int64_t ldx, const voi
   const QuantizedActs acts = quantize_acts(x, m, k, ldx, w_dtype, isa, pool);
   if (use_tiled(w_dtype, m, isa)) {  // the pool splits panels of weight rows
     const std::vector<quant::ActRow> rows = row_handles(acts, m);
-    const int64_t panels = (n + quant::kQ4TilePanel - 1) / quant::kQ4TilePanel;
+    const int64_t panels = (n + kTilePanel - 1) / kTilePanel;
     quant::run_on(pool, panels, 1, [&](int64_t p0, int64_t p1) {
-      quant::q4_0_tiled_gemm(rows.data(), m, k, w, p0 * quant::kQ4TilePanel, std::min(n, p1 * quant::kQ4TilePanel),
-                             bias, y, ldy, isa);
+      tiled_gemm(w_dtype, rows.data(), m, k, w, p0 * kTilePanel, std::min(n, p1 * kTilePanel), bias, y, ldy, isa);
     });
     return;
   }
@@ -192,8 +205,7 @@ void quant_gemm_xwt_grouped(const float* x, int64_t k, int64_t ldx, const GemmGr
       [&](int64_t g, int64_t j0, int64_t j1) {
         const GemmGroup& gr = live[static_cast<size_t>(g)];
         if (use_tiled(w_dtype, gr.rows, isa)) {
-          quant::q4_0_tiled_gemm(rows.data() + gr.first, gr.rows, k, gr.w, j0, j1, nullptr, y + gr.first * ldy, ldy,
-                                 isa);
+          tiled_gemm(w_dtype, rows.data() + gr.first, gr.rows, k, gr.w, j0, j1, nullptr, y + gr.first * ldy, ldy, isa);
           return;
         }
         if (use_gemv(w_dtype, gr.rows, isa)) {

@@ -1,8 +1,8 @@
 // Quantized dot products and linear layers (kernels/cpu/quant/):
 //  - the AVX2 and AVX-512 activation quantizers give the scalar reference's bytes exactly;
 //  - every SIMD dot kernel equals the scalar reference up to float summation order, and so does the
-//    tiled Q8_0 and Q4_0 prefill GEMMs (scalar and AVX-512 VNNI) at every tile edge, and the Q4_0
-//    decode GEMV (four weight rows per pass) at every row edge;
+//    tiled Q8_0, Q4_0 and Q6_K prefill GEMMs (scalar and AVX-512 VNNI) at every tile edge, and the
+//    Q4_0 decode GEMV (four weight rows per pass) at every row edge;
 //  - the quantized linear equals an fp64 product of the dequantized weights with the exact
 //    activations, within the error bound the 8-bit activations allow (derived below);
 //  - the dequantize-then-fp32-GEMM path is exact to fp32 rounding; embedding rows are the
@@ -23,6 +23,7 @@
 #include "kernels/common/quant_blocks.h"
 #include "kernels/cpu/quant/q4_0_gemv.h"
 #include "kernels/cpu/quant/q4_0_tiled.h"
+#include "kernels/cpu/quant/q6_k_tiled.h"
 #include "kernels/cpu/quant/q8_0_acts16.h"
 #include "kernels/cpu/quant/q8_0_tiled.h"
 #include "kernels/cpu/quant/quant_dot.h"
@@ -494,6 +495,62 @@ TEST(QuantQ4Gemv, EqualsTheReferenceDotAtEveryRowEdge) {
         const float ref =
             quant::dot_ref(DType::Q4_0, w.data() + j * row_bytes, rows[i], s.k) + (with_bias ? bias[j] : 0.0f);
         ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-6) << "m=" << s.m << " k=" << s.k << " row " << i << " col " << j;
+      }
+    }
+  }
+}
+
+// The tiled Q6_K prefill GEMM (q6_k_tiled.h) against the scalar reference dot: 8-bit activations in
+// blocks of 256 (the Q6_K row dot's), 16 sub-block scales per super-block, the -32 of every weight
+// back through the group sums. Shapes cross every edge: 1..3 leftover activation rows of a 4-row
+// tile, partial panels of 32 weight rows, ranges starting inside a panel, 1..5 super-blocks.
+TEST(QuantQ6Tiled, EqualsTheReferenceDotAtEveryTileEdge) {
+  std::vector<Isa> isas = {Isa::Scalar};
+  if (quant::q6_k_tiled_available(Isa::Avx512)) isas.push_back(Isa::Avx512);
+  EXPECT_FALSE(quant::q6_k_tiled_available(Isa::Avx2));
+  const test::MiniGguf file(std::string(CYPRIS_TESTDATA_DIR) + "/gguf/tiny-random-Q6_K.gguf");
+  const test::GgufTensor& real = file.tensor("blk.0.ffn_down.weight");  // [256 rows, 512]
+  ASSERT_EQ(real.ne[0], 512u);
+  struct Shape {
+    int64_t m, k, n, j0, j1;
+    bool real_rows;
+  };
+  const Shape shapes[] = {{1, 256, 33, 0, 33, false},  {5, 1280, 45, 0, 45, false},  {6, 768, 70, 3, 67, false},
+                          {7, 256, 31, 0, 31, false},  {37, 512, 96, 33, 34, true}, {18, 512, 64, 0, 64, true},
+                          {4, 512, 100, 30, 100, true}};
+  for (const Shape& s : shapes) {
+    const size_t row_bytes = dtype_nbytes(DType::Q6_K, s.k);
+    std::vector<uint8_t> w = s.real_rows ? std::vector<uint8_t>(file.data(real), file.data(real) + s.n * row_bytes)
+                                         : random_weights(DType::Q6_K, s.n, s.k, 900 + static_cast<uint32_t>(s.k));
+    const auto x = randn(s.m * s.k, 43 + static_cast<uint32_t>(s.m));
+    std::vector<QuantizedActs> acts;
+    std::vector<quant::ActRow> rows;
+    for (int64_t r = 0; r < s.m; ++r) {
+      acts.push_back(quantize(quant::quantize_acts_ref, x.data() + r * s.k, s.k, quant::act_block(DType::Q6_K)));
+    }
+    for (const auto& a : acts) rows.push_back(a.row());
+    const auto bias = randn(s.n, 7);
+    std::vector<float> wd(s.k);
+    for (Isa isa : isas) {
+      const int64_t ldy = s.n + 3;
+      std::vector<float> y(s.m * ldy, kNaN());
+      quant::q6_k_tiled_gemm(rows.data(), s.m, s.k, w.data(), s.j0, s.j1, s.m % 2 ? bias.data() : nullptr, y.data(),
+                             ldy, isa);
+      for (int64_t j = 0; j < s.n; ++j) {
+        quant::dequantize_row(DType::Q6_K, w.data() + j * row_bytes, wd.data(), s.k);
+        for (int64_t i = 0; i < s.m; ++i) {
+          const float got = y[i * ldy + j];
+          if (j < s.j0 || j >= s.j1) {
+            ASSERT_TRUE(std::isnan(got)) << "written outside the range: row " << i << " col " << j;
+            continue;
+          }
+          double mag = 0;
+          for (int64_t c = 0; c < s.k; ++c) mag += std::abs(double(wd[c]) * acts[i].d[c / 256] * acts[i].qs[c]);
+          const float ref =
+              quant::dot_ref(DType::Q6_K, w.data() + j * row_bytes, rows[i], s.k) + (s.m % 2 ? bias[j] : 0.0f);
+          ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-6)
+              << quant::isa_name(isa) << " m=" << s.m << " k=" << s.k << " row " << i << " col " << j;
+        }
       }
     }
   }
