@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
+
+#include "engine/loader/weights.h"
 
 namespace cypris {
 
@@ -24,5 +27,16 @@ std::optional<std::vector<SegmentCut>> cut_column_segments(const std::vector<int
 
 // The columns [k0, k1) sorted by key (stable), as indices relative to k0.
 std::vector<int32_t> sorted_columns(int64_t k0, int64_t k1, const int32_t* key);
+
+// Writes rows [row_begin, row_end) of the whole layer, over the whole layer's input columns
+// cols[0..ncols), in the segment's block type to out (one packed row after the other).
+using SegmentRepack =
+    std::function<void(int64_t row_begin, int64_t row_end, const int32_t* cols, int64_t ncols, char* out)>;
+
+// WeightSource::read_segment's common part: segment `seg` of a shard whose shape is `local` (the
+// shard's rows, each the segment's columns as seg.dtype blocks) written to dst by `repack`, the
+// rows split over the shared thread pool.
+void read_column_segment(const ColumnSegment& seg, const std::vector<int64_t>& local, const ShardSpec& shard, void* dst,
+                         const SegmentRepack& repack);
 
 }  // namespace cypris

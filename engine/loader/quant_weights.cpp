@@ -121,21 +121,10 @@ class QuantizedWeightSource : public WeightSource {
     CYPRIS_CHECK(index < segs.size(), "{}: layer '{}' has {} column segments, not {}", dir_.string(), name, segs.size(),
                  index + 1);
     const quant::WqLayer l = open_layer(name, full_shape[0], full_shape[1]);
-    const std::vector<int64_t> local = shard_shape(name, full_shape, shard);
-    const int64_t n0 = shard.dim == 0 ? shard.rank * local[0] : 0;
-    const int64_t k0 = shard.dim == 1 ? shard.rank * local[1] : 0;
-    const ColumnSegment& seg = segs[index];
-    std::vector<int32_t> cols(seg.columns.size());
-    for (size_t i = 0; i < cols.size(); ++i) cols[i] = static_cast<int32_t>(k0 + seg.columns[i]);
-    const int64_t ncols = static_cast<int64_t>(cols.size());
-    const size_t row_bytes = dtype_nbytes(seg.dtype, ncols);
-    shared_thread_pool().parallel_for(
-        local[0],
-        [&](int64_t r0, int64_t r1) {
-          quant::wq_repack_columns(l, seg.dtype, n0 + r0, n0 + r1, cols.data(), ncols,
-                                   static_cast<char*>(dst) + static_cast<size_t>(r0) * row_bytes);
-        },
-        16);
+    read_column_segment(segs[index], shard_shape(name, full_shape, shard), shard, dst,
+                        [&](int64_t row_begin, int64_t row_end, const int32_t* cols, int64_t ncols, char* out) {
+                          quant::wq_repack_columns(l, segs[index].dtype, row_begin, row_end, cols, ncols, out);
+                        });
   }
 
  private:

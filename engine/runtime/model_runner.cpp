@@ -21,6 +21,7 @@
 #include "engine/loader/gguf.h"
 #include "engine/backend/layer_weight_hooks.h"
 #include "engine/backend/weight_offload_plan.h"
+#include "engine/runtime/batch_upload.h"
 #include "engine/runtime/layer_weight_bytes.h"
 #include "engine/runtime/memory_profile.h"
 #include "engine/runtime/micro_batches.h"
@@ -1055,34 +1056,10 @@ void ModelRunner::on_logits_rank(const std::function<void()>& fn) {
 
 void ModelRunner::forward_rank(Rank& r, const BatchContext& b, const StageHandoff* stage_in, StageHandoff* handoff,
                                StepLogits* out) {
-  Backend& be = *r.backend;
-  const int64_t n = b.num_tokens();
-  ForwardInputs in;
-  DeviceTensor ids = be.upload(b.token_ids.data(), DType::I32, {n});
-  DeviceTensor pos = be.upload(b.positions.data(), DType::I32, {n});
-  DeviceTensor slots = be.upload(b.slot_mapping.data(), DType::I64, {n});
-  DeviceTensor qsl = be.upload(b.query_start_loc.data(), DType::I32, {b.num_seqs() + 1});
-  DeviceTensor lens = be.upload(b.seq_lens.data(), DType::I32, {b.num_seqs()});
-  DeviceTensor tables = be.upload(b.block_tables.data(), DType::I32, {b.num_seqs(), int64_t{b.max_blocks_per_seq}});
-  DeviceTensor lidx = be.upload(b.logits_indices.data(), DType::I32, {static_cast<int64_t>(b.logits_indices.size())});
-  in.token_ids = ids.view;
-  in.positions = pos.view;
-  in.logits_indices = lidx.view;
-  in.attn.query_start_loc = qsl.view;
-  in.attn.seq_lens = lens.view;
-  in.attn.block_tables = tables.view;
-  in.attn.slot_mapping = slots.view;
-  in.attn.num_seqs = b.num_seqs();
-  in.attn.max_blocks_per_seq = b.max_blocks_per_seq;
-  in.attn.max_query_len = b.max_query_len;  // the scheduler's maxima (validate() checked them)
-  in.attn.max_seq_len = b.max_seq_len;
+  BatchUpload upload(*r.backend, b);
+  ForwardInputs& in = upload.in;
   in.stage_in = stage_in;
   in.stage_out = handoff;
-  DeviceTensor lora_slots;
-  if (!b.lora_slots.empty()) {
-    lora_slots = be.upload(b.lora_slots.data(), DType::I32, {n});
-    in.lora_slots = lora_slots.view;
-  }
   DeviceTensor logits = r.model->forward(in, r.kv_cache);
   if (!out) return;
   out->view = logits.view;

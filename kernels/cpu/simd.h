@@ -5,16 +5,7 @@
 #include <cstdint>
 
 #include "engine/common/dtype.h"
-
-#if defined(__x86_64__)
-// GCC 12's AVX-512 headers build reductions from _mm256_undefined_*(), which trips
-// -W(maybe-)uninitialized in every caller; the values are never read.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "kernels/cpu/immintrin_quiet.h"
 
 namespace cypris::simd {
 

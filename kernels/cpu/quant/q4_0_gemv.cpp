@@ -4,15 +4,8 @@
 #include <cstring>
 
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/immintrin_quiet.h"
 #include "kernels/cpu/quant/tile_dot_rows.h"
-
-#if defined(__x86_64__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
 
 namespace cypris::quant {
 

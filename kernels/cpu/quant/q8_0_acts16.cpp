@@ -13,17 +13,10 @@
 #include <vector>
 
 #include "kernels/common/quant_blocks.h"
+#include "kernels/cpu/immintrin_quiet.h"
 #include "kernels/cpu/quant/q8_0_tiled.h"
 #include "kernels/cpu/quant/tile_dot_rows.h"
 #include "kernels/cpu/thread_pool.h"
-
-#if defined(__x86_64__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
 
 namespace cypris {
 namespace quant {

@@ -16,6 +16,7 @@
 #include "tests/integration/hub/hub_fixture.h"
 #include "tests/support/engine_jobs.h"
 #include "tests/support/reference_fixture.h"
+#include "tests/support/scoped_env.h"
 
 namespace cypris::test {
 namespace {
@@ -25,23 +26,7 @@ using ::testing::HasSubstr;
 const fs::path kBase = fs::path(CYPRIS_FIXTURES_DIR) / "models" / "llama_gqa_tied";
 const fs::path kLora = fs::path(CYPRIS_FIXTURES_DIR) / "lora" / "llama_gqa_tied";
 
-class Env {
- public:
-  Env(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~Env() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using Env = ScopedEnv;
 
 class HubAdapterTest : public HubTest {
  protected:

@@ -4,6 +4,7 @@
 
 #include "app/cli/commands.h"
 #include "tests/integration/hub/hub_fixture.h"
+#include "tests/support/scoped_env.h"
 
 namespace cypris::test {
 namespace {
@@ -315,23 +316,7 @@ TEST_F(HubTest, RelativeRedirectIsFollowed) {
   EXPECT_GE(hub_->count_requests([](const FakeRequest& r) { return r.status == 307; }), 1u);
 }
 
-class EnvGuard {
- public:
-  EnvGuard(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~EnvGuard() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using EnvGuard = ScopedEnv;
 
 TEST_F(HubTest, ResolveModelDirDownloadsThenServesOffline) {
   make_tiny_repo();

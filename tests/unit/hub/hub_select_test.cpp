@@ -12,6 +12,7 @@
 #include "engine/hub/client_impl.h"
 #include "engine/hub/hash.h"
 #include "engine/hub/hub.h"
+#include "tests/support/scoped_env.h"
 
 namespace cypris::hub {
 namespace {
@@ -93,26 +94,7 @@ TEST(HubHash, GitBlobAndSha256KnownValues) {
   EXPECT_EQ(git_blob_sha1_hex(""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
 }
 
-class EnvVar {
- public:
-  EnvVar(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~EnvVar() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using EnvVar = test::ScopedEnv;
 
 TEST(HubSettings, EnvironmentOrder) {
   std::string home = (fs::temp_directory_path() / ("cypris-hf-home-" + std::to_string(::getpid()))).string();

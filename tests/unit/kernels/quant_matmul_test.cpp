@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -79,6 +80,37 @@ std::vector<Isa> simd_isas() {
   for (Isa isa : {Isa::Avx2, Isa::Avx512})
     if (quant::isa_available(isa)) out.push_back(isa);
   return out;
+}
+
+// y [m rows, stride ldy] of a product over weight rows [j0, j1) of w (n rows of `dtype`, k wide)
+// against ref(i, j), the reference dot of activation row i and weight row j (bias included), up to
+// float summation order: |got - ref| <= 1e-5 * the sum over c of term(i, c, w[j][c]) (a term's
+// magnitude). Outside the range y keeps its NaN poison. label starts the failure message.
+void expect_reference_dots(const std::vector<float>& y, int64_t ldy, int64_t m, int64_t n, int64_t k, int64_t j0,
+                           int64_t j1, DType dtype, const uint8_t* w,
+                           const std::function<double(int64_t i, int64_t c, float wc)>& term,
+                           const std::function<float(int64_t i, int64_t j)>& ref, const std::string& label) {
+  const size_t row_bytes = dtype_nbytes(dtype, k);
+  std::vector<float> wd(k);
+  for (int64_t j = 0; j < n; ++j) {
+    quant::dequantize_row(dtype, w + j * row_bytes, wd.data(), k);
+    for (int64_t i = 0; i < m; ++i) {
+      const float got = y[i * ldy + j];
+      if (j < j0 || j >= j1) {
+        ASSERT_TRUE(std::isnan(got)) << "written outside the range: row " << i << " col " << j;
+        continue;
+      }
+      double mag = 0;
+      for (int64_t c = 0; c < k; ++c) mag += term(i, c, wd[c]);
+      ASSERT_NEAR(got, ref(i, j), 1e-5 * mag + 1e-6)
+          << label << "m=" << m << " k=" << k << " row " << i << " col " << j;
+    }
+  }
+}
+
+// A term's magnitude of a dot with 8-bit activations in blocks of 32.
+std::function<double(int64_t, int64_t, float)> q4_term(const std::vector<QuantizedActs>& acts) {
+  return [&acts](int64_t i, int64_t c, float wc) { return std::abs(double(wc) * acts[i].d[c / 32] * acts[i].qs[c]); };
 }
 
 class QuantKernels : public ::testing::TestWithParam<DType> {};
@@ -376,28 +408,20 @@ TEST(QuantQ8Tiled, EqualsTheReferenceDotAtEveryTileEdge) {
       rows[r] = {qs.data() + r * s.k, d.data() + r * groups};
     }
     const auto bias = randn(s.n, 5);
-    std::vector<float> wd(s.k);
     for (Isa isa : isas) {
       const int64_t ldy = s.n + 3;
       std::vector<float> y(s.m * ldy, kNaN());
       quant::q8_0_tiled_gemm(rows.data(), s.m, s.k, w.data(), s.j0, s.j1, s.m % 2 ? bias.data() : nullptr, y.data(),
                              ldy, isa);
-      for (int64_t j = 0; j < s.n; ++j) {
-        quant::dequantize_row(DType::Q8_0, w.data() + j * row_bytes, wd.data(), s.k);
-        for (int64_t i = 0; i < s.m; ++i) {
-          const float got = y[i * ldy + j];
-          if (j < s.j0 || j >= s.j1) {
-            ASSERT_TRUE(std::isnan(got)) << "written outside the range: row " << i << " col " << j;
-            continue;
-          }
-          double mag = 0;
-          for (int64_t c = 0; c < s.k; ++c) mag += std::abs(double(wd[c]) * d[i * groups + c / 256] * qs[i * s.k + c]);
-          const float ref =
-              quant::dot_q8_0_acts16_ref(w.data() + j * row_bytes, rows[i], s.k) + (s.m % 2 ? bias[j] : 0.0f);
-          ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-6)
-              << quant::isa_name(isa) << " m=" << s.m << " k=" << s.k << " row " << i << " col " << j;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_reference_dots(
+          y, ldy, s.m, s.n, s.k, s.j0, s.j1, DType::Q8_0, w.data(),
+          [&](int64_t i, int64_t c, float wc) {
+            return std::abs(double(wc) * d[i * groups + c / 256] * qs[i * s.k + c]);
+          },
+          [&](int64_t i, int64_t j) {
+            return quant::dot_q8_0_acts16_ref(w.data() + j * row_bytes, rows[i], s.k) + (s.m % 2 ? bias[j] : 0.0f);
+          },
+          std::string(quant::isa_name(isa)) + " "));
     }
   }
 }
@@ -426,28 +450,17 @@ TEST(QuantQ4Tiled, EqualsTheReferenceDotAtEveryTileEdge) {
     for (int64_t r = 0; r < s.m; ++r) acts.push_back(quantize(quant::quantize_acts_ref, x.data() + r * s.k, s.k, 32));
     for (const auto& a : acts) rows.push_back(a.row());
     const auto bias = randn(s.n, 6);
-    std::vector<float> wd(s.k);
     for (Isa isa : isas) {
       const int64_t ldy = s.n + 3;
       std::vector<float> y(s.m * ldy, kNaN());
       quant::q4_0_tiled_gemm(rows.data(), s.m, s.k, w.data(), s.j0, s.j1, s.m % 2 ? bias.data() : nullptr, y.data(),
                              ldy, isa);
-      for (int64_t j = 0; j < s.n; ++j) {
-        quant::dequantize_row(DType::Q4_0, w.data() + j * row_bytes, wd.data(), s.k);
-        for (int64_t i = 0; i < s.m; ++i) {
-          const float got = y[i * ldy + j];
-          if (j < s.j0 || j >= s.j1) {
-            ASSERT_TRUE(std::isnan(got)) << "written outside the range: row " << i << " col " << j;
-            continue;
-          }
-          double mag = 0;
-          for (int64_t c = 0; c < s.k; ++c) mag += std::abs(double(wd[c]) * acts[i].d[c / 32] * acts[i].qs[c]);
-          const float ref =
-              quant::dot_ref(DType::Q4_0, w.data() + j * row_bytes, rows[i], s.k) + (s.m % 2 ? bias[j] : 0.0f);
-          ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-6)
-              << quant::isa_name(isa) << " m=" << s.m << " k=" << s.k << " row " << i << " col " << j;
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(expect_reference_dots(
+          y, ldy, s.m, s.n, s.k, s.j0, s.j1, DType::Q4_0, w.data(), q4_term(acts),
+          [&](int64_t i, int64_t j) {
+            return quant::dot_ref(DType::Q4_0, w.data() + j * row_bytes, rows[i], s.k) + (s.m % 2 ? bias[j] : 0.0f);
+          },
+          std::string(quant::isa_name(isa)) + " "));
     }
   }
 }
@@ -477,26 +490,16 @@ TEST(QuantQ4Gemv, EqualsTheReferenceDotAtEveryRowEdge) {
     for (const auto& a : acts) rows.push_back(a.row());
     const auto bias = randn(s.n, 8);
     const bool with_bias = s.n % 2 == 1;
-    std::vector<float> wd(s.k);
     const int64_t ldy = s.n + 2;
     std::vector<float> y(s.m * ldy, kNaN());
     quant::q4_0_gemv(rows.data(), s.m, s.k, w.data(), s.j0, s.j1, with_bias ? bias.data() : nullptr, y.data(), ldy,
                      Isa::Avx512);
-    for (int64_t j = 0; j < s.n; ++j) {
-      quant::dequantize_row(DType::Q4_0, w.data() + j * row_bytes, wd.data(), s.k);
-      for (int64_t i = 0; i < s.m; ++i) {
-        const float got = y[i * ldy + j];
-        if (j < s.j0 || j >= s.j1) {
-          ASSERT_TRUE(std::isnan(got)) << "written outside the range: row " << i << " col " << j;
-          continue;
-        }
-        double mag = 0;
-        for (int64_t c = 0; c < s.k; ++c) mag += std::abs(double(wd[c]) * acts[i].d[c / 32] * acts[i].qs[c]);
-        const float ref =
-            quant::dot_ref(DType::Q4_0, w.data() + j * row_bytes, rows[i], s.k) + (with_bias ? bias[j] : 0.0f);
-        ASSERT_NEAR(got, ref, 1e-5 * mag + 1e-6) << "m=" << s.m << " k=" << s.k << " row " << i << " col " << j;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_reference_dots(
+        y, ldy, s.m, s.n, s.k, s.j0, s.j1, DType::Q4_0, w.data(), q4_term(acts),
+        [&](int64_t i, int64_t j) {
+          return quant::dot_ref(DType::Q4_0, w.data() + j * row_bytes, rows[i], s.k) + (with_bias ? bias[j] : 0.0f);
+        },
+        ""));
   }
 }
 
@@ -559,8 +562,7 @@ TEST(QuantQ6Tiled, EqualsTheReferenceDotAtEveryTileEdge) {
 TEST(QuantKernelsErrors, RefusesBadShapesAndTypes) {
   std::vector<uint8_t> w(dtype_nbytes(DType::Q4_K, 256 * 2));
   std::vector<float> x(300, 1.0f), y(4);
-  EXPECT_THROW(quant_gemm_xwt(x.data(), 1, 300, 300, w.data(), DType::Q4_K, 2, nullptr, y.data(), 2, nullptr),
-               Error);
+  EXPECT_THROW(quant_gemm_xwt(x.data(), 1, 300, 300, w.data(), DType::Q4_K, 2, nullptr, y.data(), 2, nullptr), Error);
   EXPECT_THROW(quant_gemm_xwt(x.data(), 1, 256, 256, w.data(), DType::F16, 2, nullptr, y.data(), 2, nullptr), Error);
   const int32_t id = 0;
   EXPECT_THROW(quant_embedding(&id, 1, w.data(), DType::Q8_0, 40, y.data(), nullptr), Error);

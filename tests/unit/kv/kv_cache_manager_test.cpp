@@ -3,19 +3,15 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <set>
 
 #include "engine/common/error.h"
+#include "tests/support/token_runs.h"
 
 namespace cypris {
 namespace {
 
-std::vector<int32_t> seq(int32_t first, int32_t n) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::seq;
 
 Request make_request(const std::string& id, std::vector<int32_t> prompt, int32_t max_tokens = 16) {
   return Request(id, std::move(prompt), max_tokens);

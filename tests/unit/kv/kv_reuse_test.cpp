@@ -5,24 +5,14 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "engine/kv/kv_cache_manager.h"
+#include "tests/support/token_runs.h"
 
 namespace cypris {
 namespace {
 
-std::vector<int32_t> seq(int32_t first, int32_t n) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
-
-std::vector<int32_t> cat(std::initializer_list<std::vector<int32_t>> parts) {
-  std::vector<int32_t> out;
-  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
+using test::cat;
+using test::seq;
 
 // A chat: system prompt S, messages A and B, a reply R; the next turn drops A and adds N.
 const std::vector<int32_t> kS = seq(1, 5), kA = seq(100, 20), kB = seq(200, 30), kR = seq(300, 10), kN = seq(400, 7);

@@ -17,6 +17,7 @@
 #include "engine/backend/weight_offload_plan.h"
 #include "engine/loader/model_config.h"
 #include "engine/loader/weights.h"
+#include "engine/runtime/batch_upload.h"
 #include "engine/runtime/layer_weight_bytes.h"
 #include "engine/scheduler/batch_context.h"
 #include "models/registry/registry.h"
@@ -103,26 +104,8 @@ std::vector<float> prefill_logits(Model& model, Backend& be, const std::vector<i
     l.k = be.zeros(DType::F32, {blocks + 1, block_size, model.num_kv_heads(), model.head_dim()});
     l.v = be.zeros(DType::F32, {blocks + 1, block_size, model.num_kv_heads(), model.head_dim()});
   }
-  DeviceTensor tid = be.upload(b.token_ids.data(), DType::I32, {n});
-  DeviceTensor pos = be.upload(b.positions.data(), DType::I32, {n});
-  DeviceTensor slots = be.upload(b.slot_mapping.data(), DType::I64, {n});
-  DeviceTensor qsl = be.upload(b.query_start_loc.data(), DType::I32, {b.num_seqs() + 1});
-  DeviceTensor lens = be.upload(b.seq_lens.data(), DType::I32, {b.num_seqs()});
-  DeviceTensor tables = be.upload(b.block_tables.data(), DType::I32, {b.num_seqs(), int64_t{b.max_blocks_per_seq}});
-  DeviceTensor lidx = be.upload(b.logits_indices.data(), DType::I32, {static_cast<int64_t>(b.logits_indices.size())});
-  ForwardInputs in;
-  in.token_ids = tid.view;
-  in.positions = pos.view;
-  in.logits_indices = lidx.view;
-  in.attn.query_start_loc = qsl.view;
-  in.attn.seq_lens = lens.view;
-  in.attn.block_tables = tables.view;
-  in.attn.slot_mapping = slots.view;
-  in.attn.num_seqs = b.num_seqs();
-  in.attn.max_blocks_per_seq = b.max_blocks_per_seq;
-  in.attn.max_query_len = b.max_query_len;
-  in.attn.max_seq_len = b.max_seq_len;
-  DeviceTensor logits = model.forward(in, kv);
+  BatchUpload upload(be, b);
+  DeviceTensor logits = model.forward(upload.in, kv);
   const float* p = static_cast<const float*>(logits.view.data);
   return std::vector<float>(p, p + logits.view.numel());
 }

@@ -5,25 +5,15 @@
 // token it claims; a batch-mate sharing the finished turn's blocks keeps reading them intact.
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "engine/scheduler/scheduler.h"
+#include "tests/support/token_runs.h"
 #include "tests/unit/scheduler/sim.h"
 
 namespace cypris {
 namespace {
 
-std::vector<int32_t> seq(int32_t first, int32_t n) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
-
-std::vector<int32_t> cat(std::initializer_list<std::vector<int32_t>> parts) {
-  std::vector<int32_t> out;
-  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
+using test::cat;
+using test::seq;
 
 struct Chat {
   explicit Chat(const SchedulerConfig& c) : sched(c), runner(c) {}

@@ -5,10 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include <numeric>
-
 #include "engine/common/error.h"
 #include "engine/request/sampling_params.h"
+#include "tests/support/token_runs.h"
 #include "tests/unit/scheduler/sim.h"
 
 namespace cypris {
@@ -17,11 +16,7 @@ namespace {
 using testing::fake_token;
 using testing::StepPlan;
 
-std::vector<int32_t> seq(int32_t first, int32_t n) {
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  std::iota(t.begin(), t.end(), first);
-  return t;
-}
+using test::seq;
 
 SchedulerConfig base_config() {
   SchedulerConfig c;
