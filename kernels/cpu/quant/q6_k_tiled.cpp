@@ -8,14 +8,7 @@
 
 #include "engine/common/dtype.h"
 #include "kernels/common/quant_blocks.h"
-
-#if defined(__x86_64__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#endif
+#include "kernels/cpu/immintrin_quiet.h"
 
 namespace cypris::quant {
 namespace {
