@@ -15,6 +15,7 @@
 #include "engine/request/sampling_params.h"
 #include "tests/integration/hub/hub_fixture.h"
 #include "tests/support/engine_jobs.h"
+#include "tests/support/greedy_request.h"
 #include "tests/support/reference_fixture.h"
 #include "tests/support/scoped_env.h"
 
@@ -175,16 +176,7 @@ TEST_F(HubAdapterTest, TheEngineServesAnAdapterFromTheHubLikeTheLocalFolder) {
   std::vector<GenerateRequest> reqs;
   for (const auto& [name, fixture] : {std::pair<std::string, std::string>{"sql", "qv_r4"}, {"old", "mlp_o_r2_bin"}}) {
     const auto e = reference_fixture::load_expected_from((kLora / fixture).string());
-    GenerateRequest r;
-    r.request_id = name;
-    r.prompt_token_ids.assign(e.ids.begin(), e.ids.begin() + 12);
-    auto p = std::make_shared<SamplingParams>();
-    p->temperature = 0.0f;
-    p->max_tokens = 8;
-    p->ignore_eos = true;
-    r.params = p;
-    r.lora_name = name;
-    reqs.push_back(std::move(r));
+    reqs.push_back(testing_support::reference_greedy_request(name, e.ids, name));
   }
   const auto got = testing_support::run_requests(engine, reqs);
   EXPECT_EQ(got.at("sql"), reference_fixture::load_expected_from((kLora / "qv_r4").string()).greedy);

@@ -17,6 +17,7 @@
 #include "engine/loader/lora_adapter.h"
 #include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
+#include "tests/support/greedy_request.h"
 #include "tests/support/reference_fixture.h"
 #include "tests/support/temp_dir.h"
 
@@ -46,16 +47,7 @@ EngineConfig lora_config(int max_loras = 4, std::optional<int64_t> max_cpu_loras
 // The reference's greedy continuation: 8 tokens after the first 12 ids.
 GenerateRequest greedy_request(const std::string& id, const std::string& lora) {
   const auto e = reference_fixture::load_expected_from(lora.empty() ? kBase : kLora + lora);
-  GenerateRequest r;
-  r.request_id = id;
-  r.prompt_token_ids.assign(e.ids.begin(), e.ids.begin() + 12);
-  auto p = std::make_shared<SamplingParams>();
-  p->temperature = 0.0f;
-  p->max_tokens = 8;
-  p->ignore_eos = true;
-  r.params = p;
-  r.lora_name = lora;
-  return r;
+  return testing_support::reference_greedy_request(id, e.ids, lora);
 }
 
 std::vector<int32_t> reference_greedy(const std::string& lora) {

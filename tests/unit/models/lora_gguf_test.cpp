@@ -17,6 +17,7 @@
 #include "engine/loader/lora_adapter.h"
 #include "engine/request/sampling_params.h"
 #include "tests/support/engine_jobs.h"
+#include "tests/support/greedy_request.h"
 #include "tests/support/reference_fixture.h"
 
 namespace cypris {
@@ -112,16 +113,7 @@ TEST(LoraGguf, TheEngineLoadsThemByPathOnAGgufBase) {
   for (const auto& [name, dir] : std::vector<std::pair<std::string, std::string>>{{"qv", "qv_r4"},
                                                                                  {"mlp", "mlp_o_r2_bin"}}) {
     const Expected want = load_expected_from(kLora + dir);
-    GenerateRequest r;
-    r.request_id = name;
-    r.prompt_token_ids.assign(want.ids.begin(), want.ids.begin() + 12);
-    auto p = std::make_shared<SamplingParams>();
-    p->temperature = 0.0f;
-    p->max_tokens = 8;
-    p->ignore_eos = true;
-    r.params = p;
-    r.lora_name = name;
-    reqs.push_back(r);
+    reqs.push_back(testing_support::reference_greedy_request(name, want.ids, name));
   }
   const testing_support::Outputs got = testing_support::run_requests(engine, reqs);
   EXPECT_EQ(got.at("qv"), load_expected_from(kLora + "qv_r4").greedy);
@@ -159,15 +151,7 @@ TEST(LoraGguf, Phi3sFusedQkvAndGateUpMapToTheStackedWeights) {
   runner.load_lora(1, engine.read_lora(phi3 + "gguf/fused_r4.gguf"));
   EXPECT_LT(max_rel_err(prefill_in_slot(runner, want.ids, 1), want), kTol);
 
-  GenerateRequest r;
-  r.request_id = "fused";
-  r.prompt_token_ids.assign(want.ids.begin(), want.ids.begin() + 12);
-  auto p = std::make_shared<SamplingParams>();
-  p->temperature = 0.0f;
-  p->max_tokens = 8;
-  p->ignore_eos = true;
-  r.params = p;
-  r.lora_name = "fused";
+  const GenerateRequest r = testing_support::reference_greedy_request("fused", want.ids, "fused");
   EXPECT_EQ(testing_support::run_requests(engine, {r}).at("fused"), want.greedy);
 }
 
